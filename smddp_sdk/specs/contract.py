@@ -1,0 +1,251 @@
+"""The SageMaker training contract under ``/opt/ml``: its layout and its file formats.
+
+Schedulers (local, docker, and the SageMaker request's hyperparameters) write it; the node runtime
+reads it. Both sides use this one stdlib module so the format cannot drift between them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from smddp_sdk.errors import ContractError
+
+DEFAULT_BASE_DIR = "/opt/ml"
+BASE_DIR_ENV = "SAGEMAKER_BASE_DIR"
+DEFAULT_GROUP_NAME = "homogeneousCluster"
+DEFAULT_NETWORK_INTERFACE = "eth0"
+# SageMaker keeps the first 1024 characters of output/failure as the job's FailureReason.
+FAILURE_REASON_LIMIT = 1024
+
+# Knobs a scheduler hands the runtime beyond what SageMaker gives a container. On SageMaker none is
+# set and the defaults apply (each host is its own machine, so fixed ports are safe).
+HOST_ADDRESSES_ENV = "SMDDP_HOST_ADDRESSES"  # JSON {"algo-1": "127.0.0.1", ...}; names resolve via DNS when unset
+MASTER_PORT_ENV = "SMDDP_MASTER_PORT"  # torch.distributed rendezvous (MASTER_PORT)
+SERVER_PORT_ENV = "SMDDP_SERVER_PORT"  # SMDATAPARALLEL_SERVER_PORT
+AGENT_PORT_ENV = "SMDDP_AGENT_PORT"  # runtime-to-runtime coordination (failure propagation)
+DEFAULT_MASTER_PORT = 7777
+DEFAULT_SERVER_PORT = 7592
+DEFAULT_AGENT_PORT = 7778
+
+# Hyperparameters the toolkit consumes itself and never passes to the user script.
+RESERVED_HYPERPARAMETERS = frozenset(
+    {
+        "sagemaker_program",
+        "sagemaker_submit_directory",
+        "sagemaker_enable_cloudwatch_metrics",
+        "sagemaker_region",
+        "sagemaker_container_log_level",
+        "sagemaker_job_name",
+        "default_user_module_name",
+        "_tuning_objective_metric",
+        "sagemaker_s3_output",
+    }
+)
+
+
+@dataclass(frozen=True)
+class OptMl:
+    """The paths of one host's ``/opt/ml`` tree, rooted anywhere (local mode gives each host its own)."""
+
+    base: Path
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> OptMl:
+        environ = os.environ if environ is None else environ
+        return cls(Path(environ.get(BASE_DIR_ENV) or DEFAULT_BASE_DIR))
+
+    @property
+    def input_dir(self) -> Path:
+        return self.base / "input"
+
+    @property
+    def config_dir(self) -> Path:
+        return self.input_dir / "config"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.input_dir / "data"
+
+    @property
+    def resource_config_file(self) -> Path:
+        return self.config_dir / "resourceconfig.json"
+
+    @property
+    def hyperparameters_file(self) -> Path:
+        return self.config_dir / "hyperparameters.json"
+
+    @property
+    def input_data_config_file(self) -> Path:
+        return self.config_dir / "inputdataconfig.json"
+
+    @property
+    def code_dir(self) -> Path:
+        return self.base / "code"
+
+    @property
+    def model_dir(self) -> Path:
+        return self.base / "model"
+
+    @property
+    def output_dir(self) -> Path:
+        return self.base / "output"
+
+    @property
+    def output_data_dir(self) -> Path:
+        return self.output_dir / "data"
+
+    @property
+    def intermediate_dir(self) -> Path:
+        return self.output_dir / "intermediate"
+
+    @property
+    def failure_file(self) -> Path:
+        return self.output_dir / "failure"
+
+    @property
+    def success_file(self) -> Path:
+        return self.output_dir / "success"
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.base / "checkpoints"
+
+    def channel_dir(self, channel: str) -> Path:
+        return self.data_dir / channel
+
+    def make_dirs(self) -> None:
+        """Create the directories a container finds in place when SageMaker starts it."""
+        for path in (self.config_dir, self.data_dir, self.code_dir, self.model_dir, self.output_data_dir):
+            path.mkdir(parents=True, exist_ok=True)
+
+
+# --- hyperparameters ----------------------------------------------------------------------------
+
+
+def encode_hyperparameters(hyperparameters: Mapping[str, Any]) -> dict[str, str]:
+    """Encode values as SageMaker SDK v2 does: every value JSON-encoded inside a string."""
+    return {str(key): json.dumps(value) for key, value in hyperparameters.items()}
+
+
+def decode_hyperparameter(raw: str) -> Any:
+    """Decode one value as the training toolkit does: JSON when it parses, else the raw string."""
+    try:
+        return json.loads(raw)
+    except (TypeError, ValueError):
+        return raw
+
+
+def decode_hyperparameters(raw: Mapping[str, str]) -> dict[str, Any]:
+    return {key: decode_hyperparameter(value) for key, value in raw.items()}
+
+
+def split_hyperparameters(decoded: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split into (user hyperparameters, framework parameters) as the toolkit does.
+
+    Keys starting with ``sagemaker_`` are framework parameters, except the reserved ones, which the
+    toolkit consumes and drops from both.
+    """
+    user: dict[str, Any] = {}
+    framework: dict[str, Any] = {}
+    for key, value in decoded.items():
+        if key in RESERVED_HYPERPARAMETERS:
+            continue
+        (framework if key.startswith("sagemaker_") else user)[key] = value
+    return user, framework
+
+
+# --- config files -------------------------------------------------------------------------------
+
+
+def resource_config(
+    current_host: str,
+    hosts: Sequence[str],
+    instance_type: str,
+    *,
+    group_name: str = DEFAULT_GROUP_NAME,
+    network_interface_name: str = DEFAULT_NETWORK_INTERFACE,
+) -> dict[str, Any]:
+    """resourceconfig.json for one host of a homogeneous cluster, as the SageMaker platform writes it."""
+    return {
+        "current_host": current_host,
+        "current_instance_type": instance_type,
+        "current_group_name": group_name,
+        "hosts": list(hosts),
+        "instance_groups": [
+            {"instance_group_name": group_name, "instance_type": instance_type, "hosts": list(hosts)}
+        ],
+        "network_interface_name": network_interface_name,
+    }
+
+
+def input_data_config(channels: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """inputdataconfig.json: per channel its options, with the platform's defaults filled in."""
+    defaults = {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated", "RecordWrapperType": "None"}
+    return {name: {**defaults, **dict(options)} for name, options in channels.items()}
+
+
+def write_config_files(
+    opt_ml: OptMl,
+    *,
+    resource: Mapping[str, Any],
+    hyperparameters: Mapping[str, str],
+    input_data: Mapping[str, Any],
+) -> None:
+    """Write the three config files of one host. ``hyperparameters`` must already be encoded."""
+    opt_ml.make_dirs()
+    _write_json(opt_ml.resource_config_file, resource)
+    _write_json(opt_ml.hyperparameters_file, hyperparameters)
+    _write_json(opt_ml.input_data_config_file, input_data)
+
+
+def read_json_file(path: Path, *, default: Any = None, required: bool = False) -> Any:
+    """Read one contract file; a missing optional file gives ``default``, anything broken a ContractError."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if required:
+            raise ContractError(f"{path}: file is missing; the scheduler must write it before the runtime starts") from None
+        return default
+    except OSError as exc:
+        raise ContractError(f"{path}: cannot be read: {exc.strerror}") from None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ContractError(f"{path}: not valid JSON: {exc}") from None
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+# --- outputs ------------------------------------------------------------------------------------
+
+
+def write_failure(opt_ml: OptMl, reason: str) -> bool:
+    """Write output/failure unless it already exists (the first writer is the root cause); True if written."""
+    opt_ml.output_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        with open(opt_ml.failure_file, "x", encoding="utf-8") as handle:
+            handle.write(reason)
+    except FileExistsError:
+        return False
+    return True
+
+
+def read_failure(opt_ml: OptMl) -> str | None:
+    """The failure reason as SageMaker reports it (first 1024 characters), or None."""
+    try:
+        return opt_ml.failure_file.read_text(encoding="utf-8", errors="replace")[:FAILURE_REASON_LIMIT]
+    except FileNotFoundError:
+        return None
+
+
+def write_success(opt_ml: OptMl) -> None:
+    opt_ml.output_dir.mkdir(parents=True, exist_ok=True)
+    opt_ml.success_file.touch()
