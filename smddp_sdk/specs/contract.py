@@ -115,8 +115,24 @@ class OptMl:
     def checkpoints_dir(self) -> Path:
         return self.base / "checkpoints"
 
+    @property
+    def logs_dir(self) -> Path:
+        """Per-rank log files written by the runtime (``rank-<N>.log``)."""
+        return self.output_dir / "logs"
+
+    @property
+    def errors_dir(self) -> Path:
+        """Per-rank error files written by the rank bootstrap (``rank-<N>.json``)."""
+        return self.output_dir / "errors"
+
     def channel_dir(self, channel: str) -> Path:
         return self.data_dir / channel
+
+    def rank_log_file(self, rank: int) -> Path:
+        return self.logs_dir / f"rank-{rank}.log"
+
+    def rank_error_file(self, rank: int) -> Path:
+        return self.errors_dir / f"rank-{rank}.json"
 
     def make_dirs(self) -> None:
         """Create the directories a container finds in place when SageMaker starts it."""
