@@ -1,0 +1,149 @@
+"""Docker mode for real: the image, and 2-host x 2-rank smddp jobs as containers on a job network."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from smddp_sdk.errors import UnavailableError
+from smddp_sdk.schedulers.docker import DockerScheduler
+from smddp_sdk.specs.job import JobSpec
+from smddp_sdk.specs.status import JobState
+
+from .conftest import leftovers
+
+pytestmark = pytest.mark.docker
+
+JOB_TIMEOUT = 180  # seconds; a 4-rank job takes about 10 s here
+
+TRAIN = textwrap.dedent(
+    """
+    import argparse, json, os, time
+    import torch
+    import torch.distributed as dist
+    import smddp_sdk.collectives  # registers the "smddp" backend
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fail-rank", type=int, default=-1)
+    parser.add_argument("--sleep", type=float, default=0)
+    args = parser.parse_args()
+
+    dist.init_process_group("smddp")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if rank == args.fail_rank:
+        raise RuntimeError(f"planned failure on rank {rank}")
+    time.sleep(args.sleep)
+    total = torch.tensor([float(rank + 1)])
+    dist.all_reduce(total)
+    print(f"rank {rank}/{world} sum {total.item()}", flush=True)
+    host = os.environ["SM_CURRENT_HOST"]
+    if os.environ["LOCAL_RANK"] == "0":
+        with open(os.path.join(os.environ["SM_MODEL_DIR"], f"model-{host}.json"), "w") as out:
+            json.dump({"host": host, "rank": rank, "world": world, "sum": total.item()}, out)
+    dist.barrier()
+    dist.destroy_process_group()
+    """
+)
+
+
+@pytest.fixture()
+def source_dir(tmp_path: Path) -> Path:
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text(TRAIN)
+    return code
+
+
+def job_spec(source_dir: Path, name: str, **hyperparameters) -> JobSpec:
+    return JobSpec.from_mapping(
+        {
+            "entry_point": "train.py",
+            "source_dir": str(source_dir),
+            "instance_type": "local",
+            "instance_count": 2,
+            # Two ranks per host on a CPU machine: plan as if each host had two GPUs.
+            "environment": {"SMDDP_NUM_GPUS": "2"},
+            "distribution": {"smdistributed": {"dataparallel": {"enabled": True}}},
+            "hyperparameters": hyperparameters,
+            "job_name": name,
+        }
+    )
+
+
+def run_to_end(scheduler: DockerScheduler, spec: JobSpec):
+    handle = scheduler.submit(spec)
+    try:
+        lines = list(scheduler.logs(handle, follow=True))
+        status = scheduler.wait(handle, poll=0.5, timeout=JOB_TIMEOUT)
+    finally:
+        scheduler.cancel(handle)  # no-op once finished; frees the engine if an assertion fails first
+    return handle, lines, status
+
+
+def test_image_runs_train_and_works_for_any_user(smddp_image):
+    check = "import shutil, torch, smddp_sdk.runtime, smddp_sdk.collectives; print(shutil.which('train'), torch.__version__)"
+    for user in ("0:0", "4321:4321"):
+        result = subprocess.run(
+            ["docker", "run", "--rm", "--network", "none", "--user", user, smddp_image, "python", "-c", check],
+            capture_output=True, text=True, check=False, timeout=120,
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split()[0] == "/usr/local/bin/train"
+
+
+def test_two_hosts_two_ranks_smddp_job(smddp_image, source_dir, tmp_path):
+    scheduler = DockerScheduler(jobs_dir=tmp_path / "jobs", stop_grace=10)
+    handle, lines, status = run_to_end(scheduler, job_spec(source_dir, "docker-ok"))
+
+    assert status.state is JobState.SUCCEEDED, status
+    sums = sorted((line.host, line.rank, line.text) for line in lines if line.text.startswith("rank "))
+    assert sums == [
+        ("algo-1", 0, "rank 0/4 sum 10.0"),
+        ("algo-1", 1, "rank 1/4 sum 10.0"),
+        ("algo-2", 2, "rank 2/4 sum 10.0"),
+        ("algo-2", 3, "rank 3/4 sum 10.0"),
+    ]
+    for index, host in enumerate(("algo-1", "algo-2")):
+        model = tmp_path / "jobs" / "docker-ok" / "hosts" / host / "model" / f"model-{host}.json"
+        assert json.loads(model.read_text()) == {"host": host, "rank": 2 * index, "world": 4, "sum": 10.0}
+        assert model.stat().st_uid == os.getuid()  # outputs belong to the caller, not to root
+    assert leftovers("docker-ok") == ([], [])
+    # After cleanup the job is still known: saved result and logs.
+    assert scheduler.status(handle).state is JobState.SUCCEEDED
+    assert any(line.rank == 3 for line in scheduler.logs(handle, ranks=[3]))
+
+
+def test_a_failing_rank_fails_the_job_with_its_host_code_and_last_lines(smddp_image, source_dir, tmp_path):
+    scheduler = DockerScheduler(jobs_dir=tmp_path / "jobs", stop_grace=10)
+    _, _, status = run_to_end(scheduler, job_spec(source_dir, "docker-fail", **{"fail-rank": 3}))
+
+    assert status.state is JobState.FAILED, status
+    assert status.failure is not None
+    assert status.failure.host == "algo-2"
+    assert status.failure.exit_code != 0
+    assert "planned failure on rank 3" in status.failure.traceback
+    assert leftovers("docker-fail") == ([], [])
+
+
+def test_cancel_stops_and_removes_everything(smddp_image, source_dir, tmp_path):
+    scheduler = DockerScheduler(jobs_dir=tmp_path / "jobs", stop_grace=5)
+    handle = scheduler.submit(job_spec(source_dir, "docker-cancel", sleep=300))
+    try:
+        assert scheduler.status(handle).state in (JobState.STARTING, JobState.RUNNING)
+    finally:
+        scheduler.cancel(handle)
+    assert scheduler.status(handle).state is JobState.CANCELLED
+    assert leftovers("docker-cancel") == ([], [])
+    scheduler.cancel(handle)  # idempotent
+
+
+def test_missing_image_says_how_to_build_it(docker_engine, source_dir, tmp_path):
+    scheduler = DockerScheduler(jobs_dir=tmp_path / "jobs", image="smddp-sdk:no-such-tag")
+    with pytest.raises(UnavailableError, match="build-image.sh"):
+        scheduler.submit(job_spec(source_dir, "docker-noimage"))
+    assert leftovers("docker-noimage") == ([], [])
