@@ -72,7 +72,8 @@ class _Channel:
         return message if isinstance(message, dict) else None
 
     def close(self) -> None:
-        for closer in (self._reader.close, lambda: self.sock.shutdown(socket.SHUT_RDWR), self.sock.close):
+        # shutdown first: it wakes a thread blocked in receive(), which holds the reader's lock
+        for closer in (lambda: self.sock.shutdown(socket.SHUT_RDWR), self.sock.close):
             try:
                 closer()
             except OSError:
