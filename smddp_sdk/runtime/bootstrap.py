@@ -23,7 +23,8 @@ from typing import Any
 
 from smddp_sdk.specs.contract import ERROR_FILE_ENV
 
-_OWN_FILES = {os.path.abspath(__file__), os.path.abspath(runpy.__file__)}
+# Frames of ours to hide from user tracebacks (runpy is "<frozen runpy>" on Python 3.11+).
+_OWN_FILES = {os.path.abspath(__file__), os.path.abspath(runpy.__file__), "<frozen runpy>"}
 
 
 def main(argv: list[str]) -> int:
@@ -53,17 +54,22 @@ def _run(argv: list[str]) -> None:
         sys.argv = [argv[1], *argv[2:]]
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
         return
-    script = argv[0]
+    script = Path(argv[0]).resolve()
     sys.argv = list(argv)
-    sys.path[0] = str(Path(script).resolve().parent)  # what `python script.py` puts first
-    runpy.run_path(script, run_name="__main__")
+    sys.path[0] = str(script.parent)  # what `python script.py` puts first
+    runpy.run_path(str(script), run_name="__main__")
 
 
 def _user_frames(tb: TracebackType | None) -> TracebackType | None:
     """Drop the bootstrap's and runpy's frames so the traceback starts in user code."""
-    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) in _OWN_FILES:
+    while tb is not None and _frame_file(tb) in _OWN_FILES:
         tb = tb.tb_next
     return tb
+
+
+def _frame_file(tb: TracebackType) -> str:
+    name = tb.tb_frame.f_code.co_filename
+    return name if name.startswith("<") else os.path.abspath(name)
 
 
 def _exit_code(code: Any) -> int:
