@@ -18,6 +18,7 @@ from typing import Any
 from smddp_sdk.specs.contract import FAILURE_REASON_LIMIT
 
 _BORDER = "=" * 60
+_MESSAGE_LIMIT = 300  # keeps host, rank and code inside the 1024 characters SageMaker shows
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,8 @@ class RankFailure:
 
     @property
     def headline(self) -> str:
-        error = f"{self.error_type}: {self.message}" if self.message else self.error_type
+        message = self.message if len(self.message) <= _MESSAGE_LIMIT else self.message[:_MESSAGE_LIMIT] + "..."
+        error = f"{self.error_type}: {message}" if message else self.error_type
         subject = f"rank {self.rank} on host {self.host}" if self.rank is not None else f"the runtime on host {self.host}"
         return f"{subject} failed with exit code {self.exit_code}: {error}"
 
@@ -116,7 +118,7 @@ def failure_reason(root: RankFailure, others: Sequence[RankFailure] = ()) -> str
     lines = [
         f"Root cause: {root.headline}",
         f"ExitCode {root.exit_code}",
-        f"ErrorMessage {root.error_type}: {root.message}".rstrip(": "),
+        f"ErrorMessage {root.error_type}: {root.message[:_MESSAGE_LIMIT]}".rstrip(": "),
     ]
     if details:
         lines += ["", _last_chars(details, FAILURE_REASON_LIMIT // 2)]
