@@ -49,6 +49,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ -n $TAG ]] || TAG="smddp-sdk:$VERSION$([[ $GPU == 1 ]] && echo -gpu || true)"
+[[ $GPU == 1 ]] && WHEELS=.build/wheels-gpu  # never mix CPU and CUDA torch wheels
 
 START=$SECONDS
 step() { [[ $QUIET == 1 ]] || printf '==> [%3ds] %s\n' $((SECONDS - START)) "$*" >&2; }
@@ -146,6 +147,9 @@ build_wheelhouse() {
       die "pip could not download the wheels (see above); set SMDDP_TORCH_INDEX to an index with $torch_req"
   fi
   rm -f "$WHEELS"/deps/smddp_sdk-*.whl
+  if [[ $GPU == 1 ]] && ls "$WHEELS"/deps/torch-*+cpu-*.whl >/dev/null 2>&1; then
+    die "the configured package indexes gave the CPU build of torch for --gpu; set SMDDP_TORCH_INDEX to a CUDA wheel index (for example https://download.pytorch.org/whl/cu126)"
+  fi
   write_requirements "$torch_req" "$project_wheel" >"$WHEELS/deps/requirements.txt"
   step "wheelhouse ready: $(ls "$WHEELS/deps" | wc -l) wheels, $(du -sh "$WHEELS" | cut -f1)"
 }

@@ -45,8 +45,6 @@ ENGINE_HINT = (
 GPU_CHOICES = ("auto", "all", "none")
 TAIL_LINES = 20  # a dead container's last lines shown in the failure summary
 RESULT_FILE = "result.json"  # what `wait` saves once the containers are gone
-# GPUs per host the runtime plans for (contract.NUM_GPUS_ENV on the runtime's branch; same name).
-NUM_GPUS_ENV = getattr(contract, "NUM_GPUS_ENV", "SMDDP_NUM_GPUS")
 _PREFIX = re.compile(r"^\[(?P<host>[^\]/]+)/rank(?P<rank>\d+)\]:\s?(?P<text>.*)$")
 
 
@@ -171,7 +169,7 @@ class DockerScheduler(Scheduler):
             env["HOME"] = "/tmp"  # the calling user has no home in the image
         if gpu_flag is None and _rehearsal_gpus(spec) > 1:
             # No GPUs in the container: plan the instance type's ranks anyway (CPU rehearsal).
-            env[NUM_GPUS_ENV] = str(_rehearsal_gpus(spec))
+            env[contract.NUM_GPUS_ENV] = str(_rehearsal_gpus(spec))
         env.update(spec.environment)  # the user's settings win
         return env
 
