@@ -91,14 +91,15 @@ $(tail -n 15 "$LOG")"
 }
 
 delete_docker_chains() {
-  # Only Docker's own chains and the jumps into them: other rules on the machine stay as they are.
+  # Only Docker's own chains, the jumps into them and the rules naming its bridges: other rules stay.
   local table rule chain
   for table in filter nat; do
-    iptables -t "$table" -S 2>/dev/null | grep -E '^-A [A-Z]+ .*-j DOCKER' | grep -vE '^-A DOCKER' |
-      while read -r rule; do
-        # shellcheck disable=SC2086  # the rule is a word list as iptables -S prints it
-        iptables -t "$table" -D ${rule#-A } 2>/dev/null || true
-      done
+    local jumps
+    jumps=$(iptables -t "$table" -S 2>/dev/null | grep -E '^-A [A-Z]+ .*(-j DOCKER|docker0| br-[0-9a-f]{12})' | grep -vE '^-A DOCKER' || true)
+    while read -r rule; do
+      # shellcheck disable=SC2086  # the rule is a word list as iptables -S prints it
+      [[ -n $rule ]] && { iptables -t "$table" -D ${rule#-A } 2>/dev/null || true; }
+    done <<<"$jumps"
     for chain in $(iptables -t "$table" -S 2>/dev/null | awk '/^-N DOCKER/ {print $2}'); do
       iptables -t "$table" -F "$chain" 2>/dev/null || true
     done
