@@ -45,6 +45,9 @@ ENGINE_HINT = (
 GPU_CHOICES = ("auto", "all", "none")
 TAIL_LINES = 20  # a dead container's last lines shown in the failure summary
 RESULT_FILE = "result.json"  # what `wait` saves once the containers are gone
+_ROOT_CAUSE = re.compile(
+    r"^Root cause: (?:rank (?P<rank>\d+) on host|the runtime on host) (?P<host>\S+) failed with exit code (?P<code>-?\d+)", re.M
+)
 _PREFIX = re.compile(r"^\[(?P<host>[^\]/]+)/rank(?P<rank>\d+)\]:\s?(?P<text>.*)$")
 
 
@@ -297,22 +300,39 @@ class DockerScheduler(Scheduler):
         return str(jobdir.host_dir(self.jobs_dir / handle.job_id, jobdir.host_names(1)[0]) / "model")
 
     def _failure(self, containers: list[dict[str, Any]]) -> Failure | None:
-        """The root cause: the host whose container failed first, with its failure file and last lines."""
+        """The root cause with the dead container's last lines.
+
+        The runtimes agree on a job-wide root cause and write it first in every host's output/failure;
+        when no runtime got that far (a container killed, out of memory), the container that failed
+        first is the cause.
+        """
         dead = [c for c in containers if not c["State"]["Running"] and c["State"]["ExitCode"] != 0]
         if not dead:
             return None
-        first = min(dead, key=lambda c: c["State"]["FinishedAt"])
-        host = _label(first, LABEL_HOST)
-        code = int(first["State"]["ExitCode"])
-        job_dir = _job_dir_of([first])
-        reason = contract.read_failure(contract.OptMl(jobdir.host_dir(Path(job_dir), host))) if job_dir else None
-        tail = self._docker("logs", "--tail", str(TAIL_LINES), first["Name"].lstrip("/"), check=False, merge=True)
-        message = f"container {first['Name'].lstrip('/')} exited with code {code}"
-        if first["State"].get("OOMKilled"):
-            message += " (killed: out of memory)"
-        detail = (reason or "").strip()
-        traceback = (f"{detail}\n\n" if detail else "") + f"last {TAIL_LINES} lines of {host}:\n{tail.rstrip()}"
-        return Failure(host, _failure_rank(reason), code, message, traceback)
+        job_dir = _job_dir_of(containers)
+        verdicts = [(c, _root_cause(self._failure_text(job_dir, c))) for c in containers]
+        by_host = {_label(c, LABEL_HOST): c for c in containers}
+        agreed = next(((cause, text) for _, (cause, text) in verdicts if cause and cause[0] in by_host), None)
+        if agreed:
+            (host, rank, code), reason = agreed
+            culprit = by_host[host]
+        else:
+            culprit = min(dead, key=lambda c: c["State"]["FinishedAt"])
+            host, rank, code = _label(culprit, LABEL_HOST), None, int(culprit["State"]["ExitCode"])
+            reason = self._failure_text(job_dir, culprit)
+        name = culprit["Name"].lstrip("/")
+        message = f"{'rank ' + str(rank) + ' on ' if rank is not None else ''}{host} failed with exit code {code} (container {name})"
+        if culprit["State"].get("OOMKilled"):
+            message += "; the container was killed for running out of memory"
+        tail = self._docker("logs", "--tail", str(TAIL_LINES), name, check=False, merge=True).rstrip()
+        detail = (f"{reason.strip()}\n\n" if reason and reason.strip() else "") + f"last {TAIL_LINES} lines of {host}:\n{tail}"
+        return Failure(host, rank, code, message, detail)
+
+    @staticmethod
+    def _failure_text(job_dir: str, container: dict[str, Any]) -> str:
+        if not job_dir:
+            return ""
+        return contract.read_failure(contract.OptMl(jobdir.host_dir(Path(job_dir), _label(container, LABEL_HOST)))) or ""
 
     # --- logs -----------------------------------------------------------------------------------
 
@@ -453,9 +473,13 @@ def _message(state: JobState, hosts: tuple[HostStatus, ...]) -> str:
     return f"{state.value.lower()}: " + ", ".join(f"{h.host} {h.state.value.lower()}" + (f" ({h.exit_code})" if h.exit_code else "") for h in hosts)
 
 
-def _failure_rank(reason: str | None) -> int | None:
-    match = re.search(r"rank[ :]?(\d+)", reason or "")
-    return int(match.group(1)) if match else None
+def _root_cause(reason: str) -> tuple[tuple[str, int | None, int] | None, str]:
+    """(host, rank, exit code) named on the runtime's ``Root cause:`` line of output/failure, if any."""
+    match = _ROOT_CAUSE.search(reason)
+    if not match:
+        return None, reason
+    rank = match.group("rank")
+    return (match.group("host"), int(rank) if rank else None, int(match.group("code"))), reason
 
 
 def _parse_line(host: str, raw: str) -> LogLine:

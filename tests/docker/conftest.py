@@ -53,8 +53,9 @@ def docker_engine() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def smddp_image(docker_engine: None) -> str:
-    if not (REPO / "smddp_sdk" / "runtime" / "__main__.py").is_file():
-        pytest.skip("this checkout has no node runtime (smddp_sdk/runtime) to put in the image")
+    for part in ("runtime", "collectives"):
+        if not (REPO / "smddp_sdk" / part / "__init__.py").is_file():
+            pytest.skip(f"this checkout has no smddp_sdk/{part} to put in the image")
     build = subprocess.run(["bash", str(SCRIPTS / "build-image.sh"), "--quiet"], capture_output=True, text=True, check=False, timeout=900)
     assert build.returncode == 0, f"image build failed:\n{build.stderr[-3000:]}"
     assert build.stdout.strip().splitlines()[-1] == DEFAULT_IMAGE

@@ -12,7 +12,7 @@ import pytest
 
 from smddp_sdk.errors import EXIT_UNAVAILABLE, UnavailableError
 from smddp_sdk.schedulers import get_scheduler, jobdir
-from smddp_sdk.schedulers.docker import DEFAULT_IMAGE, LABEL_HOST, LABEL_JOB, DockerScheduler, _parse_line
+from smddp_sdk.schedulers.docker import DEFAULT_IMAGE, LABEL_HOST, LABEL_JOB, DockerScheduler, _parse_line, _root_cause
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.job import JobSpec
 
@@ -175,6 +175,13 @@ def test_missing_docker_cli_is_unavailable(code_dir, tmp_path):
 def test_log_lines_keep_the_runtime_rank_prefix(raw, host, rank, text):
     line = _parse_line("algo-1", raw)
     assert (line.host, line.rank, line.text) == (host, rank, text)
+
+
+def test_root_cause_is_read_from_the_runtime_failure_file():
+    text = "Root cause: rank 3 on host algo-2 failed with exit code 1: RuntimeError: boom\nExitCode 1\n"
+    assert _root_cause(text)[0] == ("algo-2", 3, 1)
+    assert _root_cause("Root cause: the runtime on host algo-1 failed with exit code 143: SIGTERM\n")[0] == ("algo-1", None, 143)
+    assert _root_cause("something else")[0] is None
 
 
 def test_docker_scheduler_imports_no_heavy_module():
