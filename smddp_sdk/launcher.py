@@ -132,6 +132,8 @@ def _traceback_lines(traceback: str) -> list[str]:
 
 def _log_hints(status: JobStatus) -> list[str]:
     hints = []
+    if status.details.get("error_file"):
+        hints.append(f"Error file: {status.details['error_file']}")
     if status.details.get("rank_log"):
         hints.append(f"Rank log: {status.details['rank_log']}")
     failure = status.failure
@@ -153,10 +155,9 @@ def raise_for_status(status: JobStatus) -> JobStatus:
         raise JobFailedError(f"job {status.handle} was cancelled: {status.message}", failure=failure)
     if failure is None:
         raise JobFailedError(f"job {status.handle} ended {status.state.value}: {status.message or 'no reason was recorded'}")
-    where = _where(failure.host, failure.rank)
+    where = f"rank {failure.rank} on host {failure.host}" if failure.rank is not None else f"host {failure.host} (its runtime)"
     raise JobFailedError(
-        f"job {status.handle} failed: the root cause is {where} (host {failure.host}, rank {failure.rank}), "
-        f"exit code {failure.exit_code}: {failure.message}",
+        f"job {status.handle} failed: {where} exited with code {failure.exit_code}: {failure.message}",
         exit_code=failure.exit_code,
         failure=failure,
     )

@@ -236,6 +236,7 @@ class LocalScheduler(Scheduler):
             "output_data": state.get("output_data"),
             "other_failures": state.get("other_failures", []),
             "rank_log": state.get("rank_log"),
+            "error_file": state.get("error_file"),
         }
         return JobStatus(handle, job_state, message, failure, hosts, state.get("model_data"), details)
 

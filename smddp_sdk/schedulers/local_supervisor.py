@@ -211,6 +211,7 @@ class Supervisor:
         if errors:
             first = errors[0]
             self.state["other_failures"] = [_brief(error) for error in errors[1:]]
+            self.state["error_file"] = first["_path"]
             self.state["rank_log"] = str(OptMl(Path(first["_base_dir"])).rank_log_file(first["rank"])) if first.get("rank") is not None else None
             message = f"{first.get('error_type')}: {first.get('message')}" if first.get("error_type") else str(first.get("message", ""))
             return {"host": first["host"], "rank": first.get("rank"), "exit_code": int(first.get("exit_code") or 1), "message": message, "traceback": first.get("traceback", ""), "timestamp": first.get("timestamp")}
@@ -233,7 +234,7 @@ class Supervisor:
                 if isinstance(error, dict):
                     error.setdefault("host", host["host"])
                     error["host"] = error["host"] or host["host"]
-                    error["_base_dir"] = host["base_dir"]
+                    error["_base_dir"], error["_path"] = host["base_dir"], path
                     found.append(error)
         return found
 
