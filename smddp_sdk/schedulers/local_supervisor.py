@@ -14,6 +14,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -215,12 +216,24 @@ class Supervisor:
             self.state["rank_log"] = str(OptMl(Path(first["_base_dir"])).rank_log_file(first["rank"])) if first.get("rank") is not None else None
             message = f"{first.get('error_type')}: {first.get('message')}" if first.get("error_type") else str(first.get("message", ""))
             return {"host": first["host"], "rank": first.get("rank"), "exit_code": int(first.get("exit_code") or 1), "message": message, "traceback": first.get("traceback", ""), "timestamp": first.get("timestamp")}
-        hosts = [(entry["ended"], name, entry) for name, entry in self.state["hosts"].items() if entry.get("exit_code") not in (None, 0)]
-        if not hosts:
+        return self.runtime_verdict()
+
+    def runtime_verdict(self) -> dict[str, Any] | None:
+        """No rank left an error file (it was killed, or the runtime itself failed): use the root cause the
+        runtimes agreed on in their failure files, else the first host whose runtime failed."""
+        failed = sorted((entry["ended"], name) for name, entry in self.state["hosts"].items() if entry.get("exit_code") not in (None, 0))
+        for _, name in failed:
+            reason = contract.read_failure(OptMl(Path(self.host_request(name)["base_dir"]))) or ""
+            verdict = parse_failure_reason(reason)
+            if verdict is not None:
+                return verdict
+        if not failed:
             return None
-        _, name, entry = min(hosts)
-        reason = contract.read_failure(OptMl(Path(self.host_request(name)["base_dir"]))) or f"the runtime exited with code {entry['exit_code']}"
-        return {"host": name, "rank": None, "exit_code": entry["exit_code"], "message": reason.strip().splitlines()[0] if reason.strip() else reason, "traceback": reason, "timestamp": entry["ended"]}
+        ended, name = failed[0]
+        entry = self.state["hosts"][name]
+        reason = contract.read_failure(OptMl(Path(self.host_request(name)["base_dir"]))) or ""
+        first_line = reason.strip().splitlines()[0] if reason.strip() else f"the runtime exited with code {entry['exit_code']}"
+        return {"host": name, "rank": None, "exit_code": entry["exit_code"], "message": first_line, "traceback": reason, "timestamp": ended}
 
     def rank_errors(self) -> list[dict[str, Any]]:
         found = []
@@ -251,6 +264,30 @@ class Supervisor:
 
     def save(self) -> None:
         self.job_dir.write_state(self.state)
+
+
+_VERDICT = re.compile(
+    r"^Root cause: (?:rank (?P<rank>\d+) on host (?P<host>\S+)|the runtime on host (?P<runtime_host>\S+)) "
+    r"failed with exit code (?P<code>\d+): (?P<message>.*)$"
+)
+
+
+def parse_failure_reason(reason: str) -> dict[str, Any] | None:
+    """The root cause named on the first line of a runtime's ``output/failure`` (the runtime's format:
+    ``Root cause: rank 3 on host algo-2 failed with exit code 7: ...``), or None."""
+    lines = reason.strip().splitlines()
+    match = _VERDICT.match(lines[0]) if lines else None
+    if match is None:
+        return None
+    rank = match["rank"]
+    return {
+        "host": match["host"] or match["runtime_host"],
+        "rank": int(rank) if rank is not None else None,
+        "exit_code": int(match["code"]),
+        "message": match["message"],
+        "traceback": "\n".join(lines[1:]).strip(),
+        "timestamp": None,
+    }
 
 
 def _brief(error: dict[str, Any]) -> dict[str, Any]:
