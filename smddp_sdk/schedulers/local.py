@@ -47,8 +47,8 @@ from smddp_sdk.specs.job import JobSpec, make_job_name
 from smddp_sdk.specs.status import Failure, HostStatus, JobHandle, JobState, JobStatus, LogLine
 
 LOOPBACK = "127.0.0.1"
-NUM_GPUS_ENV = "SMDDP_NUM_GPUS"  # simulated GPUs per host (the runtime plans that many ranks per host)
-JOB_TOKEN_ENV = "SMDDP_JOB_TOKEN"  # shared secret the runtimes of one job prove to each other
+NUM_GPUS_ENV = contract.NUM_GPUS_ENV  # simulated GPUs per host (the runtime plans that many ranks per host)
+JOB_TOKEN_ENV = contract.JOB_TOKEN_ENV  # shared secret the runtimes of one job prove to each other
 PORT_PLACEHOLDER = "<free port, picked at start>"
 TOKEN_PLACEHOLDER = "<random, made at start>"
 _OPTIONS = ("job_root", "processes_per_host", "keep_job_dir", "stop_grace_period")
