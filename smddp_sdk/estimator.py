@@ -143,10 +143,6 @@ class Estimator:
             return None
         return self.latest_training_job.status().model_data
 
-    @property
-    def _current_job_name(self) -> str | None:
-        return self.latest_training_job.name if self.latest_training_job else None
-
     # --- running --------------------------------------------------------------------------------
 
     def job_spec(self, inputs: Any = None, job_name: str | None = None) -> JobSpec:
@@ -344,7 +340,8 @@ def _resolve_handle(name: str, scheduler: str | None, options: Mapping[str, Any]
         return handle
     if scheduler is None:
         local = get_scheduler("local", **{k: v for k, v in options.items() if k == "job_root"})
-        scheduler = "local" if getattr(local, "has_job")(name) else "sagemaker"
+        has_job = getattr(local, "has_job", None)
+        scheduler = "local" if has_job is not None and has_job(name) else "sagemaker"
     if scheduler == "sagemaker":
         region = options.get("region")
         if not region:
@@ -362,9 +359,9 @@ def _log_choice(logs: bool | str) -> bool:
 def _shape(dryrun: DryRun | None) -> str:
     if dryrun is None or not isinstance(dryrun.request, Mapping) or "ranks" not in dryrun.request:
         return ""
-    ranks = dryrun.request["ranks"]
+    per_host = dryrun.request["ranks"].get("processes_per_host")
     hosts = dryrun.spec.instance_count
-    return f" ({hosts} host{'s' if hosts != 1 else ''} x {ranks.get('processes_per_host')} rank(s), {dryrun.scheduler} scheduler)"
+    return f" ({hosts} host{'s' if hosts != 1 else ''} x {per_host} rank{'s' if per_host != 1 else ''}, {dryrun.scheduler} scheduler)"
 
 
 __all__ = ["Estimator", "PyTorch", "TrainingJob", "JobFailedError"]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -179,7 +180,13 @@ class LocalScheduler(Scheduler):
             raise SpecError(issues)
         request = dryrun.request
         job_dir = JobDir(Path(request["job_dir"]))
-        self._write_job_dir(dryrun, job_dir, owner_pid)
+        try:
+            self._write_job_dir(dryrun, job_dir, owner_pid)
+        except SpecError:
+            raise
+        except BaseException:
+            shutil.rmtree(job_dir.path, ignore_errors=True)  # no half-written job is left to confuse list/status
+            raise
         self._start_supervisor(job_dir, owner_pid)
         return JobHandle.parse(request["handle"])
 
@@ -260,31 +267,38 @@ class LocalScheduler(Scheduler):
             yield line
 
     def cancel(self, handle: JobHandle) -> None:
-        """Stop every rank of the job (SIGTERM, then SIGKILL after the grace period) and wait for it."""
+        """Stop every rank of the job (SIGTERM, then SIGKILL after the grace period) and wait for it.
+        Cancelling a job that has ended does nothing."""
         job_dir = self._job_dir(handle)
         if self.status(handle).state.is_terminal:
             return
-        job_dir.request_cancel()
-        state = job_dir.read_state()
-        supervisor = state.get("supervisor_pid")
+        job_dir.request_cancel()  # seen by a supervisor that is only starting, or that missed the signal
         grace = float(job_dir.read_record()["request"].get("stop_grace_period", self.stop_grace_period))
-        if is_supervisor_of(supervisor, job_dir.path):
-            os.kill(supervisor, 15)
-            deadline = time.monotonic() + grace + 15
-            while time.monotonic() < deadline and not JobState(job_dir.read_state().get("state", "UNKNOWN")).is_terminal:
-                time.sleep(0.1)
-            _reap_finished_children()
-            if JobState(job_dir.read_state().get("state", "UNKNOWN")).is_terminal:
+        deadline = time.monotonic() + grace + 15
+        signalled = False
+        while time.monotonic() < deadline:
+            state = job_dir.read_state()
+            if JobState(state.get("state", "UNKNOWN")).is_terminal:
+                _reap_finished_children()
                 return
-        self._kill_orphans(job_dir, state)
+            supervisor = state.get("supervisor_pid")
+            if supervisor is None and _stale(job_dir, limit=5.0):
+                break  # it never started
+            if supervisor is not None and not is_supervisor_of(supervisor, job_dir.path):
+                break  # it died
+            if supervisor is not None and not signalled:
+                os.kill(supervisor, signal.SIGTERM)
+                signalled = True
+            time.sleep(0.1)
+        self._kill_orphans(job_dir, job_dir.read_state())
 
     def _kill_orphans(self, job_dir: JobDir, state: Mapping[str, Any]) -> None:
         """The supervisor is gone (or stuck): stop the runtimes it left and record the cancellation."""
         for host in (state.get("hosts") or {}).values():
             if pid_alive(host.get("pid")):
-                signal_session(host["pid"], 9)
+                signal_session(host["pid"], signal.SIGKILL)
         if is_supervisor_of(state.get("supervisor_pid"), job_dir.path):
-            os.kill(state["supervisor_pid"], 9)
+            os.kill(state["supervisor_pid"], signal.SIGKILL)
         job_dir.write_state({**state, "state": JobState.CANCELLED.value, "message": "cancelled (the supervisor did not answer)", "ended": time.time()})
 
     # --- lookups ----------------------------------------------------------------------------------

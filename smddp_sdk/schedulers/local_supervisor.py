@@ -26,7 +26,7 @@ from typing import IO, Any
 
 from smddp_sdk.schedulers.host_trees import collect_artifacts
 from smddp_sdk.schedulers.local import JOB_TOKEN_ENV, PORT_PLACEHOLDER, remove_host_trees
-from smddp_sdk.schedulers.local_job import JobDir, host_prefixed, pick_free_ports, ports_of_live_jobs, signal_session
+from smddp_sdk.schedulers.local_job import JobDir, host_prefixed, pick_free_ports, pid_alive, ports_of_live_jobs, signal_session
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.status import JobState
@@ -51,6 +51,7 @@ class Supervisor:
         self.stop_reason: tuple[JobState, str] | None = None
         self.kill_at: float | None = None
         self.console: IO[str] | None = None
+        self.first_parent = os.getppid()
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -133,12 +134,18 @@ class Supervisor:
         owner = self.record.get("owner_pid")
         if self.cancel_wanted():
             self.stop(JobState.CANCELLED, "cancelled")
-        elif owner and os.getppid() != owner:
+        elif owner and self.owner_gone(owner):
             self.stop(JobState.CANCELLED, f"cancelled: the process that started it (pid {owner}) exited")
         elif time.time() > deadline:
             self.stop(JobState.FAILED, f"MaxRuntimeExceeded: the job ran longer than max_run={self.request.get('max_run')} seconds")
         elif first_failure is not None and time.time() - first_failure > PEER_FAILURE_GRACE:
             self.stop(JobState.FAILED, "")  # the root cause decides the message
+
+    def owner_gone(self, owner: int) -> bool:
+        """The owner started us: it is gone once we are re-parented (no pid-reuse doubt); otherwise poll it."""
+        if self.first_parent == owner:
+            return os.getppid() != owner
+        return not pid_alive(owner)
 
     def cancel_wanted(self) -> bool:
         return self.signalled.is_set() or self.job_dir.cancel_requested
@@ -187,7 +194,7 @@ class Supervisor:
         failed = [entry for entry in self.state["hosts"].values() if entry["exit_code"] != 0]
         self.collect()
         if self.stop_reason is not None and self.stop_reason[1]:
-            return self.finish(self.stop_reason[0], self.stop_reason[1], failure=self.root_cause())
+            return self.finish(*self.stop_reason)  # e.g. max_run: the ranks were stopped, none is to blame
         if not failed:
             if not self.request.get("keep_job_dir", True):
                 remove_host_trees(self.job_dir, list(self.processes))

@@ -115,6 +115,11 @@ def processes_of(job_dir: Path) -> list[int]:
     return found
 
 
+def no_processes_left(job_dir: Path) -> None:
+    """The job's state is final before its supervisor exits; give that last step a moment."""
+    wait_for(lambda: not processes_of(job_dir), timeout=10)
+
+
 def wait_for(predicate, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -141,7 +146,7 @@ def test_fit_two_hosts_two_ranks_over_smddp_saves_rank0_model(workdir, capsys):
     for rank, host in ((0, "algo-1"), (1, "algo-1"), (2, "algo-2"), (3, "algo-2")):
         assert f"[{host}/rank{rank}]: rank {rank} done" in printed
     assert estimator.latest_training_job.describe()["TrainingJobStatus"] == "Completed"
-    assert not processes_of(Path(estimator.model_data).parents[1])
+    no_processes_left(Path(estimator.model_data).parents[1])
 
 
 @pytest.mark.parametrize(
@@ -162,7 +167,7 @@ def test_a_failing_rank_raises_an_error_naming_host_and_rank(workdir, capsys, fa
     status = estimator.latest_training_job.status()
     assert status.state is JobState.FAILED and (status.failure.host, status.failure.rank) == ("algo-2", 3)
     assert Path(status.details["rank_log"]).is_file()
-    assert not processes_of(Path(status.details["job_dir"]))
+    no_processes_left(Path(status.details["job_dir"]))
 
 
 def test_channels_output_path_and_merged_model_dirs_without_distribution(workdir):
@@ -202,7 +207,7 @@ print(estimator.latest_training_job.handle)
     status = scheduler.status(handle)
     assert status.state is JobState.CANCELLED
     assert attached.latest_training_job.describe()["TrainingJobStatus"] == "Stopped"
-    assert not processes_of(Path(status.details["job_dir"]))
+    no_processes_left(Path(status.details["job_dir"]))
     scheduler.cancel(handle)  # idempotent
 
 
@@ -233,7 +238,7 @@ except KeyboardInterrupt:
         assert "smddp: local://attached cancelled" in err
     wait_for(lambda: scheduler.status(handle).state.is_terminal)
     assert scheduler.status(handle).state is JobState.CANCELLED
-    wait_for(lambda: not processes_of(workdir / "jobs" / "attached"), timeout=15)
+    no_processes_left(workdir / "jobs" / "attached")
 
 
 def test_status_and_logs_read_the_job_directory_only(workdir):
@@ -246,3 +251,12 @@ def test_status_and_logs_read_the_job_directory_only(workdir):
     assert sorted((line.host, line.rank) for line in lines) == [("algo-1", 0), ("algo-2", 3)]
     assert {line.text for line in lines} == {"hello from a rank"}
     assert [status.handle.job_id for status in fresh.list_jobs()] == ["quick"]
+
+
+def test_max_run_stops_a_job_that_runs_too_long(workdir):
+    estimator = two_by_two(write_script(workdir / "src", SLEEPING_SCRIPT), max_run=2)
+    with pytest.raises(JobFailedError, match="MaxRuntimeExceeded"):
+        estimator.fit(logs=False)
+    status = estimator.latest_training_job.status()
+    assert status.state is JobState.FAILED and status.details["ended"] - status.details["started"] < 15
+    no_processes_left(Path(status.details["job_dir"]))
