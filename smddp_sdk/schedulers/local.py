@@ -89,6 +89,9 @@ class LocalScheduler(Scheduler):
 
     def validate(self, spec: JobSpec) -> list[SpecIssue]:
         """What this machine cannot run: S3 locations, spot/checkpoint sync, model parallelism, a name clash."""
+        return [*self._location_issues(spec), *self._feature_issues(spec)]
+
+    def _location_issues(self, spec: JobSpec) -> list[SpecIssue]:
         issues = []
         if spec.source_dir and spec.source_dir.startswith("s3://"):
             issues.append(SpecIssue("source_dir", "local mode runs code from this machine, not from S3", "give a local directory"))
@@ -99,14 +102,19 @@ class LocalScheduler(Scheduler):
             issues.append(SpecIssue("output_path", "local mode writes artifacts to this machine", "use a local path or file:// URI, or leave it unset"))
         elif problem := _unwritable(Path(_local(spec.output_path)) if spec.output_path else self.job_root):
             issues.append(SpecIssue("output_path" if spec.output_path else "scheduler_options.job_root", problem))
+        if spec.job_name and JobDir(self.job_root / spec.job_name).path.exists():
+            issues.append(SpecIssue("job_name", f"a local job named {spec.job_name!r} already exists in {self.job_root}", "choose another job_name, or remove that job's directory"))
+        return issues
+
+    @staticmethod
+    def _feature_issues(spec: JobSpec) -> list[SpecIssue]:
+        issues = []
         if spec.use_spot_instances:
             issues.append(SpecIssue("use_spot_instances", "spot training is not supported in local mode", "drop it, or use scheduler='sagemaker'"))
         if spec.checkpoint_s3_uri:
             issues.append(SpecIssue("checkpoint_s3_uri", "checkpoint sync to S3 is not supported in local mode", "drop it; checkpoints stay in each host's /opt/ml/checkpoints"))
         if spec.distribution.modelparallel is not None:
             issues.append(SpecIssue("distribution.smdistributed.modelparallel", "the bundled runtime cannot run SageMaker model parallelism (it needs AWS's SMP containers)", "use scheduler='sagemaker' with an AWS image"))
-        if spec.job_name and JobDir(self.job_root / spec.job_name).path.exists():
-            issues.append(SpecIssue("job_name", f"a local job named {spec.job_name!r} already exists in {self.job_root}", "choose another job_name, or remove that job's directory"))
         return issues
 
     def dryrun(self, spec: JobSpec) -> DryRun:
@@ -115,7 +123,7 @@ class LocalScheduler(Scheduler):
         job_dir = JobDir(self.job_root / job_name)
         hosts = host_names(spec.instance_count)
         submit_directory = f"file://{job_dir.code_dir}"
-        output_dir = Path(_local(spec.output_path)) if spec.output_path else self.job_root
+        output_dir = Path(_local(spec.output_path)).expanduser().absolute() if spec.output_path else self.job_root
         artifacts = output_dir / job_name / "output"
         num_gpus = self._simulated_gpus(spec)
         request = {
