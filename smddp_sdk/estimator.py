@@ -147,9 +147,9 @@ class Estimator:
 
     def job_spec(self, inputs: Any = None, job_name: str | None = None) -> JobSpec:
         """The spec ``fit(inputs, job_name=...)`` would run, validated."""
+        spec = self.spec  # raises for an attached job whose arguments are unknown
         if inputs is None and job_name is None:
-            return self.spec
-        self.spec  # noqa: B018 - attached estimators have no arguments to rebuild from
+            return spec
         return JobSpec.from_mapping(self._spec_arguments(inputs=inputs, job_name=job_name), base_dir=self._base_dir)
 
     def dryrun(self, inputs: Any = None, job_name: str | None = None) -> DryRun:
