@@ -17,6 +17,8 @@ def copy_bytes(dst: torch.Tensor, src: torch.Tensor) -> None:
 def as_bytes(tensor: torch.Tensor) -> torch.Tensor:
     """A flat uint8 view of a contiguous tensor (bf16 and bool included)."""
     flat = tensor.reshape(-1)
+    if flat.numel() and flat.stride(0) != 1:  # contiguous with size-1 dims may keep an odd stride
+        flat = flat.as_strided((flat.numel(),), (1,))
     if flat.dtype == torch.uint8:
         return flat
     return flat.view(torch.uint8) if flat.numel() else torch.empty(0, dtype=torch.uint8)
