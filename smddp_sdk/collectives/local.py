@@ -71,19 +71,36 @@ class LocalComm:
         nbytes = x.numel() * x.element_size()
         half = arena.next_half()
         views = [arena.slot(i, half)[:nbytes].view(x.dtype) for i in range(self.n)]
-        copy_bytes(views[self.index], x)
-        arena.barrier(what, deadline)
         if nbytes <= SYMMETRIC_LIMIT:
-            combine(x, views, op)  # same sources, same order on every rank
+            copy_bytes(views[self.index], x)
+            arena.barrier(what, deadline)
+            combine(x, views, op)  # every rank reduces everything: same sources, same order everywhere
             return
-        start, stop = _shard_bounds(x.numel(), self.n, self.index)
-        mine = views[self.index][start:stop]
-        others = [v[start:stop] for i, v in enumerate(views) if i != self.index]
-        combine(mine, [mine, *others], op)  # only this rank reduces this shard
-        arena.barrier(what, deadline)
+        mine = views[self.index]
         for i in range(self.n):
-            lo, hi = _shard_bounds(x.numel(), self.n, i)
-            copy_bytes(x[lo:hi], views[i][lo:hi])
+            if i != self.index:  # stage only the shards the peers reduce
+                lo, hi = _shard_bounds(x.numel(), self.n, i)
+                copy_bytes(mine[lo:hi], x[lo:hi])
+        arena.barrier(what, deadline)
+        self._sharded_allreduce(x, views, op, what, deadline)
+
+    def _sharded_allreduce(self, x: torch.Tensor, views: list[torch.Tensor], op: RedOpType, what: str, deadline: float) -> None:
+        """Balanced fusion buffer: rank i reduces shard i for everyone, then all read every shard.
+
+        Only the shards peers reduce are staged in shared memory; the own shard is read straight from x
+        and its result written to the own slot (for peers) and back into x.
+        """
+        assert self.arena is not None
+        bounds = [_shard_bounds(x.numel(), self.n, i) for i in range(self.n)]
+        start, stop = bounds[self.index]
+        sources = [x[start:stop] if i == self.index else v[start:stop] for i, v in enumerate(views)]
+        result = views[self.index][start:stop]  # not staged above, so free to hold the result
+        combine(result, sources, op)  # rank order: same on every rank
+        copy_bytes(x[start:stop], result)
+        self.arena.barrier(what, deadline)
+        for i, (lo, hi) in enumerate(bounds):
+            if i != self.index:
+                copy_bytes(x[lo:hi], views[i][lo:hi])
 
     def allgather(self, mine: torch.Tensor, outs: Sequence[torch.Tensor], what: str, deadline: float) -> None:
         """outs[i] (uint8, this host's ranks in order) receives local rank i's bytes; sizes may differ."""

@@ -12,6 +12,7 @@ phase in between, which it reaches after its reads of that half are done.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import mmap
 import os
@@ -22,18 +23,20 @@ from dataclasses import dataclass
 
 import torch
 
+from smddp_sdk.collectives import futex
 from smddp_sdk.collectives.errors import CollectiveError
 from smddp_sdk.collectives.memory import copy_bytes
 
 SHM_DIR_ENV = "SMDDP_SHM_DIR"
 SLOT_BYTES_ENV = "SMDDP_SHM_SLOT_BYTES"
 DEFAULT_SHM_DIR = "/dev/shm"
-DEFAULT_SLOT_BYTES = 4 << 20
+DEFAULT_SLOT_BYTES = 16 << 20  # per rank and half; fewer phases for large messages, still L3-sized
 MIN_SLOT_BYTES = 64 << 10
 LINE = 64
 ABORT_MESSAGE_BYTES = 1024
 PAGE = 4096
-_SPIN_YIELDS = 2000  # sched_yield spins before sleeping; keeps small-message latency in microseconds
+_SPIN_S_UNDERSUBSCRIBED = 50e-6  # spin this long before sleeping when every rank has a core of its own
+_SPIN_S_OVERSUBSCRIBED = 5e-6  # ... and this long when ranks outnumber cores (spinning steals the peer's slice)
 _CHECK_EVERY_S = 0.05  # how often a waiting rank checks the deadline, the abort record and peer liveness
 
 
@@ -129,8 +132,11 @@ class ShmArena:
         finally:
             os.close(fd)
         self._bytes = torch.frombuffer(self._map, dtype=torch.uint8)
-        self._words = memoryview(self._map).cast("Q")
+        self._words = memoryview(self._map).cast("I")  # 32-bit: futex words
+        self._base_address = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
         self._ctrl = control_bytes(n_local)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        self._spin_s = _SPIN_S_UNDERSUBSCRIBED if n_local <= cores else _SPIN_S_OVERSUBSCRIBED
         self._generation = 0
         self._phase = 0
         self._prefault_own_slots()
@@ -151,7 +157,7 @@ class ShmArena:
         return half
 
     def _counter(self, local_index: int) -> int:
-        return self._words[local_index * LINE // 8]
+        return self._words[local_index * LINE // 4]
 
     # abort record -----------------------------------------------------------------------------------
     def post_abort(self, message: str) -> None:
@@ -159,10 +165,12 @@ class ShmArena:
         encoded = message.encode("utf-8", "replace")[: ABORT_MESSAGE_BYTES - 1]
         base = self.n * LINE + LINE
         self._map[base:base + len(encoded) + 1] = encoded + b"\0"
-        self._words[self.n * LINE // 8] = self.index + 1
+        self._words[self.n * LINE // 4] = self.index + 1
+        for i in range(self.n):
+            futex.wake_all(self._base_address + i * LINE)  # waiters re-check and see the abort
 
     def abort_message(self) -> str | None:
-        who = self._words[self.n * LINE // 8]
+        who = self._words[self.n * LINE // 4]
         if not who:
             return None
         base = self.n * LINE + LINE
@@ -172,28 +180,30 @@ class ShmArena:
     # synchronisation --------------------------------------------------------------------------------
     def barrier(self, what: str, deadline: float) -> None:
         """All local ranks arrive; raises CollectiveError naming the op and the missing peers."""
-        self._generation += 1
+        self._generation = (self._generation + 1) & 0xFFFFFFFF
         generation = self._generation
-        self._words[self.index * LINE // 8] = generation
+        self._words[self.index * LINE // 4] = generation
+        if futex.available():
+            futex.wake_all(self._base_address + self.index * LINE)
         pending = [i for i in range(self.n) if i != self.index]
-        spins = 0
-        next_check = 0.0
-        sleep_s = 20e-6
-        while True:
-            pending = [i for i in pending if self._counter(i) < generation]
-            if not pending:
-                return
-            spins += 1
-            if spins < _SPIN_YIELDS:
+        spin_until = time.monotonic() + self._spin_s
+        next_check = time.monotonic() + _CHECK_EVERY_S
+        while pending:
+            peer = pending[-1]
+            seen = self._counter(peer)
+            if (seen - generation) & 0xFFFFFFFF < 1 << 31:  # arrived (or already past it), wrap-safe
+                pending.pop()
+                continue
+            now = time.monotonic()
+            if now < spin_until:
                 os.sched_yield()
+            elif futex.available():
+                futex.wait(self._base_address + peer * LINE, seen, _CHECK_EVERY_S)
             else:
-                time.sleep(sleep_s)
-                sleep_s = min(sleep_s * 2, 1e-3)
-            if spins % 64 == 0:
-                now = time.monotonic()
-                if now >= next_check:
-                    next_check = now + _CHECK_EVERY_S
-                    self._check_peers(pending, what, now, deadline)
+                time.sleep(50e-6)
+            if now >= next_check:
+                next_check = now + _CHECK_EVERY_S
+                self._check_peers(pending, what, now, deadline)
 
     def _check_peers(self, pending: list[int], what: str, now: float, deadline: float) -> None:
         aborted = self.abort_message()
