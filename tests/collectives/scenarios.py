@@ -60,7 +60,6 @@ def ddp(store: dist.TCPStore) -> None:
     _train(reference, _batches(), None)
     diff = max((a - b).abs().max().item() for a, b in zip(model.module.parameters(), reference.parameters()))
     _report(store, "ddp", {"digest": _digest(model.module), "max_diff": diff})
-    dist.destroy_process_group()
 
 
 def fsdp2(store: dist.TCPStore) -> None:
@@ -85,8 +84,15 @@ def fsdp2(store: dist.TCPStore) -> None:
     reference = _model()
     _train(reference, _batches(), None)
     diff = max((a - b).abs().max().item() for a, b in zip(full, reference.parameters()))
-    _report(store, "fsdp2", {"max_diff": diff, "losses": losses})
+    moved = max((a - b).abs().max().item() for a, b in zip(full, _model().parameters()))
+    _report(store, "fsdp2", {"max_diff": diff, "moved": moved, "losses": losses})
     dist.destroy_process_group()
+
+
+def ddp_then_fsdp2(store: dist.TCPStore) -> None:
+    """Both training scenarios in one group (one process start-up instead of two)."""
+    ddp(store)
+    fsdp2(store)
 
 
 def killed_rank(store: dist.TCPStore) -> None:
