@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import smddp_sdk
-from smddp_sdk.errors import SpecIssue, UnavailableError
-from smddp_sdk.schedulers import jobdir
+from smddp_sdk.errors import SpecError, SpecIssue, UnavailableError, did_you_mean
 from smddp_sdk.schedulers.base import DryRun, Scheduler
+from smddp_sdk.schedulers.host_trees import collect_artifacts, host_names, prepare_host_trees, stage_code
+from smddp_sdk.schedulers.local_job import JobDir, default_job_root
 from smddp_sdk.specs import contract, instance_types
 from smddp_sdk.specs.job import JobSpec, make_job_name
 from smddp_sdk.specs.status import Failure, HostStatus, JobHandle, JobState, JobStatus, LogLine
@@ -43,6 +44,8 @@ ENGINE_HINT = (
     'eval "$(scripts/docker-engine.sh start)"; point DOCKER_HOST at a running engine otherwise'
 )
 GPU_CHOICES = ("auto", "all", "none")
+CODE_MOUNT = "/opt/smddp/code"  # the job's code snapshot, read-only; the runtime copies it to /opt/ml/code
+_OPTIONS = ("image", "keep_containers", "shm_size", "gpus", "job_root", "processes_per_host", "user", "stop_grace_period", "docker")
 TAIL_LINES = 20  # a dead container's last lines shown in the failure summary
 RESULT_FILE = "result.json"  # what `wait` saves once the containers are gone
 _ROOT_CAUSE = re.compile(
@@ -62,99 +65,125 @@ class ContainerPlan:
 
 
 class DockerScheduler(Scheduler):
-    """Runs a job as N containers of the smddp-sdk image (or ``image_uri``) on this machine's engine."""
+    """Runs a job as N containers of the smddp-sdk image (or ``image_uri``) on this machine's engine.
+
+    Options (``scheduler_options`` / ``get_scheduler("docker", **options)``):
+
+    - ``image``: image when the job has no ``image_uri`` (default ``smddp-sdk:<version>``);
+    - ``keep_containers``: leave containers and network after the job, for debugging (default False);
+    - ``shm_size``: ``--shm-size`` of every container; the shared-memory transport lives in /dev/shm (2g);
+    - ``gpus``: "auto" passes ``--gpus all`` for GPU instance types, "all" for any type, "none" never
+      (GPU types are then rehearsed on CPU with their GPU count of ranks per host);
+    - ``processes_per_host``: ranks per host, as in local mode (default: the instance type's GPU count,
+      or the GPUs the runtime finds when they are passed);
+    - ``job_root``: where job directories go (default ``$SMDDP_JOB_ROOT/docker`` or ``~/.smddp/jobs/docker``);
+    - ``user``: ``uid:gid`` the containers run as (default the caller's, so outputs are the caller's);
+    - ``stop_grace_period``: seconds between SIGTERM and SIGKILL on cancel, and the time the other hosts
+      get after one host's container died (default 30);
+    - ``docker``: the docker CLI to run (default ``docker`` on PATH).
+    """
 
     name = "docker"
 
     def __init__(
         self,
-        *,
         image: str | None = None,
         keep_containers: bool = False,
         shm_size: str = "2g",
         gpus: str = "auto",
-        jobs_dir: str | os.PathLike[str] | None = None,
+        job_root: str | os.PathLike[str] | None = None,
+        processes_per_host: int | None = None,
         user: str | None = None,
-        stop_grace: int = 30,
+        stop_grace_period: float = 30.0,
         docker: str = "docker",
+        **unknown: Any,
     ) -> None:
-        """
-        image: default image when the spec has no ``image_uri`` (``smddp-sdk:<version>``).
-        keep_containers: leave containers and network after the job, for debugging.
-        shm_size: ``--shm-size`` of every container; the shared-memory transport lives in /dev/shm.
-        gpus: "auto" passes the GPUs when the instance type has them and the engine can; "all" requires
-            them; "none" never passes them (GPU instance types are then rehearsed on CPU).
-        user: ``uid:gid`` the containers run as; default the calling user, so outputs are theirs.
-        stop_grace: seconds the other hosts get to stop after one fails, and on cancel.
-        """
-        if gpus not in GPU_CHOICES:
-            raise UnavailableError(f"docker scheduler: gpus={gpus!r} is not one of {', '.join(GPU_CHOICES)}")
+        _check_options(unknown, gpus, processes_per_host, keep_containers, stop_grace_period, user)
         self.image = image
         self.keep_containers = keep_containers
         self.shm_size = shm_size
         self.gpus = gpus
-        self.jobs_dir = Path(jobs_dir) if jobs_dir else jobdir.default_jobs_dir()
+        self.job_root = Path(job_root).expanduser().absolute() if job_root else (default_job_root() / "docker").absolute()
+        self.processes_per_host = processes_per_host
         self.user = user or f"{os.getuid()}:{os.getgid()}"
-        self.stop_grace = stop_grace
+        self.stop_grace_period = float(stop_grace_period)
         self.docker = docker
 
     # --- planning (pure) ------------------------------------------------------------------------
 
     def validate(self, spec: JobSpec) -> list[SpecIssue]:
+        """What Docker mode cannot run: S3 locations, an existing job of the same name."""
         issues = [
-            SpecIssue(f"inputs.{name}", "the docker scheduler reads local data only", "download it and pass a local path or file:// URI, or run on SageMaker")
+            SpecIssue(f"inputs.{name}", f"{channel.s3_data!r} is in S3; docker mode reads local data only", "download it and pass a local path or file:// URI, or use scheduler='sagemaker'")
             for name, channel in spec.inputs.items()
             if channel.is_s3
         ]
         if spec.source_dir and spec.source_dir.startswith("s3://"):
-            issues.append(SpecIssue("source_dir", "the docker scheduler needs local code", "pass a local directory"))
+            issues.append(SpecIssue("source_dir", "docker mode runs code from this machine, not from S3", "give a local directory"))
+        if spec.output_path and spec.output_path.startswith("s3://"):
+            issues.append(SpecIssue("output_path", "docker mode writes artifacts to this machine", "use a local path or file:// URI, or leave it unset"))
+        if spec.job_name and JobDir(self.job_root / spec.job_name).path.exists():
+            issues.append(SpecIssue("job_name", f"a docker job named {spec.job_name!r} already exists in {self.job_root}", "choose another job_name, or remove that job's directory"))
         return issues
 
     def dryrun(self, spec: JobSpec) -> DryRun:
+        """The network, every container's exact ``docker create`` argv and the config files; touches nothing."""
         job_name = spec.job_name or make_job_name(spec.base_job_name)
-        job_dir = self.jobs_dir / job_name
-        hosts = jobdir.host_names(spec.instance_count)
+        job_dir = JobDir(self.job_root / job_name)
+        hosts = host_names(spec.instance_count)
         image = spec.image_uri or self.image or DEFAULT_IMAGE
         gpu_flag, notes = self._gpu_plan(spec)
         network = f"smddp-{job_name}"
-        containers = [
-            self._container_plan(spec, job_name, job_dir, host, image, network, gpu_flag) for host in hosts
-        ]
+        containers = [self._container_plan(spec, job_name, job_dir, host, image, network, gpu_flag) for host in hosts]
+        output_dir = Path(spec.output_path.removeprefix("file://")).expanduser().absolute() if spec.output_path else self.job_root
+        artifacts = output_dir / job_name / "output"
         request = {
-            "job_dir": str(job_dir),
+            "job_name": job_name,
+            "handle": str(JobHandle(self.name, job_name)),
+            "job_dir": str(job_dir.path),
             "image": image,
+            "code": {"source": spec.source_dir or spec.entry_point, "dependencies": list(spec.dependencies), "snapshot": str(job_dir.code_dir), "mounted_at": CODE_MOUNT},
             "network": ["network", "create", "--driver", "bridge", "--label", f"{LABEL_JOB}={job_name}", network],
             "containers": [{"host": c.host, "name": c.name, "opt_ml": c.opt_ml, "argv": list(c.argv)} for c in containers],
-            "hyperparameters": jobdir.hyperparameters(spec, job_name),
+            "hyperparameters": contract.encode_hyperparameters(
+                spec.training_hyperparameters(job_name=job_name, submit_directory=f"file://{CODE_MOUNT}", region=None)
+            ),
+            "artifacts": {"model_data": str(artifacts / "model.tar.gz"), "output_data": str(artifacts / "output.tar.gz")},
         }
         return DryRun(self.name, spec, job_name, request, tuple(notes))
 
     def _gpu_plan(self, spec: JobSpec) -> tuple[str | None, list[str]]:
         """``--gpus`` value (or None) and notes; whether the engine can is checked at schedule time."""
-        entry = spec.instance
-        wants = spec.instance_type == "local_gpu" or (entry is not None and entry.gpus > 0)
-        if self.gpus == "none" or (not wants and self.gpus == "auto"):
-            notes = []
-            if wants:
-                notes.append(f"gpus=none: {spec.instance_type} rehearsed on CPU with {_rehearsal_gpus(spec)} ranks per host")
+        wants = spec.instance_type == "local_gpu" or _catalog_gpus(spec) > 0
+        if self.gpus == "none" or (self.gpus == "auto" and not wants):
+            notes = [f"{spec.instance_type} rehearsed on CPU: {self._simulated_gpus(spec, None)} ranks per host"] if wants else []
             return None, notes
-        return "all", ["GPUs passed with --gpus all (the engine must have the NVIDIA Container Toolkit)"]
+        return "all", ["GPUs passed with --gpus all: the engine needs the NVIDIA Container Toolkit (gpus: none rehearses on CPU)"]
+
+    def _simulated_gpus(self, spec: JobSpec, gpu_flag: str | None) -> int | None:
+        """SMDDP_NUM_GPUS for every host; None lets the runtime count the GPUs passed to the container."""
+        if self.processes_per_host is not None:
+            return self.processes_per_host
+        if gpu_flag is not None:
+            return None
+        return _catalog_gpus(spec)
 
     def _container_plan(
-        self, spec: JobSpec, job_name: str, job_dir: Path, host: str, image: str, network: str, gpu_flag: str | None
+        self, spec: JobSpec, job_name: str, job_dir: JobDir, host: str, image: str, network: str, gpu_flag: str | None
     ) -> ContainerPlan:
-        opt_ml = jobdir.host_dir(job_dir, host)
+        opt_ml = job_dir.host_dir(host)
         name = f"{job_name}-{host}"
         argv: list[str] = [
             "create", "--name", name, "--hostname", host,
             "--network", network, "--network-alias", host,
             "--label", f"{LABEL_JOB}={job_name}", "--label", f"{LABEL_HOST}={host}",
-            "--label", f"{LABEL_JOB_DIR}={job_dir}",
+            "--label", f"{LABEL_JOB_DIR}={job_dir.path}",
             "--shm-size", self.shm_size,
             "--user", self.user,
-            # SageMaker stops a container with SIGTERM and kills it 120 s later; the runtime forwards it.
-            "--stop-timeout", str(self.stop_grace),
+            # SageMaker stops a container with SIGTERM and kills it later; the runtime forwards SIGTERM.
+            "--stop-timeout", str(int(self.stop_grace_period)),
             "-v", f"{opt_ml}:/opt/ml",
+            "-v", f"{job_dir.code_dir}:{CODE_MOUNT}:ro",
         ]
         for channel_name, channel in sorted(spec.inputs.items()):
             if channel.local_path is not None:
@@ -170,41 +199,71 @@ class DockerScheduler(Scheduler):
         env = {"TRAINING_JOB_NAME": job_name}
         if not self.user.startswith("0:"):
             env["HOME"] = "/tmp"  # the calling user has no home in the image
-        if gpu_flag is None and _rehearsal_gpus(spec) > 1:
-            # No GPUs in the container: plan the instance type's ranks anyway (CPU rehearsal).
-            env[contract.NUM_GPUS_ENV] = str(_rehearsal_gpus(spec))
+        num_gpus = self._simulated_gpus(spec, gpu_flag)
+        if num_gpus is not None:
+            env[contract.NUM_GPUS_ENV] = str(num_gpus)
         env.update(spec.environment)  # the user's settings win
         return env
 
     # --- running --------------------------------------------------------------------------------
 
     def schedule(self, dryrun: DryRun) -> JobHandle:
+        """Check the engine and image, write the job directory, create and start the containers."""
+        if dryrun.scheduler != self.name:
+            raise SpecError(SpecIssue("scheduler", f"this dryrun was made for the {dryrun.scheduler!r} scheduler, not 'docker'"))
+        issues = self.validate(dryrun.spec)
+        if issues:
+            raise SpecError(issues)
         request = dryrun.request
         self._check_engine()
         self._check_image(request["image"])
         if any("--gpus" in c["argv"] for c in request["containers"]):
             self._check_gpu_support(dryrun.spec)
-        job_dir = Path(request["job_dir"])
-        jobdir.write_job_tree(dryrun.spec, dryrun.job_name, job_dir, request["hyperparameters"])
-        self._docker(*request["network"])
+        job_dir = JobDir(Path(request["job_dir"]))
         try:
+            self._write_job_dir(dryrun, job_dir)
+            self._docker(*request["network"])
             for container in request["containers"]:
                 self._docker(*container["argv"])
             self._docker("start", *(c["name"] for c in request["containers"]))
         except BaseException:
             self._remove(dryrun.job_name)
+            shutil.rmtree(job_dir.path, ignore_errors=True)  # no half-made job is left behind
             raise
-        return JobHandle(self.name, dryrun.job_name)
+        return JobHandle.parse(request["handle"])
+
+    def _write_job_dir(self, dryrun: DryRun, job_dir: JobDir) -> None:
+        try:
+            job_dir.path.mkdir(parents=True)
+        except FileExistsError:
+            raise SpecError(SpecIssue("job_name", f"a docker job named {dryrun.job_name!r} already exists in {self.job_root}", "choose another job_name")) from None
+        spec, request = dryrun.spec, dryrun.request
+        stage_code(spec, job_dir.code_dir)
+        hosts = [c["host"] for c in request["containers"]]
+        trees = prepare_host_trees(spec, job_dir.path, dryrun.job_name, hosts, submit_directory=f"file://{CODE_MOUNT}", link_inputs=False)
+        for tree in trees:
+            # Mount points made now, by the caller: the engine would otherwise create them as root.
+            for channel in spec.inputs:
+                tree.opt_ml.channel_dir(channel).mkdir(parents=True, exist_ok=True)
+            tree.opt_ml.output_dir.mkdir(parents=True, exist_ok=True)
+        job_dir.write_record({"handle": request["handle"], "job_name": dryrun.job_name, "created": time.time(), "spec": spec.as_dict(), "request": request})
 
     def status(self, handle: JobHandle) -> JobStatus:
+        """From the containers while they exist; afterwards from the result ``wait``/``cancel`` saved."""
         containers = self._inspect(handle.job_id)
         if not containers:
             return self._saved_status(handle)
         hosts = tuple(_host_status(c) for c in containers)
         state = _job_state(hosts)
         failure = self._failure(containers) if state is JobState.FAILED else None
-        details = {"containers": [c["Name"].lstrip("/") for c in containers], "job_dir": _job_dir_of(containers)}
-        return JobStatus(handle, state, _message(state, hosts), failure, hosts, self._model_data(handle, state), details)
+        job_dir = JobDir(Path(_job_dir_of(containers)))
+        details = {
+            "containers": [c["Name"].lstrip("/") for c in containers],
+            "job_dir": str(job_dir.path),
+            "logs_dir": str(job_dir.path / "logs"),
+            "other_failures": [],
+        }
+        return JobStatus(handle, state, _message(state, hosts), failure, hosts, None, details)
 
     def logs(
         self,
@@ -214,28 +273,35 @@ class DockerScheduler(Scheduler):
         ranks: Sequence[int] | None = None,
         follow: bool = False,
     ) -> Iterator[LogLine]:
+        """Every host's output, merged as it arrives; from the saved logs once the containers are gone."""
         containers = self._inspect(handle.job_id)
         if containers:
             names = {_label(c, LABEL_HOST): c["Name"].lstrip("/") for c in containers}
             lines = self._container_lines(names, follow)
         else:
-            lines = self._saved_lines(handle.job_id)
+            lines = self._saved_lines(handle)
         for line in lines:
             if (hosts is None or line.host in hosts) and (ranks is None or line.rank in ranks):
                 yield line
 
     def cancel(self, handle: JobHandle) -> None:
+        """Stop every container (SIGTERM, SIGKILL after the grace period), save the job, remove it all."""
         containers = self._inspect(handle.job_id)
         if not containers:
             return  # finished and cleaned up, or cancelled before: nothing to do
         active = not self.status(handle).state.is_terminal
         running = [c["Name"].lstrip("/") for c in containers if c["State"]["Running"]]
         if running:
-            self._docker("stop", "-t", str(self.stop_grace), *running, check=False, timeout=self.stop_grace + 60)
+            grace = int(self.stop_grace_period)
+            self._docker("stop", "-t", str(grace), *running, check=False, timeout=grace + 60)
         self._finish(handle, cancelled=active)
 
     def wait(self, handle: JobHandle, *, poll: float = 1.0, timeout: float | None = None) -> JobStatus:
-        """Follow the job to its end; then save its logs and results and remove its containers."""
+        """Follow the job to its end; then save its logs, results and artifacts and remove its containers.
+
+        A host whose container died fails the job, as on SageMaker: the others get the grace period
+        to notice, then are stopped. Ctrl-C cancels the job.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         failed_at: float | None = None
         try:
@@ -245,8 +311,7 @@ class DockerScheduler(Scheduler):
                     break
                 if failed_at is None and any(h.state is JobState.FAILED for h in status.hosts):
                     failed_at = time.monotonic()
-                if failed_at is not None and time.monotonic() - failed_at > self.stop_grace:
-                    # A dead host fails the job, as on SageMaker; the others must not hang waiting for it.
+                if failed_at is not None and time.monotonic() - failed_at > self.stop_grace_period:
                     self._stop_running(handle)
                 time.sleep(poll)
         except KeyboardInterrupt:
@@ -259,21 +324,37 @@ class DockerScheduler(Scheduler):
     # --- finishing ------------------------------------------------------------------------------
 
     def _finish(self, handle: JobHandle, *, cancelled: bool = False) -> JobStatus:
-        """Save logs and the final status into the job directory, then remove containers and network."""
+        """Save logs, artifacts and the final status into the job directory, then remove containers and network."""
+        containers = self._inspect(handle.job_id)
         status = self.status(handle)
-        if cancelled:
-            status = JobStatus(handle, JobState.CANCELLED, "cancelled", None, status.hosts, None, status.details)
-        job_dir = Path(status.details["job_dir"])
-        logs_dir = job_dir / "logs"
+        job_dir = JobDir(Path(status.details["job_dir"]))
+        logs_dir = Path(status.details["logs_dir"])
         logs_dir.mkdir(parents=True, exist_ok=True)
-        for container in self._inspect(handle.job_id):
-            host = _label(container, LABEL_HOST)
+        for container in containers:
             text = self._docker("logs", container["Name"].lstrip("/"), check=False, merge=True)
-            (logs_dir / f"{host}.log").write_text(text, encoding="utf-8")
-        _save_status(job_dir / RESULT_FILE, status)
+            (logs_dir / f"{_label(container, LABEL_HOST)}.log").write_text(text, encoding="utf-8")
+        artifacts = self._collect(job_dir, [_label(c, LABEL_HOST) for c in containers])
+        details = {**status.details, **artifacts, "ended": time.time()}
+        if cancelled:
+            status = JobStatus(handle, JobState.CANCELLED, "cancelled", None, status.hosts, None, details)
+        else:
+            model = artifacts.get("model_data") if status.state is JobState.SUCCEEDED else None
+            status = JobStatus(handle, status.state, status.message, status.failure, status.hosts, model, details)
+        _save_status(job_dir.path / RESULT_FILE, status)
         if not self.keep_containers:
             self._remove(handle.job_id)
         return status
+
+    @staticmethod
+    def _collect(job_dir: JobDir, hosts: list[str]) -> dict[str, str]:
+        """model.tar.gz and output.tar.gz merged over the hosts, where the dryrun said they go."""
+        try:
+            planned = job_dir.read_record()["request"]["artifacts"]
+        except (OSError, ValueError, KeyError):
+            return {}
+        trees = [contract.OptMl(job_dir.host_dir(host)) for host in hosts]
+        model, output = collect_artifacts(trees, Path(planned["model_data"]).parent)
+        return {"model_data": str(model), "output_data": str(output)}
 
     def _stop_running(self, handle: JobHandle) -> None:
         running = [c["Name"].lstrip("/") for c in self._inspect(handle.job_id) if c["State"]["Running"]]
@@ -289,15 +370,19 @@ class DockerScheduler(Scheduler):
             self._docker("network", "rm", *networks, check=False)
 
     def _saved_status(self, handle: JobHandle) -> JobStatus:
-        path = self.jobs_dir / handle.job_id / RESULT_FILE
+        job_dir = self._job_dir(handle)
+        path = job_dir.path / RESULT_FILE
         if not path.is_file():
-            return JobStatus(handle, JobState.UNKNOWN, f"no containers and no saved result for job {handle.job_id!r} in {self.jobs_dir}")
+            return JobStatus(handle, JobState.FAILED, f"the containers of {handle.job_id!r} are gone and left no result (removed outside smddp-sdk?)", details={"job_dir": str(job_dir.path)})
         return _load_status(handle, path)
 
-    def _model_data(self, handle: JobHandle, state: JobState) -> str | None:
-        if state is not JobState.SUCCEEDED:
-            return None
-        return str(jobdir.host_dir(self.jobs_dir / handle.job_id, jobdir.host_names(1)[0]) / "model")
+    def _job_dir(self, handle: JobHandle) -> JobDir:
+        if handle.scheduler != self.name:
+            raise SpecError(SpecIssue("handle", f"{handle} is not a docker job", f"use get_scheduler({handle.scheduler!r})"))
+        job_dir = JobDir(self.job_root / handle.job_id)
+        if not job_dir.exists():
+            raise SpecError(SpecIssue("handle", f"no docker job {handle.job_id!r}: no containers and nothing in {self.job_root}", "set job_root or SMDDP_JOB_ROOT if the job lives elsewhere"))
+        return job_dir
 
     def _failure(self, containers: list[dict[str, Any]]) -> Failure | None:
         """The root cause with the dead container's last lines.
@@ -332,7 +417,7 @@ class DockerScheduler(Scheduler):
     def _failure_text(job_dir: str, container: dict[str, Any]) -> str:
         if not job_dir:
             return ""
-        return contract.read_failure(contract.OptMl(jobdir.host_dir(Path(job_dir), _label(container, LABEL_HOST)))) or ""
+        return contract.read_failure(contract.OptMl(JobDir(Path(job_dir)).host_dir(_label(container, LABEL_HOST)))) or ""
 
     # --- logs -----------------------------------------------------------------------------------
 
@@ -359,13 +444,12 @@ class DockerScheduler(Scheduler):
                     proc.kill()
                 proc.wait()
 
-    def _saved_lines(self, job_id: str) -> Iterator[LogLine]:
-        logs_dir = self.jobs_dir / job_id / "logs"
-        for path in sorted(logs_dir.glob("*.log")) if logs_dir.is_dir() else []:
-            host = path.stem
-            with path.open(encoding="utf-8", errors="replace") as handle:
-                for raw in handle:
-                    yield _parse_line(host, raw)
+    def _saved_lines(self, handle: JobHandle) -> Iterator[LogLine]:
+        logs_dir = self._job_dir(handle).path / "logs"
+        for path in sorted(logs_dir.glob("*.log"), key=lambda p: _host_index(p.stem)) if logs_dir.is_dir() else []:
+            with path.open(encoding="utf-8", errors="replace") as lines:
+                for raw in lines:
+                    yield _parse_line(path.stem, raw)
 
     # --- the engine -----------------------------------------------------------------------------
 
@@ -432,15 +516,41 @@ class DockerScheduler(Scheduler):
         if not ids:
             return []
         containers: list[dict[str, Any]] = json.loads(self._docker("inspect", *ids))
-        return sorted(containers, key=lambda c: jobdir.host_index(_label(c, LABEL_HOST)))
+        return sorted(containers, key=lambda c: _host_index(_label(c, LABEL_HOST)))
 
 
 # --- helpers ----------------------------------------------------------------------------------------
 
 
-def _rehearsal_gpus(spec: JobSpec) -> int:
+def _check_options(unknown: dict[str, Any], gpus: Any, processes_per_host: Any, keep_containers: Any, grace: Any, user: Any) -> None:
+    """Every wrong option at once, as the job file's other problems are reported."""
+    issues = [
+        SpecIssue(f"scheduler_options.{key}", "unknown option of the docker scheduler", did_you_mean(key, _OPTIONS) or f"expected one of {', '.join(_OPTIONS)}")
+        for key in unknown
+    ]
+    if gpus not in GPU_CHOICES:
+        issues.append(SpecIssue("scheduler_options.gpus", f"must be one of {', '.join(GPU_CHOICES)}, got {gpus!r}", did_you_mean(str(gpus), GPU_CHOICES)))
+    if processes_per_host is not None and (isinstance(processes_per_host, bool) or not isinstance(processes_per_host, int) or processes_per_host < 1):
+        issues.append(SpecIssue("scheduler_options.processes_per_host", f"must be a positive integer, got {processes_per_host!r}"))
+    if not isinstance(keep_containers, bool):
+        issues.append(SpecIssue("scheduler_options.keep_containers", f"must be true or false, got {keep_containers!r}"))
+    if isinstance(grace, bool) or not isinstance(grace, (int, float)) or grace < 0:
+        issues.append(SpecIssue("scheduler_options.stop_grace_period", f"must be a number of seconds >= 0, got {grace!r}"))
+    if user is not None and not re.fullmatch(r"\d+(:\d+)?", str(user)):
+        issues.append(SpecIssue("scheduler_options.user", f"must be uid or uid:gid (numbers), got {user!r}"))
+    if issues:
+        raise SpecError(issues)
+
+
+def _catalog_gpus(spec: JobSpec) -> int:
     entry = instance_types.lookup(spec.instance_type)
     return entry.gpus if entry is not None else 0
+
+
+def _host_index(host: str) -> int:
+    """Sort key that puts algo-10 after algo-9."""
+    suffix = host.rsplit("-", 1)[-1]
+    return int(suffix) if suffix.isdigit() else 0
 
 
 def _label(container: dict[str, Any], key: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tarfile
 import textwrap
 from pathlib import Path
 
@@ -66,8 +67,6 @@ def job_spec(source_dir: Path, name: str, **hyperparameters) -> JobSpec:
             "source_dir": str(source_dir),
             "instance_type": "local",
             "instance_count": 2,
-            # Two ranks per host on a CPU machine: plan as if each host had two GPUs.
-            "environment": {"SMDDP_NUM_GPUS": "2"},
             "distribution": {"smdistributed": {"dataparallel": {"enabled": True}}},
             "hyperparameters": hyperparameters,
             "job_name": name,
@@ -97,7 +96,7 @@ def test_image_runs_train_and_works_for_any_user(smddp_image):
 
 
 def test_two_hosts_two_ranks_smddp_job(smddp_image, source_dir, tmp_path):
-    scheduler = DockerScheduler(jobs_dir=tmp_path / "jobs", stop_grace=10)
+    scheduler = DockerScheduler(job_root=tmp_path / "jobs", stop_grace_period=10, processes_per_host=2)
     handle, lines, status = run_to_end(scheduler, job_spec(source_dir, "docker-ok"))
 
     assert status.state is JobState.SUCCEEDED, status
@@ -109,9 +108,11 @@ def test_two_hosts_two_ranks_smddp_job(smddp_image, source_dir, tmp_path):
         ("algo-2", 3, "rank 3/4 sum 10.0"),
     ]
     for index, host in enumerate(("algo-1", "algo-2")):
-        model = tmp_path / "jobs" / "docker-ok" / "hosts" / host / "model" / f"model-{host}.json"
+        model = tmp_path / "jobs" / "docker-ok" / host / "model" / f"model-{host}.json"
         assert json.loads(model.read_text()) == {"host": host, "rank": 2 * index, "world": 4, "sum": 10.0}
         assert model.stat().st_uid == os.getuid()  # outputs belong to the caller, not to root
+    with tarfile.open(status.model_data) as model_tar:  # every host's model dir, merged as SageMaker does
+        assert sorted(model_tar.getnames()) == ["model-algo-1.json", "model-algo-2.json"]
     assert leftovers("docker-ok") == ([], [])
     # After cleanup the job is still known: saved result and logs.
     assert scheduler.status(handle).state is JobState.SUCCEEDED
@@ -119,7 +120,7 @@ def test_two_hosts_two_ranks_smddp_job(smddp_image, source_dir, tmp_path):
 
 
 def test_a_failing_rank_fails_the_job_with_its_host_code_and_last_lines(smddp_image, source_dir, tmp_path):
-    scheduler = DockerScheduler(jobs_dir=tmp_path / "jobs", stop_grace=10)
+    scheduler = DockerScheduler(job_root=tmp_path / "jobs", stop_grace_period=10, processes_per_host=2)
     _, _, status = run_to_end(scheduler, job_spec(source_dir, "docker-fail", **{"fail-rank": 3}))
 
     assert status.state is JobState.FAILED, status
@@ -131,7 +132,7 @@ def test_a_failing_rank_fails_the_job_with_its_host_code_and_last_lines(smddp_im
 
 
 def test_cancel_stops_and_removes_everything(smddp_image, source_dir, tmp_path):
-    scheduler = DockerScheduler(jobs_dir=tmp_path / "jobs", stop_grace=5)
+    scheduler = DockerScheduler(job_root=tmp_path / "jobs", stop_grace_period=5, processes_per_host=2)
     handle = scheduler.submit(job_spec(source_dir, "docker-cancel", sleep=300))
     try:
         assert scheduler.status(handle).state in (JobState.STARTING, JobState.RUNNING)
@@ -143,7 +144,33 @@ def test_cancel_stops_and_removes_everything(smddp_image, source_dir, tmp_path):
 
 
 def test_missing_image_says_how_to_build_it(docker_engine, source_dir, tmp_path):
-    scheduler = DockerScheduler(jobs_dir=tmp_path / "jobs", image="smddp-sdk:no-such-tag")
+    scheduler = DockerScheduler(job_root=tmp_path / "jobs", image="smddp-sdk:no-such-tag")
     with pytest.raises(UnavailableError, match="build-image.sh"):
         scheduler.submit(job_spec(source_dir, "docker-noimage"))
     assert leftovers("docker-noimage") == ([], [])
+
+
+def test_estimator_fit_runs_the_job_in_containers(smddp_image, source_dir, tmp_path, capsys):
+    from smddp_sdk import PyTorch
+
+    estimator = PyTorch(
+        entry_point="train.py",
+        source_dir=str(source_dir),
+        instance_type="local",
+        instance_count=2,
+        distribution={"smdistributed": {"dataparallel": {"enabled": True}}},
+        job_name="docker-estimator",
+        scheduler="docker",
+        scheduler_options={"job_root": str(tmp_path / "jobs"), "processes_per_host": 2, "stop_grace_period": 10},
+    )
+    try:
+        estimator.fit()
+    finally:
+        estimator.latest_training_job.stop()  # no-op once the job has ended
+    printed = capsys.readouterr().out
+    assert "[algo-2/rank3]: rank 3/4 sum 10.0" in printed
+    assert estimator.latest_training_job.describe()["TrainingJobStatus"] == "Completed"
+    for host in ("algo-1", "algo-2"):
+        model = tmp_path / "jobs" / "docker-estimator" / host / "model" / f"model-{host}.json"
+        assert json.loads(model.read_text())["sum"] == 10.0
+    assert leftovers("docker-estimator") == ([], [])
