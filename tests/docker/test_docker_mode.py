@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import tarfile
 import textwrap
 from pathlib import Path
@@ -174,3 +175,39 @@ def test_estimator_fit_runs_the_job_in_containers(smddp_image, source_dir, tmp_p
         model = tmp_path / "jobs" / "docker-estimator" / host / "model" / f"model-{host}.json"
         assert json.loads(model.read_text())["sum"] == 10.0
     assert leftovers("docker-estimator") == ([], [])
+
+
+def test_smddp_launch_runs_a_job_file_in_containers(smddp_image, source_dir, tmp_path):
+    pytest.importorskip("smddp_sdk.cli.main", reason="smddp-launch (smddp_sdk/cli) is not in this checkout")
+    import smddp_sdk
+
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(
+        textwrap.dedent(
+            f"""
+            entry_point: train.py
+            source_dir: {source_dir}
+            instance_type: local
+            instance_count: 2
+            job_name: docker-cli
+            distribution:
+              smdistributed:
+                dataparallel:
+                  enabled: true
+            """
+        )
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(smddp_sdk.__file__).resolve().parent.parent), "NO_COLOR": "1"}
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "smddp_sdk.cli", "run", str(job_file), "--scheduler", "docker",
+            "-o", f"job_root={tmp_path / 'jobs'}", "-o", "processes_per_host=2", "-o", "stop_grace_period=10",
+        ],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=JOB_TIMEOUT + 120, check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "[algo-1/rank0]: rank 0/4 sum 10.0" in result.stdout
+    for host in ("algo-1", "algo-2"):
+        model = tmp_path / "jobs" / "docker-cli" / host / "model" / f"model-{host}.json"
+        assert json.loads(model.read_text())["world"] == 4
+    assert leftovers("docker-cli") == ([], [])
