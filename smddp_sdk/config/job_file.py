@@ -278,3 +278,13 @@ def _reading_order(item: LocatedIssue) -> tuple[int, str, Mark]:
     if item.mark is None:
         return (1, "", Mark(0, 0))
     return (0, item.where.rsplit(":", 2)[0], item.mark)
+
+
+def user_scheduler_options(scheduler: str, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The user config's options for one scheduler (for commands that act on a handle, not a job file)."""
+    problems: list[tuple[Source, SpecIssue]] = []
+    _, by_scheduler = _user_config_layer(os.environ if environ is None else environ, problems)
+    if problems:
+        raise JobFileError([locate(source, issue, None) for source, issue in problems])
+    options, _ = by_scheduler.get(scheduler, ({}, None))
+    return dict(options)

@@ -68,10 +68,16 @@ class Layer:
     values: dict[str, Any] = field(default_factory=dict)
     sources: dict[str, Source] = field(default_factory=dict)
     issues: list[tuple[Source, SpecIssue]] = field(default_factory=list)
+    # Values set at a path inside the merged result (flags: ``--set distribution.mpi.enabled=false``,
+    # ``-H lr=0.1``), applied after every layer's ``values`` in the order given.
+    patches: list[tuple[tuple[str, ...], Any, Source]] = field(default_factory=list)
 
     def set(self, key: str, value: Any, source: Source) -> None:
         self.values[key] = value
         self.sources[key] = source
+
+    def patch(self, path: tuple[str, ...], value: Any, source: Source) -> None:
+        self.patches.append((path, value, source))
 
     def source_of(self, path: str) -> Source:
         return lookup_source(self.sources, path)
@@ -143,4 +149,21 @@ def merge(layers: list[Layer]) -> tuple[dict[str, Any], dict[str, Source]]:
             if key in MERGED_MAPPINGS and isinstance(value, Mapping):
                 for sub in value:
                     sources[f"{key}.{sub}"] = layer.source_of(f"{key}.{sub}")
+    for layer in layers:
+        for path, value, source in layer.patches:
+            _deep_set(values, path, value)
+            dotted = ".".join(path)
+            for stale in [p for p in sources if p.startswith(f"{dotted}.") or p.startswith(f"{dotted}[")]:
+                del sources[stale]
+            sources[dotted] = source
     return values, sources
+
+
+def _deep_set(values: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    """Set ``values[a][b][c] = value``, turning anything in the way that is not a mapping into one."""
+    target = values
+    for key in path[:-1]:
+        child = target.get(key)
+        target[key] = dict(child) if isinstance(child, Mapping) else {}
+        target = target[key]
+    target[path[-1]] = value

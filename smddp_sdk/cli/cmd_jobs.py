@@ -1,0 +1,94 @@
+"""Commands on a submitted job, named by its handle: ``status``, ``logs``, ``cancel``, ``list``."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+from typing import Any
+
+import click
+
+from smddp_sdk.cli.common import console, parse_hosts, parse_ranks, scheduler_for_handle
+from smddp_sdk.cli.output import color_enabled, format_log_line, state_text
+from smddp_sdk.cli.params import key_value
+from smddp_sdk.specs.status import JobHandle, JobState, JobStatus
+
+HANDLE_HELP = "HANDLE is what `run` printed: local://<job>, docker://<job> or sagemaker://<region>/<job>."
+
+
+def _handle(ctx: click.Context, param: click.Parameter, value: str) -> JobHandle:
+    return JobHandle.parse(value)
+
+
+def handle_argument(func: Any) -> Any:
+    return click.argument("handle", callback=_handle, metavar="HANDLE")(func)
+
+
+def scheduler_option(func: Any) -> Any:
+    return click.option("-o", "--scheduler-option", "options", multiple=True, metavar="KEY=VALUE", callback=key_value,
+                        help="A scheduler option; repeatable (the user config's options apply too).")(func)
+
+
+@click.command(short_help="Show a job's state.", epilog=HANDLE_HELP)
+@handle_argument
+@scheduler_option
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON (for scripts).")
+@click.pass_context
+def status(ctx: click.Context, handle: JobHandle, options: list[tuple[str, str]], as_json: bool) -> None:
+    """Show the state of HANDLE's job, its hosts and, when it failed, the root cause."""
+    job_status = scheduler_for_handle(handle, options).status(handle)
+    if as_json:
+        click.echo(json.dumps(status_as_dict(job_status), indent=2, default=str))
+        return
+    color = color_enabled(click.get_text_stream("stdout"), (ctx.find_root().obj or {}).get("color_mode", "auto"))
+    click.echo(render_status(job_status, color))
+    if job_status.state is JobState.FAILED and job_status.failure is not None:
+        console(ctx).say(importlib.import_module("smddp_sdk.launcher").failure_summary(job_status))
+
+
+@click.command(short_help="Print a job's logs, or follow them.", epilog=HANDLE_HELP)
+@handle_argument
+@scheduler_option
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the job ends.")
+@click.option("--rank", "ranks", callback=parse_ranks, metavar="RANKS", help="Only these ranks, e.g. 0,3 or 8-11.")
+@click.option("--host", "hosts", callback=parse_hosts, metavar="HOSTS", help="Only these hosts, e.g. algo-2 or 1,2.")
+@click.pass_context
+def logs(ctx: click.Context, handle: JobHandle, options: list[tuple[str, str]], follow: bool,
+         ranks: list[int] | None, hosts: list[str] | None) -> None:
+    """Print HANDLE's logs with [host/rank] prefixes (coloured on a terminal unless NO_COLOR is set)."""
+    stdout = click.get_text_stream("stdout")
+    color = color_enabled(stdout, (ctx.find_root().obj or {}).get("color_mode", "auto"))
+    for line in scheduler_for_handle(handle, options).logs(handle, hosts=hosts, ranks=ranks, follow=follow):
+        click.echo(format_log_line(line, color=color), color=color)
+
+
+@click.command(short_help="Stop a job.", epilog=HANDLE_HELP)
+@handle_argument
+@scheduler_option
+@click.pass_context
+def cancel(ctx: click.Context, handle: JobHandle, options: list[tuple[str, str]]) -> None:
+    """Stop HANDLE's job. Cancelling a job that already ended does nothing."""
+    scheduler_for_handle(handle, options).cancel(handle)
+    console(ctx).say(f"Cancel requested: {handle}")
+
+
+def render_status(job_status: JobStatus, color: bool) -> str:
+    lines = [f"{job_status.handle}  {state_text(job_status.state, color)}"]
+    if job_status.message:
+        lines.append(f"  {job_status.message}")
+    for host in job_status.hosts:
+        code = "" if host.exit_code is None else f"  exit {host.exit_code}"
+        lines.append(f"  {host.host:<8} {state_text(host.state, color)}{code}")
+    if job_status.model_data:
+        lines.append(f"  model: {job_status.model_data}")
+    return "\n".join(lines)
+
+
+def status_as_dict(job_status: JobStatus) -> dict[str, Any]:
+    out = dataclasses.asdict(job_status)
+    out["handle"] = str(job_status.handle)
+    return out
+
+
+COMMANDS = (status, logs, cancel)

@@ -1,0 +1,92 @@
+"""Helpers the commands share: turning flags into a resolved job, building schedulers, parsing filters."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from smddp_sdk.cli.output import Console
+from smddp_sdk.cli.params import flags_layer
+from smddp_sdk.config.job_file import JobFileError, ResolvedJob, locate, resolve_job, user_scheduler_options
+from smddp_sdk.errors import SpecError, SpecIssue, UnavailableError
+from smddp_sdk.schedulers import scheduler_class
+from smddp_sdk.schedulers.base import Scheduler
+from smddp_sdk.specs.status import JobHandle
+
+
+def console(ctx: click.Context) -> Console:
+    obj = ctx.find_root().obj or {}
+    return obj.get("console") or Console()
+
+
+def resolve_from_cli(ctx: click.Context, job_file: str | None, params: Mapping[str, Any]) -> ResolvedJob:
+    """The job from its file, the user config, SMDDP_* variables and this command's flags."""
+    cwd = Path.cwd()
+    flags = flags_layer(dict(params), ctx.meta.get("script_args", ()), cwd)
+    return resolve_job(Path(job_file) if job_file else None, flags=flags, cwd=cwd, job_file_name=job_file)
+
+
+def load_scheduler_class(name: str) -> type[Scheduler]:
+    """A scheduler's class; a missing module or package is 'unavailable' (exit 3) with an install hint."""
+    try:
+        return scheduler_class(name)
+    except ModuleNotFoundError as err:
+        if (err.name or "").startswith("smddp_sdk"):
+            raise UnavailableError(f"the {name} scheduler is not part of this installation of smddp-sdk") from err
+        extra = "aws" if name == "sagemaker" else name
+        raise UnavailableError(f"the {name} scheduler needs the Python package {err.name!r}: pip install 'smddp-sdk[{extra}]'") from err
+
+
+def build_scheduler(name: str, options: Mapping[str, Any]) -> Scheduler:
+    """Create a scheduler; unavailable ones exit 3, options it rejects exit 2."""
+    cls = load_scheduler_class(name)
+    try:
+        return cls(**options)
+    except TypeError as err:
+        raise SpecError(SpecIssue("scheduler_options", f"the {name} scheduler rejected its options: {err}")) from err
+
+
+def check_with_scheduler(job: ResolvedJob, scheduler: Scheduler) -> None:
+    """The scheduler's own objections to a valid spec, located like every other problem."""
+    issues = scheduler.validate(job.spec)
+    if issues:
+        raise JobFileError([locate(job.source(issue.path), issue, job.job_file) for issue in issues])
+
+
+def scheduler_for_handle(handle: JobHandle, option_pairs: Sequence[tuple[str, Any]] = ()) -> Scheduler:
+    """The scheduler a handle names, with the user config's options for it and any -o flags."""
+    options = {**user_scheduler_options(handle.scheduler), **dict(option_pairs)}
+    return build_scheduler(handle.scheduler, options)
+
+
+def parse_ranks(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:
+    """``0,3,8-11`` -> [0, 3, 8, 9, 10, 11]."""
+    if not value:
+        return None
+    ranks: list[int] = []
+    for part in value.split(","):
+        low, sep, high = part.strip().partition("-")
+        try:
+            ranks += list(range(int(low), int(high) + 1)) if sep else [int(low)]
+        except ValueError:
+            raise click.BadParameter(f"{part!r} is not a rank or a range like 8-11", ctx=ctx, param=param) from None
+    return ranks
+
+
+def parse_hosts(ctx: click.Context, param: click.Parameter, value: str | None) -> list[str] | None:
+    """``algo-1,algo-2`` (or bare numbers: ``1,2``) -> ["algo-1", "algo-2"]."""
+    if not value:
+        return None
+    return [f"algo-{h}" if h.isdigit() else h for h in (part.strip() for part in value.split(",")) if h]
+
+
+def job_summary(job: ResolvedJob, job_name: str) -> str:
+    spec = job.spec
+    hosts = f"{spec.instance_count} host{'s' if spec.instance_count != 1 else ''}"
+    gpus = spec.instance.gpus if spec.instance else 0
+    kind = f"{spec.instance_type}, {gpus} GPU{'s' if gpus != 1 else ''} each" if gpus else spec.instance_type
+    launcher = spec.distribution.launcher
+    return f"{job_name} · {hosts} × {kind} · distribution {launcher} · scheduler {job.scheduler}"

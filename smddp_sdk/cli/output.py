@@ -1,0 +1,147 @@
+"""Terminal output: colour policy, stage lines, log-line prefixes, next-step hints and the dryrun view.
+
+Colour is used only when the stream is a terminal and ``NO_COLOR`` is unset (or when forced with
+``--color always``). Results go to stdout, everything meant for a person reading along goes to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import IO, Any
+
+import click
+import yaml
+
+from smddp_sdk.config.job_file import ResolvedJob
+from smddp_sdk.config.layers import MERGED_MAPPINGS
+from smddp_sdk.specs.status import JobHandle, JobState, LogLine
+
+STATE_COLORS = {
+    JobState.PENDING: "yellow",
+    JobState.STARTING: "yellow",
+    JobState.RUNNING: "blue",
+    JobState.SUCCEEDED: "green",
+    JobState.FAILED: "red",
+    JobState.CANCELLED: "magenta",
+    JobState.UNKNOWN: "white",
+}
+HOST_COLORS = ("cyan", "green", "yellow", "blue", "magenta", "bright_cyan", "bright_green", "bright_yellow")
+COMMENT_COLUMN_LIMIT = 60
+
+
+def color_enabled(stream: IO[str] | None, mode: str = "auto") -> bool:
+    """``always``/``never`` win; ``auto`` means a terminal and no ``NO_COLOR`` (https://no-color.org)."""
+    if mode in ("always", "never"):
+        return mode == "always"
+    if os.environ.get("NO_COLOR"):
+        return False
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+class Console:
+    """Writes people-facing lines to stderr, styled only when colour is on for it."""
+
+    def __init__(self, color_mode: str = "auto") -> None:
+        self.err = click.get_text_stream("stderr")
+        self.color = color_enabled(self.err, color_mode)
+        self.color_mode = color_mode
+
+    def style(self, text: str, **styles: Any) -> str:
+        return click.style(text, **styles) if self.color else text
+
+    def say(self, text: str = "") -> None:
+        click.echo(text, err=True, color=self.color)
+
+    def error(self, text: str) -> None:
+        self.say(f"{self.style('error:', fg='red', bold=True)} {text}")
+
+    @contextmanager
+    def stage(self, text: str) -> Iterator[None]:
+        """``⚙ text ✓`` around a step, ``⨯`` when it fails."""
+        click.echo(f"{self.style('⚙', fg='cyan')} {text}", err=True, nl=False, color=self.color)
+        try:
+            yield
+        except BaseException:
+            click.echo(f" {self.style('⨯', fg='red')}", err=True, color=self.color)
+            raise
+        click.echo(f" {self.style('✓', fg='green')}", err=True, color=self.color)
+
+    def next_steps(self, handle: JobHandle) -> None:
+        self.say(self.style("Next steps:", bold=True))
+        for command in next_step_commands(handle):
+            self.say(f"  {command}")
+
+
+def next_step_commands(handle: JobHandle) -> list[str]:
+    return [
+        f"smddp-launch status {handle}",
+        f"smddp-launch logs {handle} --follow",
+        f"smddp-launch cancel {handle}",
+    ]
+
+
+def format_log_line(line: LogLine, *, color: bool, host_order: Sequence[str] = ()) -> str:
+    """``[algo-2/rank3]: text``, the prefix coloured per host when colour is on."""
+    if not color:
+        return f"{line.prefix} {line.text}"
+    index = host_order.index(line.host) if line.host in host_order else _host_index(line.host)
+    return f"{click.style(line.prefix, fg=HOST_COLORS[index % len(HOST_COLORS)])} {line.text}"
+
+
+def state_text(state: JobState, color: bool) -> str:
+    return click.style(state.value, fg=STATE_COLORS[state], bold=True) if color else state.value
+
+
+def _host_index(host: str) -> int:
+    digits = "".join(ch for ch in host if ch.isdigit())
+    return int(digits) - 1 if digits else 0
+
+
+# --- the resolved job, annotated with where each value came from -------------------------------
+
+
+def render_resolved(job: ResolvedJob, job_name: str) -> str:
+    """The job as YAML, each top-level value (and each hyperparameter, variable, channel and option)
+    followed by ``# <source>``."""
+    values = _plain(job.spec.as_dict())
+    rows: list[tuple[str, str]] = [
+        (f"scheduler: {job.scheduler}", _origin(job, "scheduler", "default: from instance_type")),
+    ]
+    rows += _block(job, "scheduler_options", _plain(job.scheduler_options))
+    for key, value in values.items():
+        if key == "job_name" and value is None:
+            rows.append((f"job_name: {job_name}", "generated from base_job_name"))
+            continue
+        rows += _block(job, key, value)
+    width = min(max(len(text) for text, _ in rows), COMMENT_COLUMN_LIMIT)
+    return "\n".join(f"{text.ljust(width)}  # {origin}" if origin else text for text, origin in rows)
+
+
+def _block(job: ResolvedJob, key: str, value: Any) -> list[tuple[str, str]]:
+    if key in MERGED_MAPPINGS and isinstance(value, dict) and value:
+        rows = [(f"{key}:", "")]
+        for sub, item in value.items():
+            lines = _dump({sub: item}).splitlines()
+            rows.append(("  " + lines[0], _origin(job, f"{key}.{sub}")))
+            rows += [("  " + line, "") for line in lines[1:]]
+        return rows
+    lines = _dump({key: value}).splitlines()
+    return [(lines[0], _origin(job, key))] + [(line, "") for line in lines[1:]]
+
+
+def _origin(job: ResolvedJob, path: str, default: str = "default") -> str:
+    source = job.source(path)
+    return default if source.kind == "default" else source.describe(path)
+
+
+def _dump(value: Any) -> str:
+    return yaml.safe_dump(value, default_flow_style=None, sort_keys=False, width=1000).rstrip()
+
+
+def _plain(value: Any) -> Any:
+    """Tuples to lists and odd types to strings, so YAML shows plain values."""
+    return json.loads(json.dumps(value, default=str))
