@@ -102,8 +102,7 @@ def parse_yaml(text: str, name: str) -> YamlDocument:
         walker.walk(node, "")
         data = loader.construct_document(node)
     except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        where = Mark.of(mark) if mark else Mark(1, 1)
+        where = _error_mark(err, text)
         problem = err.problem or err.context or "invalid YAML"
         if err.context and err.problem:
             problem = f"{err.problem} ({err.context})"
@@ -141,11 +140,25 @@ class _MarkWalker:
             child = f"{path}.{key}" if path else key
             mark = Mark.of(key_node.start_mark)
             if key in seen:
-                self.issues.append(SpecIssue(child, f"duplicate key (first written on line {seen[key].line})", "keep one of them"))
-                continue
+                # PyYAML keeps the last value, so that is the one located; the message names the first.
+                self.issues.append(SpecIssue(child, "duplicate key", f"also written on line {seen[key].line}; keep one"))
+                for stale in [p for p in (*self.key_marks, *self.value_marks) if p.startswith((f"{child}.", f"{child}["))]:
+                    self.key_marks.pop(stale, None)
+                    self.value_marks.pop(stale, None)
+                self.value_marks.pop(child, None)
             seen[key] = mark
             self.key_marks[child] = mark
             self.walk(value_node, child)
+
+
+def _error_mark(err: yaml.MarkedYAMLError, text: str) -> Mark:
+    """Where to point: the problem, unless it is the end of the file (an unclosed quote or bracket),
+    where the construct that was left open is the useful place."""
+    problem, context = err.problem_mark, err.context_mark
+    if problem is not None and context is not None and problem.index >= len(text.rstrip()):
+        return Mark.of(context)
+    mark = problem or context
+    return Mark.of(mark) if mark is not None else Mark(1, 1)
 
 
 def _ancestors(path: str) -> list[str]:
