@@ -78,7 +78,7 @@ def validate(ctx: click.Context, job_file: str | None, **params: Any) -> None:
     out = console(ctx)
     job = resolve_from_cli(ctx, job_file, params)
     try:
-        scheduler = build_scheduler(job.scheduler, job.scheduler_options)
+        scheduler = build_scheduler(job.scheduler, job.scheduler_options, job)
     except UnavailableError as err:  # the spec is still checked; say what could not be
         out.say(f"note: {job.scheduler} scheduler checks skipped: {err}")
     else:
@@ -91,7 +91,7 @@ def prepare(ctx: click.Context, out: Console, job_file: str | None, params: dict
     """Resolve and validate the job, build its scheduler and compute the (pure) dryrun."""
     with out.stage(f"Validating {job_file or 'job'}"):
         job = resolve_from_cli(ctx, job_file, params)
-        scheduler = build_scheduler(job.scheduler, job.scheduler_options)
+        scheduler = build_scheduler(job.scheduler, job.scheduler_options, job)
         check_with_scheduler(job, scheduler)
         plan = scheduler.dryrun(job.spec)
     out.say(f"{out.style('⚙', fg='cyan')} Job {job_summary(job, plan.job_name)}")

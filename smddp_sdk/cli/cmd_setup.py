@@ -44,7 +44,8 @@ def init(ctx: click.Context, path: Path, non_interactive: bool, force: bool, no_
     if path.exists() and not force:
         raise click.UsageError(f"{path} already exists; use --force to overwrite it or give another PATH")
     interactive = not non_interactive and sys.stdin.isatty()
-    template = _ask(JobTemplate(), given) if interactive else _fill(JobTemplate(), given)
+    start = JobTemplate(file_name=path.name)
+    template = _ask(start, given) if interactive else _fill(start, given)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(template.render(), encoding="utf-8")
     out = console(ctx)

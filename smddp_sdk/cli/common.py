@@ -40,13 +40,17 @@ def load_scheduler_class(name: str) -> type[Scheduler]:
         raise UnavailableError(f"the {name} scheduler needs the Python package {err.name!r}: pip install 'smddp-sdk[{extra}]'") from err
 
 
-def build_scheduler(name: str, options: Mapping[str, Any]) -> Scheduler:
-    """Create a scheduler; unavailable ones exit 3, options it rejects exit 2."""
+def build_scheduler(name: str, options: Mapping[str, Any], job: ResolvedJob | None = None) -> Scheduler:
+    """Create a scheduler; unavailable ones exit 3, options it rejects exit 2 (located when ``job`` is given)."""
     cls = load_scheduler_class(name)
     try:
         return cls(**options)
     except TypeError as err:
         raise SpecError(SpecIssue("scheduler_options", f"the {name} scheduler rejected its options: {err}")) from err
+    except SpecError as err:
+        if job is None:
+            raise
+        raise JobFileError([locate(job.source(issue.path), issue, job.job_file) for issue in err.issues]) from err
 
 
 def check_with_scheduler(job: ResolvedJob, scheduler: Scheduler) -> None:

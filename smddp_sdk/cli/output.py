@@ -117,7 +117,7 @@ def render_resolved(job: ResolvedJob, job_name: str) -> str:
             rows.append((f"job_name: {job_name}", "generated from base_job_name"))
             continue
         rows += _block(job, key, value)
-    width = min(max(len(text) for text, _ in rows), COMMENT_COLUMN_LIMIT)
+    width = max((len(text) for text, _ in rows if len(text) <= COMMENT_COLUMN_LIMIT), default=0)
     return "\n".join(f"{text.ljust(width)}  # {origin}" if origin else text for text, origin in rows)
 
 
@@ -139,7 +139,7 @@ def _origin(job: ResolvedJob, path: str, default: str = "default") -> str:
 
 
 def _dump(value: Any) -> str:
-    return yaml.safe_dump(value, default_flow_style=None, sort_keys=False, width=1000).rstrip()
+    return yaml.safe_dump(value, default_flow_style=False, sort_keys=False, width=1000).rstrip()
 
 
 def _plain(value: Any) -> Any:

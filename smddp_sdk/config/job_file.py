@@ -179,7 +179,7 @@ def _user_config_layer(environ: Mapping[str, str], problems: list[tuple[Source, 
         return None, {}
     if explicit and not path.is_file():
         raise SpecError(SpecIssue(CONFIG_ENV, f"user config file {str(path)!r} does not exist", f"create it or unset {CONFIG_ENV}"))
-    layer = _mapping_layer(load_yaml_file(path), "config", path.parent, problems)
+    layer = _mapping_layer(load_yaml_file(path, _display_path(path)), "config", path.parent, problems)
     if layer is None:
         return None, {}
     by_scheduler = layer.values.pop("scheduler_options", None)
@@ -191,10 +191,19 @@ def _user_config_layer(environ: Mapping[str, str], problems: list[tuple[Source, 
         return layer, {}
     for name, options in by_scheduler.items():
         if name not in SCHEDULER_NAMES:
-            problems.append((source, SpecIssue(f"scheduler_options.{name}", "unknown scheduler", did_you_mean(str(name), SCHEDULER_NAMES))))
+            problems.append((source, SpecIssue(f"scheduler_options.{name}", f"unknown scheduler {name!r}", did_you_mean(str(name), SCHEDULER_NAMES))))
         elif not isinstance(options, Mapping):
             problems.append((source, SpecIssue(f"scheduler_options.{name}", f"must be a mapping of options, got {type(options).__name__}")))
     return layer, {str(name): (dict(options), source) for name, options in by_scheduler.items() if isinstance(options, Mapping)}
+
+
+def _display_path(path: Path) -> str:
+    """``~/.config/smddp/config.yaml`` rather than the full home directory path."""
+    home = Path("~").expanduser()
+    try:
+        return "~/" + str(path.relative_to(home))
+    except ValueError:
+        return str(path)
 
 
 def _mapping_layer(document: YamlDocument | None, kind: str, base_dir: Path, problems: list[tuple[Source, SpecIssue]]) -> Layer | None:

@@ -75,7 +75,7 @@ def field_defaults() -> dict[str, Any]:
     out: dict[str, Any] = {}
     for spec_field in dataclasses.fields(JobSpec):
         if spec_field.default is not dataclasses.MISSING:
-            out[spec_field.name] = spec_field.default
+            out[spec_field.name] = _plain(spec_field.default)
         elif spec_field.default_factory is not dataclasses.MISSING:
             out[spec_field.name] = _plain(spec_field.default_factory())
     return out

@@ -23,13 +23,14 @@ class JobTemplate:
     instance_count: int = 2
     distribution: str = "smddp"
     scheduler: str = "local"
+    file_name: str = "job.yaml"
 
     def render(self) -> str:
         source_dir = f"source_dir: {_quote(self.source_dir)}" if self.source_dir else "# source_dir: src"
         return f"""\
 # yaml-language-server: $schema={SCHEMA_FILE_NAME}
-# A training job for smddp-launch. Run it:   smddp-launch {{this file}}
-# Check it:  smddp-launch validate {{this file}}      Preview:  smddp-launch run {{this file}} --dryrun
+# A training job for smddp-launch.   Run it: smddp-launch {self.file_name}
+# Check it: smddp-launch validate {self.file_name}    Preview: smddp-launch run {self.file_name} --dryrun
 # Keys are SageMaker SDK v2 estimator arguments; all of them: docs/job-file.md, `smddp-launch schema`.
 
 # Where it runs: local (simulated hosts on this machine), docker (one container per host) or sagemaker.

@@ -18,6 +18,7 @@ from smddp_sdk.cli.main import cli
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 UPDATE_ENV = "SMDDP_UPDATE_GOLDEN"
+UPDATE_GOLDEN = os.environ.get(UPDATE_ENV) == "1"  # read at import: the isolated fixture clears SMDDP_*
 _CLEARED_PREFIXES = ("SMDDP_", "AWS_", "NO_COLOR", "XDG_CONFIG_HOME", "COLUMNS")
 
 
@@ -57,7 +58,7 @@ def normalise(text: str, *replacements: tuple[str, str]) -> str:
 def assert_golden(name: str, text: str) -> None:
     """Compare with tests/cli/golden/<name>; rewrite it instead when SMDDP_UPDATE_GOLDEN=1."""
     path = GOLDEN_DIR / name
-    if os.environ.get(UPDATE_ENV) == "1":
+    if UPDATE_GOLDEN:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
         return
