@@ -32,10 +32,11 @@ SHELLS = ("bash", "zsh", "fish")
 @click.option("--distribution", type=click.Choice(list(DISTRIBUTIONS)), help="How ranks launch. [default: smddp]")
 @click.option("--scheduler", type=click.Choice(SCHEDULER_NAMES), help="Where it runs. [default: local]")
 @click.option("-y", "--yes", "--non-interactive", "non_interactive", is_flag=True, help="Ask nothing; use flags and defaults (automatic without a terminal).")
+@click.option("--interactive", is_flag=True, help="Ask even without a terminal (notebooks, piped answers).")
 @click.option("--force", is_flag=True, help="Overwrite PATH if it exists.")
 @click.option("--no-schema", is_flag=True, help=f"Do not write {SCHEMA_FILE_NAME} next to PATH.")
 @click.pass_context
-def init(ctx: click.Context, path: Path, non_interactive: bool, force: bool, no_schema: bool, **given: object) -> None:
+def init(ctx: click.Context, path: Path, non_interactive: bool, interactive: bool, force: bool, no_schema: bool, **given: object) -> None:
     """Write PATH (default job.yaml): a commented job file, plus the JSON Schema editors use to check it.
 
     On a terminal it asks for the values not given as flags (plain prompts, so it also works in
@@ -43,7 +44,7 @@ def init(ctx: click.Context, path: Path, non_interactive: bool, force: bool, no_
     """
     if path.exists() and not force:
         raise click.UsageError(f"{path} already exists; use --force to overwrite it or give another PATH")
-    interactive = not non_interactive and sys.stdin.isatty()
+    interactive = interactive or (not non_interactive and sys.stdin.isatty())
     start = JobTemplate(file_name=path.name)
     template = _ask(start, given) if interactive else _fill(start, given)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -98,7 +98,7 @@ def report_error(console: Console, err: SmddpError) -> None:
             console.say("See smddp-launch --help.")
 
 
-@click.group(cls=LaunchGroup, context_settings=CONTEXT_SETTINGS, invoke_without_command=False)
+@click.group(PROG_NAME, cls=LaunchGroup, context_settings=CONTEXT_SETTINGS)
 @click.version_option(__version__, "--version", prog_name=PROG_NAME)
 @click.option("--debug", is_flag=True, help=f"Show tracebacks and the commands run. [env: {DEBUG_ENV}=1]")
 @click.option("--color", "color_mode", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,

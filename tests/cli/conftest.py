@@ -43,7 +43,7 @@ def invoke(isolated: Path):
     runner = CliRunner()
 
     def run(*args: str, input: str | None = None, env: dict[str, str] | None = None) -> Result:
-        return runner.invoke(cli, list(args), input=input, env={"COLUMNS": "100", **(env or {})}, catch_exceptions=False)
+        return runner.invoke(cli, list(args), input=input, env=env, catch_exceptions=False, terminal_width=100)
 
     return run
 
