@@ -57,8 +57,10 @@ def run(ctx: click.Context, job_file: str | None, dryrun: bool, detach: bool, ra
     if dryrun:
         click.echo(render_dryrun(job, plan))
         return
+    launcher = importlib.import_module("smddp_sdk.launcher")
     with out.stage(f"Submitting to {job.scheduler}"):
-        handle = scheduler.schedule(plan)
+        # Attached local jobs end with this process; detached ones (and remote ones) outlive it.
+        handle = launcher.schedule(scheduler, plan, attached=not detach)
     if detach:
         click.echo(str(handle))
         out.next_steps(handle)

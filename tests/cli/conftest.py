@@ -52,7 +52,8 @@ def normalise(text: str, *replacements: tuple[str, str]) -> str:
     """Make output stable across machines: given paths become placeholders, timestamps are masked."""
     for old, new in replacements:
         text = text.replace(old, new)
-    return re.sub(r"\d{4}-\d{2}-\d{2}-\d{2}-\d{2}-\d{2}-\d{3}", "<timestamp>", text)
+    text = re.sub(r"\d{4}-\d{2}-\d{2}-\d{2}-\d{2}-\d{2}-\d{3}", "<timestamp>", text)
+    return re.sub(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}", "<time>", text)
 
 
 def assert_golden(name: str, text: str) -> None:
