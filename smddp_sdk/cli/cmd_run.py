@@ -58,9 +58,11 @@ def run(ctx: click.Context, job_file: str | None, dryrun: bool, detach: bool, ra
         click.echo(render_dryrun(job, plan))
         return
     launcher = importlib.import_module("smddp_sdk.launcher")
-    with out.stage(f"Submitting to {job.scheduler}"):
-        # Attached local jobs end with this process; detached ones (and remote ones) outlive it.
-        handle = launcher.schedule(scheduler, plan, attached=not detach)
+    # The scheduler may print its own progress (packaging, uploads), so this stage takes two lines.
+    out.say(f"{out.style('⚙', fg='cyan')} Submitting to {job.scheduler}")
+    # Attached local jobs end with this process; detached ones (and remote ones) outlive it.
+    handle = launcher.schedule(scheduler, plan, attached=not detach)
+    out.say(f"{out.style('✓', fg='green')} Submitted {handle}")
     if detach:
         click.echo(str(handle))
         out.next_steps(handle)

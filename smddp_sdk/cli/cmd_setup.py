@@ -27,7 +27,7 @@ SHELLS = ("bash", "zsh", "fish")
 @click.argument("path", default="job.yaml", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--entry-point", help="Training script. [default: train.py]")
 @click.option("--source-dir", help="Directory shipped as the job's code.")
-@click.option("--instance-type", type=click.Choice(sorted(instance_types.CATALOG)), metavar="TYPE", help="Host type. [default: ml.g5.12xlarge]")
+@click.option("--instance-type", type=click.Choice(sorted(instance_types.CATALOG)), metavar="TYPE", help="Host type. [default: ml.g5.2xlarge]")
 @click.option("--instance-count", type=click.IntRange(min=1), help="Number of hosts. [default: 2]")
 @click.option("--distribution", type=click.Choice(list(DISTRIBUTIONS)), help="How ranks launch. [default: smddp]")
 @click.option("--scheduler", type=click.Choice(SCHEDULER_NAMES), help="Where it runs. [default: local]")
@@ -106,13 +106,24 @@ def options(scheduler: str) -> None:
     """List the options SCHEDULER accepts in scheduler_options: (or -o KEY=VALUE), with defaults."""
     parameters = [p for p in inspect.signature(load_scheduler_class(scheduler)).parameters.values()
                   if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    if not parameters:
+    settable = [p for p in parameters if _settable(p)]
+    if not settable:
         click.echo(f"The {scheduler} scheduler takes no options.")
         return
-    rows = [(p.name, _annotation(p), "required" if p.default is p.empty else repr(p.default)) for p in parameters]
-    widths = [max(len(row[i]) for row in [("OPTION", "TYPE", "DEFAULT"), *rows]) for i in range(3)]
-    for row in [("OPTION", "TYPE", "DEFAULT"), *rows]:
+    header = ("OPTION", "TYPE", "DEFAULT")
+    rows = [(p.name, _annotation(p), "required" if p.default is p.empty else repr(p.default)) for p in settable]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(3)]
+    for row in [header, *rows]:
         click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    code_only = [p.name for p in parameters if not _settable(p)]
+    if code_only:
+        click.echo(f"\nFor Python callers only (objects, not YAML values): {', '.join(code_only)}")
+
+
+def _settable(parameter: inspect.Parameter) -> bool:
+    """Options a job file can set: plain values, not clients, sessions or callables."""
+    text = _annotation(parameter)
+    return not any(word in text for word in ("Any", "Callable", "Echo", "Client", "Session")) and text != "any"
 
 
 def _annotation(parameter: inspect.Parameter) -> str:

@@ -100,7 +100,7 @@ def report_error(console: Console, err: SmddpError) -> None:
 
 @click.group(PROG_NAME, cls=LaunchGroup, context_settings=CONTEXT_SETTINGS)
 @click.version_option(__version__, "--version", prog_name=PROG_NAME)
-@click.option("--debug", is_flag=True, help=f"Show tracebacks and the commands run. [env: {DEBUG_ENV}=1]")
+@click.option("--debug", is_flag=True, help=f"Show the traceback behind every error. [env: {DEBUG_ENV}=1]")
 @click.option("--color", "color_mode", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
               envvar="SMDDP_COLOR", help="Colour output; auto means only on a terminal and never when NO_COLOR is set.")
 @click.pass_context

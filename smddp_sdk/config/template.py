@@ -19,7 +19,7 @@ DISTRIBUTION_BLOCKS = {
 class JobTemplate:
     entry_point: str = "train.py"
     source_dir: str | None = None
-    instance_type: str = "ml.g5.12xlarge"
+    instance_type: str = "ml.g5.2xlarge"
     instance_count: int = 2
     distribution: str = "smddp"
     scheduler: str = "local"

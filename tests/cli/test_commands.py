@@ -114,7 +114,7 @@ def test_init_without_a_terminal_writes_defaults_and_the_schema(invoke, isolated
     assert result.exit_code == 0, result.output
     written = (isolated / "job.yaml").read_text()
     assert written.startswith("# yaml-language-server: $schema=smddp-job.schema.json\n")
-    assert yaml.safe_load(written)["instance_type"] == "ml.g5.12xlarge"
+    assert yaml.safe_load(written)["instance_type"] == "ml.g5.2xlarge"
     assert json.loads((isolated / "smddp-job.schema.json").read_text())["title"] == "smddp-sdk job file"
     assert "Next: create train.py" in result.stderr
     assert_golden("init_job.yaml", written)

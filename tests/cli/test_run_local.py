@@ -147,3 +147,10 @@ def test_ctrl_c_cancels_a_local_job_and_exits_130(isolated, job_root):
     assert process.returncode == 130, err
     assert "Interrupted: cancelling local://int-1 ✓" in err
     assert json.loads(state_file.read_text())["state"] == "CANCELLED"
+
+
+def test_options_lists_what_the_local_scheduler_accepts(invoke):
+    result = invoke("options", "local")
+    assert result.exit_code == 0
+    names = [line.split()[0] for line in result.stdout.splitlines()[1:] if line.strip()]
+    assert {"job_root", "processes_per_host", "keep_job_dir"} <= set(names)
