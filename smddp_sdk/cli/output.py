@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO, Any
 
@@ -48,7 +48,6 @@ class Console:
     def __init__(self, color_mode: str = "auto") -> None:
         self.err = click.get_text_stream("stderr")
         self.color = color_enabled(self.err, color_mode)
-        self.color_mode = color_mode
 
     def style(self, text: str, **styles: Any) -> str:
         return click.style(text, **styles) if self.color else text
@@ -84,11 +83,11 @@ def next_step_commands(handle: JobHandle) -> list[str]:
     ]
 
 
-def format_log_line(line: LogLine, *, color: bool, host_order: Sequence[str] = ()) -> str:
+def format_log_line(line: LogLine, *, color: bool) -> str:
     """``[algo-2/rank3]: text``, the prefix coloured per host when colour is on."""
     if not color:
         return f"{line.prefix} {line.text}"
-    index = host_order.index(line.host) if line.host in host_order else _host_index(line.host)
+    index = _host_index(line.host)
     return f"{click.style(line.prefix, fg=HOST_COLORS[index % len(HOST_COLORS)])} {line.text}"
 
 

@@ -62,9 +62,6 @@ class YamlDocument:
                 return self.value_marks[candidate]
         return self.value_marks.get("", Mark(1, 1))
 
-    def line_text(self, line: int) -> str:
-        return _line(self.text, line)
-
 
 class YamlSyntaxError(SpecError):
     """The file is not valid YAML; carries the position and the offending line for a caret display."""

@@ -33,7 +33,8 @@ def job_dir(isolated: Path) -> Path:
 def test_malformed_job_is_reported_at_its_line(case: str, job_dir: Path, invoke, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.chdir(job_dir)
     expected = [row.partition(": ") for row in (job_dir / f"{case}.expect").read_text().splitlines() if row]
-    result = invoke(f"{case}.yaml")  # the default command: run
+    job_root = job_dir.parent / "job-root"
+    result = invoke(f"{case}.yaml", env={"SMDDP_JOB_ROOT": str(job_root)})  # the default command: run
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
     assert result.stdout == "", "nothing may be printed as a result when validation fails"
@@ -43,4 +44,4 @@ def test_malformed_job_is_reported_at_its_line(case: str, job_dir: Path, invoke,
         assert any(words in text for text in reported), f"expected {words!r} on line {line}:\n{result.stderr}"
     count = len(expected)
     assert f"{count} problem{'s' if count > 1 else ''} found." in result.stderr, f"expected {count} problem(s):\n{result.stderr}"
-    assert not any(path.name.startswith("smddp") for path in job_dir.iterdir()), "nothing may be written"
+    assert not job_root.exists(), "nothing may be started or written when validation fails"
