@@ -49,8 +49,9 @@ class LocatedIssue:
 class JobFileError(SpecError):
     """Every problem in a job and its settings, each located; exit code 2."""
 
-    def __init__(self, located: list[LocatedIssue]) -> None:
+    def __init__(self, located: list[LocatedIssue], advice: str = "") -> None:
         self.located = sorted(located, key=_reading_order)
+        self.advice = advice  # one more line for the reader, e.g. how to name a job file
         super().__init__([item.issue for item in self.located])
 
     def _render(self) -> str:
@@ -58,7 +59,8 @@ class JobFileError(SpecError):
 
     def summary(self) -> str:
         count = len(self.located)
-        return f"{count} problem{'s' if count != 1 else ''} found. {DOCS_HINT}"
+        text = f"{count} problem{'s' if count != 1 else ''} found. {DOCS_HINT}"
+        return f"{text}\n{self.advice}" if self.advice else text
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,8 @@ def resolve_job(
     if scheduler:
         problems += [(lookup_source(sources, issue.path), issue) for issue in check_scheduler_options(scheduler, options)]
     if problems or spec is None:
-        raise JobFileError([locate(source, issue, document) for source, issue in problems])
+        advice = "" if document else "No job file was given: name one (smddp-launch run job.yaml), or set --entry-point and --instance-type."
+        raise JobFileError([locate(source, issue, document) for source, issue in problems], advice)
     values["scheduler"], values["scheduler_options"] = scheduler, options
     return ResolvedJob(spec, scheduler, options, values, sources, document)
 

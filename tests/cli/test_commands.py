@@ -173,3 +173,16 @@ def test_completion_suggests_commands_and_schedulers(isolated):
     complete = ShellComplete(cli, {}, "smddp-launch", "_SMDDP_LAUNCH_COMPLETE")
     assert "validate" in [item.value for item in complete.get_completions([], "val")]
     assert [item.value for item in complete.get_completions(["run", "job.yaml", "--scheduler"], "sa")] == ["sagemaker"]
+
+
+def test_run_without_a_job_file_says_how_to_give_one(invoke, isolated):
+    result = invoke("run")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[1:] == [
+        "entry_point: is required",
+        "instance_type: is required",
+        "2 problems found. See `smddp-launch schema` or docs/job-file.md",
+        "No job file was given: name one (smddp-launch run job.yaml), or set --entry-point and --instance-type.",
+    ]
+    (isolated / "train.py").write_text("print('hi')\n")
+    assert invoke("validate", "--entry-point", "train.py", "--instance-type", "local").exit_code == 0
