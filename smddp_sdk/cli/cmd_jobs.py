@@ -12,7 +12,7 @@ from typing import Any
 import click
 from click.shell_completion import CompletionItem
 
-from smddp_sdk.cli.common import console, parse_hosts, parse_ranks, scheduler_for_handle
+from smddp_sdk.cli.common import console, parse_hosts, parse_ranks, scheduler_named
 from smddp_sdk.cli.output import color_enabled, format_log_line, state_text
 from smddp_sdk.cli.params import key_value
 from smddp_sdk.errors import SpecError, SpecIssue
@@ -50,7 +50,7 @@ def scheduler_option(func: Any) -> Any:
 @click.pass_context
 def status(ctx: click.Context, handle: JobHandle, options: list[tuple[str, str]], as_json: bool) -> None:
     """Show the state of HANDLE's job, its hosts and, when it failed, the root cause."""
-    job_status = scheduler_for_handle(handle, options).status(handle)
+    job_status = scheduler_named(handle.scheduler, options).status(handle)
     if as_json:
         click.echo(json.dumps(status_as_dict(job_status), indent=2, default=str))
         return
@@ -72,7 +72,7 @@ def logs(ctx: click.Context, handle: JobHandle, options: list[tuple[str, str]], 
     """Print HANDLE's logs with [host/rank] prefixes (coloured on a terminal unless NO_COLOR is set)."""
     stdout = click.get_text_stream("stdout")
     color = color_enabled(stdout, (ctx.find_root().obj or {}).get("color_mode", "auto"))
-    for line in scheduler_for_handle(handle, options).logs(handle, hosts=hosts, ranks=ranks, follow=follow):
+    for line in scheduler_named(handle.scheduler, options).logs(handle, hosts=hosts, ranks=ranks, follow=follow):
         click.echo(format_log_line(line, color=color), color=color)
 
 
@@ -82,7 +82,7 @@ def logs(ctx: click.Context, handle: JobHandle, options: list[tuple[str, str]], 
 @click.pass_context
 def cancel(ctx: click.Context, handle: JobHandle, options: list[tuple[str, str]]) -> None:
     """Stop HANDLE's job. Cancelling a job that already ended does nothing."""
-    scheduler_for_handle(handle, options).cancel(handle)
+    scheduler_named(handle.scheduler, options).cancel(handle)
     console(ctx).say(f"Cancel requested: {handle}")
 
 
@@ -109,8 +109,8 @@ def list_command(ctx: click.Context, scheduler: str, options: list[tuple[str, st
         click.echo(f"{handle.ljust(width)}  {state_text(state, color)}{' ' * (9 - len(state.value))}  {started.ljust(19)}  {message}".rstrip(), color=color)
 
 
-def list_statuses(scheduler: str, options: Sequence[tuple[str, Any]]) -> list[JobStatus]:
-    instance = scheduler_for_handle(JobHandle(scheduler, "-"), options)
+def list_statuses(scheduler: str, options: Sequence[tuple[str, str]]) -> list[JobStatus]:
+    instance = scheduler_named(scheduler, options)
     lister = getattr(instance, "list_jobs", None)
     if lister is None:
         raise SpecError(SpecIssue("scheduler", f"the {scheduler} scheduler cannot list its jobs", "keep the handle `run --detach` printed"))

@@ -9,12 +9,11 @@ from typing import Any
 import click
 
 from smddp_sdk.cli.output import Console
-from smddp_sdk.cli.params import flags_layer
+from smddp_sdk.cli.params import flags_layer, yaml_value
 from smddp_sdk.config.job_file import JobFileError, ResolvedJob, locate, resolve_job, user_scheduler_options
 from smddp_sdk.errors import SpecError, SpecIssue, UnavailableError
 from smddp_sdk.schedulers import scheduler_class
 from smddp_sdk.schedulers.base import Scheduler
-from smddp_sdk.specs.status import JobHandle
 
 
 def console(ctx: click.Context) -> Console:
@@ -60,10 +59,10 @@ def check_with_scheduler(job: ResolvedJob, scheduler: Scheduler) -> None:
         raise JobFileError([locate(job.source(issue.path), issue, job.job_file) for issue in issues])
 
 
-def scheduler_for_handle(handle: JobHandle, option_pairs: Sequence[tuple[str, Any]] = ()) -> Scheduler:
-    """The scheduler a handle names, with the user config's options for it and any -o flags."""
-    options = {**user_scheduler_options(handle.scheduler), **dict(option_pairs)}
-    return build_scheduler(handle.scheduler, options)
+def scheduler_named(name: str, option_pairs: Sequence[tuple[str, str]] = ()) -> Scheduler:
+    """A scheduler for commands without a job file: the user config's options for it, then -o flags."""
+    options = {**user_scheduler_options(name), **{key: yaml_value(f"-o {key}", raw) for key, raw in option_pairs}}
+    return build_scheduler(name, options)
 
 
 def parse_ranks(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:

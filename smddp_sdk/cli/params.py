@@ -127,7 +127,7 @@ def flags_layer(params: dict[str, Any], script_args: Sequence[str], cwd: Path) -
     if params.get("scheduler"):
         layer.patch(("scheduler",), params["scheduler"], flag("--scheduler"))
     for key, raw in params.get("scheduler_option", ()):
-        layer.patch(("scheduler_options", key), _yaml_value(f"-o {key}", raw), flag(f"-o {key}"))
+        layer.patch(("scheduler_options", key), yaml_value(f"-o {key}", raw), flag(f"-o {key}"))
     for name in FIELD_FLAGS:
         if params.get(name) is not None:
             layer.patch((name,), params[name], flag("--" + name.replace("_", "-")))
@@ -140,7 +140,7 @@ def flags_layer(params: dict[str, Any], script_args: Sequence[str], cwd: Path) -
     if params.get("distribution_kind"):
         layer.patch(("distribution",), DISTRIBUTIONS[params["distribution_kind"]], flag("--distribution"))
     for key, raw in params.get("hyperparameter", ()):
-        layer.patch(("hyperparameters", key), _yaml_value(f"-H {key}", raw), flag(f"-H {key}"))
+        layer.patch(("hyperparameters", key), yaml_value(f"-H {key}", raw), flag(f"-H {key}"))
     for key, value in params.get("environment", ()):
         layer.patch(("environment", key), value, flag(f"-e {key}"))
     for channel, uri in params.get("channel", ()):
@@ -173,7 +173,7 @@ def script_hyperparameters(args: Sequence[str]) -> list[tuple[str, str]]:
     return pairs
 
 
-def _yaml_value(label: str, raw: str) -> Any:
+def yaml_value(label: str, raw: str) -> Any:
     """A flag value read as YAML (``3`` is a number, ``true`` a flag); an empty value stays ""."""
     if raw == "":
         return ""
