@@ -186,3 +186,25 @@ def test_run_without_a_job_file_says_how_to_give_one(invoke, isolated):
     ]
     (isolated / "train.py").write_text("print('hi')\n")
     assert invoke("validate", "--entry-point", "train.py", "--instance-type", "local").exit_code == 0
+
+
+def test_every_problem_is_reported_in_one_run_in_file_order(invoke, isolated):
+    (isolated / "train.py").write_text("print('hi')\n")
+    (isolated / "job.yaml").write_text(
+        "entry_point: train.py\n"
+        "instance_type: local-gpu\n"
+        "instance_cout: 2\n"
+        "hyperparameters:\n"
+        "  epochs: 3\n"
+        "distribution:\n"
+        "  smdistributed:\n"
+        "    dataparalel:\n"
+        "      enabled: true\n"
+        "input_mode: file\n"
+        "max_run: ten\n"
+        "inputs:\n"
+        "  train: ./missing\n"
+    )
+    result = invoke("job.yaml", env={"SMDDP_VOLUME_SIZE": "big"})
+    assert result.exit_code == 2
+    assert_golden("many_problems.txt", result.stderr)
