@@ -61,7 +61,7 @@ def _kind_text(name: str, prop: dict[str, Any]) -> str:
     if "$ref" in prop:
         return f"mapping ([{name}](#{name}))"
     if "enum" in prop:
-        return "one of " + ", ".join(f"`{value}`" for value in prop["enum"])
+        return "one of " + ", ".join(f"`{value if isinstance(value, str) else json.dumps(value)}`" for value in prop["enum"])
     if "anyOf" in prop:
         return " or ".join(_kind_text(name, option) for option in prop["anyOf"])
     if prop.get("type") == "array" and "items" in prop:
@@ -121,7 +121,7 @@ A job file is YAML whose keys are the `JobSpec` fields, named as SageMaker SDK v
 _PRECEDENCE = f"""\
 ## Where values come from
 
-Lowest to highest: the defaults below, the user config file, the job file, `{ENV_PREFIX}*` environment
+Lowest to highest: the defaults in the table above, the user config file, the job file, `{ENV_PREFIX}*` environment
 variables, command-line flags. `smddp-launch run job.yaml --dryrun` prints every value with its source
 (`job.yaml:7`, `env {ENV_PREFIX}ROLE`, `flag --instance-count`, `default`). Mappings such as
 `hyperparameters` and `environment` merge key by key; other values are replaced whole. Arguments after
