@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import time
 from collections.abc import Sequence
@@ -13,8 +12,9 @@ import click
 from click.shell_completion import CompletionItem
 
 from smddp_sdk.cli.common import console, parse_hosts, parse_ranks, scheduler_named
-from smddp_sdk.cli.output import color_enabled, format_log_line, state_text
+from smddp_sdk.cli.output import color_enabled, state_text
 from smddp_sdk.cli.params import key_value
+from smddp_sdk import launcher
 from smddp_sdk.errors import SpecError, SpecIssue
 from smddp_sdk.specs.status import SCHEDULER_NAMES, JobHandle, JobState, JobStatus
 
@@ -57,7 +57,7 @@ def status(ctx: click.Context, handle: JobHandle, options: list[tuple[str, str]]
     color = color_enabled(click.get_text_stream("stdout"), (ctx.find_root().obj or {}).get("color_mode", "auto"))
     click.echo(render_status(job_status, color))
     if job_status.state is JobState.FAILED and job_status.failure is not None:
-        console(ctx).say(importlib.import_module("smddp_sdk.launcher").failure_summary(job_status))
+        console(ctx).say(launcher.failure_summary(job_status))
 
 
 @click.command(short_help="Print a job's logs, or follow them.", epilog=HANDLE_HELP)
@@ -73,7 +73,7 @@ def logs(ctx: click.Context, handle: JobHandle, options: list[tuple[str, str]], 
     stdout = click.get_text_stream("stdout")
     color = color_enabled(stdout, (ctx.find_root().obj or {}).get("color_mode", "auto"))
     for line in scheduler_named(handle.scheduler, options).logs(handle, hosts=hosts, ranks=ranks, follow=follow):
-        click.echo(format_log_line(line, color=color), color=color)
+        click.echo(launcher.format_line(line, colour=color), color=color)
 
 
 @click.command(short_help="Stop a job.", epilog=HANDLE_HELP)

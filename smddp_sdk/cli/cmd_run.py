@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import click
@@ -17,6 +16,7 @@ from smddp_sdk.cli.common import (
     resolve_from_cli,
 )
 from smddp_sdk.cli.output import Console, color_enabled, render_resolved
+from smddp_sdk import launcher
 from smddp_sdk.cli.params import OUTPUT_GROUP, GroupedOption, JobCommand, job_options
 from smddp_sdk.config.job_file import ResolvedJob
 from smddp_sdk.errors import EXIT_INTERRUPTED, JobFailedError, UnavailableError
@@ -57,7 +57,6 @@ def run(ctx: click.Context, job_file: str | None, dryrun: bool, detach: bool, ra
     if dryrun:
         click.echo(render_dryrun(job, plan))
         return
-    launcher = importlib.import_module("smddp_sdk.launcher")
     # The scheduler may print its own progress (packaging, uploads), so this stage takes two lines.
     out.say(f"{out.style('⚙', fg='cyan')} Submitting to {job.scheduler}")
     # Attached local jobs end with this process; detached ones (and remote ones) outlive it.
@@ -115,7 +114,6 @@ def follow_job(ctx: click.Context, out: Console, scheduler: Scheduler, handle: J
 
     Ctrl-C cancels local and docker jobs first; remote jobs keep running and the reattach command is shown.
     """
-    launcher = importlib.import_module("smddp_sdk.launcher")
     stdout = click.get_text_stream("stdout")
     color = color_enabled(stdout, (ctx.find_root().obj or {}).get("color_mode", "auto"))
     try:

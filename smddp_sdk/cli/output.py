@@ -1,4 +1,5 @@
-"""Terminal output: colour policy, stage lines, log-line prefixes, next-step hints and the dryrun view.
+"""Terminal output: colour policy, stage lines, next-step hints and the dryrun view (log lines are
+formatted by ``smddp_sdk.launcher``, shared with the estimator).
 
 Colour is used only when the stream is a terminal and ``NO_COLOR`` is unset (or when forced with
 ``--color always``). Results go to stdout, everything meant for a person reading along goes to stderr.
@@ -17,7 +18,7 @@ import yaml
 
 from smddp_sdk.config.job_file import ResolvedJob
 from smddp_sdk.config.layers import MERGED_MAPPINGS
-from smddp_sdk.specs.status import JobHandle, JobState, LogLine
+from smddp_sdk.specs.status import JobHandle, JobState
 
 STATE_COLORS = {
     JobState.PENDING: "yellow",
@@ -28,7 +29,6 @@ STATE_COLORS = {
     JobState.CANCELLED: "magenta",
     JobState.UNKNOWN: "white",
 }
-HOST_COLORS = ("cyan", "green", "yellow", "blue", "magenta", "bright_cyan", "bright_green", "bright_yellow")
 COMMENT_COLUMN_LIMIT = 60
 
 
@@ -83,21 +83,8 @@ def next_step_commands(handle: JobHandle) -> list[str]:
     ]
 
 
-def format_log_line(line: LogLine, *, color: bool) -> str:
-    """``[algo-2/rank3]: text``, the prefix coloured per host when colour is on."""
-    if not color:
-        return f"{line.prefix} {line.text}"
-    index = _host_index(line.host)
-    return f"{click.style(line.prefix, fg=HOST_COLORS[index % len(HOST_COLORS)])} {line.text}"
-
-
 def state_text(state: JobState, color: bool) -> str:
     return click.style(state.value, fg=STATE_COLORS[state], bold=True) if color else state.value
-
-
-def _host_index(host: str) -> int:
-    digits = "".join(ch for ch in host if ch.isdigit())
-    return int(digits) - 1 if digits else 0
 
 
 # --- the resolved job, annotated with where each value came from -------------------------------

@@ -7,7 +7,8 @@ import io
 import click
 import pytest
 
-from smddp_sdk.cli.output import Console, color_enabled, format_log_line, next_step_commands, state_text
+from smddp_sdk import launcher
+from smddp_sdk.cli.output import Console, color_enabled, next_step_commands, state_text
 from smddp_sdk.specs.status import JobHandle, JobState, LogLine
 
 
@@ -29,12 +30,10 @@ def test_colour_needs_a_terminal_and_no_NO_COLOR(monkeypatch: pytest.MonkeyPatch
 
 def test_log_lines_carry_host_and_rank_prefixes():
     line = LogLine("algo-2", "epoch 1 loss 2.30", rank=11)
-    assert format_log_line(line, color=False) == "[algo-2/rank11]: epoch 1 loss 2.30"
-    assert format_log_line(LogLine("algo-1", "runtime up"), color=False) == "[algo-1]: runtime up"
-    coloured = format_log_line(line, color=True)
-    assert coloured != format_log_line(line, color=False)
-    assert click.unstyle(coloured) == "[algo-2/rank11]: epoch 1 loss 2.30"
-    assert format_log_line(LogLine("algo-1", "x", 0), color=True) != coloured.replace("algo-2/rank11", "algo-1/rank0")
+    assert launcher.format_line(line, colour=False) == "[algo-2/rank11]: epoch 1 loss 2.30"
+    assert launcher.format_line(LogLine("algo-1", "runtime up"), colour=False) == "[algo-1]: runtime up"
+    coloured = launcher.format_line(line, colour=True)
+    assert click.unstyle(coloured) == "[algo-2/rank11]: epoch 1 loss 2.30" != coloured
 
 
 def test_states_are_coloured_only_when_asked():
