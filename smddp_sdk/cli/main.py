@@ -102,7 +102,7 @@ def report_error(console: Console, err: SmddpError) -> None:
 @click.version_option(__version__, "--version", prog_name=PROG_NAME)
 @click.option("--debug", is_flag=True, help=f"Show the traceback behind every error. [env: {DEBUG_ENV}=1]")
 @click.option("--color", "color_mode", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
-              envvar="SMDDP_COLOR", help="Colour output; auto means only on a terminal and never when NO_COLOR is set.")
+              envvar="SMDDP_COLOR", help="Colour: auto means only on a terminal; never in any mode when NO_COLOR is set.")
 @click.pass_context
 def cli(ctx: click.Context, debug: bool, color_mode: str) -> None:
     """Run a distributed PyTorch job described once: locally as simulated hosts, in Docker, or on SageMaker.

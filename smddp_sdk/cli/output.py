@@ -33,11 +33,12 @@ COMMENT_COLUMN_LIMIT = 60
 
 
 def color_enabled(stream: IO[str] | None, mode: str = "auto") -> bool:
-    """``always``/``never`` win; ``auto`` means a terminal and no ``NO_COLOR`` (https://no-color.org)."""
-    if mode in ("always", "never"):
-        return mode == "always"
+    """Never with ``NO_COLOR`` (https://no-color.org), whatever else is asked; ``always``/``never``
+    otherwise win; ``auto`` means only on a terminal."""
     if os.environ.get("NO_COLOR"):
         return False
+    if mode in ("always", "never"):
+        return mode == "always"
     isatty = getattr(stream, "isatty", None)
     return bool(isatty and isatty())
 

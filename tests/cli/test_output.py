@@ -21,11 +21,11 @@ def test_colour_needs_a_terminal_and_no_NO_COLOR(monkeypatch: pytest.MonkeyPatch
     monkeypatch.delenv("NO_COLOR", raising=False)
     assert color_enabled(Terminal()) is True
     assert color_enabled(io.StringIO()) is False
+    assert color_enabled(io.StringIO(), "always") is True
+    assert color_enabled(Terminal(), "never") is False
     monkeypatch.setenv("NO_COLOR", "1")
     assert color_enabled(Terminal()) is False
-    assert color_enabled(io.StringIO(), "always") is True
-    monkeypatch.delenv("NO_COLOR")
-    assert color_enabled(Terminal(), "never") is False
+    assert color_enabled(Terminal(), "always") is False, "NO_COLOR wins over everything"
 
 
 def test_log_lines_carry_host_and_rank_prefixes():

@@ -154,3 +154,25 @@ def test_options_lists_what_the_local_scheduler_accepts(invoke):
     assert result.exit_code == 0
     names = [line.split()[0] for line in result.stdout.splitlines()[1:] if line.strip()]
     assert {"job_root", "processes_per_host", "keep_job_dir"} <= set(names)
+
+
+def test_status_of_a_failed_job_shows_the_root_cause(invoke, isolated, job_root):
+    env = env_for(job_root)
+    assert invoke(write_job(isolated, "fail-s"), "--", "--fail", "1", env=env).exit_code == 1
+    result = invoke("status", "local://fail-s", env=env)
+    assert result.exit_code == 0
+    assert result.stdout.splitlines()[0] == "local://fail-s  FAILED"
+    assert "  algo-2   FAILED  exit 1" in result.stdout.splitlines()
+    assert "Root cause (first observed failure):" in result.stderr
+    assert "  error     : RuntimeError: rank 1 fails on purpose" in result.stderr.splitlines()
+
+
+def test_logs_are_coloured_only_when_asked_and_never_with_no_color(invoke, isolated, job_root):
+    env = env_for(job_root)
+    assert invoke(write_job(isolated, "colour-1"), env=env).exit_code == 0
+    plain = invoke("logs", "local://colour-1", "--rank", "0", env=env).stdout
+    forced = invoke("--color", "always", "logs", "local://colour-1", "--rank", "0", env=env).stdout
+    vetoed = invoke("--color", "always", "logs", "local://colour-1", "--rank", "0", env={**env, "NO_COLOR": "1"}).stdout
+    assert "\x1b[" not in plain and "\x1b[" not in vetoed
+    assert "\x1b[" in forced
+    assert plain.splitlines() == ["[algo-1/rank0]: rank 0 of 2 args []"]
