@@ -176,3 +176,16 @@ def test_logs_are_coloured_only_when_asked_and_never_with_no_color(invoke, isola
     assert "\x1b[" not in plain and "\x1b[" not in vetoed
     assert "\x1b[" in forced
     assert plain.splitlines() == ["[algo-1/rank0]: rank 0 of 2 args []"]
+
+
+def test_handles_of_local_jobs_complete_in_the_shell(invoke, isolated, job_root, monkeypatch):
+    from click.shell_completion import ShellComplete
+
+    from smddp_sdk.cli.main import cli
+
+    env = env_for(job_root)
+    assert invoke(write_job(isolated, "complete-1"), env=env).exit_code == 0
+    monkeypatch.setenv("SMDDP_JOB_ROOT", str(job_root))
+    complete = ShellComplete(cli, {}, "smddp-launch", "_SMDDP_LAUNCH_COMPLETE")
+    assert [item.value for item in complete.get_completions(["logs"], "local://comp")] == ["local://complete-1"]
+    assert [item.value for item in complete.get_completions(["status"], "local://zzz")] == []
