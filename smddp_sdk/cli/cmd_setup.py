@@ -11,7 +11,6 @@ from pathlib import Path
 import click
 from click.shell_completion import get_completion_class
 
-from smddp_sdk.cli import envinfo
 from smddp_sdk.cli.common import console, load_scheduler_class
 from smddp_sdk.cli.params import DISTRIBUTIONS
 from smddp_sdk.config.schema import SCHEMA_FILE_NAME, job_schema
@@ -138,6 +137,8 @@ def _annotation(parameter: inspect.Parameter) -> str:
 def env(as_json: bool) -> None:
     """Show smddp-sdk, Python and library versions, the Docker engine, GPUs, and whether AWS
     credentials are present. Credentials themselves are never printed."""
+    from smddp_sdk.cli import envinfo  # probes docker and GPUs; loaded only for this command
+
     facts = envinfo.collect()
     if as_json:
         click.echo(json.dumps(facts, indent=2))
