@@ -25,7 +25,10 @@ def resolve_from_cli(ctx: click.Context, job_file: str | None, params: Mapping[s
     """The job from its file, the user config, SMDDP_* variables and this command's flags."""
     cwd = Path.cwd()
     flags = flags_layer(dict(params), ctx.meta.get("script_args", ()), cwd)
-    return resolve_job(Path(job_file) if job_file else None, flags=flags, cwd=cwd, job_file_name=job_file)
+    job = resolve_job(Path(job_file) if job_file else None, flags=flags, cwd=cwd, job_file_name=job_file)
+    for warning in job.warnings:
+        console(ctx).say(f"warning: {warning}")
+    return job
 
 
 def load_scheduler_class(name: str) -> type[Scheduler]:

@@ -49,11 +49,16 @@ class Console:
     def __init__(self, color_mode: str = "auto") -> None:
         self.err = click.get_text_stream("stderr")
         self.color = color_enabled(self.err, color_mode)
+        self._open_stage: str | None = None  # a stage line waiting for its ✓
+        self._stage_broken = False  # something else was printed while it waited
 
     def style(self, text: str, **styles: Any) -> str:
         return click.style(text, **styles) if self.color else text
 
     def say(self, text: str = "") -> None:
+        if self._open_stage is not None and not self._stage_broken:
+            click.echo("", err=True)  # finish the stage line; the stage repeats itself when it ends
+            self._stage_broken = True
         click.echo(text, err=True, color=self.color)
 
     def error(self, text: str) -> None:
@@ -62,13 +67,20 @@ class Console:
     @contextmanager
     def stage(self, text: str) -> Iterator[None]:
         """``⚙ text ✓`` around a step, ``⨯`` when it fails."""
-        click.echo(f"{self.style('⚙', fg='cyan')} {text}", err=True, nl=False, color=self.color)
+        line = f"{self.style('⚙', fg='cyan')} {text}"
+        click.echo(line, err=True, nl=False, color=self.color)
+        self._open_stage, self._stage_broken = text, False
         try:
             yield
         except BaseException:
-            click.echo(f" {self.style('⨯', fg='red')}", err=True, color=self.color)
+            self._end_stage(line, self.style("⨯", fg="red"))
             raise
-        click.echo(f" {self.style('✓', fg='green')}", err=True, color=self.color)
+        self._end_stage(line, self.style("✓", fg="green"))
+
+    def _end_stage(self, line: str, mark: str) -> None:
+        prefix = line if self._stage_broken else ""
+        self._open_stage, self._stage_broken = None, False
+        click.echo(f"{prefix} {mark}", err=True, color=self.color)
 
     def next_steps(self, handle: JobHandle) -> None:
         self.say(self.style("Next steps:", bold=True))

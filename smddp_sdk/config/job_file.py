@@ -73,6 +73,7 @@ class ResolvedJob:
     values: dict[str, Any]  # the merged settings as written (job-file keys)
     sources: dict[str, Source]
     job_file: YamlDocument | None = None
+    warnings: tuple[str, ...] = ()
 
     def source(self, path: str) -> Source:
         return lookup_source(self.sources, path)
@@ -134,7 +135,8 @@ def resolve_job(
         advice = "" if document else "No job file was given: name one (smddp-launch run job.yaml), or set --entry-point and --instance-type."
         raise JobFileError([locate(source, issue, document) for source, issue in problems], advice)
     values["scheduler"], values["scheduler_options"] = scheduler, options
-    return ResolvedJob(spec, scheduler, options, values, sources, document)
+    warnings = tuple(warning for layer in layers for warning in layer.warnings)
+    return ResolvedJob(spec, scheduler, options, values, sources, document, warnings)
 
 
 def locate(source: Source, issue: SpecIssue, document: YamlDocument | None) -> LocatedIssue:

@@ -7,6 +7,7 @@ where each value came from (``--dryrun`` prints it) and a bad value is reported 
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -71,6 +72,7 @@ class Layer:
     # Values set at a path inside the merged result (flags: ``--set distribution.mpi.enabled=false``,
     # ``-H lr=0.1``), applied after every layer's ``values`` in the order given.
     patches: list[tuple[tuple[str, ...], Any, Source]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # worth saying, not worth stopping for
 
     def set(self, key: str, value: Any, source: Source) -> None:
         self.values[key] = value
@@ -117,7 +119,23 @@ def env_layer(environ: Mapping[str, str] | None = None, cwd: Path | None = None)
             layer.issues.append((source, SpecIssue(key, problem, f"fix or unset {name}")))
             continue
         layer.set(key, value, source)
+    layer.warnings += misspelt_variables(environ)
     return layer
+
+
+def misspelt_variables(environ: Mapping[str, str]) -> list[str]:
+    """``SMDDP_INSTANCE_CONT`` sets nothing; say so when it is one typo away from a setting.
+
+    Other SMDDP_* variables (runtime knobs such as SMDDP_MASTER_PORT) are not settings and pass quietly.
+    """
+    settings = [ENV_PREFIX + key.upper() for key in (*JobSpec.field_names(), *EXTRA_KEYS)]
+    warnings = []
+    for name in sorted(environ):
+        if name.startswith(ENV_PREFIX) and name not in settings:
+            close = difflib.get_close_matches(name, settings, n=1, cutoff=0.9)
+            if close:
+                warnings.append(f"{name} is not a setting and is ignored (did you mean {close[0]}?)")
+    return warnings
 
 
 def parse_setting(key: str, raw: str) -> tuple[Any, str]:

@@ -208,3 +208,10 @@ def test_every_problem_is_reported_in_one_run_in_file_order(invoke, isolated):
     result = invoke("job.yaml", env={"SMDDP_VOLUME_SIZE": "big"})
     assert result.exit_code == 2
     assert_golden("many_problems.txt", result.stderr)
+
+
+def test_a_misspelt_setting_variable_is_pointed_out(invoke, isolated):
+    make_job(isolated, "scheduler: local\n")
+    result = invoke("validate", "job.yaml", env={"SMDDP_INSTANCE_CONT": "4", "SMDDP_MASTER_PORT": "1234"})
+    assert result.exit_code == 0
+    assert result.stderr.splitlines() == ["warning: SMDDP_INSTANCE_CONT is not a setting and is ignored (did you mean SMDDP_INSTANCE_COUNT?)"]

@@ -58,3 +58,10 @@ def test_next_steps_name_the_handle():
         "smddp-launch logs sagemaker://us-west-2/mnist-1 --follow",
         "smddp-launch cancel sagemaker://us-west-2/mnist-1",
     ]
+
+
+def test_a_message_inside_a_stage_gets_its_own_line(capsys: pytest.CaptureFixture[str]):
+    console = Console("never")
+    with console.stage("Validating job.yaml"):
+        console.say("warning: something")
+    assert capsys.readouterr().err == "⚙ Validating job.yaml\nwarning: something\n⚙ Validating job.yaml ✓\n"
