@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import click
@@ -18,8 +19,9 @@ from smddp_sdk.cli.common import (
 from smddp_sdk.cli.output import Console, color_enabled, render_resolved
 from smddp_sdk import launcher
 from smddp_sdk.cli.params import OUTPUT_GROUP, GroupedOption, JobCommand, job_options
-from smddp_sdk.config.job_file import ResolvedJob
-from smddp_sdk.errors import EXIT_INTERRUPTED, JobFailedError, UnavailableError
+from smddp_sdk.config.job_file import JobFileError, LocatedIssue, ResolvedJob
+from smddp_sdk.config.yaml_io import YamlSyntaxError
+from smddp_sdk.errors import EXIT_INTERRUPTED, JobFailedError, SpecError, UnavailableError
 from smddp_sdk.schedulers.base import DryRun, Scheduler
 from smddp_sdk.specs.status import JobHandle, JobStatus
 
@@ -72,22 +74,59 @@ def run(ctx: click.Context, job_file: str | None, dryrun: bool, detach: bool, ra
 @click.command(cls=JobCommand, short_help="Check a job file without running it.")
 @click.argument("job_file", required=False, metavar="[JOB_FILE]")
 @job_options
+@click.option("--json", "as_json", is_flag=True, cls=GroupedOption, help_group=OUTPUT_GROUP,
+              help="Print the result as JSON on stdout (problems with file, line and column), for editors and CI.")
 @click.pass_context
-def validate(ctx: click.Context, job_file: str | None, **params: Any) -> None:
+def validate(ctx: click.Context, job_file: str | None, as_json: bool, **params: Any) -> None:
     """Check JOB_FILE and the settings that apply to it; list every problem (exit 2) or print a summary.
 
     The same checks run before every `run`; this starts nothing and needs no network.
     """
-    out = console(ctx)
+    try:
+        job = checked_job(ctx, job_file, params)
+    except SpecError as err:
+        if not as_json:
+            raise
+        click.echo(json.dumps({"valid": False, "problems": problems_as_json(err)}, indent=2))
+        ctx.exit(err.exit_code)
+    name = job.spec.job_name or f"{job.spec.base_job_name or 'pytorch-training'}-<timestamp>"
+    if as_json:
+        click.echo(json.dumps({"valid": True, "job_name": name, "scheduler": job.scheduler, "spec": job.spec.as_dict()}, indent=2, default=str))
+        return
+    click.echo(f"{job_file or 'job'}: valid · {job_summary(job, name)}")
+
+
+def checked_job(ctx: click.Context, job_file: str | None, params: dict[str, Any]) -> ResolvedJob:
+    """The resolved job, also checked by its scheduler when that scheduler is installed."""
     job = resolve_from_cli(ctx, job_file, params)
     try:
         scheduler = build_scheduler(job.scheduler, job.scheduler_options, job)
     except UnavailableError as err:  # the spec is still checked; say what could not be
-        out.say(f"note: {job.scheduler} scheduler checks skipped: {err}")
+        console(ctx).say(f"note: {job.scheduler} scheduler checks skipped: {err}")
     else:
         check_with_scheduler(job, scheduler)
-    name = job.spec.job_name or f"{job.spec.base_job_name or 'pytorch-training'}-<timestamp>"
-    click.echo(f"{job_file or 'job'}: valid · {job_summary(job, name)}")
+    return job
+
+
+def problems_as_json(err: SpecError) -> list[dict[str, Any]]:
+    if isinstance(err, YamlSyntaxError):
+        return [{"file": err.name, "line": err.mark.line, "column": err.mark.column, "source": None, "path": "",
+                 "message": f"YAML syntax error: {err.problem}", "hint": ""}]
+    located = err.located if isinstance(err, JobFileError) else [LocatedIssue("", issue) for issue in err.issues]
+    return [_problem(item) for item in located]
+
+
+def _problem(item: LocatedIssue) -> dict[str, Any]:
+    file = item.where.rsplit(":", 2)[0] if item.mark else None
+    return {
+        "file": file,
+        "line": item.mark.line if item.mark else None,
+        "column": item.mark.column if item.mark else None,
+        "source": None if item.mark else (item.where or None),
+        "path": item.issue.path,
+        "message": item.issue.message,
+        "hint": item.issue.hint,
+    }
 
 
 def prepare(ctx: click.Context, out: Console, job_file: str | None, params: dict[str, Any]) -> tuple[ResolvedJob, Scheduler, DryRun]:

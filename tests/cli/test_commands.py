@@ -215,3 +215,19 @@ def test_a_misspelt_setting_variable_is_pointed_out(invoke, isolated):
     result = invoke("validate", "job.yaml", env={"SMDDP_INSTANCE_CONT": "4", "SMDDP_MASTER_PORT": "1234"})
     assert result.exit_code == 0
     assert result.stderr.splitlines() == ["warning: SMDDP_INSTANCE_CONT is not a setting and is ignored (did you mean SMDDP_INSTANCE_COUNT?)"]
+
+
+def test_validate_json_lists_problems_with_positions(invoke, isolated):
+    make_job(isolated, "instance_cout: 2\n")
+    result = invoke("validate", "job.yaml", "--json", env={"SMDDP_MAX_RUN": "soon"})
+    assert result.exit_code == 2
+    assert json.loads(result.stdout) == {"valid": False, "problems": [
+        {"file": "job.yaml", "line": 8, "column": 1, "source": None, "path": "instance_cout", "message": "unknown field", "hint": "did you mean 'instance_count'?"},
+        {"file": None, "line": None, "column": None, "source": "SMDDP_MAX_RUN", "path": "max_run", "message": "must be an integer, got 'soon'", "hint": ""},
+    ]}
+    (isolated / "job.yaml").write_text("entry_point: [train.py\n")
+    syntax = json.loads(invoke("validate", "job.yaml", "--json").stdout)
+    assert syntax["problems"][0]["line"] == 1 and syntax["problems"][0]["message"].startswith("YAML syntax error")
+    make_job(isolated, "scheduler: local\njob_name: ok-1\n")
+    good = json.loads(invoke("validate", "job.yaml", "--json").stdout)
+    assert good["valid"] is True and good["spec"]["instance_count"] == 2 and good["scheduler"] == "local"
