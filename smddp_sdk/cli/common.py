@@ -94,5 +94,6 @@ def job_summary(job: ResolvedJob, job_name: str) -> str:
     hosts = f"{spec.instance_count} host{'s' if spec.instance_count != 1 else ''}"
     gpus = spec.instance.gpus if spec.instance else 0
     kind = f"{spec.instance_type}, {gpus} GPU{'s' if gpus != 1 else ''} each" if gpus else spec.instance_type
-    launcher = spec.distribution.launcher
-    return f"{job_name} · {hosts} × {kind} · distribution {launcher} · scheduler {job.scheduler}"
+    launch = spec.distribution.launcher
+    distribution = "one process per host (no distribution)" if launch == "none" else f"distribution {launch}"
+    return f"{job_name} · {hosts} × {kind} · {distribution} · scheduler {job.scheduler}"

@@ -132,6 +132,8 @@ def flags_layer(params: dict[str, Any], script_args: Sequence[str], cwd: Path) -
         if params.get(name) is not None:
             layer.patch((name,), params[name], flag("--" + name.replace("_", "-")))
     for dotted, raw in params.get("settings", ()):
+        if "[" in dotted:
+            raise click.BadParameter(f"{dotted}: --set does not index into lists; set the whole list, e.g. --set 'tags=[{{Key: team, Value: ml}}]'", param_hint="'--set'")
         path = tuple(dotted.split("."))
         value, problem = parse_setting(dotted, raw)
         if problem:

@@ -71,7 +71,8 @@ def test_validate_reports_problems_from_flags_and_environment_too(invoke, isolat
 
 def test_bad_flag_values_are_usage_errors(invoke, isolated):
     make_job(isolated)
-    for args in (["--instance-count", "0"], ["-H", "novalue"], ["--scheduler", "dokcer"], ["--rank", "a-b"], ["--", "positional"]):
+    for args in (["--instance-count", "0"], ["-H", "novalue"], ["--scheduler", "dokcer"], ["--rank", "a-b"], ["--", "positional"],
+                 ["--set", "tags[0].Key=a"], ["--set", "hyperparameters={a: [1"]):
         result = invoke("run", "job.yaml", *args)
         assert result.exit_code == 2, (args, result.output)
         assert "Traceback" not in result.output
