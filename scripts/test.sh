@@ -27,7 +27,11 @@ if [[ ${SMDDP_SKIP_DOCKER:-0} != 1 ]]; then
   fi
   if docker info >/dev/null 2>&1; then
     # Built here, once, with progress; the tests find the image and reuse it.
-    bash scripts/build-image.sh || rc=1
+    if image=$(bash scripts/build-image.sh); then
+      export SMDDP_TEST_IMAGE_BUILT=$image  # the docker tests use it instead of building again
+    else
+      rc=1
+    fi
   fi
   drc=0
   python3 -m pytest -m docker "$@" || drc=$?

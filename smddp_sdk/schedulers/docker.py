@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -259,6 +260,7 @@ class DockerScheduler(Scheduler):
         job_dir = JobDir(Path(_job_dir_of(containers)))
         details = {
             "containers": [c["Name"].lstrip("/") for c in containers],
+            "started": _started(containers),
             "job_dir": str(job_dir.path),
             "logs_dir": str(job_dir.path / "logs"),
             "other_failures": [],
@@ -304,11 +306,14 @@ class DockerScheduler(Scheduler):
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         failed_at: float | None = None
+        max_run = self._max_run(handle)
         try:
             while True:
                 status = self.status(handle)
                 if status.state.is_terminal or (deadline is not None and time.monotonic() >= deadline):
                     break
+                if max_run is not None and _running_for(status) > max_run:
+                    return self._time_out(handle, max_run)
                 if failed_at is None and any(h.state is JobState.FAILED for h in status.hosts):
                     failed_at = time.monotonic()
                 if failed_at is not None and time.monotonic() - failed_at > self.stop_grace_period:
@@ -319,6 +324,21 @@ class DockerScheduler(Scheduler):
             raise
         if status.state.is_terminal and status.details.get("containers"):
             return self._finish(handle)
+        return status
+
+    def _max_run(self, handle: JobHandle) -> float | None:
+        try:
+            return float(self._job_dir(handle).read_record()["spec"]["max_run"])
+        except (SpecError, OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _time_out(self, handle: JobHandle, max_run: float) -> JobStatus:
+        """max_run passed: stop the job as SageMaker does (MaxRuntimeExceeded) and record why."""
+        self._stop_running(handle)
+        status = self._finish(handle)
+        message = f"MaxRuntimeExceeded: the job ran longer than max_run ({max_run:.0f} s) and was stopped"
+        status = JobStatus(handle, JobState.FAILED, message, status.failure, status.hosts, None, status.details)
+        _save_status(Path(status.details["job_dir"]) / RESULT_FILE, status)
         return status
 
     # --- finishing ------------------------------------------------------------------------------
@@ -520,6 +540,24 @@ class DockerScheduler(Scheduler):
 
 
 # --- helpers ----------------------------------------------------------------------------------------
+
+
+def _started(containers: list[dict[str, Any]]) -> float | None:
+    """When the first container started (epoch seconds), from the engine's RFC 3339 timestamps."""
+    stamps = [c["State"].get("StartedAt", "") for c in containers]
+    parsed = [_epoch(stamp) for stamp in stamps if stamp and not stamp.startswith("0001-")]
+    return min(parsed) if parsed else None
+
+
+def _epoch(stamp: str) -> float:
+    # Docker prints nanoseconds ("2026-11-22T03:15:06.123456789Z"); datetime takes microseconds.
+    head, _, fraction = stamp.rstrip("Z").partition(".")
+    return datetime.fromisoformat(head).replace(tzinfo=timezone.utc).timestamp() + float(f"0.{fraction or 0}")
+
+
+def _running_for(status: JobStatus) -> float:
+    started = status.details.get("started")
+    return time.time() - started if started else 0.0
 
 
 def _check_options(unknown: dict[str, Any], gpus: Any, processes_per_host: Any, keep_containers: Any, grace: Any, user: Any) -> None:

@@ -211,3 +211,17 @@ def test_smddp_launch_runs_a_job_file_in_containers(smddp_image, source_dir, tmp
         model = tmp_path / "jobs" / "docker-cli" / host / "model" / f"model-{host}.json"
         assert json.loads(model.read_text())["world"] == 4
     assert leftovers("docker-cli") == ([], [])
+
+
+def test_max_run_stops_the_job_as_sagemaker_does(smddp_image, source_dir, tmp_path):
+    scheduler = DockerScheduler(job_root=tmp_path / "jobs", stop_grace_period=5, processes_per_host=1)
+    spec = job_spec(source_dir, "docker-maxrun", sleep=300).replace(max_run=5)
+    handle = scheduler.submit(spec)
+    try:
+        status = scheduler.wait(handle, poll=0.5, timeout=JOB_TIMEOUT)
+    finally:
+        scheduler.cancel(handle)
+    assert status.state is JobState.FAILED
+    assert status.message.startswith("MaxRuntimeExceeded")
+    assert scheduler.status(handle).message.startswith("MaxRuntimeExceeded")  # kept after cleanup
+    assert leftovers("docker-maxrun") == ([], [])
