@@ -2,7 +2,7 @@
 # The test command (README and CI): set everything up on a fresh machine, then run the whole suite,
 # heavy tests included. For the quick default run during development: python3 -m pytest
 #
-# Docker part: where no engine answers and this runs as root (CI), it starts a private engine
+# Docker part (first): where no engine answers and this runs as root (CI), it starts a private engine
 # (scripts/docker-engine.sh, installing docker.io when missing), builds the image, runs the tests marked
 # `docker`, and stops the engine it started. Elsewhere the docker tests use a running engine or skip
 # with the reason. SMDDP_SKIP_DOCKER=1 leaves the docker part out.
@@ -10,10 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 
-echo "==> running the tests"
 rc=0
-python3 -m pytest -m "not docker" "$@" || rc=$?
-
 if [[ ${SMDDP_SKIP_DOCKER:-0} != 1 ]]; then
   echo "==> docker tests"
   started=0
@@ -37,6 +34,9 @@ if [[ ${SMDDP_SKIP_DOCKER:-0} != 1 ]]; then
   python3 -m pytest -m docker "$@" || drc=$?
   # pytest exits 5 when it collects no test, which is not a failure here.
   [[ $drc == 0 || $drc == 5 ]] || rc=$drc
-  if [[ $started == 1 ]]; then bash scripts/docker-engine.sh stop; trap - EXIT; fi
+  if [[ $started == 1 ]]; then bash scripts/docker-engine.sh stop; trap - EXIT; unset DOCKER_HOST; fi
 fi
+# The rest of the suite last, so that its summary closes the output.
+echo "==> running the tests"
+python3 -m pytest -m "not docker" "$@" || rc=$?
 exit "$rc"
