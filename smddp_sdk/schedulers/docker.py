@@ -5,9 +5,12 @@ image's ``train`` command (the node runtime) does the rest, exactly as on SageMa
 network carry labels (``ai.smddp.job=<job>``), so status, logs, cancel and cleanup find them from any
 process. The docker CLI is driven through subprocess: no compose, no Docker SDK.
 
-Lifecycle: ``schedule`` creates the network and the containers and starts them; ``wait`` follows the job
-to its end, stops the remaining hosts when one fails, saves each container's log and result into the job
-directory, then removes the containers and the network (``keep_containers=True`` keeps them).
+Lifecycle: ``schedule`` writes the job directory (the same code snapshot and per-host trees local mode
+writes, through ``host_trees``), creates the network and the containers and starts them; ``wait`` follows
+the job to its end (stopping the other hosts when one container died, and the whole job after
+``max_run``), then saves each container's log, the merged ``model.tar.gz``/``output.tar.gz`` and the final
+status into the job directory and removes the containers and the network (``keep_containers=True``
+keeps them). ``cancel`` does the same after stopping the containers.
 """
 
 from __future__ import annotations
