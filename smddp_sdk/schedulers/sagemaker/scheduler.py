@@ -1,0 +1,364 @@
+"""``SageMakerScheduler``: run a JobSpec as a real SageMaker training job.
+
+``dryrun`` and ``validate`` are pure (no boto3 needed): they check everything, including the role and
+the image, and show the exact ``CreateTrainingJob`` request with ``<account-id>`` placeholders.
+``schedule`` fills those in, creates the default bucket if needed, uploads ``sourcedir.tar.gz`` and
+creates the job. boto3 is loaded only when AWS is first called, through ``client.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from smddp_sdk.errors import SpecError, SpecIssue, UnavailableError
+from smddp_sdk.schedulers.base import DryRun, Scheduler
+from smddp_sdk.schedulers.sagemaker import request as req
+from smddp_sdk.schedulers.sagemaker import states
+from smddp_sdk.schedulers.sagemaker.errors import INSTALL_HINT, REGION_HINT, Detached
+from smddp_sdk.specs.contract import decode_hyperparameter, encode_hyperparameters
+from smddp_sdk.specs.job import JobSpec
+from smddp_sdk.specs.status import HostStatus, JobHandle, JobState, JobStatus, LogLine
+
+if TYPE_CHECKING:
+    from smddp_sdk.schedulers.sagemaker.client import AwsClients
+
+Echo = Callable[[str], None]
+_IMAGE = re.compile(r"^[a-z0-9][a-z0-9.-]*(:\d+)?/[a-z0-9._/-]+(:[\w.-]{1,128})?(@sha256:[0-9a-f]{64})?$")
+_ECR_IMAGE = re.compile(r"^\d{12}\.dkr\.ecr(-fips)?\.[a-z0-9-]+\.[a-z0-9.]+/")
+# Limits of the CreateTrainingJob API, checked here so a mistake costs no upload.
+_MAX_HYPERPARAMETERS = 100
+_MAX_HYPERPARAMETER_VALUE = 2500
+_MAX_ENVIRONMENT_VALUE = 512
+_MAX_TAGS = 50
+
+
+def _stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _stdout(text: str) -> None:
+    print(text, flush=True)
+
+
+class SageMakerScheduler(Scheduler):
+    """Options: ``region``, ``role``, ``bucket`` (instead of ``sagemaker-<region>-<account>``),
+    ``code_location``/``output_path`` (used when the spec has none), ``profile``, ``account_id`` (saves a
+    lookup), injected boto3 clients (``sagemaker_client``, ``s3_client``, ``logs_client``, ``sts_client``)
+    or a boto3 ``session``, ``echo`` (status and progress lines), ``log_sink`` (log lines), ``poll`` seconds."""
+
+    name: ClassVar[str] = "sagemaker"
+
+    def __init__(
+        self,
+        *,
+        region: str | None = None,
+        role: str | None = None,
+        bucket: str | None = None,
+        code_location: str | None = None,
+        output_path: str | None = None,
+        profile: str | None = None,
+        account_id: str | None = None,
+        session: Any = None,
+        sagemaker_client: Any = None,
+        s3_client: Any = None,
+        logs_client: Any = None,
+        sts_client: Any = None,
+        echo: Echo | None = None,
+        log_sink: Echo | None = None,
+        poll: float = 10.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.region = region
+        self.role = role
+        self.bucket = bucket
+        self.code_location = code_location
+        self.output_path = output_path
+        self.profile = profile
+        self.account_id = account_id
+        self._injected = {"session": session, "sagemaker": sagemaker_client, "s3": s3_client, "logs": logs_client, "sts": sts_client}
+        self._clients: dict[str, AwsClients] = {}
+        self.echo = echo or _stderr
+        self.log_sink = log_sink or _stdout
+        self.poll = poll
+        self.sleep = sleep
+
+    # --- pure: validation and the request ---------------------------------------------------------
+
+    def resolved_region(self) -> str:
+        """The region from the option, AWS_REGION/AWS_DEFAULT_REGION, or the AWS config; reads no network."""
+        region = self.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        if region:
+            return region
+        try:
+            return self.clients(None).region
+        except ImportError:
+            raise UnavailableError(f"no AWS region configured; {REGION_HINT} (or {INSTALL_HINT} to read ~/.aws/config)") from None
+
+    def with_options(self, spec: JobSpec) -> JobSpec:
+        """The spec with this scheduler's role/code_location/output_path filled in where it has none."""
+        return spec.replace(
+            role=spec.role or self.role,
+            code_location=spec.code_location or self.code_location,
+            output_path=spec.output_path or self.output_path,
+        )
+
+    def validate(self, spec: JobSpec) -> list[SpecIssue]:
+        spec = self.with_options(spec)
+        issues = req.role_issues(spec.role)
+        issues += _location_issues(spec)
+        issues += _instance_issues(spec)
+        issues += _image_issues(spec)
+        issues += _limit_issues(spec)
+        if not issues and not spec.image_uri:
+            issues += req.resolve_image(spec, self.resolved_region())[1]
+        return issues
+
+    def dryrun(self, spec: JobSpec) -> DryRun:
+        spec = self.with_options(spec)
+        region = self.resolved_region()
+        issues = self.validate(spec)
+        if issues:
+            raise SpecError(issues)
+        image_uri, _ = req.resolve_image(spec, region)
+        assert image_uri is not None  # validate() reported any image problem
+        job_name = req.job_name_for(spec, image_uri)
+        placement = self._placement(spec, job_name, region, image_uri, self.account_id)
+        request = req.build_request(spec, job_name=job_name, placement=placement)
+        return DryRun(self.name, spec, job_name, request, _notes(spec, placement))
+
+    def _placement(self, spec: JobSpec, job_name: str, region: str, image_uri: str, account: str | None) -> req.Placement:
+        assert spec.role is not None
+        return req.plan_placement(spec, job_name=job_name, region=region, role=spec.role, image_uri=image_uri,
+                                  account=account, bucket=self.bucket)
+
+    # --- AWS --------------------------------------------------------------------------------------
+
+    def clients(self, region: str | None) -> AwsClients:
+        """AWS clients for ``region`` (imports boto3 on first use)."""
+        from smddp_sdk.schedulers.sagemaker.client import AwsClients
+
+        key = region or self.region or ""
+        if key not in self._clients:
+            self._clients[key] = AwsClients(region=region or self.region, profile=self.profile, **self._injected)
+        return self._clients[key]
+
+    def schedule(self, dryrun: DryRun) -> JobHandle:
+        from smddp_sdk.schedulers.sagemaker import upload
+        from smddp_sdk.schedulers.sagemaker.client import call
+
+        spec, job_name = dryrun.spec, dryrun.job_name
+        region = decode_hyperparameter(dryrun.request["HyperParameters"]["sagemaker_region"])
+        aws = self.clients(region)
+        aws.require_credentials()
+        draft = self._placement(spec, job_name, region, dryrun.request["AlgorithmSpecification"]["TrainingImage"], self.account_id)
+        account = self.account_id or (aws.account_id() if draft.needs_account else None)
+        placement = self._placement(spec, job_name, region, draft.image_uri, account)
+        request = req.build_request(spec, job_name=job_name, placement=placement)
+        if _uses_bucket(placement, placement.default_bucket) and not self.bucket:
+            account = account or aws.account_id()
+            if upload.ensure_bucket(aws, placement.default_bucket, account=account):
+                self.echo(f"created the default bucket s3://{placement.default_bucket}")
+        if placement.code is not None:
+            owner = account if placement.code.bucket == placement.default_bucket and not self.bucket else None
+            self._upload_code(aws, spec, placement.code, owner)
+        call(f"create the training job {job_name}", aws.sagemaker.create_training_job, **request)
+        handle = JobHandle(self.name, f"{region}/{job_name}")
+        self.echo(_next_steps(handle, region, job_name))
+        return handle
+
+    def _upload_code(self, aws: AwsClients, spec: JobSpec, location: req.S3Location, owner: str | None) -> None:
+        from smddp_sdk.schedulers.sagemaker import upload
+
+        with tempfile.TemporaryDirectory(prefix="smddp-sourcedir-") as scratch:
+            tarball = upload.build_sourcedir(spec, Path(scratch))
+            warning = upload.big_tarball_warning(tarball)
+            if warning:
+                self.echo(warning)
+            upload.upload(aws, tarball, location, expected_owner=owner, echo=self.echo)
+
+    def describe(self, handle: JobHandle) -> dict[str, Any]:
+        from smddp_sdk.schedulers.sagemaker.client import call
+
+        region, job_name = _parse(handle)
+        aws = self.clients(region)
+        return call(f"describe the training job {job_name}", aws.sagemaker.describe_training_job, TrainingJobName=job_name)
+
+    def attach(self, job: str) -> JobHandle:
+        """The handle of an existing job, from ``sagemaker://<region>/<name>`` or a bare name (this region)."""
+        handle = JobHandle.parse(job) if "://" in job else JobHandle(self.name, f"{self.resolved_region()}/{job}")
+        self.describe(handle)  # fails with what to do when there is no such job
+        return handle
+
+    def status(self, handle: JobHandle) -> JobStatus:
+        return _job_status(handle, self.describe(handle))
+
+    def logs(self, handle: JobHandle, *, hosts: Sequence[str] | None = None, ranks: Sequence[int] | None = None, follow: bool = False) -> Iterator[LogLine]:
+        from smddp_sdk.schedulers.sagemaker import logs as cloudwatch
+
+        region, job_name = _parse(handle)
+        tail = cloudwatch.LogTail(self.clients(region).logs, job_name, hosts=hosts, ranks=ranks)
+        if not follow:
+            yield from cloudwatch.read_all(tail)
+            return
+        yield from cloudwatch.follow(tail, lambda: self.status(handle).state.is_terminal, poll=self.poll, sleep=self.sleep)
+
+    def cancel(self, handle: JobHandle) -> None:
+        from smddp_sdk.schedulers.sagemaker.client import error_code, translate
+
+        region, job_name = _parse(handle)
+        if self.describe(handle).get("TrainingJobStatus") != "InProgress":
+            return  # finished, stopped or already stopping: nothing to do
+        try:
+            self.clients(region).sagemaker.stop_training_job(TrainingJobName=job_name)
+        except Exception as exc:
+            # It may have finished between the two calls; only a job still running is an error.
+            if error_code(exc) != "ValidationException" or self.describe(handle).get("TrainingJobStatus") == "InProgress":
+                raise translate(exc, f"stop the training job {job_name}") from None
+
+    def wait(self, handle: JobHandle, *, poll: float | None = None, timeout: float | None = None, logs: bool = True) -> JobStatus:
+        """Follow the job: SageMaker's status lines, every host's log lines, then billing; Ctrl-C detaches."""
+        try:
+            return self._follow(handle, poll or self.poll, timeout, logs)
+        except KeyboardInterrupt:
+            self.echo(f"\nDetached from {handle}. The job keeps running on SageMaker (and keeps being billed).")
+            raise Detached(
+                f"detached from {handle}; reattach with: smddp-launch logs --follow {handle}\n"
+                f"  stop it with: smddp-launch cancel {handle}"
+            ) from None
+
+    def _follow(self, handle: JobHandle, poll: float, timeout: float | None, logs: bool) -> JobStatus:
+        from smddp_sdk.schedulers.sagemaker import logs as cloudwatch
+
+        region, job_name = _parse(handle)
+        tail = cloudwatch.LogTail(self.clients(region).logs, job_name) if logs else None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        shown = 0
+        while True:
+            description = self.describe(handle)
+            for line in states.transition_lines(description, shown):
+                self.echo(line)
+            shown = len(description.get("SecondaryStatusTransitions") or [])
+            if tail is not None:
+                tail.discover()
+                for line in tail.poll():
+                    self.log_sink(f"{line.prefix} {line.text}")
+            status = _job_status(handle, description)
+            if status.state.is_terminal:
+                self._report_end(status, description, region, job_name)
+                return status
+            if deadline is not None and time.monotonic() >= deadline:
+                return status
+            self.sleep(poll)
+
+    def _report_end(self, status: JobStatus, description: dict[str, Any], region: str, job_name: str) -> None:
+        for line in states.billing_lines(description):
+            self.echo(line)
+        if status.failure is not None:
+            from smddp_sdk.schedulers.sagemaker.logs import console_url
+
+            self.echo(f"Job {job_name} failed: {status.failure.message}\n  logs: {console_url(region, job_name)}")
+        elif status.model_data:
+            self.echo(f"Model artifacts: {status.model_data}")
+
+
+def _parse(handle: JobHandle) -> tuple[str, str]:
+    region, sep, job_name = handle.job_id.partition("/")
+    if handle.scheduler != "sagemaker" or not sep or not region or not job_name:
+        raise SpecError(SpecIssue("handle", f"{handle} is not a SageMaker job handle", "expected sagemaker://<region>/<training job name>"))
+    return region, job_name
+
+
+def _job_status(handle: JobHandle, description: dict[str, Any]) -> JobStatus:
+    state = states.job_state(description)
+    count = int(description.get("ResourceConfig", {}).get("InstanceCount", 0))
+    details = {key: description[key] for key in ("TrainingJobArn", "TrainingJobStatus", "SecondaryStatus", "FailureReason",
+                                                 "TrainingTimeInSeconds", "BillableTimeInSeconds", "CreationTime") if key in description}
+    return JobStatus(
+        handle=handle,
+        state=state,
+        message=states.status_message(description),
+        failure=states.failure(description),
+        hosts=tuple(HostStatus(f"algo-{i}", state) for i in range(1, count + 1)),
+        model_data=description.get("ModelArtifacts", {}).get("S3ModelArtifacts"),
+        details=details,
+    )
+
+
+def _next_steps(handle: JobHandle, region: str, job_name: str) -> str:
+    console = f"https://{region}.console.aws.amazon.com/sagemaker/home?region={region}#/jobs/{job_name}"
+    return (f"Submitted {handle}\n  follow: smddp-launch logs --follow {handle}\n"
+            f"  status: smddp-launch status {handle}\n  stop:   smddp-launch cancel {handle}\n  console: {console}")
+
+
+def _uses_bucket(placement: req.Placement, bucket: str) -> bool:
+    output_bucket = req.S3Location.parse(placement.output_path).bucket
+    return output_bucket == bucket or (placement.code is not None and placement.code.bucket == bucket)
+
+
+def _notes(spec: JobSpec, placement: req.Placement) -> tuple[str, ...]:
+    notes = []
+    if placement.code is not None:
+        parts = "source_dir" if spec.source_dir else "the entry point"
+        extra = f" and {len(spec.dependencies)} dependencies" if spec.dependencies else ""
+        notes.append(f"would upload sourcedir.tar.gz ({parts}{extra}) to {placement.code.uri}")
+    if _uses_bucket(placement, placement.default_bucket):
+        notes.append(f"would create s3://{placement.default_bucket} if it does not exist")
+    if placement.needs_account:
+        notes.append(f"{req.ACCOUNT_PLACEHOLDER} is filled in from the credentials (sts:GetCallerIdentity) at submit")
+    return tuple(notes)
+
+
+def _location_issues(spec: JobSpec) -> list[SpecIssue]:
+    issues = req.s3_uri_issues("output_path", spec.output_path, "output_path")
+    issues += req.s3_uri_issues("code_location", spec.code_location, "code_location")
+    issues += req.s3_uri_issues("checkpoint_s3_uri", spec.checkpoint_s3_uri, "checkpoint_s3_uri")
+    for name, channel in spec.inputs.items():
+        issues += req.s3_uri_issues(f"inputs.{name}.s3_data", channel.s3_data, "input data")
+    if spec.source_dir and spec.source_dir.startswith("s3://") and not spec.source_dir.endswith(".tar.gz"):
+        issues.append(SpecIssue("source_dir", f"an S3 source_dir must be a .tar.gz archive, got {spec.source_dir!r}"))
+    if bool(spec.subnets) != bool(spec.security_group_ids):
+        issues.append(SpecIssue("subnets" if not spec.subnets else "security_group_ids", "a VPC needs both subnets and security_group_ids", "set both, or neither"))
+    return issues
+
+
+def _instance_issues(spec: JobSpec) -> list[SpecIssue]:
+    issues = []
+    if spec.instance_type.startswith("local"):
+        issues.append(SpecIssue("instance_type", f"{spec.instance_type!r} runs on this machine, not on SageMaker", "use an ml.* instance type, or the local/docker scheduler"))
+    dist = spec.distribution
+    if "p5.48xlarge" in spec.instance_type and (dist.smddp or dist.modelparallel is not None) and not dist.torch_distributed:
+        issues.append(SpecIssue("distribution", "smdistributed on p5 instances needs torch_distributed too", "add 'torch_distributed': {'enabled': True}"))
+    return issues
+
+
+def _image_issues(spec: JobSpec) -> list[SpecIssue]:
+    image = spec.image_uri
+    if image is None:
+        return []
+    if not _IMAGE.match(image):
+        return [SpecIssue("image_uri", f"{image!r} is not an image reference", "expected <registry>/<repository>[:tag], e.g. 123456789012.dkr.ecr.us-west-2.amazonaws.com/smddp-sdk:latest")]
+    if not _ECR_IMAGE.match(image):
+        return [SpecIssue("image_uri", f"SageMaker pulls training images from Amazon ECR, not from {image.split('/', 1)[0]!r}", "push the image to ECR with scripts/push-ecr.sh and use the URI it prints")]
+    return []
+
+
+def _limit_issues(spec: JobSpec) -> list[SpecIssue]:
+    issues = []
+    if len(spec.hyperparameters) > _MAX_HYPERPARAMETERS - 10:  # v2 adds up to 10 sagemaker_* keys
+        issues.append(SpecIssue("hyperparameters", f"SageMaker takes at most {_MAX_HYPERPARAMETERS} hyperparameters including the sagemaker_* ones; got {len(spec.hyperparameters)}", "pass a config file in source_dir instead"))
+    for key, value in encode_hyperparameters(spec.hyperparameters).items():
+        if len(value) > _MAX_HYPERPARAMETER_VALUE:
+            issues.append(SpecIssue(f"hyperparameters.{key}", f"is {len(value)} characters once JSON-encoded; SageMaker allows {_MAX_HYPERPARAMETER_VALUE}", "put large values in a file in source_dir"))
+    for key, value in spec.environment.items():
+        if len(value) > _MAX_ENVIRONMENT_VALUE:
+            issues.append(SpecIssue(f"environment.{key}", f"is {len(value)} characters; SageMaker allows {_MAX_ENVIRONMENT_VALUE}"))
+    if len(spec.tags) > _MAX_TAGS:
+        issues.append(SpecIssue("tags", f"SageMaker allows at most {_MAX_TAGS} tags, got {len(spec.tags)}"))
+    return issues

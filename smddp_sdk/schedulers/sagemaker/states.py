@@ -1,0 +1,86 @@
+"""SageMaker's training job states, read as the product's JobState, Failure and status lines."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+
+from smddp_sdk.specs.status import Failure, JobState
+
+# TrainingJobStatus -> JobState; "InProgress" is refined by the secondary status below.
+_PRIMARY = {
+    "Completed": JobState.SUCCEEDED,
+    "Failed": JobState.FAILED,
+    "Stopped": JobState.CANCELLED,
+    "Stopping": JobState.RUNNING,
+}
+_STARTING = frozenset({"Starting", "LaunchingMLInstances", "PreparingTrainingStack", "Downloading",
+                       "DownloadingTrainingImage", "Restarting", "Pending", "Updating", "Interrupted"})
+_HOST = re.compile(r"\b(algo-\d+)(?:/rank(\d+))?")
+_EXIT_CODE = re.compile(r"exit(?:ed with)?[ _]?code[:=]?\s*(\d+)", re.IGNORECASE)
+
+
+def job_state(description: dict[str, Any]) -> JobState:
+    primary = description.get("TrainingJobStatus", "")
+    if primary in _PRIMARY:
+        return _PRIMARY[primary]
+    if primary != "InProgress":
+        return JobState.UNKNOWN
+    secondary = description.get("SecondaryStatus", "")
+    if secondary in ("Starting", "Pending"):
+        return JobState.PENDING
+    return JobState.STARTING if secondary in _STARTING else JobState.RUNNING
+
+
+def status_message(description: dict[str, Any]) -> str:
+    transitions = description.get("SecondaryStatusTransitions") or []
+    latest = transitions[-1].get("StatusMessage", "") if transitions else ""
+    secondary = description.get("SecondaryStatus") or description.get("TrainingJobStatus", "")
+    return f"{secondary} - {latest}" if latest else str(secondary)
+
+
+def failure(description: dict[str, Any]) -> Failure | None:
+    """The root cause from FailureReason (our runtime writes host, rank and exit code into it)."""
+    if description.get("TrainingJobStatus") != "Failed":
+        return None
+    reason = str(description.get("FailureReason") or "the job failed without a reason; see its logs")
+    host = _HOST.search(reason)
+    code = _EXIT_CODE.search(reason)
+    return Failure(
+        host=host.group(1) if host else "",
+        rank=int(host.group(2)) if host and host.group(2) else None,
+        exit_code=int(code.group(1)) if code else 1,
+        message=reason,
+        timestamp=_epoch(description.get("TrainingEndTime")),
+    )
+
+
+def transition_lines(description: dict[str, Any], already_shown: int) -> list[str]:
+    """SageMaker's secondary status lines not shown yet, v2-style: ``<time> <Status> - <message>``."""
+    transitions = description.get("SecondaryStatusTransitions") or []
+    return [_transition_line(t) for t in transitions[already_shown:]]
+
+
+def _transition_line(transition: dict[str, Any]) -> str:
+    start = transition.get("StartTime")
+    stamp = start.strftime("%Y-%m-%d %H:%M:%S") if isinstance(start, datetime) else str(start or "")
+    message = transition.get("StatusMessage", "")
+    return f"{stamp} {transition.get('Status', '')}" + (f" - {message}" if message else "")
+
+
+def billing_lines(description: dict[str, Any]) -> list[str]:
+    """The seconds SageMaker bills (per instance, times the instance count) and spot savings."""
+    lines = []
+    count = int(description.get("ResourceConfig", {}).get("InstanceCount", 1))
+    if (training := description.get("TrainingTimeInSeconds")) is not None:
+        lines.append(f"Training seconds: {training * count}")
+    if (billable := description.get("BillableTimeInSeconds")) is not None:
+        lines.append(f"Billable seconds: {billable * count}")
+        if description.get("EnableManagedSpotTraining") and training:
+            lines.append(f"Managed Spot Training savings: {(1 - billable / training) * 100:.1f}%")
+    return lines
+
+
+def _epoch(value: Any) -> float | None:
+    return value.timestamp() if isinstance(value, datetime) else None
