@@ -270,9 +270,9 @@ def _debugger(spec: JobSpec, placement: Placement) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if supported and spec.debugger_hook_config is not False and not _debugger_auto_disabled(spec):
         out["DebugHookConfig"] = {"S3OutputPath": placement.output_path, "CollectionConfigurations": []}
-    if spec.disable_profiler:
+    if spec.disable_profiler or not supported:
         out["ProfilerConfig"] = {"DisableProfiler": True}
-    elif supported:
+    else:
         out["ProfilerConfig"] = {"S3OutputPath": placement.output_path, "DisableProfiler": False}
     return out
 
