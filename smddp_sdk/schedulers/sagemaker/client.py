@@ -52,6 +52,9 @@ def translate(exc: BaseException, action: str) -> SmddpError:
         return UnavailableError(f"cannot {action}: {exc}; run `aws configure --profile <name>` or unset AWS_PROFILE")
     if isinstance(exc, (botocore.exceptions.EndpointConnectionError, botocore.exceptions.ConnectTimeoutError)):
         return UnavailableError(f"cannot {action}: AWS is unreachable ({exc}); check the network, proxy and region")
+    inner = exc.__cause__ or exc.__context__
+    if isinstance(exc, boto3.exceptions.Boto3Error) and isinstance(inner, botocore.exceptions.ClientError):
+        return translate(inner, action)  # e.g. S3UploadFailedError around the PutObject error
     if isinstance(exc, botocore.exceptions.ClientError):
         error = exc.response.get("Error", {})
         code, message = str(error.get("Code", "")), str(error.get("Message", "")) or str(exc)
