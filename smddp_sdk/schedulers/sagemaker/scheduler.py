@@ -321,8 +321,11 @@ def _location_issues(spec: JobSpec) -> list[SpecIssue]:
     issues += req.s3_uri_issues("checkpoint_s3_uri", spec.checkpoint_s3_uri, "checkpoint_s3_uri")
     for name, channel in spec.inputs.items():
         issues += req.s3_uri_issues(f"inputs.{name}.s3_data", channel.s3_data, "input data")
-    if spec.source_dir and spec.source_dir.startswith("s3://") and not spec.source_dir.endswith(".tar.gz"):
-        issues.append(SpecIssue("source_dir", f"an S3 source_dir must be a .tar.gz archive, got {spec.source_dir!r}"))
+    if spec.source_dir and spec.source_dir.startswith("s3://"):
+        if not spec.source_dir.endswith(".tar.gz"):
+            issues.append(SpecIssue("source_dir", f"an S3 source_dir must be a .tar.gz archive, got {spec.source_dir!r}"))
+        if spec.dependencies:
+            issues.append(SpecIssue("dependencies", "are packed only with a local source_dir", "put them inside the S3 archive, or use a local source_dir"))
     if bool(spec.subnets) != bool(spec.security_group_ids):
         issues.append(SpecIssue("subnets" if not spec.subnets else "security_group_ids", "a VPC needs both subnets and security_group_ids", "set both, or neither"))
     return issues
