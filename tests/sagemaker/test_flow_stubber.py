@@ -89,6 +89,11 @@ def test_wait_prints_status_lines_logs_of_every_host_and_the_failure() -> None:
     logs_stub.add_response("describe_log_streams", {"logStreams": [stream("algo-1-1763780000"), stream("algo-2-1763780001")]}, streams)
     events(logs_stub, "algo-1-1763780000", "f1", [], "f1")
     events(logs_stub, "algo-2-1763780001", "f2", [], "f2")
+    # and once more a moment later: CloudWatch shows the last lines late
+    logs_stub.add_response("describe_log_streams", {"logStreams": [stream("algo-1-1763780000"), stream("algo-2-1763780001")]}, streams)
+    events(logs_stub, "algo-1-1763780000", "f1", [], "f1")
+    events(logs_stub, "algo-2-1763780001", "f2", [(4000, "[algo-2/rank11]: ZeroDivisionError: division by zero")], "f3")
+    events(logs_stub, "algo-2-1763780001", "f3", [], "f3")
 
     echo, sink = Recorder(), Recorder()
     with sm_stub, logs_stub:
@@ -104,7 +109,8 @@ def test_wait_prints_status_lines_logs_of_every_host_and_the_failure() -> None:
         "2026-11-22 01:02:00 Training - Training image download completed. Training in progress.",
         "2026-11-22 01:03:00 Failed - Training job failed",
     ]
-    assert sink.lines == ["[algo-2/rank11]: Traceback ...", "[algo-1/rank0]: epoch 1", "[algo-2]: no prefix here"]
+    assert sink.lines == ["[algo-2/rank11]: Traceback ...", "[algo-1/rank0]: epoch 1", "[algo-2]: no prefix here",
+                          "[algo-2/rank11]: ZeroDivisionError: division by zero"]
     assert "Training seconds: 240" in echo.lines and "Billable seconds: 240" in echo.lines
     assert f"Job {JOB} failed: {REASON}" in echo.text
     assert "cloudwatch/home?region=us-west-2" in echo.text

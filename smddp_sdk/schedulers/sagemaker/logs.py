@@ -17,6 +17,7 @@ from smddp_sdk.schedulers.sagemaker.client import call, is_not_found, translate
 from smddp_sdk.specs.status import LogLine
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+LAST_LINES_DELAY = 5.0  # seconds to let CloudWatch catch up before the final read of a finished job
 _RANK_PREFIX = re.compile(r"^\[(?P<host>[^\]/]+)/rank(?P<rank>\d+)\]:\s?")
 _HOST_STREAM = re.compile(r"^(?P<host>algo-\d+)(?:-\d+)?$")
 
@@ -99,6 +100,9 @@ def follow(tail: LogTail, is_finished: Callable[[], bool], *, poll: float, sleep
         tail.discover()
         yield from tail.poll()
         if finished:
+            sleep(min(poll, LAST_LINES_DELAY))  # CloudWatch takes a few seconds to show the last lines
+            tail.discover()
+            yield from tail.poll()
             return
         sleep(poll)
 

@@ -245,17 +245,24 @@ class SageMakerScheduler(Scheduler):
             for line in states.transition_lines(description, shown):
                 self.echo(line)
             shown = len(description.get("SecondaryStatusTransitions") or [])
-            if tail is not None:
-                tail.discover()
-                for line in tail.poll():
-                    self.log_sink(f"{line.prefix} {line.text}")
+            self._print_new_lines(tail)
             status = _job_status(handle, description)
             if status.state.is_terminal:
+                if tail is not None:  # CloudWatch takes a few seconds to show the last lines
+                    self.sleep(min(poll, cloudwatch.LAST_LINES_DELAY))
+                    self._print_new_lines(tail)
                 self._report_end(status, description, region, job_name)
                 return status
             if deadline is not None and time.monotonic() >= deadline:
                 return status
             self.sleep(poll)
+
+    def _print_new_lines(self, tail: Any) -> None:
+        if tail is None:
+            return
+        tail.discover()
+        for line in tail.poll():
+            self.log_sink(f"{line.prefix} {line.text}")
 
     def _report_end(self, status: JobStatus, description: dict[str, Any], region: str, job_name: str) -> None:
         for line in states.billing_lines(description):
