@@ -109,7 +109,7 @@ def test_attach_by_name_and_by_handle(make_spec) -> None:
     assert sched.attach(str(handle)) == handle
     with pytest.raises(AwsError) as caught:
         sched.attach("no-such-job")
-    assert "Could not find training job" in str(caught.value)
+    assert "Could not find training job" in str(caught.value) and "check the job name and region" in str(caught.value)
     assert caught.value.exit_code == 2
 
 

@@ -155,7 +155,7 @@ def run_oracle(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def oracle(code: dict[str, str]) -> dict[str, dict[str, Any]]:
-    return dict(zip(CASES, run_oracle([_oracle_case(_fill(arguments, code)) for arguments in CASES.values()])))
+    return dict(zip(CASES, run_oracle([_oracle_case(_fill(arguments, code)) for arguments in CASES.values()]), strict=True))
 
 
 def ours(arguments: dict[str, Any]) -> dict[str, Any]:
@@ -189,7 +189,7 @@ def test_image_uris_match_sagemaker_sdk_v2() -> None:
     cases = image_cases()
     expected = run_oracle([{"image": case} for case in cases])
     mismatches = []
-    for case, want in zip(cases, expected):
+    for case, want in zip(cases, expected, strict=True):
         distribution, _ = parse_distribution(case["distribution"])
         got, issues = images.training_image_uri(region=case["region"], framework_version=case["framework_version"],
                                                 py_version=case["py_version"], instance_type=case["instance_type"],

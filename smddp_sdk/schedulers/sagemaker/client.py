@@ -7,7 +7,6 @@ message plus what to do about it. Missing credentials or region are ``Unavailabl
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -17,8 +16,18 @@ import botocore.config
 import botocore.exceptions
 
 from smddp_sdk import __version__
-from smddp_sdk.errors import EXIT_JOB_FAILED, EXIT_SPEC, EXIT_UNAVAILABLE, SmddpError, UnavailableError
-from smddp_sdk.schedulers.sagemaker.errors import CREDENTIALS_HINT, REGION_HINT, AwsError
+from smddp_sdk.errors import (
+    EXIT_JOB_FAILED,
+    EXIT_SPEC,
+    EXIT_UNAVAILABLE,
+    SmddpError,
+    UnavailableError,
+)
+from smddp_sdk.schedulers.sagemaker.errors import (
+    CREDENTIALS_HINT,
+    REGION_HINT,
+    AwsError,
+)
 
 T = TypeVar("T")
 
@@ -36,14 +45,14 @@ _ADVICE: dict[str, tuple[int, str]] = {
     "ThrottlingException": (EXIT_UNAVAILABLE, "AWS is throttling requests; wait a minute and retry"),
     "ResourceInUse": (EXIT_SPEC, "a training job with this name exists; set another job_name or base_job_name"),
     "ResourceNotFound": (EXIT_SPEC, "no such training job in this region; check the job name and region (sagemaker://<region>/<job>)"),
-    "ValidationException": (EXIT_SPEC, "SageMaker rejected the request; fix the field it names (a role must exist and trust sagemaker.amazonaws.com)"),
+    "ValidationException": (EXIT_SPEC, "SageMaker rejected the request; fix the field it names"),
     "NoSuchBucket": (EXIT_SPEC, "the bucket does not exist; create it or point output_path/code_location at one that does"),
     "BucketAlreadyExists": (EXIT_SPEC, "another account owns that bucket name; pass bucket=... or set code_location and output_path"),
 }
 
 
 def translate(exc: BaseException, action: str) -> SmddpError:
-    """The SmddpError to raise for an exception from boto3 while doing ``action``."""
+    """The SmddpError to raise for an exception from boto3 while doing ``action`` (others are re-raised)."""
     if isinstance(exc, (botocore.exceptions.NoCredentialsError, botocore.exceptions.PartialCredentialsError)):
         return UnavailableError(f"cannot {action}: no AWS credentials found ({exc}); {CREDENTIALS_HINT}")
     if isinstance(exc, botocore.exceptions.NoRegionError):
@@ -58,11 +67,19 @@ def translate(exc: BaseException, action: str) -> SmddpError:
     if isinstance(exc, botocore.exceptions.ClientError):
         error = exc.response.get("Error", {})
         code, message = str(error.get("Code", "")), str(error.get("Message", "")) or str(exc)
-        exit_code, advice = _ADVICE.get(code, (EXIT_JOB_FAILED, "see the AWS message above"))
+        exit_code, advice = _advice(code, message)
         return AwsError(f"cannot {action}: AWS said {code}: {message}\n  what to do: {advice}", code=code, exit_code=exit_code)
     if isinstance(exc, (botocore.exceptions.BotoCoreError, boto3.exceptions.Boto3Error)):
         return AwsError(f"cannot {action}: {exc}")
     raise exc
+
+
+def _advice(code: str, message: str) -> tuple[int, str]:
+    if code == "ValidationException" and "could not find" in message.lower():
+        return EXIT_SPEC, "no such training job in this region; check the job name and region (sagemaker://<region>/<job>)"
+    if code == "ValidationException" and "role" in message.lower():
+        return EXIT_SPEC, "the role must exist, be in this account and trust sagemaker.amazonaws.com (see docs/sagemaker.md, 'The execution role')"
+    return _ADVICE.get(code, (EXIT_JOB_FAILED, "see AWS's message"))
 
 
 def error_code(exc: BaseException) -> str:
@@ -157,7 +174,5 @@ def is_not_found(exc: BaseException) -> bool:
 
 
 def _injected_region(clients: dict[str, Any]) -> str | None:
-    for client in clients.values():
-        if client is not None:
-            return str(client.meta.region_name)
-    return os.environ.get("AWS_REGION") or None
+    """An injected client already knows its region."""
+    return next((str(client.meta.region_name) for client in clients.values() if client is not None), None)

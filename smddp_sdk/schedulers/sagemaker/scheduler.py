@@ -24,7 +24,7 @@ from smddp_sdk.schedulers.sagemaker import states
 from smddp_sdk.schedulers.sagemaker.errors import INSTALL_HINT, REGION_HINT, Detached
 from smddp_sdk.specs.contract import decode_hyperparameter, encode_hyperparameters
 from smddp_sdk.specs.job import JobSpec
-from smddp_sdk.specs.status import HostStatus, JobHandle, JobState, JobStatus, LogLine
+from smddp_sdk.specs.status import HostStatus, JobHandle, JobStatus, LogLine
 
 if TYPE_CHECKING:
     from smddp_sdk.schedulers.sagemaker.client import AwsClients

@@ -15,8 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from smddp_sdk.errors import SpecIssue
-from smddp_sdk.schedulers.sagemaker.client import AwsClients, call, error_code, translate
+from smddp_sdk.schedulers.sagemaker.client import (
+    AwsClients,
+    call,
+    error_code,
+    translate,
+)
 from smddp_sdk.schedulers.sagemaker.errors import AwsError
 from smddp_sdk.schedulers.sagemaker.request import S3Location
 from smddp_sdk.specs.job import JobSpec
@@ -136,15 +140,6 @@ class Progress:
 
     def done(self) -> None:
         self.echo(f"  100% ({_mb(self.total)})")
-
-
-def check_code_paths(spec: JobSpec) -> list[SpecIssue]:
-    """What would make packaging fail, found before anything is uploaded."""
-    issues = []
-    for local, name in code_roots(spec):
-        if not local.exists():
-            issues.append(SpecIssue("source_dir", f"{local} is missing (a broken symlink?); it would be packaged as {name!r}"))
-    return issues
 
 
 def _mb(size: int) -> str:
