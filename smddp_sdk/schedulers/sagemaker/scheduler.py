@@ -116,7 +116,7 @@ class SageMakerScheduler(Scheduler):
         issues += _instance_issues(spec)
         issues += _image_issues(spec)
         issues += _limit_issues(spec)
-        if not issues and not spec.image_uri:
+        if not spec.image_uri:
             issues += req.resolve_image(spec, self.resolved_region())[1]
         return issues
 
@@ -150,28 +150,37 @@ class SageMakerScheduler(Scheduler):
         return self._clients[key]
 
     def schedule(self, dryrun: DryRun) -> JobHandle:
-        from smddp_sdk.schedulers.sagemaker import upload
         from smddp_sdk.schedulers.sagemaker.client import call
 
         spec, job_name = dryrun.spec, dryrun.job_name
         region = decode_hyperparameter(dryrun.request["HyperParameters"]["sagemaker_region"])
+        image_uri = dryrun.request["AlgorithmSpecification"]["TrainingImage"]
         aws = self.clients(region)
         aws.require_credentials()
-        draft = self._placement(spec, job_name, region, dryrun.request["AlgorithmSpecification"]["TrainingImage"], self.account_id)
-        account = self.account_id or (aws.account_id() if draft.needs_account else None)
-        placement = self._placement(spec, job_name, region, draft.image_uri, account)
-        request = req.build_request(spec, job_name=job_name, placement=placement)
-        if _uses_bucket(placement, placement.default_bucket) and not self.bucket:
-            account = account or aws.account_id()
-            if upload.ensure_bucket(aws, placement.default_bucket, account=account):
-                self.echo(f"created the default bucket s3://{placement.default_bucket}")
+        account = self._account_if_needed(aws, self._placement(spec, job_name, region, image_uri, self.account_id))
+        placement = self._placement(spec, job_name, region, image_uri, account)
+        if account is not None and not self.bucket:
+            self._ensure_default_bucket(aws, placement, account)
         if placement.code is not None:
             owner = account if placement.code.bucket == placement.default_bucket and not self.bucket else None
             self._upload_code(aws, spec, placement.code, owner)
+        request = req.build_request(spec, job_name=job_name, placement=placement)
         call(f"create the training job {job_name}", aws.sagemaker.create_training_job, **request)
         handle = JobHandle(self.name, f"{region}/{job_name}")
         self.echo(_next_steps(handle, region, job_name))
         return handle
+
+    def _account_if_needed(self, aws: AwsClients, draft: req.Placement) -> str | None:
+        """The account, looked up only when the default bucket or a role given by name needs it."""
+        if self.account_id:
+            return self.account_id
+        return aws.account_id() if draft.needs_account else None
+
+    def _ensure_default_bucket(self, aws: AwsClients, placement: req.Placement, account: str) -> None:
+        from smddp_sdk.schedulers.sagemaker import upload
+
+        if _uses_bucket(placement, placement.default_bucket) and upload.ensure_bucket(aws, placement.default_bucket, account=account):
+            self.echo(f"created the default bucket s3://{placement.default_bucket}")
 
     def _upload_code(self, aws: AwsClients, spec: JobSpec, location: req.S3Location, owner: str | None) -> None:
         from smddp_sdk.schedulers.sagemaker import upload
