@@ -9,7 +9,7 @@ import time
 import boto3
 import pytest
 
-from smddp_sdk.errors import UnavailableError
+from smddp_sdk.errors import SpecError, UnavailableError
 from smddp_sdk.schedulers import get_scheduler
 from smddp_sdk.schedulers.sagemaker import AwsError
 from smddp_sdk.schedulers.sagemaker.logs import LOG_GROUP
@@ -141,3 +141,12 @@ def test_no_credentials_is_unavailable_before_anything_is_uploaded(make_spec, mo
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     assert boto3.client("s3", region_name=REGION).list_buckets()["Buckets"] == []
+
+
+@pytest.mark.parametrize("overrides", [{"role": None}, {"framework_version": "9.9"}, {"image_uri": "docker.io/me/img:1"},
+                                       {"inputs": {"train": "s3://bucket/ok", "val": "/tmp"}}])
+def test_invalid_spec_uploads_and_creates_nothing(make_spec, overrides) -> None:
+    with pytest.raises(SpecError):
+        scheduler().submit(make_spec(**overrides))
+    assert boto3.client("s3", region_name=REGION).list_buckets()["Buckets"] == []
+    assert boto3.client("sagemaker", region_name=REGION).list_training_jobs()["TrainingJobSummaries"] == []
