@@ -91,3 +91,14 @@ def is_gpu_type(name: str) -> bool:
 
 def looks_like_instance_type(name: str) -> bool:
     return name in ("local", "local_gpu") or bool(_ML_NAME.match(name))
+
+
+def markdown_table() -> str:
+    """The catalogue as the Markdown table in docs/instance-types.md (a test keeps the two equal)."""
+    rows = ["| instance type | vCPUs | GPUs | GPU | memory (GiB) | ranks per host |", "|---|---|---|---|---|---|"]
+    for entry in CATALOG.values():
+        if entry.is_local:
+            continue
+        ranks = entry.gpus or 1
+        rows.append(f"| `{entry.name}` | {entry.vcpus} | {entry.gpus} | {entry.gpu_model or '-'} | {entry.memory_gib} | {ranks} |")
+    return "\n".join(rows) + "\n"

@@ -314,7 +314,7 @@ class _Builder:
         if name and instance_types.lookup(name) is None:
             hint = did_you_mean(name, instance_types.CATALOG)
             if not hint:
-                hint = "use local, local_gpu or an ml.* type listed in docs/reference/instance-types.md"
+                hint = "use local, local_gpu or an ml.* type listed in docs/instance-types.md"
             self.issue("instance_type", f"unknown instance type {name!r}", hint)
 
     def check_code(self) -> None:

@@ -14,6 +14,8 @@ FORBIDDEN = {
     # only client.py imports boto3; the request builder and the scheduler's dryrun must work without it
     "smddp_sdk.schedulers.sagemaker.request": ("torch", "boto3", "botocore", "click", "yaml", "docker"),
     "smddp_sdk.schedulers.sagemaker": ("torch", "boto3", "botocore", "click", "yaml", "docker"),
+    "smddp_sdk.runtime.__main__": ("torch", "boto3", "botocore", "click", "yaml", "docker"),
+    "smddp_sdk.runtime.bootstrap": ("torch", "boto3", "botocore", "click", "yaml", "docker"),
 }
 
 

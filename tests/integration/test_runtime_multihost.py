@@ -1,0 +1,145 @@
+"""Two simulated hosts x two ranks on this machine, one runtime process per host, real torch.distributed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from smddp_sdk.specs.contract import read_failure
+from tests.integration.runtime_job import alive, make_job, wait_all
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.integration
+
+SCRIPTS = Path(__file__).parent / "scripts"
+BACKEND = os.environ.get("SMDDP_TEST_BACKEND", "gloo")  # switch to "smddp" once the backend lands
+HOSTS = ("algo-1", "algo-2")
+
+
+@pytest.fixture
+def code_dir(tmp_path: Path) -> Path:
+    code = tmp_path / "src"
+    code.mkdir()
+    shutil.copy(SCRIPTS / "dist_train.py", code / "train.py")
+    return code
+
+
+def _records(job, host: str) -> dict[int, dict]:
+    data = job.opt_ml(host).output_data_dir
+    return {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in data.glob("rank-*.json")}
+
+
+def _all_pids(job) -> list[int]:
+    return [pid for host in job.hosts for record in _records(job, host).values() for pid in record["pids"]]
+
+
+@pytest.fixture
+def reaper():
+    """Kill whatever a failed test left behind, so one failure cannot leak processes into the machine."""
+    jobs = []
+    yield jobs.append
+    for job in jobs:
+        for pid in _all_pids(job):
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_two_hosts_two_ranks_each_train_together(tmp_path, code_dir, reaper):
+    # the instance group lists algo-2 first: it, not algo-1, is node 0 and the master
+    job = make_job(
+        tmp_path, code_dir, HOSTS, {"backend": BACKEND, "sagemaker_distributed_dataparallel_enabled": True},
+        num_gpus=2, group_hosts=("algo-2", "algo-1"),
+    )
+    reaper(job)
+    results = wait_all(job.start(), timeout=120)
+
+    for host, (code, out) in results.items():
+        assert code == 0, f"{host} exited {code}:\n{out}"
+        assert job.opt_ml(host).success_file.exists()
+    order = ("algo-2", "algo-1")
+    for node, host in enumerate(order):
+        records = _records(job, host)
+        assert sorted(records) == [2 * node, 2 * node + 1]
+        for rank, record in records.items():
+            env = record["env"]
+            local = rank - 2 * node
+            assert record["all_reduce"] == 1 + 2 + 3 + 4
+            assert (record["dist_rank"], record["dist_world"]) == (rank, 4)
+            assert env["SM_CURRENT_HOST"] == host
+            assert (env["LOCAL_RANK"], env["SMDATAPARALLEL_LOCAL_RANK"], env["OMPI_COMM_WORLD_LOCAL_RANK"]) == (str(local),) * 3
+            assert (env["GROUP_RANK"], env["NODE_RANK"]) == (str(node), str(node))
+            assert (env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"], env["OMPI_COMM_WORLD_SIZE"]) == ("4", "2", "4")
+            assert env["MASTER_ADDR"] == env["SMDATAPARALLEL_SERVER_ADDR"] == "127.0.0.1"
+            assert env["MASTER_PORT"] == job.env["SMDDP_MASTER_PORT"]
+            assert env["SMDATAPARALLEL_SERVER_PORT"] == job.env["SMDDP_SERVER_PORT"]
+            assert env["SM_HP_BACKEND"] == BACKEND
+            assert env["PYTHONPATH"].split(":")[0] == str(job.opt_ml(host).code_dir)
+            assert record["cwd"] == str(job.opt_ml(host).code_dir)
+            log = job.opt_ml(host).rank_log_file(rank).read_text()
+            assert f"rank {rank}: all_reduce gave 10.0" in log
+            assert f"[{host}/rank{rank}]: rank {rank}: all_reduce gave 10.0" in results[host][1]
+
+
+def test_failure_on_one_rank_of_host_2_stops_the_whole_job(tmp_path, code_dir, reaper):
+    job = make_job(
+        tmp_path, code_dir, HOSTS,
+        {"backend": BACKEND, "fail-rank": 3, "linger": 60, "sagemaker_distributed_dataparallel_enabled": True},
+        num_gpus=2,
+    )
+    reaper(job)
+    results = wait_all(job.start(), timeout=120)
+    finished = time.time()
+
+    failed_at = json.loads(job.opt_ml("algo-2").rank_error_file(3).read_text())["timestamp"]
+    assert finished - failed_at < 10, f"the job took {finished - failed_at:.1f}s to stop after the failure"
+    for host, (code, out) in results.items():
+        assert code == 1, f"{host} exited {code}:\n{out}"
+        reason = read_failure(job.opt_ml(host))
+        assert reason is not None, f"{host} wrote no failure file"
+        head = reason.splitlines()[0]
+        assert "rank 3" in head and "algo-2" in head and "exit code 1" in head, reason
+        assert "ValueError: boom from rank 3" in reason
+        assert not job.opt_ml(host).success_file.exists()
+    assert "Root Cause (first observed failure)" in results["algo-2"][1]
+    leftovers = [pid for pid in _all_pids(job) if alive(pid)]
+    assert not leftovers, f"processes left behind: {leftovers}"
+
+
+def test_ranks_that_ignore_sigterm_are_killed_after_the_grace_period(tmp_path, code_dir, reaper):
+    job = make_job(
+        tmp_path, code_dir, HOSTS,
+        {"backend": BACKEND, "fail-rank": 0, "linger": 60, "ignore-term": True, "sagemaker_distributed_dataparallel_enabled": True},
+        num_gpus=2,
+    )
+    reaper(job)
+    results = wait_all(job.start({"SMDDP_STOP_GRACE": "1"}), timeout=120)
+    assert {code for code, _ in results.values()} == {1}
+    assert "rank 0 on host algo-1" in (read_failure(job.opt_ml("algo-2")) or "")
+    assert not [pid for pid in _all_pids(job) if alive(pid)]
+
+
+def test_sigterm_to_a_runtime_is_forwarded_and_stops_the_job(tmp_path, code_dir, reaper):
+    job = make_job(
+        tmp_path, code_dir, HOSTS,
+        {"backend": BACKEND, "linger": 60, "sagemaker_distributed_dataparallel_enabled": True}, num_gpus=2,
+    )
+    reaper(job)
+    runtimes = job.start()
+    deadline = time.monotonic() + 90
+    while len(_records(job, "algo-1")) + len(_records(job, "algo-2")) < 4 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert time.monotonic() < deadline, "the ranks never started"
+    runtimes["algo-2"].send_signal(signal.SIGTERM)
+    results = wait_all(runtimes, timeout=30)
+
+    assert results["algo-2"][0] == 143
+    assert "received SIGTERM" in (read_failure(job.opt_ml("algo-2")) or "")
+    assert results["algo-1"][0] != 0
+    assert "algo-2" in (read_failure(job.opt_ml("algo-1")) or "")
+    assert not [pid for pid in _all_pids(job) if alive(pid)]
