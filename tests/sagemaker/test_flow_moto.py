@@ -90,16 +90,32 @@ def test_logs_read_every_stream_past_fifty_merged_by_time(make_spec) -> None:
 
 
 def test_logs_follow_ends_with_the_job_and_wait_prints_everything(make_spec) -> None:
-    echo, logs = Recorder(), Recorder()
-    sched = scheduler(echo, logs)
+    sink = Recorder()
+    sched = scheduler(logs=sink)
     handle = sched.submit(make_spec())
     write_host_logs(handle.job_id.split("/", 1)[1], hosts=2)
-    assert len(list(sched.logs(handle, follow=True))) == 4
-    status = sched.wait(handle)
+    followed = list(sched.logs(handle, follow=True))
+    assert [line.text for line in followed if line.host != "sagemaker"] == ["step 0", "step 0", "step 1", "step 1"]
+    status_lines = [line.text for line in followed if line.host == "sagemaker"]
+    assert status_lines[0].endswith("Starting - Preparing the instances for training")
+    assert status_lines[-1].startswith("model artifacts: s3://")
+    assert sched.wait(handle).state is JobState.SUCCEEDED and sink.lines == []  # quiet unless logs=True
+    assert sched.wait(handle, logs=True).state is JobState.SUCCEEDED
+    assert sink.lines[1:3] == ["[algo-1/rank0]: step 0", "[algo-2/rank8]: step 0"]
+
+
+def test_launcher_follow_prints_each_line_once(make_spec) -> None:
+    from smddp_sdk import launcher
+
+    sched = scheduler()
+    handle = sched.submit(make_spec())
+    write_host_logs(handle.job_id.split("/", 1)[1], hosts=2)
+    out = io.StringIO()
+    status = launcher.follow(sched, handle, out=out, color=False)
+    lines = out.getvalue().splitlines()
     assert status.state is JobState.SUCCEEDED
-    assert "Starting - Preparing the instances for training" in echo.text
-    assert logs.lines[:2] == ["[algo-1/rank0]: step 0", "[algo-2/rank8]: step 0"]
-    assert "Model artifacts: s3://" in echo.text
+    assert lines.count("[algo-2/rank8]: step 1") == 1
+    assert sum("Starting - Preparing the instances for training" in line for line in lines) == 1
 
 
 def test_attach_by_name_and_by_handle(make_spec) -> None:

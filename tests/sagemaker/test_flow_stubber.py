@@ -95,25 +95,28 @@ def test_wait_prints_status_lines_logs_of_every_host_and_the_failure() -> None:
     events(logs_stub, "algo-2-1763780001", "f2", [(4000, "[algo-2/rank11]: ZeroDivisionError: division by zero")], "f3")
     events(logs_stub, "algo-2-1763780001", "f3", [], "f3")
 
-    echo, sink = Recorder(), Recorder()
+    sink = Recorder()
     with sm_stub, logs_stub:
-        status = scheduler(sagemaker, logs, echo=echo, log_sink=sink).wait(HANDLE)
+        status = scheduler(sagemaker, logs, log_sink=sink).wait(HANDLE, logs=True)
         sm_stub.assert_no_pending_responses()
         logs_stub.assert_no_pending_responses()
 
     assert status.state is JobState.FAILED
     assert (status.failure.host, status.failure.rank, status.failure.exit_code) == ("algo-2", 11, 3)
-    assert [line for line in echo.lines if line.startswith("2026-")] == [
-        "2026-11-22 01:00:00 Starting - Preparing the instances for training",
-        "2026-11-22 01:01:00 Downloading - Downloading the training image",
-        "2026-11-22 01:02:00 Training - Training image download completed. Training in progress.",
-        "2026-11-22 01:03:00 Failed - Training job failed",
+    assert sink.lines[:-2] == [
+        "[sagemaker]: 2026-11-22 01:00:00 Starting - Preparing the instances for training",
+        "[sagemaker]: 2026-11-22 01:01:00 Downloading - Downloading the training image",
+        "[sagemaker]: 2026-11-22 01:02:00 Training - Training image download completed. Training in progress.",
+        "[algo-2/rank11]: Traceback ...",
+        "[algo-1/rank0]: epoch 1",
+        "[algo-2]: no prefix here",
+        "[sagemaker]: 2026-11-22 01:03:00 Failed - Training job failed",
+        "[algo-2/rank11]: ZeroDivisionError: division by zero",
+        "[sagemaker]: Training seconds: 240",
+        "[sagemaker]: Billable seconds: 240",
     ]
-    assert sink.lines == ["[algo-2/rank11]: Traceback ...", "[algo-1/rank0]: epoch 1", "[algo-2]: no prefix here",
-                          "[algo-2/rank11]: ZeroDivisionError: division by zero"]
-    assert "Training seconds: 240" in echo.lines and "Billable seconds: 240" in echo.lines
-    assert f"Job {JOB} failed: {REASON}" in echo.text
-    assert "cloudwatch/home?region=us-west-2" in echo.text
+    assert sink.lines[-2] == f"[sagemaker]: failed: {REASON}"
+    assert sink.lines[-1].startswith("[sagemaker]: CloudWatch logs: https://us-west-2.console.aws.amazon.com/cloudwatch/")
 
 
 def test_ctrl_c_detaches_and_says_how_to_reattach() -> None:
@@ -123,13 +126,13 @@ def test_ctrl_c_detaches_and_says_how_to_reattach() -> None:
     def interrupted(_: float) -> None:
         raise KeyboardInterrupt
 
-    echo = Recorder()
     with stub, pytest.raises(Detached) as caught:
-        scheduler(sagemaker, echo=echo, sleep=interrupted).wait(HANDLE, logs=False)
+        scheduler(sagemaker, sleep=interrupted).wait(HANDLE)
     assert caught.value.exit_code == EXIT_INTERRUPTED
-    assert f"smddp-launch logs --follow sagemaker://{REGION}/{JOB}" in str(caught.value)
-    assert f"smddp-launch cancel sagemaker://{REGION}/{JOB}" in str(caught.value)
-    assert "keeps running on SageMaker" in echo.text
+    message = str(caught.value)
+    assert "keeps running on SageMaker" in message
+    assert f"smddp-launch logs --follow sagemaker://{REGION}/{JOB}" in message
+    assert f"smddp-launch cancel sagemaker://{REGION}/{JOB}" in message
 
 
 def test_cancel_stops_a_running_job_once() -> None:

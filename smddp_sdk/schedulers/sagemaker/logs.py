@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import heapq
 import re
-import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from smddp_sdk.schedulers.sagemaker.client import call, is_not_found, translate
@@ -93,20 +92,7 @@ class LogTail:
                 return lines
 
 
-def follow(tail: LogTail, is_finished: Callable[[], bool], *, poll: float, sleep: Callable[[float], None] = time.sleep) -> Iterator[LogLine]:
-    """Yield lines as they arrive until the job has finished and its last lines are read."""
-    while True:
-        finished = is_finished()  # asked before reading, so the read after it sees the final lines
-        tail.discover()
-        yield from tail.poll()
-        if finished:
-            sleep(min(poll, LAST_LINES_DELAY))  # CloudWatch takes a few seconds to show the last lines
-            tail.discover()
-            yield from tail.poll()
-            return
-        sleep(poll)
-
-
-def read_all(tail: LogTail) -> Iterable[LogLine]:
+def read_all(tail: LogTail) -> list[LogLine]:
+    """Everything new since the last read, looking for new streams first."""
     tail.discover()
     return tail.poll()

@@ -13,7 +13,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from smddp_sdk.schedulers.sagemaker.client import AwsClients
 
 Echo = Callable[[str], None]
+STATUS_HOST = "sagemaker"  # the pseudo-host of SageMaker's own status lines in a followed log
 _IMAGE = re.compile(r"^[a-z0-9][a-z0-9.-]*(:\d+)?/[a-z0-9._/-]+(:[\w.-]{1,128})?(@sha256:[0-9a-f]{64})?$")
 _ECR_IMAGE = re.compile(r"^\d{12}\.dkr\.ecr(-fips)?\.[a-z0-9-]+\.[a-z0-9.]+/")
 # Limits of the CreateTrainingJob API, checked here so a mistake costs no upload.
@@ -51,7 +52,8 @@ class SageMakerScheduler(Scheduler):
     """Options: ``region``, ``role``, ``bucket`` (instead of ``sagemaker-<region>-<account>``),
     ``code_location``/``output_path`` (used when the spec has none), ``profile``, ``account_id`` (saves a
     lookup), injected boto3 clients (``sagemaker_client``, ``s3_client``, ``logs_client``, ``sts_client``)
-    or a boto3 ``session``, ``echo`` (status and progress lines), ``log_sink`` (log lines), ``poll`` seconds."""
+    or a boto3 ``session``, ``echo`` (upload progress and submit messages), ``log_sink`` (lines printed by
+    ``wait(logs=True)``), ``poll``/``min_poll`` seconds between DescribeTrainingJob calls while following."""
 
     name: ClassVar[str] = "sagemaker"
 
@@ -73,6 +75,7 @@ class SageMakerScheduler(Scheduler):
         echo: Echo | None = None,
         log_sink: Echo | None = None,
         poll: float = 10.0,
+        min_poll: float = 5.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.region = region
@@ -87,6 +90,7 @@ class SageMakerScheduler(Scheduler):
         self.echo = echo or _stderr
         self.log_sink = log_sink or _stdout
         self.poll = poll
+        self.min_poll = min_poll  # DescribeTrainingJob is rate-limited; callers asking for 0.2 s get this
         self.sleep = sleep
 
     # --- pure: validation and the request ---------------------------------------------------------
@@ -209,14 +213,15 @@ class SageMakerScheduler(Scheduler):
         return _job_status(handle, self.describe(handle))
 
     def logs(self, handle: JobHandle, *, hosts: Sequence[str] | None = None, ranks: Sequence[int] | None = None, follow: bool = False) -> Iterator[LogLine]:
+        """Every host's CloudWatch lines merged by time. With ``follow``, also SageMaker's status lines and,
+        at the end, the billed seconds (as lines of the pseudo-host ``sagemaker``), until the job ends."""
         from smddp_sdk.schedulers.sagemaker import logs as cloudwatch
 
-        region, job_name = _parse(handle)
-        tail = cloudwatch.LogTail(self.clients(region).logs, job_name, hosts=hosts, ranks=ranks)
-        if not follow:
-            yield from cloudwatch.read_all(tail)
+        if follow:
+            yield from self._follow(handle, hosts=hosts, ranks=ranks, poll=self.poll, deadline=None)
             return
-        yield from cloudwatch.follow(tail, lambda: self.status(handle).state.is_terminal, poll=self.poll, sleep=self.sleep)
+        region, job_name = _parse(handle)
+        yield from cloudwatch.read_all(cloudwatch.LogTail(self.clients(region).logs, job_name, hosts=hosts, ranks=ranks))
 
     def cancel(self, handle: JobHandle) -> None:
         from smddp_sdk.schedulers.sagemaker.client import error_code, translate
@@ -231,57 +236,85 @@ class SageMakerScheduler(Scheduler):
             if error_code(exc) != "ValidationException" or self.describe(handle).get("TrainingJobStatus") == "InProgress":
                 raise translate(exc, f"stop the training job {job_name}") from None
 
-    def wait(self, handle: JobHandle, *, poll: float | None = None, timeout: float | None = None, logs: bool = True) -> JobStatus:
-        """Follow the job: SageMaker's status lines, every host's log lines, then billing; Ctrl-C detaches."""
+    def wait(self, handle: JobHandle, *, poll: float | None = None, timeout: float | None = None, logs: bool = False) -> JobStatus:
+        """Poll until the job ends (or ``timeout`` seconds pass); with ``logs`` print what ``logs(follow=True)``
+        yields to ``log_sink``. Ctrl-C detaches: the job keeps running and ``Detached`` says how to come back."""
+        poll = self.poll if poll is None else poll
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            return self._follow(handle, poll or self.poll, timeout, logs)
+            if logs:
+                return self._print_until_end(self._follow(handle, hosts=None, ranks=None, poll=poll, deadline=deadline))
+            return self._poll_until_end(handle, poll, deadline)
         except KeyboardInterrupt:
-            self.echo(f"\nDetached from {handle}. The job keeps running on SageMaker (and keeps being billed).")
             raise Detached(
-                f"detached from {handle}; reattach with: smddp-launch logs --follow {handle}\n"
-                f"  stop it with: smddp-launch cancel {handle}"
+                f"detached from {handle}: the job keeps running on SageMaker (and keeps being billed)\n"
+                f"  reattach: smddp-launch logs --follow {handle}\n  stop it:  smddp-launch cancel {handle}"
             ) from None
 
-    def _follow(self, handle: JobHandle, poll: float, timeout: float | None, logs: bool) -> JobStatus:
+    def _poll_until_end(self, handle: JobHandle, poll: float, deadline: float | None) -> JobStatus:
+        while True:
+            status = self.status(handle)
+            if status.state.is_terminal or _past(deadline):
+                return status
+            self._pause(poll)
+
+    def _print_until_end(self, lines: Generator[LogLine, None, JobStatus]) -> JobStatus:
+        while True:
+            try:
+                line = next(lines)
+            except StopIteration as end:
+                return end.value
+            self.log_sink(f"{line.prefix} {line.text}")
+
+    def _follow(self, handle: JobHandle, *, hosts: Sequence[str] | None, ranks: Sequence[int] | None, poll: float,
+                deadline: float | None) -> Generator[LogLine, None, JobStatus]:
+        """Status lines, log lines as they arrive, then billing; returns the final status."""
         from smddp_sdk.schedulers.sagemaker import logs as cloudwatch
 
         region, job_name = _parse(handle)
-        tail = cloudwatch.LogTail(self.clients(region).logs, job_name) if logs else None
-        deadline = None if timeout is None else time.monotonic() + timeout
+        tail = cloudwatch.LogTail(self.clients(region).logs, job_name, hosts=hosts, ranks=ranks)
+        show_status = ranks is None and (hosts is None or STATUS_HOST in hosts)
         shown = 0
         while True:
             description = self.describe(handle)
-            for line in states.transition_lines(description, shown):
-                self.echo(line)
+            if show_status:
+                yield from _status_lines(description, shown)
             shown = len(description.get("SecondaryStatusTransitions") or [])
-            self._print_new_lines(tail)
+            yield from cloudwatch.read_all(tail)
             status = _job_status(handle, description)
             if status.state.is_terminal:
-                if tail is not None:  # CloudWatch takes a few seconds to show the last lines
-                    self.sleep(min(poll, cloudwatch.LAST_LINES_DELAY))
-                    self._print_new_lines(tail)
-                self._report_end(status, description, region, job_name)
+                self.sleep(min(poll, cloudwatch.LAST_LINES_DELAY))  # CloudWatch shows the last lines late
+                yield from cloudwatch.read_all(tail)
+                if show_status:
+                    yield from _end_lines(status, description, region, job_name)
                 return status
-            if deadline is not None and time.monotonic() >= deadline:
+            if _past(deadline):
                 return status
-            self.sleep(poll)
+            self._pause(poll)
 
-    def _print_new_lines(self, tail: Any) -> None:
-        if tail is None:
-            return
-        tail.discover()
-        for line in tail.poll():
-            self.log_sink(f"{line.prefix} {line.text}")
+    def _pause(self, poll: float) -> None:
+        self.sleep(max(poll, self.min_poll))
 
-    def _report_end(self, status: JobStatus, description: dict[str, Any], region: str, job_name: str) -> None:
-        for line in states.billing_lines(description):
-            self.echo(line)
-        if status.failure is not None:
-            from smddp_sdk.schedulers.sagemaker.logs import console_url
 
-            self.echo(f"Job {job_name} failed: {status.failure.message}\n  logs: {console_url(region, job_name)}")
-        elif status.model_data:
-            self.echo(f"Model artifacts: {status.model_data}")
+def _past(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() >= deadline
+
+
+def _status_lines(description: dict[str, Any], already_shown: int) -> Iterator[LogLine]:
+    for transition, text in states.new_transitions(description, already_shown):
+        yield LogLine(STATUS_HOST, text, timestamp=transition)
+
+
+def _end_lines(status: JobStatus, description: dict[str, Any], region: str, job_name: str) -> Iterator[LogLine]:
+    from smddp_sdk.schedulers.sagemaker.logs import console_url
+
+    for text in states.billing_lines(description):
+        yield LogLine(STATUS_HOST, text)
+    if status.failure is not None:
+        yield LogLine(STATUS_HOST, f"failed: {status.failure.message}")
+        yield LogLine(STATUS_HOST, f"CloudWatch logs: {console_url(region, job_name)}")
+    elif status.model_data:
+        yield LogLine(STATUS_HOST, f"model artifacts: {status.model_data}")
 
 
 def _parse(handle: JobHandle) -> tuple[str, str]:

@@ -56,10 +56,11 @@ def failure(description: dict[str, Any]) -> Failure | None:
     )
 
 
-def transition_lines(description: dict[str, Any], already_shown: int) -> list[str]:
-    """SageMaker's secondary status lines not shown yet, v2-style: ``<time> <Status> - <message>``."""
+def new_transitions(description: dict[str, Any], already_shown: int) -> list[tuple[float | None, str]]:
+    """SageMaker's secondary status changes not shown yet, as (start time, v2-style line
+    ``<time> <Status> - <message>``)."""
     transitions = description.get("SecondaryStatusTransitions") or []
-    return [_transition_line(t) for t in transitions[already_shown:]]
+    return [(_epoch(t.get("StartTime")), _transition_line(t)) for t in transitions[already_shown:]]
 
 
 def _transition_line(transition: dict[str, Any]) -> str:
