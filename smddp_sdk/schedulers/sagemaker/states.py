@@ -19,6 +19,8 @@ _STARTING = frozenset({"Starting", "LaunchingMLInstances", "PreparingTrainingSta
                        "DownloadingTrainingImage", "Restarting", "Pending", "Updating", "Interrupted"})
 _HOST = re.compile(r"\b(algo-\d+)(?:/rank(\d+))?")
 _EXIT_CODE = re.compile(r"exit(?:ed with)?[ _]?code[:=]?\s*(\d+)", re.IGNORECASE)
+_RANK_ON_HOST = re.compile(r"(?:rank (?P<rank>\d+)|the runtime) on host (?P<host>[\w.-]+)")
+_ERROR_MESSAGE = re.compile(r"^(?:AlgorithmError: )?ErrorMessage (.+)$", re.MULTILINE)
 
 
 def job_state(description: dict[str, Any]) -> JobState:
@@ -41,19 +43,39 @@ def status_message(description: dict[str, Any]) -> str:
 
 
 def failure(description: dict[str, Any]) -> Failure | None:
-    """The root cause from FailureReason (our runtime writes host, rank and exit code into it)."""
+    """The root cause from FailureReason, which holds the text our runtime (or AWS's toolkit) wrote to
+    /opt/ml/output/failure: host, rank, exit code, error and the traceback's tail."""
     if description.get("TrainingJobStatus") != "Failed":
         return None
     reason = str(description.get("FailureReason") or "the job failed without a reason; see its logs")
-    host = _HOST.search(reason)
+    host, rank = _where(reason)
     code = _EXIT_CODE.search(reason)
+    message = _ERROR_MESSAGE.search(reason)
     return Failure(
-        host=host.group(1) if host else "",
-        rank=int(host.group(2)) if host and host.group(2) else None,
+        host=host,
+        rank=rank,
         exit_code=int(code.group(1)) if code else 1,
-        message=reason,
+        message=message.group(1).strip() if message else reason.strip(),
+        traceback=_traceback(reason),
         timestamp=_epoch(description.get("TrainingEndTime")),
     )
+
+
+def _where(reason: str) -> tuple[str, int | None]:
+    """Host and rank: ``rank 3 on host algo-2`` (our runtime), ``algo-2/rank3``, or a bare ``algo-2``."""
+    spelled = _RANK_ON_HOST.search(reason)
+    if spelled:
+        return spelled.group("host"), int(spelled.group("rank")) if spelled.group("rank") else None
+    short = _HOST.search(reason)
+    if short:
+        return short.group(1), int(short.group(2)) if short.group(2) else None
+    return "", None
+
+
+def _traceback(reason: str) -> str:
+    """The block after the headline lines, up to the list of other failures."""
+    _, blank, rest = reason.partition("\n\n")
+    return rest.split("\nOther failures", 1)[0].strip() if blank else ""
 
 
 def new_transitions(description: dict[str, Any], already_shown: int) -> list[tuple[float | None, str]]:
