@@ -111,6 +111,16 @@ def test_api_limits_are_checked_before_upload(make_spec) -> None:
     assert "SageMaker allows 512" in paths["environment.E"]
 
 
+def test_api_ranges_are_checked_before_upload(make_spec) -> None:
+    spec = make_spec(use_spot_instances=True, max_run=7200, max_wait=3600, keep_alive_period_in_seconds=7200, max_retry_attempts=31)
+    with pytest.raises(SpecError) as caught:
+        scheduler().dryrun(spec)
+    paths = issue_paths(caught.value)
+    assert "must be at least max_run (7200), got 3600" in paths["max_wait"]
+    assert "at most 3600 s" in paths["keep_alive_period_in_seconds"]
+    assert "between 1 and 30" in paths["max_retry_attempts"]
+
+
 def test_no_region_is_unavailable_with_what_to_set(make_spec, monkeypatch, tmp_path) -> None:
     for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
         monkeypatch.delenv(name, raising=False)
