@@ -72,9 +72,14 @@ def _limit_issues(spec: JobSpec) -> list[SpecIssue]:
     issues = []
     if len(spec.hyperparameters) > _MAX_HYPERPARAMETERS - 10:  # v2 adds up to 10 sagemaker_* keys
         issues.append(SpecIssue("hyperparameters", f"SageMaker takes at most {_MAX_HYPERPARAMETERS} hyperparameters including the sagemaker_* ones; got {len(spec.hyperparameters)}", "pass a config file in source_dir instead"))
-    for key, value in encode_hyperparameters(spec.hyperparameters).items():
-        if len(value) > _MAX_HYPERPARAMETER_VALUE:
-            issues.append(SpecIssue(f"hyperparameters.{key}", f"is {len(value)} characters once JSON-encoded; SageMaker allows {_MAX_HYPERPARAMETER_VALUE}", "put large values in a file in source_dir"))
+    for key, value in spec.hyperparameters.items():
+        try:
+            encoded = encode_hyperparameters({key: value})[key]
+        except (TypeError, ValueError):
+            issues.append(SpecIssue(f"hyperparameters.{key}", f"{type(value).__name__} values cannot be sent to SageMaker", "use strings, numbers, booleans, lists or mappings of them"))
+            continue
+        if len(encoded) > _MAX_HYPERPARAMETER_VALUE:
+            issues.append(SpecIssue(f"hyperparameters.{key}", f"is {len(encoded)} characters once JSON-encoded; SageMaker allows {_MAX_HYPERPARAMETER_VALUE}", "put large values in a file in source_dir"))
     for key, value in spec.environment.items():
         if len(value) > _MAX_ENVIRONMENT_VALUE:
             issues.append(SpecIssue(f"environment.{key}", f"is {len(value)} characters; SageMaker allows {_MAX_ENVIRONMENT_VALUE}"))
