@@ -208,7 +208,9 @@ class _Builder:
             # bool is an int in Python; a flag where a number belongs is still a mistake.
             if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
                 expected = " or ".join(_TYPE_WORDS[t] for t in types)
-                self.issue(name, f"must be {expected}, got {value!r}")
+                # YAML reads 2.3 or yes as a number or a flag; a version or name needs quotes.
+                quote = str in types and isinstance(value, (int, float, bool))
+                self.issue(name, f"must be {expected}, got {value!r}", "put it in quotes so YAML reads it as text" if quote else "")
                 continue
             self.values[name] = value
         for name in ("instance_count", "max_run", "volume_size"):
