@@ -391,6 +391,8 @@ def _notes(spec: JobSpec) -> tuple[str, ...]:
         notes.append("role is not needed locally and is ignored")
     if spec.code_location:
         notes.append("code_location is not used locally: the code is snapshotted into the job directory")
+    if spec.instance_type == "local_gpu" and spec.instance_count > 1:
+        notes.append("local_gpu: every simulated host sees all of this machine's GPUs, so the hosts share them")
     instance = spec.instance
     if instance is not None and instance.gpus:
         notes.append(f"{spec.instance_type} has {instance.gpus} GPUs: each host plans that many ranks; on a CPU machine they run on CPU")

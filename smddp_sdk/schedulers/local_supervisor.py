@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -97,7 +98,7 @@ class Supervisor:
 
     @staticmethod
     def runtime_env(planned: dict[str, str], ports: dict[str, int], token: str) -> dict[str, str]:
-        env = dict(os.environ)
+        env = inherited_env(os.environ)
         env.update({key: str(ports[key]) if value == PORT_PLACEHOLDER else value for key, value in planned.items()})
         env[JOB_TOKEN_ENV] = token
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [planned.get("PYTHONPATH"), os.environ.get("PYTHONPATH")]))
@@ -271,6 +272,20 @@ class Supervisor:
 
     def save(self) -> None:
         self.job_dir.write_state(self.state)
+
+
+# Variables that say which job and rank a process belongs to. A job launched from inside another one
+# (a notebook on SageMaker, a rank) must not inherit them; the runtime sets its own.
+_IDENTITY_PREFIXES = ("SM_", "SMDATAPARALLEL_", "TORCHELASTIC_")
+_IDENTITY_NAMES = frozenset({
+    "MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+    "NODE_RANK", "ROLE_RANK", "TRAINING_JOB_NAME", contract.ERROR_FILE_ENV, contract.BASE_DIR_ENV,
+})
+
+
+def inherited_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The caller's environment without another job's identity (the spec's ``environment`` is added after)."""
+    return {key: value for key, value in environ.items() if key not in _IDENTITY_NAMES and not key.startswith(_IDENTITY_PREFIXES)}
 
 
 _VERDICT = re.compile(
