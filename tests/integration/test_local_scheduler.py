@@ -206,7 +206,9 @@ print(estimator.latest_training_job.handle)
     subprocess.run([sys.executable, "-c", canceller], env=env, check=True, timeout=60)
     status = scheduler.status(handle)
     assert status.state is JobState.CANCELLED
-    assert attached.latest_training_job.describe()["TrainingJobStatus"] == "Stopped"
+    described = attached.latest_training_job.describe()
+    assert described["TrainingJobStatus"] == "Stopped"
+    assert described["ResourceConfig"] == {"InstanceType": "local", "InstanceCount": 2, "VolumeSizeInGB": 30}
     no_processes_left(Path(status.details["job_dir"]))
     scheduler.cancel(handle)  # idempotent
 
