@@ -27,7 +27,15 @@ from typing import IO, Any
 
 from smddp_sdk.schedulers.host_trees import collect_artifacts
 from smddp_sdk.schedulers.local import JOB_TOKEN_ENV, PORT_PLACEHOLDER, remove_host_trees
-from smddp_sdk.schedulers.local_job import JobDir, host_prefixed, pick_free_ports, pid_alive, ports_of_live_jobs, signal_session
+from smddp_sdk.schedulers.local_job import (
+    JobDir,
+    host_prefixed,
+    pick_free_ports,
+    pid_alive,
+    port_lock,
+    ports_of_live_jobs,
+    signal_session,
+)
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.status import JobState
@@ -79,8 +87,9 @@ class Supervisor:
 
     def start_runtimes(self) -> None:
         job_root = Path(self.record["job_root"])
-        ports = dict(zip(_PORT_ENVS, pick_free_ports(len(_PORT_ENVS), exclude=ports_of_live_jobs(job_root, skip=self.job_dir.path))))
-        self.update(ports=ports)
+        with port_lock(job_root):
+            ports = dict(zip(_PORT_ENVS, pick_free_ports(len(_PORT_ENVS), exclude=ports_of_live_jobs(job_root, skip=self.job_dir.path))))
+            self.update(ports=ports)
         token = secrets.token_hex(16)
         console = self.console = open(self.job_dir.console_log, "a", encoding="utf-8")
         for host in self.request["hosts"]:

@@ -262,3 +262,17 @@ def test_max_run_stops_a_job_that_runs_too_long(workdir):
     status = estimator.latest_training_job.status()
     assert status.state is JobState.FAILED and status.details["ended"] - status.details["started"] < 15
     no_processes_left(Path(status.details["job_dir"]))
+
+
+def test_two_jobs_at_once_get_their_own_ports_and_directories(workdir):
+    source = write_script(workdir / "src", "import os\nprint('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])\n")
+    first, second = two_by_two(source, job_name="first"), two_by_two(source, job_name="second")
+    first.fit(wait=False)
+    second.fit(wait=False)
+    statuses = [job.latest_training_job.wait(logs=False) for job in (first, second)]
+    assert [status.state for status in statuses] == [JobState.SUCCEEDED, JobState.SUCCEEDED]
+    ports = [json.loads((workdir / "jobs" / name / "state.json").read_text())["ports"] for name in ("first", "second")]
+    assert not set(ports[0].values()) & set(ports[1].values())
+    for name in ("first", "second"):
+        texts = sorted(line.text for line in get_scheduler("local").logs(JobHandle("local", name)) if line.rank is not None)
+        assert texts == [f"rank {rank} of 4" for rank in range(4)]
