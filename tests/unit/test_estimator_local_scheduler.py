@@ -9,7 +9,7 @@ import pytest
 
 from smddp_sdk.errors import SpecError
 from smddp_sdk.schedulers import get_scheduler
-from smddp_sdk.schedulers.host_trees import collect_artifacts, host_names, prepare_host_trees, stage_code
+from smddp_sdk.schedulers.host_trees import collect_artifacts, host_names, largest_entries, prepare_host_trees, stage_code
 from smddp_sdk.schedulers.local_job import JobDir, parse_console_line, pick_free_ports, ports_of_live_jobs
 from smddp_sdk.schedulers.local_supervisor import inherited_env, parse_failure_reason
 from smddp_sdk.specs.contract import OptMl, decode_hyperparameters
@@ -178,3 +178,11 @@ def test_runtimes_do_not_inherit_another_jobs_identity():
     outer = {"PATH": "/bin", "SM_CURRENT_HOST": "algo-9", "RANK": "5", "MASTER_ADDR": "10.0.0.1", "SMDDP_STOP_GRACE": "3",
              "SMDATAPARALLEL_SERVER_ADDR": "x", "TRAINING_JOB_NAME": "outer", "SMS_SETTING": "kept"}
     assert inherited_env(outer) == {"PATH": "/bin", "SMDDP_STOP_GRACE": "3", "SMS_SETTING": "kept"}
+
+
+def test_largest_entries_of_a_code_snapshot(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "big.bin").write_bytes(b"\0" * 5000)
+    (tmp_path / "train.py").write_text("x" * 10)
+    total, largest = largest_entries(tmp_path, count=1)
+    assert total == 5010 and largest == [("data", 5000)]
