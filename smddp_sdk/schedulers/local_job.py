@@ -136,10 +136,12 @@ def is_supervisor_of(pid: int | None, job_dir: Path) -> bool:
     if not pid_alive(pid):
         return False
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
     except OSError:
         return True  # no /proc (macOS): trust the pid
-    return str(job_dir).encode() in cmdline
+    args = [arg for arg in raw.split("\0") if arg]
+    # ... -m smddp_sdk.schedulers.local_supervisor <job dir>; the root may be spelt another way (a symlink)
+    return len(args) >= 2 and args[-2].endswith("local_supervisor") and Path(args[-1]).resolve() == job_dir.resolve()
 
 
 def session_members(session_id: int) -> list[int]:

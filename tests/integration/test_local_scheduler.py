@@ -276,3 +276,17 @@ def test_two_jobs_at_once_get_their_own_ports_and_directories(workdir):
     for name in ("first", "second"):
         texts = sorted(line.text for line in get_scheduler("local").logs(JobHandle("local", name)) if line.rank is not None)
         assert texts == [f"rank {rank} of 4" for rank in range(4)]
+
+
+def test_a_job_root_reached_through_a_symlink_is_the_same_job(workdir):
+    source = write_script(workdir / "src", SLEEPING_SCRIPT)
+    estimator = two_by_two(source, job_name="linked")
+    estimator.fit(wait=False)
+    (workdir / "alias").symlink_to(workdir / "jobs")
+    other = get_scheduler("local", job_root=str(workdir / "alias"))
+    handle = JobHandle("local", "linked")
+    wait_for(lambda: other.status(handle).state is JobState.RUNNING)
+    assert other.status(handle).state is JobState.RUNNING  # its supervisor is recognised through the alias
+    other.cancel(handle)
+    assert estimator.latest_training_job.status().state is JobState.CANCELLED
+    no_processes_left(workdir / "jobs" / "linked")
