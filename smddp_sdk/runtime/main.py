@@ -33,7 +33,7 @@ from smddp_sdk.specs import contract
 from smddp_sdk.specs.contract import OptMl
 
 DEFAULT_STOP_GRACE = 5.0
-DEFAULT_AGENT_TIMEOUT = 300.0
+DEFAULT_AGENT_TIMEOUT = 600.0  # hosts may start minutes apart (image pulls)
 POLL_INTERVAL = 0.1
 
 
@@ -102,8 +102,8 @@ class NodeRuntime:
     def run(self) -> int:
         self._install_signal_handlers()
         try:
+            self._join_job()  # first, so that even a planning error reaches the other hosts
             plan = self._plan()
-            self._join_job()
         except SmddpError as exc:
             return self._finish_setup_failure(exc)
         with tempfile.TemporaryDirectory(prefix="smddp-runtime-") as scratch:
