@@ -1,0 +1,208 @@
+"""Collective benchmark: smddp and gloo side by side, every result checked before and after timing.
+
+    python benchmarks/collectives_bench.py --world-sizes 2,4 --ops allreduce,allgather
+
+Each world size runs as its own set of rank processes. Every rank joins the default group with smddp and
+a second group with gloo, so both backends run in the same processes, on the same inputs, interleaved.
+Before timing, and again after, each op's result is checked against a reference computed locally from
+seeded inputs. Time per size is the median over iterations of the slowest rank's time for one call,
+each call started together after a barrier; algbw = size / time; busbw follows nccl-tests: allreduce
+algbw*2(n-1)/n, allgather and reduce_scatter algbw*(n-1)/n, broadcast algbw. Size means the tensor for
+allreduce and broadcast, the gathered output for allgather and the input for reduce_scatter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+SIZES = "4K,64K,1M,16M,64M,256M"
+UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+BUS_FACTOR = {
+    "allreduce": lambda n: 2 * (n - 1) / n,
+    "allgather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+}
+
+
+def parse_size(text: str) -> int:
+    text = text.strip().upper().removesuffix("B")
+    return int(float(text[:-1]) * UNITS[text[-1]]) if text[-1] in UNITS else int(text)
+
+
+def human(size: int) -> str:
+    for unit in ("G", "M", "K"):
+        if size >= UNITS[unit] and size % UNITS[unit] == 0:
+            return f"{size // UNITS[unit]}{unit}"
+    return str(size)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--world-sizes", default="2,4", help="comma-separated, e.g. 2,4")
+    parser.add_argument("--hosts", type=int, default=1, help="simulated hosts the ranks are split over (TCP between them)")
+    parser.add_argument("--ops", default="allreduce,allgather", help="allreduce,allgather,reduce_scatter,broadcast or all")
+    parser.add_argument("--sizes", default=SIZES, help=f"bytes with K/M/G suffixes (default {SIZES})")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    parser.add_argument("--min-iters", type=int, default=5)
+    parser.add_argument("--max-iters", type=int, default=200)
+    parser.add_argument("--seconds", type=float, default=1.0, help="rough time budget per op, size and backend")
+    parser.add_argument("--backends", default="smddp,gloo")
+    parser.add_argument("--json", help="write all results to this file")
+    parser.add_argument("--rank-process", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.ops == "all":
+        args.ops = ",".join(BUS_FACTOR)
+    return args
+
+
+# ----------------------------------------------------------------------------------------------- ranks
+def rank_main(args: argparse.Namespace) -> None:
+    import torch
+    import torch.distributed as dist
+
+    import smddp_sdk.collectives  # noqa: F401
+
+    torch.set_num_threads(1)
+    dist.init_process_group("smddp")
+    groups = {"smddp": dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
+    groups = {name: groups[name] for name in args.backends.split(",")}
+    rank, n = dist.get_rank(), dist.get_world_size()
+    dtype = getattr(torch, args.dtype)
+    rows = []
+    for op in args.ops.split(","):
+        for size in map(parse_size, args.sizes.split(",")):
+            row = {"op": op, "n": n, "size": size, "dtype": args.dtype}
+            for name, group in groups.items():
+                row[name] = measure(op, size, dtype, group, args, rank, n)
+            rows.append(row)
+            if rank == 0:
+                print_row(row, list(groups), first=len(rows) == 1 or rows[-2]["op"] != op)
+    if rank == 0 and args.json:
+        path = Path(args.json)
+        existing = json.loads(path.read_text()) if path.exists() else []
+        path.write_text(json.dumps(existing + rows, indent=1))
+    dist.destroy_process_group()
+
+
+def make_case(op: str, size: int, dtype, rank: int, n: int):
+    """(run, check, reset): run() does one collective; check() raises on a wrong result; reset() (or None)
+    restores the inputs between calls, outside the timed region."""
+    import torch
+    import torch.distributed as dist
+
+    elem = torch.empty(0, dtype=dtype).element_size()
+    count = max(n, size // elem // n * n)  # divisible by n for allgather / reduce_scatter
+
+    def values(r: int, numel: int) -> torch.Tensor:
+        return ((torch.arange(numel, dtype=torch.int64) * 7 + r * 3) % 11).to(dtype)
+
+    if op == "allreduce":
+        base = values(rank, count)
+        buf = base.clone()
+        expected = sum(values(r, count).double() for r in range(n)).to(dtype)
+
+        def run(group):
+            dist.all_reduce(buf, group=group)
+
+        def check():
+            torch.testing.assert_close(buf, expected, rtol=0, atol=0)
+
+        return run, check, (lambda: buf.copy_(base))  # reset outside the timed call: sums would overflow
+    if op == "allgather":
+        inp = values(rank, count // n)
+        out = torch.empty(count, dtype=dtype)
+        expected = torch.cat([values(r, count // n) for r in range(n)])
+        return (lambda group: dist.all_gather_single(out, inp, group=group)), (lambda: torch.testing.assert_close(out, expected, rtol=0, atol=0)), None
+    if op == "reduce_scatter":
+        inp = values(rank, count)
+        out = torch.empty(count // n, dtype=dtype)
+        expected = sum(values(r, count).double() for r in range(n)).to(dtype).chunk(n)[rank]
+        return (lambda group: dist.reduce_scatter_single(out, inp, group=group)), (lambda: torch.testing.assert_close(out, expected, rtol=0, atol=0)), None
+    if op == "broadcast":
+        buf = values(rank, count)
+        expected = values(0, count)
+        return (lambda group: dist.broadcast(buf, src=0, group=group)), (lambda: torch.testing.assert_close(buf, expected, rtol=0, atol=0)), None
+    raise SystemExit(f"unknown op {op!r}: use allreduce, allgather, reduce_scatter or broadcast")
+
+
+def measure(op: str, size: int, dtype, group, args, rank: int, n: int) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    run, check, reset = make_case(op, size, dtype, rank, n)
+    reset = reset or (lambda: None)
+    reset()
+    run(group)
+    check()
+    # iterations from a time budget, agreed by all ranks (max of their estimates)
+    reset()
+    start = time.perf_counter()
+    run(group)
+    estimate = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+    dist.all_reduce(estimate, op=dist.ReduceOp.MAX, group=group)
+    iters = int(min(args.max_iters, max(args.min_iters, args.seconds / max(float(estimate), 1e-6))))
+    times = []
+    for _ in range(iters):
+        reset()
+        dist.barrier(group=group)
+        start = time.perf_counter()
+        run(group)
+        times.append(time.perf_counter() - start)
+    reset()
+    run(group)
+    check()
+    slowest = torch.tensor(times, dtype=torch.float64)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
+    median = statistics.median(slowest.tolist())
+    algbw = size / median / 1e9
+    return {"time_s": median, "p10_s": float(slowest.quantile(0.1)), "algbw": algbw,
+            "busbw": algbw * BUS_FACTOR[op](n), "iters": iters}
+
+
+def fmt_time(seconds: float) -> str:
+    return f"{seconds * 1e6:.0f} us" if seconds < 1e-3 else f"{seconds * 1e3:.2f} ms"
+
+
+def print_row(row: dict, backends: list[str], first: bool) -> None:
+    if first:
+        head = f"\n{row['op']} n={row['n']} {row['dtype']} (time = median of per-call max over ranks; bw in GB/s)\n{'size':>6}"
+        for name in backends:
+            head += f" | {name + ' time':>12} {'algbw':>7} {'busbw':>7}"
+        if len(backends) == 2:
+            head += f" | {'busbw x':>8} {'time /':>7}"
+        print(head, flush=True)
+    line = f"{human(row['size']):>6}"
+    for name in backends:
+        r = row[name]
+        line += f" | {fmt_time(r['time_s']):>12} {r['algbw']:7.3f} {r['busbw']:7.3f}"
+    if len(backends) == 2:
+        a, b = (row[name] for name in backends)
+        line += f" | {a['busbw'] / b['busbw']:7.2f}x {a['time_s'] / b['time_s']:7.2f}"
+    print(line, flush=True)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    if args.rank_process:
+        rank_main(args)
+        return 0
+    from benchmarks.launch import run_ranks
+
+    forwarded = [a for a in argv if a != "--rank-process"]
+    worst = 0
+    for n in map(int, args.world_sizes.split(",")):
+        code = run_ranks(__file__, forwarded, n, hosts=min(args.hosts, n))
+        worst = worst or code
+    return worst
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,1 @@
+"""smddp-sdk's stand-in for AWS's `sagemaker_training` (only `environment` is provided)."""

@@ -1,0 +1,1 @@
+"""`smdistributed.dataparallel.torch`: importing a submodule registers the smddp backend."""

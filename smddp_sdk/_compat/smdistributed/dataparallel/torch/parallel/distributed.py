@@ -1,0 +1,34 @@
+"""The old API's DistributedDataParallel: torch's DDP with the old constructor's defaults."""
+
+from __future__ import annotations
+
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as _TorchDDP
+
+import smddp_sdk.collectives  # noqa: F401 - registers "smddp"
+
+DEFAULT_BUCKET_CAP_MB = 25
+
+
+class DistributedDataParallel(_TorchDDP):
+    """Same arguments as AWS's old class; `no_sync()` and everything else come from torch's DDP."""
+
+    def __init__(
+        self,
+        module: nn.Module,
+        device_ids: list[int] | None = None,
+        output_device: int | None = None,
+        broadcast_buffers: bool = True,
+        process_group: object = None,
+        bucket_cap_mb: float | None = None,
+        **kwargs: object,
+    ) -> None:
+        super().__init__(
+            module,
+            device_ids=device_ids,
+            output_device=output_device,
+            broadcast_buffers=broadcast_buffers,
+            process_group=process_group,
+            bucket_cap_mb=DEFAULT_BUCKET_CAP_MB if bucket_cap_mb is None else bucket_cap_mb,
+            **kwargs,
+        )

@@ -1,0 +1,33 @@
+"""The bundled `smddp` torch.distributed backend.
+
+``import smddp_sdk.collectives`` registers the backend (idempotent; it leaves an already registered
+`smddp`, such as AWS's own library, in place). Then ``dist.init_process_group("smddp")`` works as with any
+backend: CPU tensors use shared memory within a host and authenticated TCP between hosts, CUDA tensors
+are handed to NCCL.
+"""
+
+from __future__ import annotations
+
+import torch.distributed as dist
+
+from smddp_sdk.collectives.errors import CollectiveError
+from smddp_sdk.collectives.process_group import BACKEND_NAME, SmddpProcessGroup
+
+__all__ = ["BACKEND_NAME", "CollectiveError", "SmddpProcessGroup", "is_registered", "register"]
+
+
+def _create(store: dist.Store, rank: int, size: int, timeout) -> SmddpProcessGroup:
+    return SmddpProcessGroup(store, rank, size, timeout)
+
+
+def is_registered() -> bool:
+    return BACKEND_NAME in dist.Backend.backend_list
+
+
+def register() -> None:
+    """Register `smddp` with torch.distributed unless a backend of that name already exists."""
+    if not is_registered():
+        dist.Backend.register_backend(BACKEND_NAME, _create, devices=["cpu", "cuda"])
+
+
+register()

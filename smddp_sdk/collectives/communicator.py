@@ -1,0 +1,147 @@
+"""Group-wide primitives built from the intra-host (shared memory) and inter-host (TCP) transports.
+
+Every torch collective maps onto four primitives: allreduce of a flat tensor, allgather of byte buffers,
+broadcast of byte buffers and barrier. Across hosts they are hierarchical: the host's ranks combine over
+shared memory, the node leaders exchange over TCP, and the leader hands the result back over shared
+memory. Per-size algorithm choice lives in LocalComm (symmetric vs. sharded allreduce) so that new
+algorithms and transports slot in here without touching the ProcessGroup.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import torch
+
+from smddp_sdk.collectives.errors import CollectiveError
+from smddp_sdk.collectives.local import LocalComm
+from smddp_sdk.collectives.memory import copy_bytes, memview
+from smddp_sdk.collectives.reduce import RedOpType, combine, finish_average
+from smddp_sdk.collectives.tcp import TcpMesh
+from smddp_sdk.collectives.topology import Topology
+
+INTER_HOST_CHUNK_BYTES = 16 << 20  # bounds the leaders' receive buffers when the node has no arena
+
+
+class Communicator:
+    """One group's transports plus the failure state: after a failure every later call fails fast."""
+
+    def __init__(self, topo: Topology, local: LocalComm, mesh: TcpMesh | None, timeout_s: float) -> None:
+        self.topo = topo
+        self.local = local
+        self.mesh = mesh
+        self.timeout_s = timeout_s
+        self._failure: str | None = None
+        self._scratch: dict[int, torch.Tensor] = {}
+
+    # lifecycle ----------------------------------------------------------------------------------------
+    def deadline(self) -> float:
+        return time.monotonic() + self.timeout_s
+
+    def check_usable(self, what: str) -> None:
+        if self._failure:
+            raise CollectiveError(f"smddp {what}: the process group is unusable after an earlier failure: {self._failure}")
+
+    def fail(self, message: str) -> None:
+        """Record the failure and tell local and remote peers, so they stop waiting for us."""
+        if self._failure:
+            return
+        self._failure = message
+        if self.local.arena:
+            self.local.arena.post_abort(message)
+        if self.mesh:
+            self.mesh.close()
+
+    def close(self) -> None:
+        if self.mesh:
+            self.mesh.close()
+        if self.local.arena:
+            self.local.arena.close()
+
+    @property
+    def multi_node(self) -> bool:
+        return len(self.topo.nodes) > 1
+
+    def _leader_peers(self) -> list[int]:
+        return [n for n in range(len(self.topo.nodes)) if n != self.topo.node]
+
+    def _scratch_for(self, key: int, nbytes: int) -> torch.Tensor:
+        buf = self._scratch.get(key)
+        if buf is None or buf.numel() < nbytes:
+            buf = torch.zeros(nbytes, dtype=torch.uint8)  # zeroed once: pre-faulted for reuse
+            self._scratch[key] = buf
+        return buf[:nbytes]
+
+    # primitives ---------------------------------------------------------------------------------------
+    def allreduce(self, x: torch.Tensor, op: RedOpType, what: str) -> None:
+        """In place over a flat contiguous tensor; bit-identical on every rank."""
+        deadline = self.deadline()
+        combine_op = RedOpType.SUM if op == RedOpType.AVG else op
+        chunk_bytes = min(self.local.chunk_bytes, INTER_HOST_CHUNK_BYTES if self.multi_node else 1 << 62)
+        step = max(1, chunk_bytes // x.element_size())
+        for start in range(0, x.numel(), step):
+            piece = x[start:start + step]
+            self.local.allreduce_chunk(piece, combine_op, what, deadline)
+            if self.multi_node:
+                if self.topo.is_leader:
+                    self._leaders_allreduce(piece, combine_op, what, deadline)
+                self.local.broadcast(0, [piece.view(torch.uint8)], what, deadline)
+        finish_average(x, op, self.topo.size)
+
+    def _leaders_allreduce(self, piece: torch.Tensor, op: RedOpType, what: str, deadline: float) -> None:
+        nbytes = piece.numel() * piece.element_size()
+        peers = self._leader_peers()
+        received = {n: self._scratch_for(n, nbytes).view(piece.dtype) for n in peers}
+        self.mesh.exchange({n: [memview(piece)] for n in peers}, {n: [memview(received[n])] for n in peers}, what, deadline)
+        sources = [piece if n == self.topo.node else received[n] for n in range(len(self.topo.nodes))]
+        if self.topo.node == 0:
+            combine(piece, sources, op)
+        else:
+            result = self._scratch_for(-1, nbytes).view(piece.dtype)
+            combine(result, sources, op)  # same order on every leader: node 0, 1, ...
+            copy_bytes(piece, result)
+
+    def allgather(self, mine: torch.Tensor, outs: Sequence[torch.Tensor], what: str) -> None:
+        """outs[r] (uint8, by group rank) receives rank r's bytes; every rank knows every size."""
+        deadline = self.deadline()
+        local_ranks = self.topo.local_ranks
+        self.local.allgather(mine, [outs[r] for r in local_ranks], what, deadline)
+        if not self.multi_node:
+            return
+        remote = [r for r in range(self.topo.size) if self.topo.node_of[r] != self.topo.node]
+        if self.topo.is_leader:
+            nodes = self.topo.nodes
+            sends = {n: [memview(outs[r]) for r in local_ranks] for n in self._leader_peers()}
+            recvs = {n: [memview(outs[r]) for r in nodes[n]] for n in self._leader_peers()}
+            self.mesh.exchange(sends, recvs, what, deadline)
+        self.local.broadcast(0, [outs[r] for r in remote], what, deadline)
+
+    def broadcast(self, root: int, buffers: Sequence[torch.Tensor], what: str) -> None:
+        """Every rank's uint8 buffers receive the root's."""
+        deadline = self.deadline()
+        root_node = self.topo.node_of[root]
+        in_root_node = self.topo.node == root_node
+        if in_root_node:
+            self.local.broadcast(self.topo.local_ranks.index(root), buffers, what, deadline)
+        if not self.multi_node:
+            return
+        if self.topo.is_leader:
+            views = [memview(b) for b in buffers]
+            if in_root_node:
+                self.mesh.exchange({n: views for n in self._leader_peers()}, {}, what, deadline)
+            else:
+                self.mesh.exchange({}, {root_node: views}, what, deadline)
+        if not in_root_node:
+            self.local.broadcast(0, buffers, what, deadline)
+
+    def barrier(self, what: str) -> None:
+        deadline = self.deadline()
+        self.local.barrier(what, deadline)
+        if self.multi_node:
+            if self.topo.is_leader:
+                peers = self._leader_peers()
+                token = torch.ones(1, dtype=torch.uint8)
+                inbox = {n: torch.zeros(1, dtype=torch.uint8) for n in peers}
+                self.mesh.exchange({n: [memview(token)] for n in peers}, {n: [memview(inbox[n])] for n in peers}, what, deadline)
+            self.local.barrier(what, deadline)

@@ -1,0 +1,149 @@
+"""Intra-host algorithms over the shared-memory arena.
+
+Each method moves at most ``slot_bytes`` per rank per phase; larger messages are cut into chunks by the
+caller (allreduce) or here (allgather, broadcast). A host with one rank needs no arena: every method then
+only copies what it must.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from smddp_sdk.collectives.memory import copy_bytes
+from smddp_sdk.collectives.reduce import RedOpType, combine
+from smddp_sdk.collectives.shm import ShmArena
+
+# below this many bytes every rank reduces the whole message itself: one barrier instead of two
+SYMMETRIC_LIMIT = 256 << 10
+
+Segment = tuple[int, int, int]  # (buffer index, byte offset, byte length)
+
+
+def plan_chunks(lengths: Sequence[int], chunk_bytes: int) -> list[list[Segment]]:
+    """Pack a stream of buffers into chunks of at most chunk_bytes, splitting buffers where needed."""
+    chunks: list[list[Segment]] = []
+    current: list[Segment] = []
+    room = chunk_bytes
+    for index, length in enumerate(lengths):
+        offset = 0
+        while offset < length:
+            take = min(room, length - offset)
+            current.append((index, offset, take))
+            offset += take
+            room -= take
+            if room == 0:
+                chunks.append(current)
+                current, room = [], chunk_bytes
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def _shard_bounds(numel: int, parts: int, index: int) -> tuple[int, int]:
+    base, extra = divmod(numel, parts)
+    start = index * base + min(index, extra)
+    return start, start + base + (1 if index < extra else 0)
+
+
+class LocalComm:
+    """The ranks of one host: n, this rank's index, and the arena when n > 1."""
+
+    def __init__(self, arena: ShmArena | None) -> None:
+        self.arena = arena
+        self.n = arena.n if arena else 1
+        self.index = arena.index if arena else 0
+
+    @property
+    def chunk_bytes(self) -> int:
+        return self.arena.slot_bytes if self.arena else 1 << 62
+
+    def barrier(self, what: str, deadline: float) -> None:
+        if self.arena:
+            self.arena.barrier(what, deadline)
+
+    def allreduce_chunk(self, x: torch.Tensor, op: RedOpType, what: str, deadline: float) -> None:
+        """In place over a flat contiguous tensor of at most chunk_bytes; identical result on every rank."""
+        arena = self.arena
+        if arena is None or x.numel() == 0:
+            return
+        nbytes = x.numel() * x.element_size()
+        half = arena.next_half()
+        views = [arena.slot(i, half)[:nbytes].view(x.dtype) for i in range(self.n)]
+        if nbytes <= SYMMETRIC_LIMIT:
+            copy_bytes(views[self.index], x)
+            arena.barrier(what, deadline)
+            combine(x, views, op)  # every rank reduces everything: same sources, same order everywhere
+            return
+        mine = views[self.index]
+        for i in range(self.n):
+            if i != self.index:  # stage only the shards the peers reduce
+                lo, hi = _shard_bounds(x.numel(), self.n, i)
+                copy_bytes(mine[lo:hi], x[lo:hi])
+        arena.barrier(what, deadline)
+        self._sharded_allreduce(x, views, op, what, deadline)
+
+    def _sharded_allreduce(self, x: torch.Tensor, views: list[torch.Tensor], op: RedOpType, what: str, deadline: float) -> None:
+        """Balanced fusion buffer: rank i reduces shard i for everyone, then all read every shard.
+
+        Only the shards peers reduce are staged in shared memory; the own shard is read straight from x
+        and its result written to the own slot (for peers) and back into x.
+        """
+        assert self.arena is not None
+        bounds = [_shard_bounds(x.numel(), self.n, i) for i in range(self.n)]
+        start, stop = bounds[self.index]
+        sources = [x[start:stop] if i == self.index else v[start:stop] for i, v in enumerate(views)]
+        result = views[self.index][start:stop]  # not staged above, so free to hold the result
+        combine(result, sources, op)  # rank order: same on every rank
+        copy_bytes(x[start:stop], result)
+        self.arena.barrier(what, deadline)
+        for i, (lo, hi) in enumerate(bounds):
+            if i != self.index:
+                copy_bytes(x[lo:hi], views[i][lo:hi])
+
+    def allgather(self, mine: torch.Tensor, outs: Sequence[torch.Tensor], what: str, deadline: float) -> None:
+        """outs[i] (uint8, this host's ranks in order) receives local rank i's bytes; sizes may differ."""
+        copy_bytes(outs[self.index], mine)
+        arena = self.arena
+        if arena is None:
+            return
+        longest = max(o.numel() for o in outs)
+        step = arena.slot_bytes
+        for start in range(0, longest, step):
+            half = arena.next_half()
+            piece = mine[start:start + step]
+            copy_bytes(arena.slot(self.index, half), piece)
+            arena.barrier(what, deadline)
+            for i, out in enumerate(outs):
+                if i != self.index and start < out.numel():
+                    target = out[start:start + step]
+                    copy_bytes(target, arena.slot(i, half)[: target.numel()])
+
+    def broadcast(self, root: int, buffers: Sequence[torch.Tensor], what: str, deadline: float) -> None:
+        """Every local rank's uint8 buffers receive local rank root's, packed into as few phases as fit."""
+        arena = self.arena
+        if arena is None:
+            return
+        for chunk in plan_chunks([b.numel() for b in buffers], arena.slot_bytes):
+            half = arena.next_half()
+            slot = arena.slot(root, half)
+            if self.index == root:
+                self._pack(slot, chunk, buffers)
+            arena.barrier(what, deadline)
+            if self.index != root:
+                self._unpack(slot, chunk, buffers)
+
+    @staticmethod
+    def _pack(slot: torch.Tensor, chunk: list[Segment], buffers: Sequence[torch.Tensor]) -> None:
+        at = 0
+        for index, offset, length in chunk:
+            copy_bytes(slot[at:at + length], buffers[index][offset:offset + length])
+            at += length
+
+    @staticmethod
+    def _unpack(slot: torch.Tensor, chunk: list[Segment], buffers: Sequence[torch.Tensor]) -> None:
+        at = 0
+        for index, offset, length in chunk:
+            copy_bytes(buffers[index][offset:offset + length], slot[at:at + length])
+            at += length

@@ -1,0 +1,468 @@
+"""The `smddp` ProcessGroup: torch's method names mapped onto the Communicator's four primitives.
+
+torch 2.13 cannot subclass the C++ Backend from Python, so this is a Python ProcessGroup subclass; torch
+uses it directly as the group. Both dispatch paths reach these methods: `dist.*` calls them with Python
+arguments, C++ callers (DDP's reducer, functional collectives) through the PyProcessGroup trampoline, so
+names and signatures mirror the C++ binding exactly.
+
+Every collective runs on one communication thread per group (call order is the cross-rank order) and
+returns a Work over a torch Future whose value is the tensor list (DDP's reducer reads it). A blocking
+call with nothing queued runs inline, saving the thread hand-off on small messages.
+"""
+
+from __future__ import annotations
+
+import functools
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from smddp_sdk.collectives.communicator import Communicator
+from smddp_sdk.collectives.errors import CollectiveError
+from smddp_sdk.collectives.memory import as_bytes
+from smddp_sdk.collectives.reduce import RedOpType, check_supported, red_op_type
+from smddp_sdk.collectives.topology import build
+
+BACKEND_NAME = "smddp"
+_create_work = torch._C._distributed_c10d._create_work_from_future
+
+
+def completed_work(value: object) -> dist.Work:
+    future: torch.futures.Future = torch.futures.Future()
+    future.set_result(value)
+    return _create_work(future)
+
+
+def _tensors_in(args: Sequence[object]) -> list[torch.Tensor]:
+    found: list[torch.Tensor] = []
+    for arg in args:
+        if isinstance(arg, torch.Tensor):
+            found.append(arg)
+        elif isinstance(arg, (list, tuple)):
+            found += _tensors_in(arg)
+    return found
+
+
+def cuda_goes_to_nccl(method: Callable[..., dist.Work]) -> Callable[..., dist.Work]:
+    """CUDA tensors are handed to NCCL (same method name on ProcessGroupNCCL); CPU ones stay here."""
+
+    @functools.wraps(method)
+    def dispatch(self: SmddpProcessGroup, *args: Any, **kwargs: Any) -> dist.Work:
+        tensors = _tensors_in(args)
+        if any(t.device.type == "cuda" for t in tensors):
+            return getattr(self._nccl(), method.__name__)(*args, **kwargs)
+        for tensor in tensors:
+            if tensor.device.type != "cpu":
+                raise CollectiveError(f"smddp {method.__name__}: tensors on {tensor.device} are not supported (CPU and CUDA only)")
+        return method(self, *args, **kwargs)
+
+    return dispatch
+
+
+def _contiguous(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor if tensor.is_contiguous() else tensor.contiguous()
+
+
+def _write_back(target: torch.Tensor, work: torch.Tensor) -> None:
+    if work.data_ptr() != target.data_ptr() or not target.is_contiguous():
+        target.copy_(work.view(target.shape))
+
+
+def _split_sizes(splits: Sequence[int], tensor: torch.Tensor, parts: int, what: str) -> list[int]:
+    """Rows per peer for all_to_all_single: the given splits, or an equal split of dim 0."""
+    if splits:
+        if len(splits) != parts or sum(splits) != (tensor.shape[0] if tensor.dim() else 1):
+            raise CollectiveError(f"smddp {what}: split sizes {list(splits)} do not match {parts} ranks and dim 0 of size {tensor.shape[0]}")
+        return list(splits)
+    rows = tensor.shape[0] if tensor.dim() else 1
+    if rows % parts:
+        raise CollectiveError(f"smddp {what}: dim 0 ({rows}) is not divisible by the group size {parts}; pass split sizes")
+    return [rows // parts] * parts
+
+
+class SmddpProcessGroup(dist.ProcessGroup):
+    """torch.distributed ProcessGroup for backend "smddp": shared memory within a host, TCP between hosts."""
+
+    def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta) -> None:
+        super().__init__(rank, size)  # the (store, rank, size) constructor fails for Python subclasses in 2.13
+        self._store = store
+        self._timeout = timeout
+        self._group_name = ""
+        self._group_desc = ""
+        topo, local, mesh = build(store, rank, size, timeout)
+        self._comm = Communicator(topo, local, mesh, timeout.total_seconds())
+        self._state = threading.Lock()  # guards _pending
+        self._exec = threading.Lock()  # one collective at a time, in call order
+        self._pending = 0
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._worker: threading.Thread | None = None
+        self._nccl_group: dist.ProcessGroup | None = None
+
+    # identity (functional collectives need the name stored on the Python side) ------------------------
+    def getBackendName(self) -> str:  # noqa: N802 - torch's name
+        return BACKEND_NAME
+
+    def setGroupName(self, name: str) -> None:  # noqa: N802
+        self._group_name = name
+
+    def getGroupName(self) -> str:  # noqa: N802
+        return self._group_name
+
+    def setGroupDesc(self, desc: str) -> None:  # noqa: N802
+        self._group_desc = desc
+
+    def getGroupDesc(self) -> str:  # noqa: N802
+        return self._group_desc
+
+    @property
+    def topology(self):  # for tests and diagnostics
+        return self._comm.topo
+
+    # execution ----------------------------------------------------------------------------------------
+    def _submit(self, what: str, job: Callable[[], None], value: object, opts: object) -> dist.Work:
+        self._comm.check_usable(what)
+        if not getattr(opts, "asyncOp", True):
+            with self._state:
+                inline = self._pending == 0
+                self._pending += inline
+            if inline:
+                try:
+                    with self._exec:
+                        self._execute(what, job)
+                finally:
+                    with self._state:
+                        self._pending -= 1
+                return completed_work(value)
+        future: torch.futures.Future = torch.futures.Future()
+        with self._state:
+            self._pending += 1
+        self._start_worker()
+        self._jobs.put((what, job, value, future))
+        return _create_work(future)
+
+    def _start_worker(self) -> None:
+        if self._worker is None:
+            self._worker = threading.Thread(target=self._serve, name=f"smddp-comm-{self.rank()}", daemon=True)
+            self._worker.start()
+
+    def _serve(self) -> None:
+        while True:
+            item = self._jobs.get()
+            if item is None:
+                return
+            what, job, value, future = item
+            try:
+                with self._exec:
+                    self._execute(what, job)
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiter
+                future.set_exception(exc)
+            else:
+                future.set_result(value)
+            finally:
+                with self._state:
+                    self._pending -= 1
+
+    def _execute(self, what: str, job: Callable[[], None]) -> None:
+        self._comm.check_usable(what)
+        try:
+            job()
+        except CollectiveError as exc:
+            self._comm.fail(str(exc))
+            raise
+        except Exception as exc:
+            message = f"smddp {what} failed on rank {self.rank()}: {type(exc).__name__}: {exc}"
+            self._comm.fail(message)
+            raise CollectiveError(message) from exc
+
+    def _nccl(self) -> dist.ProcessGroup:
+        """NCCL for CUDA tensors, created on first use (collectively: every rank reaches the same call)."""
+        if self._nccl_group is None:
+            if not dist.is_nccl_available():
+                raise CollectiveError("smddp: CUDA tensors need NCCL, which this torch build does not include")
+            options = dist.ProcessGroupNCCL.Options()
+            options._timeout = self._timeout
+            self._nccl_group = dist.ProcessGroupNCCL(dist.PrefixStore("smddp-nccl/", self._store), self.rank(), self.size(), options)
+        return self._nccl_group
+
+    def shutdown(self) -> None:
+        if self._worker is not None:
+            self._jobs.put(None)
+            self._worker.join(timeout=5)
+            self._worker = None
+        self._comm.close()
+
+    def abort(self) -> None:
+        self._comm.fail("the process group was aborted")
+        self.shutdown()
+
+    # validation ---------------------------------------------------------------------------------------
+    def _reduce_op(self, opts: object, tensors: Sequence[torch.Tensor], what: str) -> RedOpType:
+        op = red_op_type(opts.reduceOp)
+        for tensor in tensors:
+            try:
+                check_supported(tensor.dtype, op, what)
+            except (TypeError, ValueError) as exc:
+                raise CollectiveError(str(exc)) from exc
+        return op
+
+    def _rank_list(self, tensors: Sequence[torch.Tensor], what: str) -> None:
+        if len(tensors) != self.size():
+            raise CollectiveError(f"smddp {what}: expected one tensor per rank ({self.size()}), got {len(tensors)}")
+
+    # allreduce ----------------------------------------------------------------------------------------
+    @cuda_goes_to_nccl
+    def allreduce(self, tensors: list[torch.Tensor], opts: dist.AllreduceOptions = None) -> dist.Work:
+        opts = opts or dist.AllreduceOptions()
+        op = self._reduce_op(opts, tensors, "all_reduce")
+
+        def job() -> None:
+            for tensor in tensors:
+                work = _contiguous(tensor)
+                self._comm.allreduce(work.view(-1), op, "all_reduce")
+                _write_back(tensor, work)
+
+        return self._submit("all_reduce", job, tensors, opts)
+
+    @cuda_goes_to_nccl
+    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: dist.AllreduceCoalescedOptions = None) -> dist.Work:
+        opts = opts or dist.AllreduceCoalescedOptions()
+        op = self._reduce_op(opts, tensors, "all_reduce_coalesced")
+
+        def job() -> None:
+            for dtype in dict.fromkeys(t.dtype for t in tensors):
+                group = [t for t in tensors if t.dtype == dtype]
+                flat = torch.cat([t.reshape(-1) for t in group])
+                self._comm.allreduce(flat, op, "all_reduce_coalesced")
+                for tensor, part in zip(group, flat.split([t.numel() for t in group])):
+                    tensor.copy_(part.view(tensor.shape))
+
+        return self._submit("all_reduce_coalesced", job, tensors, opts)
+
+    @cuda_goes_to_nccl
+    def reduce(self, tensors: list[torch.Tensor], opts: dist.ReduceOptions = None) -> dist.Work:
+        opts = opts or dist.ReduceOptions()
+        op = self._reduce_op(opts, tensors, "reduce")
+        is_root = opts.rootRank == self.rank()
+
+        def job() -> None:
+            for tensor in tensors:
+                work = _contiguous(tensor) if is_root else tensor.contiguous().clone()
+                self._comm.allreduce(work.view(-1), op, "reduce")
+                if is_root:
+                    _write_back(tensor, work)
+
+        return self._submit("reduce", job, tensors, opts)
+
+    # broadcast / scatter ------------------------------------------------------------------------------
+    @cuda_goes_to_nccl
+    def broadcast(self, tensors: list[torch.Tensor], opts: dist.BroadcastOptions = None) -> dist.Work:
+        opts = opts or dist.BroadcastOptions()
+        root = opts.rootRank
+
+        def job() -> None:
+            works = [_contiguous(t) for t in tensors]
+            self._comm.broadcast(root, [as_bytes(w) for w in works], "broadcast")
+            for tensor, work in zip(tensors, works):
+                _write_back(tensor, work)
+
+        return self._submit("broadcast", job, tensors, opts)
+
+    @cuda_goes_to_nccl
+    def scatter(self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]], opts: dist.ScatterOptions = None) -> dist.Work:
+        opts = opts or dist.ScatterOptions()
+        root, out = opts.rootRank, output_tensors[0]
+        if self.rank() == root:
+            self._rank_list(input_tensors[0], "scatter")
+
+        def job() -> None:
+            if self.rank() == root:
+                whole = torch.cat([t.reshape(-1) for t in input_tensors[0]])
+            else:
+                whole = torch.empty(out.numel() * self.size(), dtype=out.dtype)
+            self._comm.broadcast(root, [as_bytes(whole)], "scatter")
+            out.copy_(whole.view(self.size(), -1)[self.rank()].view(out.shape))
+
+        return self._submit("scatter", job, output_tensors, opts)
+
+    # allgather / gather -------------------------------------------------------------------------------
+    def _gather_into(self, outs: Sequence[torch.Tensor], tensor: torch.Tensor, what: str) -> None:
+        works = [_contiguous(o) for o in outs]
+        self._comm.allgather(as_bytes(_contiguous(tensor)), [as_bytes(w) for w in works], what)
+        for out, work in zip(outs, works):
+            _write_back(out, work)
+
+    @cuda_goes_to_nccl
+    def allgather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor], opts: dist.AllgatherOptions = None) -> dist.Work:
+        opts = opts or dist.AllgatherOptions()
+        for outs in output_tensors:
+            self._rank_list(outs, "all_gather")
+
+        def job() -> None:
+            for outs, tensor in zip(output_tensors, input_tensors):
+                self._gather_into(outs, tensor, "all_gather")
+
+        return self._submit("all_gather", job, output_tensors, opts)
+
+    @cuda_goes_to_nccl
+    def allgather_coalesced(self, output_lists: list[list[torch.Tensor]], input_list: list[torch.Tensor], opts: dist.AllgatherOptions = None) -> dist.Work:
+        opts = opts or dist.AllgatherOptions()
+
+        def job() -> None:
+            mine = torch.cat([t.reshape(-1).view(torch.uint8) for t in map(_contiguous, input_list)]) if input_list else torch.empty(0, dtype=torch.uint8)
+            blobs = [torch.empty_like(mine) for _ in range(self.size())]
+            self._comm.allgather(mine, blobs, "all_gather_coalesced")
+            sizes = [t.numel() * t.element_size() for t in input_list]
+            for outs, blob in zip(output_lists, blobs):
+                for out, part in zip(outs, blob.split(sizes)):
+                    out.copy_(part.view(out.dtype).view(out.shape))
+
+        return self._submit("all_gather_coalesced", job, output_lists, opts)
+
+    def _gather_single(self, output: torch.Tensor, tensor: torch.Tensor, what: str) -> None:
+        if output.numel() != tensor.numel() * self.size():
+            raise CollectiveError(f"smddp {what}: output has {output.numel()} elements, expected {self.size()} x {tensor.numel()}")
+        work = _contiguous(output)
+        parts = list(as_bytes(work).chunk(self.size())) if work.numel() else [as_bytes(work)] * self.size()
+        self._comm.allgather(as_bytes(_contiguous(tensor)), parts, what)
+        _write_back(output, work)
+
+    @cuda_goes_to_nccl
+    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: dist.AllgatherOptions = None) -> dist.Work:  # noqa: A002
+        opts = opts or dist.AllgatherOptions()
+        if output.numel() != input.numel() * self.size():
+            raise CollectiveError(f"smddp all_gather_into_tensor: output has {output.numel()} elements, expected {self.size()} x {input.numel()}")
+        return self._submit("all_gather_into_tensor", lambda: self._gather_single(output, input, "all_gather_into_tensor"), [output], opts)
+
+    _allgather_base = all_gather_single
+
+    @cuda_goes_to_nccl
+    def all_gather_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: dist.AllgatherOptions = None) -> dist.Work:
+        opts = opts or dist.AllgatherOptions()
+
+        def job() -> None:
+            for output, tensor in zip(outputs, inputs):
+                self._gather_single(output, tensor, "all_gather_into_tensor_coalesced")
+
+        return self._submit("all_gather_into_tensor_coalesced", job, outputs, opts)
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    @cuda_goes_to_nccl
+    def gather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor], opts: dist.GatherOptions = None) -> dist.Work:
+        opts = opts or dist.GatherOptions()
+        is_root = opts.rootRank == self.rank()
+        tensor = input_tensors[0]
+        if is_root:
+            self._rank_list(output_tensors[0], "gather")
+
+        def job() -> None:
+            outs = output_tensors[0] if is_root else [torch.empty_like(tensor) for _ in range(self.size())]
+            self._gather_into(outs, tensor, "gather")
+
+        return self._submit("gather", job, output_tensors, opts)
+
+    # reduce_scatter -----------------------------------------------------------------------------------
+    def _reduce_scatter_flat(self, output: torch.Tensor, flat: torch.Tensor, counts: list[int], op: RedOpType, what: str) -> None:
+        self._comm.allreduce(flat, op, what)
+        start = sum(counts[: self.rank()])
+        output.copy_(flat[start:start + counts[self.rank()]].view(output.shape))
+
+    @cuda_goes_to_nccl
+    def reduce_scatter(self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]], opts: dist.ReduceScatterOptions = None) -> dist.Work:
+        opts = opts or dist.ReduceScatterOptions()
+        op = self._reduce_op(opts, output_tensors, "reduce_scatter")
+        for ins in input_tensors:
+            self._rank_list(ins, "reduce_scatter")
+
+        def job() -> None:
+            for output, ins in zip(output_tensors, input_tensors):
+                flat = torch.cat([t.reshape(-1) for t in ins])
+                self._reduce_scatter_flat(output, flat, [t.numel() for t in ins], op, "reduce_scatter")
+
+        return self._submit("reduce_scatter", job, output_tensors, opts)
+
+    def _reduce_scatter_single(self, output: torch.Tensor, tensor: torch.Tensor, op: RedOpType, what: str) -> None:
+        if tensor.numel() != output.numel() * self.size():
+            raise CollectiveError(f"smddp {what}: input has {tensor.numel()} elements, expected {self.size()} x {output.numel()}")
+        flat = tensor.reshape(-1).clone()
+        self._reduce_scatter_flat(output, flat, [output.numel()] * self.size(), op, what)
+
+    @cuda_goes_to_nccl
+    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: dist.ReduceScatterOptions = None) -> dist.Work:  # noqa: A002
+        opts = opts or dist.ReduceScatterOptions()
+        op = self._reduce_op(opts, [input], "reduce_scatter_tensor")
+        if input.numel() != output.numel() * self.size():
+            raise CollectiveError(f"smddp reduce_scatter_tensor: input has {input.numel()} elements, expected {self.size()} x {output.numel()}")
+        return self._submit("reduce_scatter_tensor", lambda: self._reduce_scatter_single(output, input, op, "reduce_scatter_tensor"), [output], opts)
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    @cuda_goes_to_nccl
+    def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: dist.ReduceScatterOptions = None) -> dist.Work:
+        opts = opts or dist.ReduceScatterOptions()
+        op = self._reduce_op(opts, inputs, "reduce_scatter_tensor_coalesced")
+
+        def job() -> None:
+            for output, tensor in zip(outputs, inputs):
+                self._reduce_scatter_single(output, tensor, op, "reduce_scatter_tensor_coalesced")
+
+        return self._submit("reduce_scatter_tensor_coalesced", job, outputs, opts)
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    # all-to-all ---------------------------------------------------------------------------------------
+    def _all_to_all(self, outs: Sequence[torch.Tensor], ins: Sequence[torch.Tensor], what: str) -> None:
+        """Each rank's input blob travels to all (sizes exchanged first); each keeps its part of each blob."""
+        send_sizes = torch.tensor([t.numel() * t.element_size() for t in ins], dtype=torch.int64)
+        size_table = [torch.empty_like(send_sizes) for _ in range(self.size())]
+        self._comm.allgather(as_bytes(send_sizes), [as_bytes(s) for s in size_table], what)
+        mine = torch.cat([as_bytes(_contiguous(t)) for t in ins])
+        blobs = [torch.empty(int(sizes.sum()), dtype=torch.uint8) for sizes in size_table]
+        self._comm.allgather(mine, blobs, what)
+        for source, (out, sizes, blob) in enumerate(zip(outs, size_table, blobs)):
+            start = int(sizes[: self.rank()].sum())
+            length = int(sizes[self.rank()])
+            if length != out.numel() * out.element_size():
+                raise CollectiveError(f"smddp {what}: rank {source} sends {length} bytes to rank {self.rank()}, which expects {out.numel() * out.element_size()}")
+            out.copy_(blob[start:start + length].view(out.dtype).view(out.shape))
+
+    @cuda_goes_to_nccl
+    def alltoall(self, output_tensors: list[torch.Tensor], input_tensors: list[torch.Tensor], opts: dist.AllToAllOptions = None) -> dist.Work:
+        opts = opts or dist.AllToAllOptions()
+        self._rank_list(output_tensors, "all_to_all")
+        self._rank_list(input_tensors, "all_to_all")
+        return self._submit("all_to_all", lambda: self._all_to_all(output_tensors, input_tensors, "all_to_all"), output_tensors, opts)
+
+    @cuda_goes_to_nccl
+    def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int], input_split_sizes: list[int], opts: dist.AllToAllOptions = None) -> dist.Work:  # noqa: A002
+        opts = opts or dist.AllToAllOptions()
+        outs = list(output.split(_split_sizes(output_split_sizes, output, self.size(), "all_to_all_single")))
+        ins = list(input.split(_split_sizes(input_split_sizes, input, self.size(), "all_to_all_single")))
+
+        def job() -> None:
+            works = [_contiguous(o) for o in outs]
+            self._all_to_all(works, ins, "all_to_all_single")
+            for out, work in zip(outs, works):
+                _write_back(out, work)
+
+        return self._submit("all_to_all_single", job, [output], opts)
+
+    alltoall_base = all_to_all_single
+
+    # barrier and point-to-point -----------------------------------------------------------------------
+    def barrier(self, opts: dist.BarrierOptions = None) -> dist.Work:
+        opts = opts or dist.BarrierOptions()
+        return self._submit("barrier", lambda: self._comm.barrier("barrier"), [], opts)
+
+    def _no_point_to_point(self, *args: object, **kwargs: object) -> dist.Work:
+        raise CollectiveError(
+            "smddp does not implement point-to-point send/recv; create a gloo subgroup for it: "
+            "dist.new_group(backend='gloo')"
+        )
+
+    send = recv = recv_anysource = _no_point_to_point

@@ -1,0 +1,86 @@
+"""Reduction kernels on torch tensors: one place that knows how each ReduceOp combines each dtype.
+
+Sources are combined in the order given, so every rank that combines the same sources in the same order
+gets bit-identical results (DDP relies on identical parameters everywhere).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.distributed as dist
+
+RedOpType = dist.ReduceOp.RedOpType
+HALF_TYPES = (torch.float16, torch.bfloat16)
+FLOAT_TYPES = (torch.float32, torch.float64, *HALF_TYPES)
+SUPPORTED_DTYPES = (
+    *FLOAT_TYPES,
+    torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool,
+)
+BITWISE_OPS = (RedOpType.BAND, RedOpType.BOR, RedOpType.BXOR)
+
+_InPlace = Callable[[torch.Tensor, torch.Tensor], object]
+
+_IN_PLACE: dict[RedOpType, _InPlace] = {
+    RedOpType.SUM: torch.Tensor.add_,
+    RedOpType.AVG: torch.Tensor.add_,  # divided by the group size once, after the last combine
+    RedOpType.PRODUCT: torch.Tensor.mul_,
+    RedOpType.MIN: lambda acc, x: torch.minimum(acc, x, out=acc),
+    RedOpType.MAX: lambda acc, x: torch.maximum(acc, x, out=acc),
+    RedOpType.BAND: torch.Tensor.bitwise_and_,
+    RedOpType.BOR: torch.Tensor.bitwise_or_,
+    RedOpType.BXOR: torch.Tensor.bitwise_xor_,
+}
+# bool has no add/mul: SUM behaves as logical or, PRODUCT as logical and (what gloo does too)
+_BOOL_EQUIVALENT = {RedOpType.SUM: RedOpType.MAX, RedOpType.AVG: RedOpType.MAX, RedOpType.PRODUCT: RedOpType.MIN}
+
+
+def red_op_type(op: object) -> RedOpType:
+    """The hashable RedOpType of a ReduceOp (ReduceOp objects compare with == but hash differently)."""
+    if isinstance(op, RedOpType):
+        return op
+    inner = getattr(op, "op", None)
+    if isinstance(inner, RedOpType):
+        return inner
+    raise TypeError(f"unsupported reduce op {op!r}: use a torch.distributed.ReduceOp")
+
+
+def check_supported(dtype: torch.dtype, op: RedOpType, what: str) -> None:
+    """Raise a clear error for dtype/op pairs this backend cannot reduce."""
+    if dtype not in SUPPORTED_DTYPES:
+        raise TypeError(
+            f"smddp {what}: dtype {dtype} is not supported; supported dtypes are "
+            + ", ".join(str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES)
+        )
+    if op not in _IN_PLACE:
+        raise ValueError(f"smddp {what}: reduce op {op.name} is not supported (use SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR)")
+    if op in BITWISE_OPS and (dtype.is_floating_point):
+        raise TypeError(f"smddp {what}: bitwise reduce op {op.name} needs an integer or bool tensor, got {dtype}")
+
+
+def combine(dst: torch.Tensor, sources: Sequence[torch.Tensor], op: RedOpType) -> None:
+    """dst = sources[0] (op) sources[1] (op) ...; dst may alias sources[0] but no other source."""
+    if dst.dtype == torch.bool:
+        op = _BOOL_EQUIVALENT.get(op, op)
+    apply = _IN_PLACE[op]
+    if dst.dtype in HALF_TYPES and op in (RedOpType.SUM, RedOpType.AVG, RedOpType.PRODUCT):
+        acc = sources[0].float()  # accumulate in fp32, round once
+        for src in sources[1:]:
+            apply(acc, src)
+        dst.copy_(acc)
+        return
+    if dst.data_ptr() != sources[0].data_ptr():
+        dst.copy_(sources[0])
+    for src in sources[1:]:
+        apply(dst, src)
+
+
+def finish_average(tensor: torch.Tensor, op: RedOpType, group_size: int) -> None:
+    """AVG is a SUM divided once by the group size; integers use floor division."""
+    if op != RedOpType.AVG or group_size == 1 or tensor.dtype == torch.bool:
+        return
+    if tensor.is_floating_point():
+        tensor.div_(group_size)
+    else:
+        tensor.div_(group_size, rounding_mode="floor")

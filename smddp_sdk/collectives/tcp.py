@@ -1,0 +1,188 @@
+"""TCP transport between hosts: one connection per pair of node leaders, authenticated with a job token.
+
+The token is a random secret that rank 0 puts in the group's store; a peer proves it holds the token by
+answering a fresh nonce with an HMAC (both directions), so a stray or hostile connection to the listening
+port is closed without ever touching the data path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+import socket
+import struct
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from smddp_sdk.collectives.errors import CollectiveError
+
+NONCE_BYTES = 16
+_HELLO = struct.Struct("!16sI")  # client nonce, client node index
+_SOCKET_BUFFER = 4 << 20
+
+
+def new_token() -> str:
+    return secrets.token_hex(32)
+
+
+def _proof(token: str, nonce: bytes, node: int) -> bytes:
+    return hmac.new(token.encode(), nonce + struct.pack("!I", node), hashlib.sha256).digest()
+
+
+def _recv_exact(sock: socket.socket, count: int) -> bytes:
+    data = bytearray()
+    while len(data) < count:
+        part = sock.recv(count - len(data))
+        if not part:
+            raise ConnectionError("connection closed during the handshake")
+        data += part
+    return bytes(data)
+
+
+def _tune(sock: socket.socket) -> None:
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        sock.setsockopt(socket.SOL_SOCKET, option, _SOCKET_BUFFER)
+
+
+class TcpMesh:
+    """Full mesh between node leaders; node i dials every j < i and accepts every j > i."""
+
+    def __init__(self, node: int, token: str, describe: Mapping[int, str]) -> None:
+        self.node = node
+        self._token = token
+        self._describe = dict(describe)  # node index -> "rank R (host H)" for error messages
+        self._listener = socket.create_server(("", 0), backlog=64)
+        self.port = self._listener.getsockname()[1]
+        self._socks: dict[int, socket.socket] = {}
+        self._pool: ThreadPoolExecutor | None = None
+
+    def connect(self, addresses: Mapping[int, tuple[str, int]], deadline: float) -> None:
+        """Dial lower nodes and accept higher ones, verifying every peer's proof of the token."""
+        for peer in sorted(n for n in addresses if n < self.node):
+            self._socks[peer] = self._dial(peer, addresses[peer], deadline)
+        expected = {n for n in addresses if n > self.node}
+        while expected - set(self._socks):
+            self._accept_one(expected, deadline)
+        self._listener.close()
+        if self._socks:
+            self._pool = ThreadPoolExecutor(max_workers=len(self._socks), thread_name_prefix="smddp-send")
+
+    def _dial(self, peer: int, address: tuple[str, int], deadline: float) -> socket.socket:
+        last_error: OSError | None = None
+        while time.monotonic() < deadline:
+            try:
+                sock = socket.create_connection(address, timeout=max(0.1, deadline - time.monotonic()))
+            except OSError as exc:
+                last_error = exc
+                time.sleep(0.05)
+                continue
+            nonce = os.urandom(NONCE_BYTES)
+            sock.sendall(_HELLO.pack(nonce, self.node) + _proof(self._token, _recv_exact(sock, NONCE_BYTES), self.node))
+            if not hmac.compare_digest(_recv_exact(sock, 32), _proof(self._token, nonce, peer)):
+                sock.close()
+                raise CollectiveError(f"smddp: {self._describe[peer]} at {address} failed authentication")
+            _tune(sock)
+            sock.settimeout(None)
+            return sock
+        raise CollectiveError(f"smddp: cannot connect to {self._describe[peer]} at {address}: {last_error}")
+
+    def _accept_one(self, expected: set[int], deadline: float) -> None:
+        self._listener.settimeout(max(0.1, deadline - time.monotonic()))
+        try:
+            sock, _ = self._listener.accept()
+        except socket.timeout as exc:
+            missing = ", ".join(self._describe[n] for n in sorted(expected - set(self._socks)))
+            raise CollectiveError(f"smddp: {missing} did not connect within the process-group timeout") from exc
+        try:
+            sock.settimeout(5.0)
+            nonce = os.urandom(NONCE_BYTES)
+            sock.sendall(nonce)
+            their_nonce, peer = _HELLO.unpack(_recv_exact(sock, _HELLO.size))
+            proof = _recv_exact(sock, 32)
+            if peer not in expected or peer in self._socks or not hmac.compare_digest(proof, _proof(self._token, nonce, peer)):
+                sock.close()  # not one of ours: drop it and keep waiting for the real peers
+                return
+            sock.sendall(_proof(self._token, their_nonce, self.node))
+        except (OSError, struct.error):
+            sock.close()
+            return
+        _tune(sock)
+        sock.settimeout(None)
+        self._socks[peer] = sock
+
+    def exchange(
+        self,
+        sends: Mapping[int, Sequence[memoryview]],
+        recvs: Mapping[int, Sequence[memoryview]],
+        what: str,
+        deadline: float,
+    ) -> None:
+        """Send each peer its buffers (sender threads) while receiving each peer's into the given views."""
+        if self._pool is None:
+            raise CollectiveError(f"smddp {what} failed: the connections to the other hosts are closed")
+        sent = [self._pool.submit(self._send_all, peer, views, what, deadline) for peer, views in sends.items()]
+        try:
+            for peer, views in recvs.items():
+                self._recv_all(peer, views, what, deadline)
+            for future in sent:
+                future.result()
+        except BaseException:
+            self.close()  # peers blocked on us see the connection drop instead of waiting for the timeout
+            raise
+
+    def _send_all(self, peer: int, views: Sequence[memoryview], what: str, deadline: float) -> None:
+        sock = self._socks[peer]
+        try:
+            for view in views:
+                sock.settimeout(self._remaining(peer, what, deadline))
+                sock.sendall(view)
+        except socket.timeout as exc:
+            raise CollectiveError(f"smddp {what} timed out sending to {self._describe[peer]}") from exc
+        except OSError as exc:
+            raise CollectiveError(f"smddp {what} failed: connection to {self._describe[peer]} broke ({exc})") from exc
+
+    def _recv_all(self, peer: int, views: Sequence[memoryview], what: str, deadline: float) -> None:
+        sock = self._socks[peer]
+        try:
+            for view in views:
+                got = 0
+                while got < len(view):
+                    sock.settimeout(self._remaining(peer, what, deadline))
+                    count = sock.recv_into(view[got:])
+                    if count == 0:
+                        raise CollectiveError(
+                            f"smddp {what} failed: {self._describe[peer]} closed the connection (the peer exited or failed)"
+                        )
+                    got += count
+        except socket.timeout as exc:
+            raise CollectiveError(
+                f"smddp {what} timed out waiting for {self._describe[peer]} (hung peer or different code path)"
+            ) from exc
+        except OSError as exc:
+            raise CollectiveError(f"smddp {what} failed: connection to {self._describe[peer]} broke ({exc})") from exc
+
+    def _remaining(self, peer: int, what: str, deadline: float) -> float:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise CollectiveError(f"smddp {what} timed out waiting for {self._describe[peer]}")
+        return left
+
+    def close(self) -> None:
+        for sock in self._socks.values():
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+        self._socks.clear()
+        if self._pool:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+        try:
+            self._listener.close()
+        except OSError:
+            pass

@@ -1,0 +1,129 @@
+"""Whole-program scenarios run by worker.py in every rank; each reports to the test through the store.
+
+Reports go through the test's TCPStore, never through the backend under test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+STEPS = 5
+GLOBAL_BATCH = 16
+
+
+def _report(store: dist.TCPStore, name: str, value: object) -> None:
+    store.set(f"report/{name}/{dist.get_rank()}", json.dumps(value))
+
+
+def _model(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 4))
+
+
+def _batches() -> list[tuple[torch.Tensor, torch.Tensor]]:
+    gen = torch.Generator().manual_seed(1234)
+    return [(torch.randn(GLOBAL_BATCH, 16, generator=gen), torch.randn(GLOBAL_BATCH, 4, generator=gen)) for _ in range(STEPS)]
+
+
+def _train(model: nn.Module, batches, shard: slice | None) -> None:
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for x, y in batches:
+        if shard is not None:
+            x, y = x[shard], y[shard]
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+
+def _digest(model: nn.Module) -> str:
+    h = hashlib.sha256()
+    for p in model.parameters():
+        h.update(p.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def ddp(store: dist.TCPStore) -> None:
+    """DDP over smddp for some steps == single-process training on the same global batch."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    per_rank = GLOBAL_BATCH // size
+    model = nn.parallel.DistributedDataParallel(_model(), bucket_cap_mb=0.001)  # several buckets
+    _train(model, _batches(), slice(rank * per_rank, (rank + 1) * per_rank))
+    reference = _model()
+    _train(reference, _batches(), None)
+    diff = max((a - b).abs().max().item() for a, b in zip(model.module.parameters(), reference.parameters()))
+    _report(store, "ddp", {"digest": _digest(model.module), "max_diff": diff})
+
+
+def fsdp2(store: dist.TCPStore) -> None:
+    """FSDP2 fully_shard on CPU over smddp trains and matches single-process training."""
+    from torch.distributed.fsdp import fully_shard
+
+    rank, size = dist.get_rank(), dist.get_world_size()
+    per_rank = GLOBAL_BATCH // size
+    model = _model()
+    for layer in (model[0], model[2], model[4]):
+        fully_shard(layer)
+    fully_shard(model)
+    losses = []
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for x, y in _batches():
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(model(x[rank * per_rank:(rank + 1) * per_rank]), y[rank * per_rank:(rank + 1) * per_rank])
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    full = [p.full_tensor() for p in model.parameters()]  # DTensor -> all_gather_single_coalesced
+    reference = _model()
+    _train(reference, _batches(), None)
+    diff = max((a - b).abs().max().item() for a, b in zip(full, reference.parameters()))
+    moved = max((a - b).abs().max().item() for a, b in zip(full, _model().parameters()))
+    _report(store, "fsdp2", {"max_diff": diff, "moved": moved, "losses": losses})
+    dist.destroy_process_group()
+
+
+def ddp_then_fsdp2(store: dist.TCPStore) -> None:
+    """Both training scenarios in one group (one process start-up instead of two)."""
+    ddp(store)
+    fsdp2(store)
+
+
+def killed_rank(store: dist.TCPStore) -> None:
+    """The victim rank SIGKILLs itself mid-job; the others must fail with a clear error, not hang."""
+    victim = int(os.environ["SMDDP_TEST_VICTIM"])
+    t = torch.ones(1000)
+    for _ in range(3):
+        dist.all_reduce(t)
+    store.set(f"mapped-all/{dist.get_rank()}", "1")
+    if dist.get_rank() == victim:
+        store.wait([f"mapped-all/{r}" for r in range(dist.get_world_size())])
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.5)  # the victim is gone by now
+    _expect_failure(store, "killed", lambda: dist.all_reduce(torch.ones(100_000)))
+
+
+def hung_rank(store: dist.TCPStore) -> None:
+    """The victim never joins the collective; the others hit the process-group timeout."""
+    victim = int(os.environ["SMDDP_TEST_VICTIM"])
+    if dist.get_rank() == victim:
+        store.wait(["hung/release"])  # stays alive, never calls the collective
+        os._exit(0)
+    _expect_failure(store, "hung", lambda: dist.broadcast(torch.ones(10), src=0))
+
+
+def _expect_failure(store: dist.TCPStore, name: str, collective) -> None:
+    start = time.monotonic()
+    try:
+        collective()
+    except RuntimeError as exc:
+        _report(store, name, {"error": str(exc), "type": type(exc).__name__, "elapsed": time.monotonic() - start})
+        os._exit(1)
+    _report(store, name, {"error": None, "elapsed": time.monotonic() - start})
+    os._exit(0)

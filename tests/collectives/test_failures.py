@@ -1,0 +1,55 @@
+"""Failure behaviour: a killed or hung peer gives a RuntimeError naming the op and the peer, in time,
+and no shared-memory segment is left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+pytest.importorskip("torch")
+from smddp_sdk.collectives.shm import shm_dir  # noqa: E402
+from tests.collectives.cluster import Cluster  # noqa: E402
+
+pytestmark = pytest.mark.integration
+TIMEOUT_S = 6
+
+
+def _segments() -> set[str]:
+    return {name for name in os.listdir(shm_dir()) if name.startswith("smddp-")}
+
+
+def _survivor_reports(cluster: Cluster, name: str, victim: int) -> list[dict]:
+    survivors = [r for r in range(len(cluster.hosts)) if r != victim]
+    reports = [json.loads(cluster.store.get(f"report/{name}/{r}")) for r in survivors]
+    cluster.finish(timeout=30)
+    return reports
+
+
+@pytest.mark.parametrize(("hosts", "victim"), [(["algo-1"] * 3, 1), (["algo-1", "algo-1", "algo-2", "algo-2"], 3)],
+                         ids=["one-host", "other-host"])
+def test_killed_rank_fails_the_others_quickly_and_leaves_no_segment(hosts, victim):
+    before = _segments()
+    cluster = Cluster(hosts, scenario="killed_rank", env={"SMDDP_TEST_VICTIM": str(victim), "SMDDP_TEST_PG_TIMEOUT": str(TIMEOUT_S)})
+    reports = _survivor_reports(cluster, "killed", victim)
+    for report in reports:
+        assert report["error"], report
+        assert "all_reduce" in report["error"], report
+        assert report["elapsed"] < TIMEOUT_S + 2, report
+    # the ranks on the victim's host name it; ranks elsewhere name the peer that failed or dropped
+    assert any(f"rank {victim}" in r["error"] for r in reports), reports
+    assert _segments() <= before, "a shared-memory segment was left behind"
+
+
+def test_hung_rank_times_out_naming_op_and_peer():
+    victim = 1
+    cluster = Cluster(["algo-1", "algo-1"], scenario="hung_rank", env={"SMDDP_TEST_VICTIM": str(victim), "SMDDP_TEST_PG_TIMEOUT": "3"})
+    try:
+        reports = [json.loads(cluster.store.get("report/hung/0"))]
+    finally:
+        cluster.store.set("hung/release", "1")
+        cluster.finish(timeout=30)
+    error = reports[0]["error"]
+    assert error and "broadcast" in error and "timed out" in error and "rank(s) 1" in error, error
+    assert 2.5 < reports[0]["elapsed"] < 6, reports
