@@ -18,7 +18,7 @@ pytest.importorskip("torch")
 pytestmark = pytest.mark.integration
 
 SCRIPTS = Path(__file__).parent / "scripts"
-BACKEND = os.environ.get("SMDDP_TEST_BACKEND", "gloo")  # switch to "smddp" once the backend lands
+BACKEND = os.environ.get("SMDDP_TEST_BACKEND", "smddp")  # "gloo" to take our backend out of the picture
 HOSTS = ("algo-1", "algo-2")
 
 
@@ -81,6 +81,7 @@ def test_two_hosts_two_ranks_each_train_together(tmp_path, code_dir, reaper):
             assert env["SM_HP_BACKEND"] == BACKEND
             assert env["PYTHONPATH"].split(":")[0] == str(job.opt_ml(host).code_dir)
             assert record["cwd"] == str(job.opt_ml(host).code_dir)
+            assert record["sagemaker_training_hosts"] == ["algo-1", "algo-2"]  # compat module on the path
             log = job.opt_ml(host).rank_log_file(rank).read_text()
             assert f"rank {rank}: all_reduce gave 10.0" in log
             assert f"[{host}/rank{rank}]: rank {rank}: all_reduce gave 10.0" in results[host][1]
