@@ -305,6 +305,7 @@ class CoordinatorClient:
         self._outbox: list[dict[str, Any]] = []
         self._closing = False
         self.gave_up = threading.Event()  # could not connect, was rejected, or lost the coordinator
+        self.connected = threading.Event()
         self.verdict_event = threading.Event()
         self.verdict: tuple[RankFailure, list[RankFailure]] | None = None
 
@@ -322,6 +323,13 @@ class CoordinatorClient:
         while not self.verdict_event.is_set() and not self.gave_up.is_set() and time.monotonic() < deadline:
             self.verdict_event.wait(0.05)
         return self.verdict
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until queued messages have gone out (connected) or the coordinator is out of reach."""
+        deadline = time.monotonic() + timeout
+        while not self.connected.is_set() and not self.gave_up.is_set() and time.monotonic() < deadline:
+            self.connected.wait(0.05)
+        return self.connected.is_set()
 
     def close(self) -> None:
         with self._lock:
@@ -393,6 +401,7 @@ class CoordinatorClient:
             outbox, self._outbox = self._outbox, []
         for message in outbox:
             channel.send(message)
+        self.connected.set()
         return channel
 
     def _handle(self, message: dict[str, Any]) -> None:

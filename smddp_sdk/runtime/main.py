@@ -259,6 +259,10 @@ class NodeRuntime:
         if self.coordinator is not None:
             self._serve_until_everyone_reported()
             verdict = verdict or self.client.verdict
+        else:
+            # A quick host may finish before the coordinator listens: its result must still arrive, or
+            # the coordinator would count it as a host that never joined.
+            self.client.flush(self.agent_timeout)
         self.client.close()
         if self.coordinator is not None:
             self.coordinator.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -14,8 +15,8 @@ import pytest
 from smddp_sdk.specs.contract import read_failure
 from tests.integration.runtime_job import alive, make_job, wait_all
 
-pytest.importorskip("torch")
 pytestmark = pytest.mark.integration
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 
 SCRIPTS = Path(__file__).parent / "scripts"
 BACKEND = os.environ.get("SMDDP_TEST_BACKEND", "smddp")  # "gloo" to take our backend out of the picture
@@ -50,6 +51,7 @@ def reaper():
                 os.kill(pid, signal.SIGKILL)
 
 
+@needs_torch
 def test_two_hosts_two_ranks_each_train_together(tmp_path, code_dir, reaper):
     # the instance group lists algo-2 first: it, not algo-1, is node 0 and the master
     job = make_job(
@@ -87,6 +89,7 @@ def test_two_hosts_two_ranks_each_train_together(tmp_path, code_dir, reaper):
             assert f"[{host}/rank{rank}]: rank {rank}: all_reduce gave 10.0" in results[host][1]
 
 
+@needs_torch
 def test_failure_on_one_rank_of_host_2_stops_the_whole_job(tmp_path, code_dir, reaper):
     job = make_job(
         tmp_path, code_dir, HOSTS,
@@ -112,6 +115,7 @@ def test_failure_on_one_rank_of_host_2_stops_the_whole_job(tmp_path, code_dir, r
     assert not leftovers, f"processes left behind: {leftovers}"
 
 
+@needs_torch
 def test_ranks_that_ignore_sigterm_are_killed_after_the_grace_period(tmp_path, code_dir, reaper):
     job = make_job(
         tmp_path, code_dir, HOSTS,
@@ -125,6 +129,7 @@ def test_ranks_that_ignore_sigterm_are_killed_after_the_grace_period(tmp_path, c
     assert not [pid for pid in _all_pids(job) if alive(pid)]
 
 
+@needs_torch
 def test_sigterm_to_a_runtime_is_forwarded_and_stops_the_job(tmp_path, code_dir, reaper):
     job = make_job(
         tmp_path, code_dir, HOSTS,
@@ -144,3 +149,20 @@ def test_sigterm_to_a_runtime_is_forwarded_and_stops_the_job(tmp_path, code_dir,
     assert results["algo-1"][0] != 0
     assert "algo-2" in (read_failure(job.opt_ml("algo-1")) or "")
     assert not [pid for pid in _all_pids(job) if alive(pid)]
+
+
+def test_without_a_distribution_flag_every_host_runs_one_process(tmp_path):
+    code = tmp_path / "src"
+    code.mkdir()
+    (code / "train.py").write_text(
+        "import os, json\n"
+        "keys = ('RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'NODE_RANK', 'SM_CURRENT_HOST', 'MASTER_ADDR')\n"
+        "open(os.environ['SM_OUTPUT_DATA_DIR'] + '/env.json', 'w').write(json.dumps({k: os.environ[k] for k in keys}))\n"
+    )
+    job = make_job(tmp_path, code, HOSTS, {}, num_gpus=4)  # GPUs do not matter without a launcher
+    results = wait_all(job.start(), timeout=60)
+    assert {host: code for host, (code, _) in results.items()} == {"algo-1": 0, "algo-2": 0}
+    for node, host in enumerate(HOSTS):
+        seen = json.loads((job.opt_ml(host).output_data_dir / "env.json").read_text())
+        assert seen == {"RANK": str(node), "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1", "NODE_RANK": str(node),
+                        "SM_CURRENT_HOST": host, "MASTER_ADDR": "127.0.0.1"}
