@@ -115,31 +115,46 @@ def test_failure_on_one_rank_of_host_2_stops_the_whole_job(tmp_path, code_dir, r
     assert not leftovers, f"processes left behind: {leftovers}"
 
 
-@needs_torch
-def test_ranks_that_ignore_sigterm_are_killed_after_the_grace_period(tmp_path, code_dir, reaper):
-    job = make_job(
-        tmp_path, code_dir, HOSTS,
-        {"backend": BACKEND, "fail-rank": 0, "linger": 60, "ignore-term": True, "sagemaker_distributed_dataparallel_enabled": True},
-        num_gpus=2,
-    )
-    reaper(job)
-    results = wait_all(job.start({"SMDDP_STOP_GRACE": "1"}), timeout=120)
-    assert {code for code, _ in results.values()} == {1}
-    assert "rank 0 on host algo-1" in (read_failure(job.opt_ml("algo-2")) or "")
-    assert not [pid for pid in _all_pids(job) if alive(pid)]
+@pytest.fixture
+def sleeper_job(tmp_path: Path):
+    """Two hosts x two stdlib-only ranks: supervision tests need no torch import (4 ranks on 2 cores)."""
+    code = tmp_path / "src"
+    code.mkdir()
+    shutil.copy(SCRIPTS / "sleeper.py", code / "train.py")
+    ready = tmp_path / "ready"
+    ready.mkdir()
+
+    def make(**hps):
+        return make_job(tmp_path, code, HOSTS, {"ready": str(ready), "sagemaker_distributed_dataparallel_enabled": True, **hps}, num_gpus=2)
+
+    yield make, ready
+    for pid in _sleeper_pids(ready):  # whatever a failed test left behind
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
-@needs_torch
-def test_sigterm_to_a_runtime_is_forwarded_and_stops_the_job(tmp_path, code_dir, reaper):
-    job = make_job(
-        tmp_path, code_dir, HOSTS,
-        {"backend": BACKEND, "linger": 60, "sagemaker_distributed_dataparallel_enabled": True}, num_gpus=2,
-    )
-    reaper(job)
+def _sleeper_pids(ready: Path) -> list[int]:
+    return [pid for path in ready.glob("*.json") for pid in json.loads(path.read_text())["pids"]]
+
+
+def test_ranks_that_ignore_sigterm_are_killed_after_the_grace_period(sleeper_job):
+    make, ready = sleeper_job
+    job = make(**{"fail-rank": 0, "ignore-term": True})
+    started = time.monotonic()
+    results = wait_all(job.start({"SMDDP_STOP_GRACE": "1"}), timeout=60)
+    assert time.monotonic() - started < 30
+    assert {code for code, _ in results.values()} == {1}, results
+    assert (read_failure(job.opt_ml("algo-2")) or "").startswith("Root cause: rank 0 on host algo-1")
+    assert len(_sleeper_pids(ready)) == 8 and not [pid for pid in _sleeper_pids(ready) if alive(pid)]
+
+
+def test_sigterm_to_a_runtime_is_forwarded_and_stops_the_job(sleeper_job):
+    make, ready = sleeper_job
+    job = make()
     runtimes = job.start()
-    deadline = time.monotonic() + 90
-    while len(_records(job, "algo-1")) + len(_records(job, "algo-2")) < 4 and time.monotonic() < deadline:
-        time.sleep(0.2)
+    deadline = time.monotonic() + 30
+    while len(list(ready.glob("*.json"))) < 4 and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert time.monotonic() < deadline, "the ranks never started"
     runtimes["algo-2"].send_signal(signal.SIGTERM)
     results = wait_all(runtimes, timeout=30)
@@ -148,7 +163,7 @@ def test_sigterm_to_a_runtime_is_forwarded_and_stops_the_job(tmp_path, code_dir,
     assert "received SIGTERM" in (read_failure(job.opt_ml("algo-2")) or "")
     assert results["algo-1"][0] != 0
     assert "algo-2" in (read_failure(job.opt_ml("algo-1")) or "")
-    assert not [pid for pid in _all_pids(job) if alive(pid)]
+    assert not [pid for pid in _sleeper_pids(ready) if alive(pid)]
 
 
 def test_without_a_distribution_flag_every_host_runs_one_process(tmp_path):
