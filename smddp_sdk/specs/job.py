@@ -305,7 +305,7 @@ class _Builder:
         if self.values.get("max_wait") is not None and not self.values.get("use_spot_instances"):
             self.issue("max_wait", "only applies to spot training", "set use_spot_instances: true or drop max_wait")
         if self.values.get("use_spot_instances") and self.values.get("max_wait") is None:
-            self.issue("max_wait", "is required with use_spot_instances", "set it to at least max_run")
+            self.issue("use_spot_instances", "needs max_wait", "set max_wait to at least max_run")
         if (job_name := self.values.get("job_name")) and not _JOB_NAME.match(job_name):
             self.issue("job_name", "must be 1-63 letters, digits and hyphens, starting with a letter or digit")
 
@@ -319,6 +319,8 @@ class _Builder:
 
     def check_code(self) -> None:
         entry_point = self.values.get("entry_point", "")
+        if not entry_point:
+            return  # missing or not a string: already reported
         if entry_point.startswith("s3://"):
             self.issue("entry_point", "must be a local file, not an S3 URI", "put the code in source_dir (which may be an s3:// sourcedir.tar.gz)")
             return
