@@ -110,3 +110,19 @@ def reap_groups(procs: Sequence[RankProcess], pump_timeout: float = 5.0) -> None
             proc.returncode, proc.exited_at = proc.popen.wait(), time.time()
     for proc in procs:
         proc.pump.join(pump_timeout)
+    if os.getpid() == 1:
+        reap_orphans()
+
+
+def reap_orphans() -> None:
+    """As a container's PID 1 we inherit every orphan; collect the ones that died so none stays a zombie.
+
+    Only called once every rank has been reaped, so it cannot take an exit status a Popen still waits for.
+    """
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
