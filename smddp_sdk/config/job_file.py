@@ -271,6 +271,8 @@ def _anchor_paths(values: dict[str, Any], sources: dict[str, Source], job_base: 
             return value
         return ("file://" if value.startswith("file://") else "") + str(base / local)
 
+    if values.get("output_path") is not None and "://" not in str(values["output_path"]).removeprefix("file://"):
+        values["output_path"] = anchored("output_path", values["output_path"])
     if values.get("source_dir") is not None:
         values["source_dir"] = anchored("source_dir", values["source_dir"])
     elif "entry_point" in values:
