@@ -20,12 +20,18 @@ assert tuple(_REGISTRY) == SCHEDULER_NAMES
 
 def get_scheduler(name: str, **options: Any) -> Scheduler:
     """The scheduler called ``name``, built with its options (each scheduler validates its own)."""
+    return scheduler_class(name)(**options)
+
+
+def scheduler_class(name: str) -> type[Scheduler]:
+    """The class registered as ``name``, imported on first use (its options are its constructor's
+    keyword arguments, which the CLI checks and lists)."""
     target = _REGISTRY.get(name)
     if target is None:
         raise SpecError(SpecIssue("scheduler", f"unknown scheduler {name!r}", did_you_mean(name, _REGISTRY) or f"expected one of {', '.join(_REGISTRY)}"))
     module_name, _, class_name = target.partition(":")
-    scheduler_class = getattr(importlib.import_module(module_name), class_name)
-    return scheduler_class(**options)
+    scheduler: type[Scheduler] = getattr(importlib.import_module(module_name), class_name)
+    return scheduler
 
 
 def infer_scheduler(instance_type: str) -> str:

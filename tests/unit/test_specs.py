@@ -81,7 +81,7 @@ def test_every_problem_is_reported_at_once(code):
         ({"dependencies": "lib"}, "dependencies: must be a list of strings"),
         ({"instance_count": True}, "instance_count: must be an integer, got True"),
         ({"max_wait": 10}, "max_wait: only applies to spot training"),
-        ({"use_spot_instances": True}, "max_wait: is required with use_spot_instances"),
+        ({"use_spot_instances": True}, "use_spot_instances: needs max_wait"),
         ({"job_name": "bad_name"}, "job_name: must be 1-63 letters"),
         ({"input_mode": "Stream"}, "input_mode: must be one of File, Pipe, FastFile"),
         ({"inputs": {"train": "missing-dir"}}, "inputs.train.s3_data: local data 'missing-dir' does not exist"),
@@ -185,3 +185,9 @@ def test_handles_round_trip_and_reject_garbage():
     with pytest.raises(SpecError, match="not a job handle"):
         JobHandle.parse("just-a-name")
     assert JobState.CANCELLED.is_terminal and not JobState.RUNNING.is_terminal
+
+
+def test_relative_local_output_path_is_taken_from_the_base_dir(code):
+    assert spec(code, output_path="out").output_path == str(code / "out")
+    assert spec(code, output_path="file://out").output_path == str(code / "out")
+    assert spec(code, output_path="s3://bucket/out").output_path == "s3://bucket/out"
