@@ -15,7 +15,3 @@ fi
 
 echo "==> installing smddp-sdk and its dev extras"
 "$PYTHON" -m pip install --quiet --disable-pip-version-check -e ".[dev]"
-
-# Separate step: the SageMaker SDK v2 oracle for the parity tests lives in its own virtualenv.
-# Where it cannot be installed the parity tests skip and say so.
-bash scripts/setup-sagemaker-oracle.sh || echo "warning: the SageMaker SDK v2 oracle could not be installed; the parity tests will skip"
