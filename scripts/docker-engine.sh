@@ -60,7 +60,7 @@ warn_if_forward_drops() {
 }
 
 cmd_start() {
-  if [[ -z ${DOCKER_HOST:-} ]] && engine_answers "unix://$SOCK" && private_pid >/dev/null; then
+  if private_pid >/dev/null && engine_answers "unix://$SOCK"; then
     say "private engine already running (pid $(private_pid))"
     echo "export DOCKER_HOST=unix://$SOCK"; return 0
   fi

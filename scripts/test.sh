@@ -9,12 +9,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The SageMaker SDK v2 oracle for the parity tests lives in its own virtualenv; where it cannot be
+# installed the parity tests skip and say so.
+bash scripts/setup-sagemaker-oracle.sh || echo "warning: the SageMaker SDK v2 oracle could not be installed; the parity tests will skip"
 
 rc=0
 if [[ ${SMDDP_SKIP_DOCKER:-0} != 1 ]]; then
   echo "==> docker tests"
   started=0
-  if ! docker info >/dev/null 2>&1 && [[ $(id -u) == 0 ]]; then
+  if bash scripts/docker-engine.sh status >/dev/null 2>&1; then
+    eval "$(bash scripts/docker-engine.sh start)"  # one that runs already: use it, leave it running
+  elif [[ $(id -u) == 0 ]]; then
     if engine_env=$(bash scripts/docker-engine.sh start); then
       eval "$engine_env"; started=1
       trap 'bash scripts/docker-engine.sh stop' EXIT

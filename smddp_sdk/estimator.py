@@ -169,7 +169,7 @@ class Estimator:
         show_logs = _log_choice(logs)
         dryrun = self.dryrun(inputs, job_name)
         handle = launcher.schedule(self._get_scheduler(), dryrun, attached=wait)
-        self.latest_training_job = TrainingJob(self._get_scheduler(), handle, dryrun)
+        self.latest_training_job = TrainingJob(self._get_scheduler(), handle, dryrun, dryrun.spec)
         if wait:
             self.latest_training_job.wait(logs=show_logs)
 
@@ -219,7 +219,7 @@ class Estimator:
             spec_dict = record(handle)["spec"]
             estimator._spec = spec_from_dict(spec_dict)
             estimator._arguments = {key: value for key, value in spec_dict.items() if value not in (None, (), [], {})}
-        estimator.latest_training_job = TrainingJob(job_scheduler, handle, None)
+        estimator.latest_training_job = TrainingJob(job_scheduler, handle, None, estimator._spec)
         return estimator
 
 
@@ -252,10 +252,11 @@ class PyTorch(Estimator):
 class TrainingJob:
     """The job an estimator started or attached to; v2's ``_TrainingJob`` backed by the scheduler."""
 
-    def __init__(self, scheduler: Scheduler, handle: JobHandle, dryrun: DryRun | None) -> None:
+    def __init__(self, scheduler: Scheduler, handle: JobHandle, dryrun: DryRun | None, spec: JobSpec | None = None) -> None:
         self.scheduler = scheduler
         self.handle = handle
         self.dryrun = dryrun
+        self.spec = spec
 
     @property
     def name(self) -> str:
@@ -286,6 +287,10 @@ class TrainingJob:
         for key, detail in (("TrainingStartTime", "started"), ("TrainingEndTime", "ended")):
             if status.details.get(detail):
                 described[key] = status.details[detail]
+        if self.spec is not None:
+            described["HyperParameters"] = contract.encode_hyperparameters(self.spec.hyperparameters)
+            described["ResourceConfig"] = {"InstanceType": self.spec.instance_type, "InstanceCount": self.spec.instance_count, "VolumeSizeInGB": self.spec.volume_size}
+            described["StoppingCondition"] = {"MaxRuntimeInSeconds": self.spec.max_run}
         return described
 
     def wait(self, logs: bool | str = True, *, check: bool = True) -> JobStatus:

@@ -132,7 +132,8 @@ def resolve_job(
     if scheduler:
         problems += [(lookup_source(sources, issue.path), issue) for issue in check_scheduler_options(scheduler, options)]
     if problems or spec is None:
-        advice = "" if document else "No job file was given: name one (smddp-launch run job.yaml), or set --entry-point and --instance-type."
+        missing = any(issue.message == "is required" for _, issue in problems)
+        advice = "No job file was given: name one (smddp-launch run job.yaml), or set --entry-point and --instance-type." if missing and not document else ""
         raise JobFileError([locate(source, issue, document) for source, issue in problems], advice)
     values["scheduler"], values["scheduler_options"] = scheduler, options
     warnings = tuple(warning for layer in layers for warning in layer.warnings)
@@ -270,6 +271,8 @@ def _anchor_paths(values: dict[str, Any], sources: dict[str, Source], job_base: 
             return value
         return ("file://" if value.startswith("file://") else "") + str(base / local)
 
+    if values.get("output_path") is not None and "://" not in str(values["output_path"]).removeprefix("file://"):
+        values["output_path"] = anchored("output_path", values["output_path"])
     if values.get("source_dir") is not None:
         values["source_dir"] = anchored("source_dir", values["source_dir"])
     elif "entry_point" in values:

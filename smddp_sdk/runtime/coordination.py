@@ -13,9 +13,9 @@ runtime, that one included, connects to it as a ``CoordinatorClient``:
 
 The token is SMDDP_JOB_TOKEN when set, else derived from the job's hyperparameters file, host list and
 TRAINING_JOB_NAME, so runtimes of another job on a reused port are turned away. Nothing waits forever:
-clients give up connecting after ``connect_timeout``, the coordinator decides the verdict at the
-latest ``verdict_timeout`` after the first failure, and a host whose connection drops counts as gone
-(as a failure if it had not reported yet).
+clients give up connecting after ``connect_timeout`` (and carry on alone), a host that has not joined
+by then counts as failed, the coordinator decides the verdict at the latest ``verdict_timeout`` after
+the first failure, and a host whose connection drops before it reported counts as failed.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ class Coordinator:
         port: int,
         *,
         log: Log,
-        connect_timeout: float = 300.0,
+        connect_timeout: float = 600.0,
         verdict_timeout: float = 15.0,
     ) -> None:
         self.hosts = tuple(hosts)
@@ -129,10 +129,11 @@ class Coordinator:
 
     def close(self) -> None:
         self._closed = True
-        try:
-            self._server.close()
-        except OSError:
-            pass
+        for closer in (lambda: self._server.shutdown(socket.SHUT_RDWR), self._server.close):
+            try:
+                closer()  # shutdown wakes the thread blocked in accept(); close alone does not
+            except OSError:
+                pass
         with self._lock:
             channels = list(self._channels.values())
         for channel in channels:
@@ -238,8 +239,14 @@ class Coordinator:
         with self._lock:
             silent = [h for h in self.hosts if h not in self._channels and h not in self._finals and h not in self._gone]
             self._gone.update(silent)
-        if silent:
-            self._log(f"hosts {silent} never connected to the coordinator; their failures cannot stop the others")
+        if silent:  # a host that never joins would leave the others waiting in rendezvous: fail loudly
+            self._on_failure(
+                RankFailure(
+                    host=silent[0], rank=None, exit_code=1, error_type="HostNeverJoined",
+                    message=f"the runtimes on {silent} never reached the coordinator within {self._connect_timeout:.0f} s",
+                    timestamp=time.time(),
+                )
+            )
         self._check_complete()
 
     def _check_complete(self) -> None:
@@ -285,7 +292,7 @@ class CoordinatorClient:
         *,
         log: Log,
         on_stop: Callable[[RankFailure], None],
-        connect_timeout: float = 300.0,
+        connect_timeout: float = 600.0,
     ) -> None:
         self.host = host
         self._target = (address, port)
@@ -298,6 +305,7 @@ class CoordinatorClient:
         self._outbox: list[dict[str, Any]] = []
         self._closing = False
         self.gave_up = threading.Event()  # could not connect, was rejected, or lost the coordinator
+        self.connected = threading.Event()
         self.verdict_event = threading.Event()
         self.verdict: tuple[RankFailure, list[RankFailure]] | None = None
 
@@ -315,6 +323,13 @@ class CoordinatorClient:
         while not self.verdict_event.is_set() and not self.gave_up.is_set() and time.monotonic() < deadline:
             self.verdict_event.wait(0.05)
         return self.verdict
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until queued messages have gone out (connected) or the coordinator is out of reach."""
+        deadline = time.monotonic() + timeout
+        while not self.connected.is_set() and not self.gave_up.is_set() and time.monotonic() < deadline:
+            self.connected.wait(0.05)
+        return self.connected.is_set()
 
     def close(self) -> None:
         with self._lock:
@@ -386,6 +401,7 @@ class CoordinatorClient:
             outbox, self._outbox = self._outbox, []
         for message in outbox:
             channel.send(message)
+        self.connected.set()
         return channel
 
     def _handle(self, message: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import IO, BinaryIO
 
 TAIL_LINES = 40  # kept per rank for the failure summary when a rank leaves no error file
+MAX_LINE = 64 * 1024  # longer lines (progress bars redrawn with \r) are passed on in pieces
 
 
 class Console:
@@ -17,13 +18,20 @@ class Console:
     def __init__(self, stream: IO[bytes] | None = None) -> None:
         self._stream = stream if stream is not None else sys.stdout.buffer
         self._lock = threading.Lock()
+        self._broken = False
 
     def write_line(self, prefix: bytes, line: bytes) -> None:
         if not line.endswith(b"\n"):
             line += b"\n"
         with self._lock:
-            self._stream.write(prefix + line)
-            self._stream.flush()
+            if self._broken:
+                return
+            try:
+                self._stream.write(prefix + line)
+                self._stream.flush()
+            except (BrokenPipeError, ValueError, OSError):
+                # Whoever read our stdout went away; ranks must not block on a full pipe because of it.
+                self._broken = True
 
     def say(self, prefix: str, text: str) -> None:
         for line in text.splitlines() or [""]:
@@ -49,7 +57,7 @@ class LogPump:
 
     def _pump(self) -> None:
         try:
-            for line in iter(self._source.readline, b""):
+            for line in iter(lambda: self._source.readline(MAX_LINE), b""):
                 self._log.write(line)
                 self._log.flush()
                 self._tail.append(line)

@@ -14,11 +14,12 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 
-from smddp_sdk.errors import ContractError, JobFailedError, SmddpError, UnavailableError
+from smddp_sdk.errors import EXIT_JOB_FAILED, ContractError, JobFailedError, SmddpError, UnavailableError
 from smddp_sdk.runtime import env as rank_env
 from smddp_sdk.runtime import plan as planning
 from smddp_sdk.runtime import usercode
@@ -32,7 +33,7 @@ from smddp_sdk.specs import contract
 from smddp_sdk.specs.contract import OptMl
 
 DEFAULT_STOP_GRACE = 5.0
-DEFAULT_AGENT_TIMEOUT = 300.0
+DEFAULT_AGENT_TIMEOUT = 600.0  # hosts may start minutes apart (image pulls)
 POLL_INTERVAL = 0.1
 
 
@@ -46,7 +47,13 @@ def main(environ: Mapping[str, str] | None = None) -> int:
         agent_timeout = _seconds(environ, contract.AGENT_TIMEOUT_ENV, DEFAULT_AGENT_TIMEOUT)
     except ContractError as exc:
         return _fail_before_start(opt_ml, console, exc)
-    return NodeRuntime(env, environ, console, grace=grace, agent_timeout=agent_timeout).run()
+    try:
+        return NodeRuntime(env, environ, console, grace=grace, agent_timeout=agent_timeout).run()
+    except Exception:  # a bug of ours: still leave a readable failure file behind
+        trace = traceback.format_exc()
+        console.say(f"[{env.current_host}/runtime]: ", trace)
+        contract.write_failure(opt_ml, f"Runtime error on host {env.current_host} (a bug in smddp_sdk):\n{trace}")
+        return EXIT_JOB_FAILED
 
 
 def _fail_before_start(opt_ml: OptMl, console: Console, exc: SmddpError) -> int:
@@ -95,8 +102,8 @@ class NodeRuntime:
     def run(self) -> int:
         self._install_signal_handlers()
         try:
+            self._join_job()  # first, so that even a planning error reaches the other hosts
             plan = self._plan()
-            self._join_job()
         except SmddpError as exc:
             return self._finish_setup_failure(exc)
         with tempfile.TemporaryDirectory(prefix="smddp-runtime-") as scratch:
@@ -107,8 +114,10 @@ class NodeRuntime:
                     self._start_ranks(plan, command, python_path)
             except SmddpError as exc:
                 return self._finish_setup_failure(exc)
-            local_failures = self._watch()
-            reap_groups(self.procs)
+            try:
+                local_failures = self._watch()
+            finally:
+                reap_groups(self.procs)  # even if the runtime itself breaks, no rank outlives it
             return self._finish(local_failures)
 
     def _plan(self) -> planning.RankPlan:
@@ -250,6 +259,10 @@ class NodeRuntime:
         if self.coordinator is not None:
             self._serve_until_everyone_reported()
             verdict = verdict or self.client.verdict
+        else:
+            # A quick host may finish before the coordinator listens: its result must still arrive, or
+            # the coordinator would count it as a host that never joined.
+            self.client.flush(self.agent_timeout)
         self.client.close()
         if self.coordinator is not None:
             self.coordinator.close()

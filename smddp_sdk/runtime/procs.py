@@ -1,14 +1,20 @@
-"""Rank processes: each in its own session (one process group per rank tree), stopped group-wide."""
+"""Rank processes: one process group per rank tree, stopped group-wide.
+
+Ranks get their own process group but stay in the runtime's session, so a scheduler can still sweep
+everything a host ran by its session id even if the runtime itself is killed.
+"""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from smddp_sdk.runtime.logs import Console, LogPump, rank_prefix
 from smddp_sdk.runtime.plan import RankSlot
@@ -59,11 +65,17 @@ def spawn_rank(
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        start_new_session=True,  # its own process group: one killpg reaches everything it started
+        **_own_process_group(),
     )
     assert popen.stdout is not None
     pump = LogPump(popen.stdout, log_file, rank_prefix(slot.host, slot.rank), console)
     return RankProcess(slot, popen, pump, error_file)
+
+
+def _own_process_group() -> dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        return {"process_group": 0}
+    return {"preexec_fn": os.setpgrp}  # pragma: no cover - Python 3.10
 
 
 def signal_groups(procs: Iterable[RankProcess], sig: signal.Signals) -> None:
@@ -98,3 +110,19 @@ def reap_groups(procs: Sequence[RankProcess], pump_timeout: float = 5.0) -> None
             proc.returncode, proc.exited_at = proc.popen.wait(), time.time()
     for proc in procs:
         proc.pump.join(pump_timeout)
+    if os.getpid() == 1:
+        reap_orphans()
+
+
+def reap_orphans() -> None:
+    """As a container's PID 1 we inherit every orphan; collect the ones that died so none stays a zombie.
+
+    Only called once every rank has been reaped, so it cannot take an exit status a Popen still waits for.
+    """
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return

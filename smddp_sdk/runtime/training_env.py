@@ -151,7 +151,7 @@ class TrainingEnv:
         return self.host_addresses.get(host, host)
 
 
-def read_training_env(environ: Mapping[str, str] | None = None, *, probe_gpus: bool = True) -> TrainingEnv:
+def read_training_env(environ: Mapping[str, str] | None = None) -> TrainingEnv:
     """Read the three config files under SAGEMAKER_BASE_DIR (default /opt/ml) plus the runtime's env knobs."""
     environ = os.environ if environ is None else environ
     opt_ml = OptMl.from_env(environ)
@@ -175,7 +175,7 @@ def read_training_env(environ: Mapping[str, str] | None = None, *, probe_gpus: b
         submit_directory=_optional_str(opt_ml, decoded, "sagemaker_submit_directory"),
         job_name=environ.get("TRAINING_JOB_NAME") or _optional_str(opt_ml, decoded, "sagemaker_job_name"),
         log_level=_log_level(opt_ml, decoded),
-        num_gpus=_num_gpus(environ) if probe_gpus else _int_env(environ, contract.NUM_GPUS_ENV, 0),
+        num_gpus=_num_gpus(environ),
         num_cpus=os.cpu_count() or 1,
         framework_module=environ.get("SAGEMAKER_TRAINING_MODULE", ""),
         host_addresses=_host_addresses(environ, topology["hosts"]),

@@ -135,6 +135,17 @@ def stage_code(spec: JobSpec, dest: Path) -> Path:
     return dest
 
 
+def largest_entries(root: Path, count: int = 3) -> tuple[int, list[tuple[str, int]]]:
+    """Total bytes under ``root`` and its ``count`` largest top-level entries (name, bytes)."""
+    sizes: dict[str, int] = {}
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            top = path.relative_to(root).parts[0]
+            sizes[top] = sizes.get(top, 0) + path.stat().st_size
+    ranked = sorted(sizes.items(), key=lambda item: item[1], reverse=True)
+    return sum(sizes.values()), ranked[:count]
+
+
 def collect_artifacts(trees: Iterable[OptMl], dest: Path) -> tuple[Path, Path]:
     """Merge the hosts' ``model`` and ``output/data`` dirs into ``dest/model.tar.gz`` and ``dest/output.tar.gz``."""
     trees = list(trees)

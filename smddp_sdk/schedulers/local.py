@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 import smddp_sdk
 from smddp_sdk.errors import SpecError, SpecIssue, did_you_mean
 from smddp_sdk.schedulers.base import DryRun, Scheduler
-from smddp_sdk.schedulers.host_trees import config_files, host_names, prepare_host_trees, stage_code
+from smddp_sdk.schedulers.host_trees import config_files, host_names, largest_entries, prepare_host_trees, stage_code
 from smddp_sdk.schedulers.local_job import (
     JobDir,
     default_job_root,
@@ -205,6 +205,7 @@ class LocalScheduler(Scheduler):
             raise SpecError(SpecIssue("job_name", f"a local job named {dryrun.job_name!r} already exists in {self.job_root}", "choose another job_name")) from None
         spec, request = dryrun.spec, dryrun.request
         stage_code(spec, job_dir.code_dir)
+        _warn_if_large(job_dir.code_dir)
         hosts = [host["host"] for host in request["hosts"]]
         prepare_host_trees(spec, job_dir.path, dryrun.job_name, hosts, submit_directory=f"file://{job_dir.code_dir}")
         job_dir.write_record({
@@ -343,6 +344,21 @@ def _reap_finished_children() -> None:
     _CHILDREN[:] = [child for child in _CHILDREN if child.poll() is None]
 
 
+LARGE_CODE_BYTES = 100 * 2**20
+
+
+def _warn_if_large(code_dir: Path) -> None:
+    """A big snapshot usually means data or a virtualenv sits in source_dir; say which entries are big."""
+    total, largest = largest_entries(code_dir)
+    if total >= LARGE_CODE_BYTES:
+        biggest = ", ".join(f"{name} ({size / 2**20:.0f} MB)" for name, size in largest)
+        print(
+            f"smddp: warning: the code snapshot is {total / 2**20:.0f} MB (largest: {biggest}); "
+            "keep data out of source_dir and pass it with fit(inputs=...)",
+            file=sys.stderr,
+        )
+
+
 def _stale(job_dir: JobDir, limit: float = 60.0) -> bool:
     """A job still PENDING long after it was written: its supervisor failed before its first word."""
     try:
@@ -391,6 +407,8 @@ def _notes(spec: JobSpec) -> tuple[str, ...]:
         notes.append("role is not needed locally and is ignored")
     if spec.code_location:
         notes.append("code_location is not used locally: the code is snapshotted into the job directory")
+    if spec.instance_type == "local_gpu" and spec.instance_count > 1:
+        notes.append("local_gpu: every simulated host sees all of this machine's GPUs, so the hosts share them")
     instance = spec.instance
     if instance is not None and instance.gpus:
         notes.append(f"{spec.instance_type} has {instance.gpus} GPUs: each host plans that many ranks; on a CPU machine they run on CPU")

@@ -16,6 +16,7 @@ so a job started by one Python process can be watched or stopped from any other:
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import random
@@ -23,6 +24,7 @@ import re
 import socket
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,10 +136,12 @@ def is_supervisor_of(pid: int | None, job_dir: Path) -> bool:
     if not pid_alive(pid):
         return False
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
     except OSError:
         return True  # no /proc (macOS): trust the pid
-    return str(job_dir).encode() in cmdline
+    args = [arg for arg in raw.split("\0") if arg]
+    # ... -m smddp_sdk.schedulers.local_supervisor <job dir>; the root may be spelt another way (a symlink)
+    return len(args) >= 2 and args[-2].endswith("local_supervisor") and Path(args[-1]).resolve() == job_dir.resolve()
 
 
 def session_members(session_id: int) -> list[int]:
@@ -210,6 +214,18 @@ def pick_free_ports(count: int, *, exclude: Iterable[int] = (), address: str = "
             if len(chosen) == count:
                 return chosen
     raise OSError(f"no {count} free TCP ports found on {address}")
+
+
+@contextmanager
+def port_lock(job_root: Path) -> Iterator[None]:
+    """Held while a job picks its ports and records them, so two jobs starting together cannot pick the same."""
+    job_root.mkdir(parents=True, exist_ok=True)
+    with open(job_root / ".ports.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def ports_of_live_jobs(job_root: Path, *, skip: Path | None = None) -> set[int]:

@@ -21,12 +21,21 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
 from smddp_sdk.schedulers.host_trees import collect_artifacts
 from smddp_sdk.schedulers.local import JOB_TOKEN_ENV, PORT_PLACEHOLDER, remove_host_trees
-from smddp_sdk.schedulers.local_job import JobDir, host_prefixed, pick_free_ports, pid_alive, ports_of_live_jobs, signal_session
+from smddp_sdk.schedulers.local_job import (
+    JobDir,
+    host_prefixed,
+    pick_free_ports,
+    pid_alive,
+    port_lock,
+    ports_of_live_jobs,
+    signal_session,
+)
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.status import JobState
@@ -78,8 +87,9 @@ class Supervisor:
 
     def start_runtimes(self) -> None:
         job_root = Path(self.record["job_root"])
-        ports = dict(zip(_PORT_ENVS, pick_free_ports(len(_PORT_ENVS), exclude=ports_of_live_jobs(job_root, skip=self.job_dir.path))))
-        self.update(ports=ports)
+        with port_lock(job_root):
+            ports = dict(zip(_PORT_ENVS, pick_free_ports(len(_PORT_ENVS), exclude=ports_of_live_jobs(job_root, skip=self.job_dir.path))))
+            self.update(ports=ports)
         token = secrets.token_hex(16)
         console = self.console = open(self.job_dir.console_log, "a", encoding="utf-8")
         for host in self.request["hosts"]:
@@ -97,7 +107,7 @@ class Supervisor:
 
     @staticmethod
     def runtime_env(planned: dict[str, str], ports: dict[str, int], token: str) -> dict[str, str]:
-        env = dict(os.environ)
+        env = inherited_env(os.environ)
         env.update({key: str(ports[key]) if value == PORT_PLACEHOLDER else value for key, value in planned.items()})
         env[JOB_TOKEN_ENV] = token
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [planned.get("PYTHONPATH"), os.environ.get("PYTHONPATH")]))
@@ -271,6 +281,20 @@ class Supervisor:
 
     def save(self) -> None:
         self.job_dir.write_state(self.state)
+
+
+# Variables that say which job and rank a process belongs to. A job launched from inside another one
+# (a notebook on SageMaker, a rank) must not inherit them; the runtime sets its own.
+_IDENTITY_PREFIXES = ("SM_", "SMDATAPARALLEL_", "TORCHELASTIC_")
+_IDENTITY_NAMES = frozenset({
+    "MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+    "NODE_RANK", "ROLE_RANK", "TRAINING_JOB_NAME", contract.ERROR_FILE_ENV, contract.BASE_DIR_ENV,
+})
+
+
+def inherited_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The caller's environment without another job's identity (the spec's ``environment`` is added after)."""
+    return {key: value for key, value in environ.items() if key not in _IDENTITY_NAMES and not key.startswith(_IDENTITY_PREFIXES)}
 
 
 _VERDICT = re.compile(

@@ -208,7 +208,9 @@ class _Builder:
             # bool is an int in Python; a flag where a number belongs is still a mistake.
             if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
                 expected = " or ".join(_TYPE_WORDS[t] for t in types)
-                self.issue(name, f"must be {expected}, got {value!r}")
+                # YAML reads 2.3 or yes as a number or a flag; a version or name needs quotes.
+                quote = str in types and isinstance(value, (int, float, bool))
+                self.issue(name, f"must be {expected}, got {value!r}", "put it in quotes so YAML reads it as text" if quote else "")
                 continue
             self.values[name] = value
         for name in ("instance_count", "max_run", "volume_size"):
@@ -300,6 +302,7 @@ class _Builder:
     def semantics(self) -> None:
         """Checks across fields; each looks only at values that passed their type check."""
         self.check_code()
+        self.resolve_output_path()
         if self.values.get("input_mode", "File") not in _INPUT_MODES:
             self.issue("input_mode", f"must be one of {', '.join(_INPUT_MODES)}", did_you_mean(self.values["input_mode"], _INPUT_MODES))
         if self.values.get("max_wait") is not None and not self.values.get("use_spot_instances"):
@@ -308,6 +311,15 @@ class _Builder:
             self.issue("use_spot_instances", "needs max_wait", "set max_wait to at least max_run")
         if (job_name := self.values.get("job_name")) and not _JOB_NAME.match(job_name):
             self.issue("job_name", "must be 1-63 letters, digits and hyphens, starting with a letter or digit")
+
+    def resolve_output_path(self) -> None:
+        """A relative local output path means relative to the job file (or cwd), like every other path."""
+        output_path = self.values.get("output_path")
+        if not output_path or "://" in output_path and not output_path.startswith("file://"):
+            return
+        local = Path(output_path.removeprefix("file://")).expanduser()
+        if not local.is_absolute():
+            self.values["output_path"] = str(self.base_dir / local)
 
     def check_instance_type(self) -> None:
         name = self.values.get("instance_type", "")

@@ -232,3 +232,13 @@ def test_validate_json_lists_problems_with_positions(invoke, isolated):
     make_job(isolated, "scheduler: local\njob_name: ok-1\n")
     good = json.loads(invoke("validate", "job.yaml", "--json").stdout)
     assert good["valid"] is True and good["spec"]["instance_count"] == 2 and good["scheduler"] == "local"
+
+
+def test_an_unavailable_environment_is_exit_3_without_traceback(invoke, isolated):
+    # SageMaker with no AWS region anywhere (isolated HOME, no AWS_* variables): nothing can be planned.
+    make_job(isolated, "scheduler: sagemaker\nrole: arn:aws:iam::111122223333:role/SageMakerRole\noutput_path: s3://bucket/out\n")
+    result = invoke("run", "job.yaml", "--dryrun", env={"AWS_CONFIG_FILE": str(isolated / "none"), "AWS_SHARED_CREDENTIALS_FILE": str(isolated / "none")})
+    assert result.exit_code == 3, result.output
+    assert result.stdout == ""
+    assert "Traceback" not in result.output
+    assert result.stderr.splitlines()[-1].startswith("error: ")

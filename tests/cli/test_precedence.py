@@ -100,8 +100,11 @@ def test_problems_are_reported_where_the_value_was_set(job: Path):
 def test_relative_paths_from_flags_are_relative_to_cwd(isolated: Path):
     write(isolated / "code" / "train.py", "print('hi')\n")
     write(isolated / "jobs" / "job.yaml", "entry_point: train.py\ninstance_type: local\n")
-    resolved = resolve_job(Path("jobs/job.yaml"), environ={}, flags=flags(source_dir="code"))
+    resolved = resolve_job(Path("jobs/job.yaml"), environ={"SMDDP_OUTPUT_PATH": "out"}, flags=flags(source_dir="code"))
     assert resolved.spec.source_dir == str((isolated / "code").resolve())
+    assert resolved.spec.output_path == str(isolated / "out")
+    (isolated / "jobs" / "job.yaml").write_text("entry_point: train.py\ninstance_type: local\noutput_path: out\nsource_dir: ../code\n")
+    assert resolve_job(Path("jobs/job.yaml"), environ={}).spec.output_path == str(isolated / "jobs" / "out")
 
 
 def test_per_scheduler_options_in_the_user_config(job: Path, user_config: Path):

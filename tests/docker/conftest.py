@@ -28,14 +28,25 @@ def engine_answers() -> bool:
     return subprocess.run(["docker", "info"], capture_output=True, timeout=30, check=False).returncode == 0
 
 
+def engine_script(command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(SCRIPTS / "docker-engine.sh"), command], capture_output=True, text=True, check=False)
+
+
 @pytest.fixture(scope="session")
 def docker_engine() -> Iterator[None]:
     if engine_answers():
         yield
         return
+    if engine_script("status").returncode == 0:
+        # A private engine started earlier (by the script, outside this session): use it, leave it running.
+        exports = [line for line in engine_script("start").stdout.splitlines() if line.startswith("export DOCKER_HOST=")]
+        if exports:
+            os.environ["DOCKER_HOST"] = exports[-1].split("=", 1)[1]
+            yield
+            return
     if os.geteuid() != 0:
         pytest.skip("no Docker engine answers and starting one needs root: run scripts/docker-engine.sh start as root, or start Docker")
-    started = subprocess.run(["bash", str(SCRIPTS / "docker-engine.sh"), "start"], capture_output=True, text=True, check=False)
+    started = engine_script("start")
     exports = [line for line in started.stdout.splitlines() if line.startswith("export DOCKER_HOST=")]
     if started.returncode != 0 or not exports:
         pytest.skip(f"could not start a Docker engine: {started.stderr.strip()[-500:]}")
@@ -44,7 +55,7 @@ def docker_engine() -> Iterator[None]:
     try:
         yield
     finally:
-        subprocess.run(["bash", str(SCRIPTS / "docker-engine.sh"), "stop"], capture_output=True, check=False)
+        engine_script("stop")
         if previous is None:
             os.environ.pop("DOCKER_HOST", None)
         else:

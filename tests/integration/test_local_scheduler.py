@@ -206,7 +206,9 @@ print(estimator.latest_training_job.handle)
     subprocess.run([sys.executable, "-c", canceller], env=env, check=True, timeout=60)
     status = scheduler.status(handle)
     assert status.state is JobState.CANCELLED
-    assert attached.latest_training_job.describe()["TrainingJobStatus"] == "Stopped"
+    described = attached.latest_training_job.describe()
+    assert described["TrainingJobStatus"] == "Stopped"
+    assert described["ResourceConfig"] == {"InstanceType": "local", "InstanceCount": 2, "VolumeSizeInGB": 30}
     no_processes_left(Path(status.details["job_dir"]))
     scheduler.cancel(handle)  # idempotent
 
@@ -260,3 +262,31 @@ def test_max_run_stops_a_job_that_runs_too_long(workdir):
     status = estimator.latest_training_job.status()
     assert status.state is JobState.FAILED and status.details["ended"] - status.details["started"] < 15
     no_processes_left(Path(status.details["job_dir"]))
+
+
+def test_two_jobs_at_once_get_their_own_ports_and_directories(workdir):
+    source = write_script(workdir / "src", "import os\nprint('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])\n")
+    first, second = two_by_two(source, job_name="first"), two_by_two(source, job_name="second")
+    first.fit(wait=False)
+    second.fit(wait=False)
+    statuses = [job.latest_training_job.wait(logs=False) for job in (first, second)]
+    assert [status.state for status in statuses] == [JobState.SUCCEEDED, JobState.SUCCEEDED]
+    ports = [json.loads((workdir / "jobs" / name / "state.json").read_text())["ports"] for name in ("first", "second")]
+    assert not set(ports[0].values()) & set(ports[1].values())
+    for name in ("first", "second"):
+        texts = sorted(line.text for line in get_scheduler("local").logs(JobHandle("local", name)) if line.rank is not None)
+        assert texts == [f"rank {rank} of 4" for rank in range(4)]
+
+
+def test_a_job_root_reached_through_a_symlink_is_the_same_job(workdir):
+    source = write_script(workdir / "src", SLEEPING_SCRIPT)
+    estimator = two_by_two(source, job_name="linked")
+    estimator.fit(wait=False)
+    (workdir / "alias").symlink_to(workdir / "jobs")
+    other = get_scheduler("local", job_root=str(workdir / "alias"))
+    handle = JobHandle("local", "linked")
+    wait_for(lambda: other.status(handle).state is JobState.RUNNING)
+    assert other.status(handle).state is JobState.RUNNING  # its supervisor is recognised through the alias
+    other.cancel(handle)
+    assert estimator.latest_training_job.status().state is JobState.CANCELLED
+    no_processes_left(workdir / "jobs" / "linked")

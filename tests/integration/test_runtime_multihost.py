@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -14,11 +15,11 @@ import pytest
 from smddp_sdk.specs.contract import read_failure
 from tests.integration.runtime_job import alive, make_job, wait_all
 
-pytest.importorskip("torch")
 pytestmark = pytest.mark.integration
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 
 SCRIPTS = Path(__file__).parent / "scripts"
-BACKEND = os.environ.get("SMDDP_TEST_BACKEND", "gloo")  # switch to "smddp" once the backend lands
+BACKEND = os.environ.get("SMDDP_TEST_BACKEND", "smddp")  # "gloo" to take our backend out of the picture
 HOSTS = ("algo-1", "algo-2")
 
 
@@ -50,6 +51,7 @@ def reaper():
                 os.kill(pid, signal.SIGKILL)
 
 
+@needs_torch
 def test_two_hosts_two_ranks_each_train_together(tmp_path, code_dir, reaper):
     # the instance group lists algo-2 first: it, not algo-1, is node 0 and the master
     job = make_job(
@@ -81,11 +83,13 @@ def test_two_hosts_two_ranks_each_train_together(tmp_path, code_dir, reaper):
             assert env["SM_HP_BACKEND"] == BACKEND
             assert env["PYTHONPATH"].split(":")[0] == str(job.opt_ml(host).code_dir)
             assert record["cwd"] == str(job.opt_ml(host).code_dir)
+            assert record["sagemaker_training_hosts"] == ["algo-1", "algo-2"]  # compat module on the path
             log = job.opt_ml(host).rank_log_file(rank).read_text()
             assert f"rank {rank}: all_reduce gave 10.0" in log
             assert f"[{host}/rank{rank}]: rank {rank}: all_reduce gave 10.0" in results[host][1]
 
 
+@needs_torch
 def test_failure_on_one_rank_of_host_2_stops_the_whole_job(tmp_path, code_dir, reaper):
     job = make_job(
         tmp_path, code_dir, HOSTS,
@@ -111,29 +115,46 @@ def test_failure_on_one_rank_of_host_2_stops_the_whole_job(tmp_path, code_dir, r
     assert not leftovers, f"processes left behind: {leftovers}"
 
 
-def test_ranks_that_ignore_sigterm_are_killed_after_the_grace_period(tmp_path, code_dir, reaper):
-    job = make_job(
-        tmp_path, code_dir, HOSTS,
-        {"backend": BACKEND, "fail-rank": 0, "linger": 60, "ignore-term": True, "sagemaker_distributed_dataparallel_enabled": True},
-        num_gpus=2,
-    )
-    reaper(job)
-    results = wait_all(job.start({"SMDDP_STOP_GRACE": "1"}), timeout=120)
-    assert {code for code, _ in results.values()} == {1}
-    assert "rank 0 on host algo-1" in (read_failure(job.opt_ml("algo-2")) or "")
-    assert not [pid for pid in _all_pids(job) if alive(pid)]
+@pytest.fixture
+def sleeper_job(tmp_path: Path):
+    """Two hosts x two stdlib-only ranks: supervision tests need no torch import (4 ranks on 2 cores)."""
+    code = tmp_path / "src"
+    code.mkdir()
+    shutil.copy(SCRIPTS / "sleeper.py", code / "train.py")
+    ready = tmp_path / "ready"
+    ready.mkdir()
+
+    def make(**hps):
+        return make_job(tmp_path, code, HOSTS, {"ready": str(ready), "sagemaker_distributed_dataparallel_enabled": True, **hps}, num_gpus=2)
+
+    yield make, ready
+    for pid in _sleeper_pids(ready):  # whatever a failed test left behind
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
-def test_sigterm_to_a_runtime_is_forwarded_and_stops_the_job(tmp_path, code_dir, reaper):
-    job = make_job(
-        tmp_path, code_dir, HOSTS,
-        {"backend": BACKEND, "linger": 60, "sagemaker_distributed_dataparallel_enabled": True}, num_gpus=2,
-    )
-    reaper(job)
+def _sleeper_pids(ready: Path) -> list[int]:
+    return [pid for path in ready.glob("*.json") for pid in json.loads(path.read_text())["pids"]]
+
+
+def test_ranks_that_ignore_sigterm_are_killed_after_the_grace_period(sleeper_job):
+    make, ready = sleeper_job
+    job = make(**{"fail-rank": 0, "ignore-term": True})
+    started = time.monotonic()
+    results = wait_all(job.start({"SMDDP_STOP_GRACE": "1"}), timeout=60)
+    assert time.monotonic() - started < 30
+    assert {code for code, _ in results.values()} == {1}, results
+    assert (read_failure(job.opt_ml("algo-2")) or "").startswith("Root cause: rank 0 on host algo-1")
+    assert len(_sleeper_pids(ready)) == 8 and not [pid for pid in _sleeper_pids(ready) if alive(pid)]
+
+
+def test_sigterm_to_a_runtime_is_forwarded_and_stops_the_job(sleeper_job):
+    make, ready = sleeper_job
+    job = make()
     runtimes = job.start()
-    deadline = time.monotonic() + 90
-    while len(_records(job, "algo-1")) + len(_records(job, "algo-2")) < 4 and time.monotonic() < deadline:
-        time.sleep(0.2)
+    deadline = time.monotonic() + 30
+    while len(list(ready.glob("*.json"))) < 4 and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert time.monotonic() < deadline, "the ranks never started"
     runtimes["algo-2"].send_signal(signal.SIGTERM)
     results = wait_all(runtimes, timeout=30)
@@ -142,4 +163,21 @@ def test_sigterm_to_a_runtime_is_forwarded_and_stops_the_job(tmp_path, code_dir,
     assert "received SIGTERM" in (read_failure(job.opt_ml("algo-2")) or "")
     assert results["algo-1"][0] != 0
     assert "algo-2" in (read_failure(job.opt_ml("algo-1")) or "")
-    assert not [pid for pid in _all_pids(job) if alive(pid)]
+    assert not [pid for pid in _sleeper_pids(ready) if alive(pid)]
+
+
+def test_without_a_distribution_flag_every_host_runs_one_process(tmp_path):
+    code = tmp_path / "src"
+    code.mkdir()
+    (code / "train.py").write_text(
+        "import os, json\n"
+        "keys = ('RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'NODE_RANK', 'SM_CURRENT_HOST', 'MASTER_ADDR')\n"
+        "open(os.environ['SM_OUTPUT_DATA_DIR'] + '/env.json', 'w').write(json.dumps({k: os.environ[k] for k in keys}))\n"
+    )
+    job = make_job(tmp_path, code, HOSTS, {}, num_gpus=4)  # GPUs do not matter without a launcher
+    results = wait_all(job.start(), timeout=60)
+    assert {host: code for host, (code, _) in results.items()} == {"algo-1": 0, "algo-2": 0}
+    for node, host in enumerate(HOSTS):
+        seen = json.loads((job.opt_ml(host).output_data_dir / "env.json").read_text())
+        assert seen == {"RANK": str(node), "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1", "NODE_RANK": str(node),
+                        "SM_CURRENT_HOST": host, "MASTER_ADDR": "127.0.0.1"}

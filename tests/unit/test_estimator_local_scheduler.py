@@ -9,9 +9,9 @@ import pytest
 
 from smddp_sdk.errors import SpecError
 from smddp_sdk.schedulers import get_scheduler
-from smddp_sdk.schedulers.host_trees import collect_artifacts, host_names, prepare_host_trees, stage_code
+from smddp_sdk.schedulers.host_trees import collect_artifacts, host_names, largest_entries, prepare_host_trees, stage_code
 from smddp_sdk.schedulers.local_job import JobDir, parse_console_line, pick_free_ports, ports_of_live_jobs
-from smddp_sdk.schedulers.local_supervisor import parse_failure_reason
+from smddp_sdk.schedulers.local_supervisor import inherited_env, parse_failure_reason
 from smddp_sdk.specs.contract import OptMl, decode_hyperparameters
 from smddp_sdk.specs.job import JobSpec
 from smddp_sdk.specs.status import JobHandle, JobState
@@ -172,3 +172,17 @@ def test_a_job_name_that_exists_is_refused_before_writing(spec, tmp_path):
     issues = scheduler.validate(spec.replace(job_name="taken"))
     assert [issue.path for issue in issues] == ["job_name"]
     assert os.listdir(tmp_path / "jobs") == ["taken"]
+
+
+def test_runtimes_do_not_inherit_another_jobs_identity():
+    outer = {"PATH": "/bin", "SM_CURRENT_HOST": "algo-9", "RANK": "5", "MASTER_ADDR": "10.0.0.1", "SMDDP_STOP_GRACE": "3",
+             "SMDATAPARALLEL_SERVER_ADDR": "x", "TRAINING_JOB_NAME": "outer", "SMS_SETTING": "kept"}
+    assert inherited_env(outer) == {"PATH": "/bin", "SMDDP_STOP_GRACE": "3", "SMS_SETTING": "kept"}
+
+
+def test_largest_entries_of_a_code_snapshot(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "big.bin").write_bytes(b"\0" * 5000)
+    (tmp_path / "train.py").write_text("x" * 10)
+    total, largest = largest_entries(tmp_path, count=1)
+    assert total == 5010 and largest == [("data", 5000)]

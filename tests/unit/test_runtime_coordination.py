@@ -123,3 +123,32 @@ def test_messages_sent_before_connecting_are_delivered():
         assert early.stopped.wait(5) and early.stops[0].rank == 1
     finally:
         coord.close()
+
+
+def test_a_host_that_never_joins_fails_the_job_after_the_connect_timeout():
+    port = free_ports(1)[0]
+    coord = Coordinator(HOSTS, "secret", port, log=lambda _: None, connect_timeout=0.5, verdict_timeout=3.0)
+    coord.start()
+    try:
+        present = [Peer("algo-1", port), Peer("algo-2", port)]
+        assert all(p.stopped.wait(5) for p in present)
+        assert present[0].stops[0].error_type == "HostNeverJoined" and "algo-3" in present[0].stops[0].message
+    finally:
+        coord.close()
+
+
+def test_a_result_reported_before_the_coordinator_listens_still_arrives():
+    port = free_ports(1)[0]
+    early = Peer("algo-2", port)
+    early.client.report_final("ok", [])  # finished before the first host's runtime was up
+    time.sleep(0.3)
+    coord = Coordinator(("algo-1", "algo-2"), "secret", port, log=lambda _: None, connect_timeout=5.0)
+    coord.start()
+    try:
+        assert early.client.flush(5)
+        early.client.close()
+        leader = Peer("algo-1", port)
+        leader.client.report_final("ok", [])
+        assert coord.done.wait(5) and not early.stops
+    finally:
+        coord.close()

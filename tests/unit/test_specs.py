@@ -185,3 +185,9 @@ def test_handles_round_trip_and_reject_garbage():
     with pytest.raises(SpecError, match="not a job handle"):
         JobHandle.parse("just-a-name")
     assert JobState.CANCELLED.is_terminal and not JobState.RUNNING.is_terminal
+
+
+def test_relative_local_output_path_is_taken_from_the_base_dir(code):
+    assert spec(code, output_path="out").output_path == str(code / "out")
+    assert spec(code, output_path="file://out").output_path == str(code / "out")
+    assert spec(code, output_path="s3://bucket/out").output_path == "s3://bucket/out"

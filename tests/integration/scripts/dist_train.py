@@ -1,6 +1,6 @@
 """A training script for runtime tests: joins torch.distributed, all-reduces, records what it saw.
 
-Hyperparameters: --backend (gloo until the smddp backend lands), --fail-rank R (that rank raises after
+Hyperparameters: --backend (smddp through the AWS import path, or gloo), --fail-rank R (that rank raises after
 the all-reduce), --linger S (the other ranks then sleep S seconds with a child process, so only the
 runtime can stop them), --ignore-term (ranks ignore SIGTERM, so only SIGKILL stops them).
 """
@@ -37,6 +37,11 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     pids = [os.getpid()]
 
+    if args.backend == "smddp":
+        import smdistributed.dataparallel.torch.torch_smddp  # noqa: F401 - registers "smddp", as AWS scripts do
+    from sagemaker_training import environment  # the compat module (or a real install) must be importable
+
+    record_hosts = environment.Environment().hosts
     dist.init_process_group(args.backend)
     total = torch.tensor([float(rank + 1)])
     dist.all_reduce(total)
@@ -47,6 +52,7 @@ def main() -> None:
         "all_reduce": total.item(),
         "cwd": os.getcwd(),
         "argv": sys.argv[1:],
+        "sagemaker_training_hosts": record_hosts,
     }
     if args.ignore_term == "True":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
