@@ -21,6 +21,7 @@ import queue
 import re
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -211,8 +212,12 @@ class DockerScheduler(Scheduler):
 
     # --- running --------------------------------------------------------------------------------
 
-    def schedule(self, dryrun: DryRun) -> JobHandle:
-        """Check the engine and image, write the job directory, create and start the containers."""
+    def schedule(self, dryrun: DryRun, *, owner_pid: int | None = None) -> JobHandle:
+        """Check the engine and image, write the job directory, create and start the containers.
+
+        With ``owner_pid`` (the estimator's ``fit(wait=True)`` and ``smddp-launch`` without ``--detach``
+        pass their own pid) a small watcher cancels the job if that process dies before the job ends.
+        """
         if dryrun.scheduler != self.name:
             raise SpecError(SpecIssue("scheduler", f"this dryrun was made for the {dryrun.scheduler!r} scheduler, not 'docker'"))
         issues = self.validate(dryrun.spec)
@@ -230,11 +235,25 @@ class DockerScheduler(Scheduler):
             for container in request["containers"]:
                 self._docker(*container["argv"])
             self._docker("start", *(c["name"] for c in request["containers"]))
+            if owner_pid is not None:
+                self._start_watcher(job_dir, dryrun.job_name, owner_pid)
         except BaseException:
             self._remove(dryrun.job_name)
             shutil.rmtree(job_dir.path, ignore_errors=True)  # no half-made job is left behind
             raise
         return JobHandle.parse(request["handle"])
+
+    def _start_watcher(self, job_dir: JobDir, job_name: str, owner_pid: int) -> None:
+        env = dict(os.environ)
+        package_parent = str(Path(smddp_sdk.__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_parent, env.get("PYTHONPATH")]))
+        with open(job_dir.path / "watcher.log", "ab") as log:
+            # A session of its own: the caller's Ctrl-C or death must not take the watcher with it.
+            watcher = subprocess.Popen(
+                [sys.executable, "-m", "smddp_sdk.schedulers.docker_watch", str(self.job_root), job_name, str(owner_pid), self.docker],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            )
+        _WATCHERS.append(watcher)
 
     def _write_job_dir(self, dryrun: DryRun, job_dir: JobDir) -> None:
         try:
@@ -366,6 +385,7 @@ class DockerScheduler(Scheduler):
         _save_status(job_dir.path / RESULT_FILE, status)
         if not self.keep_containers:
             self._remove(handle.job_id)
+        _reap_watchers()
         return status
 
     @staticmethod
@@ -540,6 +560,14 @@ class DockerScheduler(Scheduler):
             return []
         containers: list[dict[str, Any]] = json.loads(self._docker("inspect", *ids))
         return sorted(containers, key=lambda c: _host_index(_label(c, LABEL_HOST)))
+
+
+# Watchers this process started: reaped once they end, so a long-lived notebook keeps no zombies.
+_WATCHERS: list[subprocess.Popen[bytes]] = []
+
+
+def _reap_watchers() -> None:
+    _WATCHERS[:] = [watcher for watcher in _WATCHERS if watcher.poll() is None]
 
 
 # --- helpers ----------------------------------------------------------------------------------------

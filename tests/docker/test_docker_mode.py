@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from smddp_sdk.errors import UnavailableError
 from smddp_sdk.schedulers.docker import DockerScheduler
 from smddp_sdk.specs.job import JobSpec
-from smddp_sdk.specs.status import JobState
+from smddp_sdk.specs.status import JobHandle, JobState
 
 from .conftest import leftovers
 
@@ -225,3 +226,39 @@ def test_max_run_stops_the_job_as_sagemaker_does(smddp_image, source_dir, tmp_pa
     assert status.message.startswith("MaxRuntimeExceeded")
     assert scheduler.status(handle).message.startswith("MaxRuntimeExceeded")  # kept after cleanup
     assert leftovers("docker-maxrun") == ([], [])
+
+
+OWNER = textwrap.dedent(
+    """
+    import sys, time
+    from smddp_sdk import launcher
+    from smddp_sdk.schedulers.docker import DockerScheduler
+    from smddp_sdk.specs.job import JobSpec
+
+    scheduler = DockerScheduler(job_root=sys.argv[1], processes_per_host=1, stop_grace_period=5)
+    spec = JobSpec.from_mapping({"entry_point": "train.py", "source_dir": sys.argv[2], "instance_type": "local",
+                                 "instance_count": 2, "job_name": "docker-owner", "hyperparameters": {"sleep": 300}})
+    print(launcher.schedule(scheduler, scheduler.dryrun(spec), attached=True), flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_an_attached_job_ends_when_its_owner_is_killed(smddp_image, source_dir, tmp_path):
+    import smddp_sdk
+
+    env = {**os.environ, "PYTHONPATH": str(Path(smddp_sdk.__file__).resolve().parent.parent)}
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER, str(tmp_path / "jobs"), str(source_dir)], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert owner.stdout is not None and owner.stdout.readline().strip() == "docker://docker-owner"
+        assert leftovers("docker-owner")[0], "the job should be running"
+    finally:
+        owner.kill()  # SIGKILL: the owner cannot clean up after itself
+        owner.wait()
+    deadline = time.monotonic() + 90
+    while leftovers("docker-owner") != ([], []) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert leftovers("docker-owner") == ([], [])
+    assert DockerScheduler(job_root=tmp_path / "jobs").status(JobHandle("docker", "docker-owner")).state is JobState.CANCELLED
