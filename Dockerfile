@@ -45,7 +45,7 @@ COPY --from=deps /opt/smddp/venv /opt/smddp/venv
 COPY ${WHEELS}/project /tmp/wheels/project
 RUN pip install --no-index --no-deps /tmp/wheels/project/*.whl \
     && rm -rf /tmp/wheels \
-    && python -c "import torch, smddp_sdk, smddp_sdk.specs.contract; print('torch', torch.__version__, '| smddp-sdk', smddp_sdk.__version__)"
+    && python -c "import torch, boto3, smddp_sdk, smddp_sdk.specs.contract; print('torch', torch.__version__, '| smddp-sdk', smddp_sdk.__version__)"
 
 # `train` is the command SageMaker runs; it execs the node runtime (python -m smddp_sdk.runtime).
 COPY container/train /usr/local/bin/train

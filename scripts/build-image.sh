@@ -107,15 +107,16 @@ base_python_version() {
 download_deps() {
   local pyver=$1 torch_req=$2 project_wheel=$3; shift 3
   python3 -m pip download -q --only-binary=:all: --python-version "$pyver" "$@" \
-    -d "$WHEELS/deps" "$torch_req" numpy "$project_wheel" \
+    -d "$WHEELS/deps" "$torch_req" numpy boto3 "$project_wheel" \
     2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2)
 }
 
 write_requirements() {
-  # What the image installs from deps/: torch, numpy and the project's own dependencies (read from
-  # the wheel's metadata), so stale wheels from an older build in deps/ are never picked up.
+  # What the image installs from deps/: torch, numpy, boto3 and the project's own dependencies (read from
+  # the wheel's metadata), so stale wheels from an older build in deps/ are never picked up. boto3:
+  # on SageMaker the runtime fetches sagemaker_submit_directory from S3.
   local torch_req=$1 project_wheel=$2
-  printf '%s\n' "$torch_req" numpy
+  printf '%s\n' "$torch_req" numpy boto3
   python3 - "$project_wheel" <<'PY'
 import sys, zipfile
 with zipfile.ZipFile(sys.argv[1]) as wheel:
