@@ -305,7 +305,7 @@ class DockerScheduler(Scheduler):
         else:
             lines = self._saved_lines(handle)
         for line in lines:
-            if (hosts is None or line.host in hosts) and (ranks is None or line.rank in ranks):
+            if line.matches(hosts, ranks):
                 yield line
 
     def cancel(self, handle: JobHandle) -> None:

@@ -269,11 +269,8 @@ class LocalScheduler(Scheduler):
         finished = (lambda: self.status(handle).state.is_terminal) if follow else (lambda: True)
         for raw in follow_lines(job_dir.console_log, finished):
             line = parse_console_line(raw)
-            if hosts is not None and line.host not in hosts:
-                continue
-            if ranks is not None and line.rank not in ranks:
-                continue
-            yield line
+            if line.matches(hosts, ranks):
+                yield line
 
     def cancel(self, handle: JobHandle) -> None:
         """Stop every rank of the job (SIGTERM, then SIGKILL after the grace period) and wait for it.

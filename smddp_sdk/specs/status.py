@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,6 +90,10 @@ class LogLine:
     rank: int | None = None
     stream: str = "stdout"
     timestamp: float | None = None
+
+    def matches(self, hosts: Collection[str] | None, ranks: Collection[int] | None) -> bool:
+        """Whether a ``logs(hosts=..., ranks=...)`` filter keeps this line (None keeps everything)."""
+        return (hosts is None or self.host in hosts) and (ranks is None or self.rank in ranks)
 
     @property
     def prefix(self) -> str:
