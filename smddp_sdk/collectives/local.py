@@ -63,15 +63,18 @@ class LocalComm:
         if self.arena:
             self.arena.barrier(what, deadline)
 
-    def allreduce_chunk(self, x: torch.Tensor, op: RedOpType, what: str, deadline: float) -> None:
-        """In place over a flat contiguous tensor of at most chunk_bytes; identical result on every rank."""
+    def allreduce_chunk(self, x: torch.Tensor, op: RedOpType, what: str, deadline: float, forced: str = "auto") -> None:
+        """In place over a flat contiguous tensor of at most chunk_bytes; identical result on every rank.
+
+        ``forced`` ("auto", "oneshot" or "sharded", see algorithms.py) overrides the choice by size."""
         arena = self.arena
         if arena is None or x.numel() == 0:
             return
         nbytes = x.numel() * x.element_size()
         half = arena.next_half()
         views = [arena.slot(i, half)[:nbytes].view(x.dtype) for i in range(self.n)]
-        if nbytes <= SYMMETRIC_LIMIT:
+        symmetric = nbytes <= SYMMETRIC_LIMIT if forced == "auto" else forced == "oneshot"
+        if symmetric or x.numel() < self.n:
             copy_bytes(views[self.index], x)
             arena.barrier(what, deadline)
             combine(x, views, op)  # every rank reduces everything: same sources, same order everywhere

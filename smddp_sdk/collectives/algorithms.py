@@ -1,0 +1,141 @@
+"""AllReduce algorithm choice, and the inter-host AllReduce algorithms between node leaders.
+
+Two inter-host algorithms (H = number of hosts, S = buffer bytes):
+
+* ``oneshot``: every leader sends its whole buffer to every other and all reduce everything, in node order.
+  One round, so the best for small messages; per-link bytes (H-1)*S, which equals the optimum for H=2.
+* ``sharded``: SMDDP's balanced fusion buffer. Host h owns shard h of every chunk: the others send it
+  their copy of shard h (reduce-scatter), h reduces it and sends the result back (all-gather). Per-link
+  bytes 2(H-1)/H*S, the optimum. Chunks are pipelined: each round sends chunk k's reduce-scatter parts
+  together with chunk k-1's reduced shard, so both directions of every link stay busy.
+
+Every shard is reduced by exactly one host, in node order, so all ranks get bit-identical results.
+``SMDDP_ALLREDUCE_ALGO`` (auto, oneshot, sharded) forces one path for intra- and inter-host steps alike.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import torch
+
+from smddp_sdk.collectives.errors import CollectiveError
+from smddp_sdk.collectives.memory import copy_bytes, memview
+from smddp_sdk.collectives.reduce import RedOpType, combine
+from smddp_sdk.collectives.tcp import TcpMesh
+
+ALGO_ENV = "SMDDP_ALLREDUCE_ALGO"
+ALGORITHMS = ("auto", "oneshot", "sharded")
+INTER_HOST_ONESHOT_LIMIT = 256 << 10  # above this, H >= 3 hosts shard (fewer bytes beat one round)
+PIPELINE_CHUNK_BYTES = 4 << 20  # per round of the sharded pipeline: ~40 ms on a 800 mbit link
+ONESHOT_CHUNK_BYTES = 16 << 20  # bounds the per-peer receive buffers of oneshot
+
+Scratch = Callable[[int, int], torch.Tensor]  # (key, nbytes) -> reusable uint8 buffer
+
+
+def forced_algorithm() -> str:
+    """The algorithm SMDDP_ALLREDUCE_ALGO forces, or "auto"; a clear error for anything else."""
+    value = os.environ.get(ALGO_ENV, "auto").strip().lower() or "auto"
+    if value not in ALGORITHMS:
+        raise CollectiveError(f"{ALGO_ENV}={value!r} is not an allreduce algorithm; use one of {', '.join(ALGORITHMS)}")
+    return value
+
+
+def shard_bounds(numel: int, parts: int, index: int) -> tuple[int, int]:
+    """Element range of shard ``index`` when numel is cut into ``parts`` near-equal shards."""
+    base, extra = divmod(numel, parts)
+    start = index * base + min(index, extra)
+    return start, start + base + (1 if index < extra else 0)
+
+
+def inter_host_algorithm(nbytes: int, hosts: int, forced: str) -> str:
+    if forced != "auto":
+        return forced
+    # with two hosts both move S per link direction; oneshot does it in one round
+    return "oneshot" if hosts == 2 or nbytes <= INTER_HOST_ONESHOT_LIMIT else "sharded"
+
+
+class InterHostAllreduce:
+    """AllReduce among node leaders over the TCP mesh (node index ``node`` of ``hosts``)."""
+
+    def __init__(self, mesh: TcpMesh, node: int, hosts: int, scratch: Scratch) -> None:
+        self.mesh = mesh
+        self.node = node
+        self.hosts = hosts
+        self.peers = [n for n in range(hosts) if n != node]
+        self._scratch = scratch
+
+    def run(self, x: torch.Tensor, op: RedOpType, what: str, deadline: float, forced: str = "auto") -> None:
+        """In place over a flat contiguous tensor; op is already SUM for AVG (the caller divides)."""
+        if x.numel() == 0:
+            return
+        nbytes = x.numel() * x.element_size()
+        if inter_host_algorithm(nbytes, self.hosts, forced) == "oneshot":
+            step = max(1, ONESHOT_CHUNK_BYTES // x.element_size())
+            for start in range(0, x.numel(), step):
+                self.oneshot(x[start:start + step], op, what, deadline)
+        else:
+            self.sharded(x, op, what, deadline)
+
+    def _buffer(self, key: int, like: torch.Tensor) -> torch.Tensor:
+        return self._scratch(key, like.numel() * like.element_size()).view(like.dtype)
+
+    def oneshot(self, x: torch.Tensor, op: RedOpType, what: str, deadline: float) -> None:
+        received = {n: self._buffer(n, x) for n in self.peers}
+        self.mesh.exchange({n: [memview(x)] for n in self.peers}, {n: [memview(received[n])] for n in self.peers}, what, deadline)
+        sources = [x if n == self.node else received[n] for n in range(self.hosts)]
+        if self.node == 0:
+            combine(x, sources, op)  # x is sources[0]: in place
+        else:
+            result = self._buffer(-1, x)
+            combine(result, sources, op)  # node order everywhere: bit-identical results
+            copy_bytes(x, result)
+
+    def sharded(self, x: torch.Tensor, op: RedOpType, what: str, deadline: float) -> None:
+        """Pipelined reduce-scatter + all-gather: round k sends chunk k's shards and chunk k-1's result."""
+        step = max(self.hosts, PIPELINE_CHUNK_BYTES // x.element_size())
+        chunks = [x[start:start + step] for start in range(0, x.numel(), step)]
+        for k in range(len(chunks) + 1):
+            sends: dict[int, list[memoryview]] = {n: [] for n in self.peers}
+            recvs: dict[int, list[memoryview]] = {n: [] for n in self.peers}
+            if k > 0:  # all-gather of the previous chunk: my reduced shard out, theirs in
+                self._add_gather(chunks[k - 1], sends, recvs)
+            staged: dict[int, torch.Tensor] = {}
+            if k < len(chunks):  # reduce-scatter of this chunk: their parts of my shard in
+                staged = self._add_scatter(chunks[k], k, sends, recvs)
+            self.mesh.exchange(sends, recvs, what, deadline)
+            if k < len(chunks):
+                self._reduce_own_shard(chunks[k], staged, op)
+
+    def _bounds(self, chunk: torch.Tensor, node: int) -> tuple[int, int]:
+        return shard_bounds(chunk.numel(), self.hosts, node)
+
+    def _add_gather(self, chunk: torch.Tensor, sends: dict, recvs: dict) -> None:
+        lo, hi = self._bounds(chunk, self.node)
+        for n in self.peers:
+            sends[n].append(memview(chunk[lo:hi]))
+            plo, phi = self._bounds(chunk, n)
+            recvs[n].append(memview(chunk[plo:phi]))
+
+    def _add_scatter(self, chunk: torch.Tensor, k: int, sends: dict, recvs: dict) -> dict[int, torch.Tensor]:
+        lo, hi = self._bounds(chunk, self.node)
+        staged = {}
+        for n in self.peers:
+            plo, phi = self._bounds(chunk, n)
+            sends[n].append(memview(chunk[plo:phi]))
+            # two scratch sets alternate between rounds: a round's buffers are free again two rounds later
+            staged[n] = self._buffer(2 * self.hosts * (k & 1) + n + 1, chunk[lo:hi])
+            recvs[n].append(memview(staged[n]))
+        return staged
+
+    def _reduce_own_shard(self, chunk: torch.Tensor, staged: dict[int, torch.Tensor], op: RedOpType) -> None:
+        lo, hi = self._bounds(chunk, self.node)
+        mine = chunk[lo:hi]
+        sources = [mine if n == self.node else staged[n] for n in range(self.hosts)]
+        if self.node == 0:
+            combine(mine, sources, op)
+        else:
+            result = self._buffer(-1, mine)
+            combine(result, sources, op)
+            copy_bytes(mine, result)
