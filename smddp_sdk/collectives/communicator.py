@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
-from smddp_sdk.collectives.algorithms import InterHostAllreduce, forced_algorithm
+from smddp_sdk.collectives.algorithms import InterHostAllreduce, exchange_in_rounds, forced_algorithm
 from smddp_sdk.collectives.errors import CollectiveError
 from smddp_sdk.collectives.local import LocalComm
 from smddp_sdk.collectives.memory import memview
@@ -107,7 +107,7 @@ class Communicator:
             nodes = self.topo.nodes
             sends = {n: [memview(outs[r]) for r in local_ranks] for n in self._leader_peers()}
             recvs = {n: [memview(outs[r]) for r in nodes[n]] for n in self._leader_peers()}
-            self.mesh.exchange(sends, recvs, what, deadline)
+            exchange_in_rounds(self.mesh, self.topo.node, len(nodes), sends, recvs, what, deadline)  # all-to-all
         self.local.broadcast(0, [outs[r] for r in remote], what, deadline)
 
     def broadcast(self, root: int, buffers: Sequence[torch.Tensor], what: str) -> None:

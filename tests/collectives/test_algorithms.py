@@ -71,7 +71,7 @@ def test_an_unknown_algorithm_is_a_clear_error() -> None:
 def test_the_size_picks_oneshot_for_two_hosts_and_small_messages() -> None:
     assert inter_host_algorithm(64 << 20, 2, "auto") == "oneshot"  # H=2: equal bytes, one round
     assert inter_host_algorithm(4 << 10, 4, "auto") == "oneshot"
-    assert inter_host_algorithm(1 << 20, 3, "auto") == "sharded"
+    assert inter_host_algorithm(256 << 10, 3, "auto") == "sharded"
     assert inter_host_algorithm(4 << 10, 4, "sharded") == "sharded"
 
 
