@@ -76,9 +76,11 @@ def train(model, args: argparse.Namespace, rank: int, sync) -> list[float]:
 
 
 def digest(model) -> str:
+    from smddp_sdk.collectives.memory import memview
+
     h = hashlib.sha256()
     for p in model.parameters():
-        h.update(p.detach().contiguous().numpy().tobytes())
+        h.update(memview(p.detach().contiguous()))
     return h.hexdigest()
 
 
