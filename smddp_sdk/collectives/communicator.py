@@ -17,7 +17,7 @@ import torch
 from smddp_sdk.collectives.algorithms import InterHostAllreduce, exchange_in_rounds, forced_algorithm
 from smddp_sdk.collectives.errors import CollectiveError
 from smddp_sdk.collectives.local import LocalComm
-from smddp_sdk.collectives.memory import memview
+from smddp_sdk.collectives.memory import copy_bytes, memview
 from smddp_sdk.collectives.reduce import RedOpType, finish_average
 from smddp_sdk.collectives.tcp import TcpMesh
 from smddp_sdk.collectives.topology import Topology
@@ -94,6 +94,19 @@ class Communicator:
                     self._inter_host.run(piece, combine_op, what, deadline, forced)
                 self.local.broadcast(0, [piece.view(torch.uint8)], what, deadline)
         finish_average(x, op, self.topo.size)
+
+    def reduce_scatter(self, x: torch.Tensor, out: torch.Tensor, op: RedOpType, what: str) -> None:
+        """out = this rank's equal segment of the reduction of flat x; x may be clobbered."""
+        combine_op = RedOpType.SUM if op == RedOpType.AVG else op
+        overlaps = x.data_ptr() < out.data_ptr() + out.numel() * out.element_size() and \
+            out.data_ptr() < x.data_ptr() + x.numel() * x.element_size()
+        if self.multi_node or overlaps:
+            self.allreduce(x, combine_op, what)  # hierarchical path: reduce everything, keep own segment
+            k = out.numel()
+            copy_bytes(out, x[self.topo.rank * k:(self.topo.rank + 1) * k])
+        else:
+            self.local.reduce_scatter(x, out, combine_op, what, self.deadline())
+        finish_average(out, op, self.topo.size)
 
     def allgather(self, mine: torch.Tensor, outs: Sequence[torch.Tensor], what: str) -> None:
         """outs[r] (uint8, by group rank) receives rank r's bytes; every rank knows every size."""

@@ -35,8 +35,8 @@ MIN_SLOT_BYTES = 64 << 10
 LINE = 64
 ABORT_MESSAGE_BYTES = 1024
 PAGE = 4096
-_SPIN_S_UNDERSUBSCRIBED = 50e-6  # spin this long before sleeping when every rank has a core of its own
-_SPIN_S_OVERSUBSCRIBED = 5e-6  # ... and this long when ranks outnumber cores (spinning steals the peer's slice)
+_SPIN_S_UNDERSUBSCRIBED = 30e-6  # poll this long before sleeping when every rank has a core of its own
+_SPIN_S_OVERSUBSCRIBED = 2e-6  # ... and this long when ranks outnumber cores (polling steals the peer's slice)
 _CHECK_EVERY_S = 0.05  # how often a waiting rank checks the deadline, the abort record and peer liveness
 
 
@@ -196,8 +196,8 @@ class ShmArena:
                 continue
             now = time.monotonic()
             if now < spin_until:
-                os.sched_yield()
-            elif futex.available():
+                continue  # busy poll: sched_yield would hand the core to other jobs for a whole slice
+            if futex.available():
                 futex.wait(self._base_address + peer * LINE, seen, _CHECK_EVERY_S)
             else:
                 time.sleep(50e-6)
