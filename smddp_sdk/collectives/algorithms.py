@@ -30,9 +30,10 @@ from smddp_sdk.collectives.reduce import RedOpType, combine
 from smddp_sdk.collectives.tcp import TcpMesh
 
 ALGO_ENV = "SMDDP_ALLREDUCE_ALGO"
+PIPELINE_CHUNK_ENV = "SMDDP_PIPELINE_CHUNK_BYTES"
 ALGORITHMS = ("auto", "oneshot", "sharded")
 INTER_HOST_ONESHOT_LIMIT = 32 << 10  # above this, H >= 3 hosts shard (fewer bytes beat one round)
-PIPELINE_CHUNK_BYTES = 4 << 20  # per round of the sharded pipeline: ~40 ms on a 800 mbit link
+PIPELINE_CHUNK_BYTES = 16 << 20  # per step of the sharded pipeline: fewer steps, fewer gaps on the link
 ONESHOT_CHUNK_BYTES = 16 << 20  # bounds the per-peer receive buffers of oneshot
 ROUNDS_FROM_BYTES = 64 << 10  # exchanges at least this large per peer run as permutation rounds
 
@@ -59,6 +60,15 @@ def forced_algorithm() -> str:
     return value
 
 
+def _positive_int_env(name: str, default: int) -> int:
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    if not text.isdigit() or int(text) <= 0:
+        raise CollectiveError(f"{name}={text!r} must be a positive number of bytes")
+    return int(text)
+
+
 def shard_bounds(numel: int, parts: int, index: int) -> tuple[int, int]:
     """Element range of shard ``index`` when numel is cut into ``parts`` near-equal shards."""
     base, extra = divmod(numel, parts)
@@ -82,6 +92,7 @@ class InterHostAllreduce:
         self.hosts = hosts
         self.peers = [n for n in range(hosts) if n != node]
         self._scratch = scratch
+        self.pipeline_chunk_bytes = _positive_int_env(PIPELINE_CHUNK_ENV, PIPELINE_CHUNK_BYTES)
 
     def run(self, x: torch.Tensor, op: RedOpType, what: str, deadline: float, forced: str = "auto") -> None:
         """In place over a flat contiguous tensor; op is already SUM for AVG (the caller divides)."""
@@ -112,7 +123,7 @@ class InterHostAllreduce:
 
     def sharded(self, x: torch.Tensor, op: RedOpType, what: str, deadline: float) -> None:
         """Pipelined reduce-scatter + all-gather: round k sends chunk k's shards and chunk k-1's result."""
-        step = max(self.hosts, PIPELINE_CHUNK_BYTES // x.element_size())
+        step = max(self.hosts, self.pipeline_chunk_bytes // x.element_size())
         chunks = [x[start:start + step] for start in range(0, x.numel(), step)]
         for k in range(len(chunks) + 1):
             sends: dict[int, list[memoryview]] = {n: [] for n in self.peers}

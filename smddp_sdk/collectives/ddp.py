@@ -13,8 +13,7 @@ Low-precision buckets (fp16/bf16 models, or ``compress``) are summed in fp32 and
 result equals reducing the fp32 values and rounding at the end.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: DDP checks the hook's annotations as live objects.
 import torch
 import torch.distributed as dist
 

@@ -2,7 +2,7 @@
 
 Layouts: three single-rank hosts (the inter-host oneshot and the pipelined sharded exchange with H=3,
 where shards differ in owner and size) and two hosts of two ranks (the shared-memory symmetric and sharded
-paths under the inter-host step). Sizes cross the pipeline's 4 MiB chunk and the shm slot (512 KiB here).
+paths under the inter-host step). Sizes cross the pipeline chunk (1 MiB here) and the shm slot (512 KiB).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tests.collectives.cluster import Cluster  # noqa: E402
 pytestmark = pytest.mark.integration
 
 LAYOUTS = {"3x1": ["algo-1", "algo-2", "algo-3"], "2x2": ["algo-1", "algo-1", "algo-2", "algo-2"]}
-SHAPES = [[0], [2, 3], [1001], [300_000], [1_300_001]]  # 1.3M float32 > 4 MiB: several pipeline rounds
+SHAPES = [[0], [2, 3], [1001], [300_000]]  # 300K float32 > 1 MiB: several pipeline steps
 CASES = [
     {"dtype": "float32", "reduce_op": "sum"},
     {"dtype": "float32", "reduce_op": "avg"},
@@ -31,8 +31,6 @@ def _cases() -> list[dict]:
     runs = []
     for seed, shape in enumerate(SHAPES):
         for extra in CASES:
-            if shape[0] > 300_000 and extra != CASES[0]:
-                continue  # one dtype and op is enough for the multi-round size
             runs.append({"op": "all_reduce", "shape": shape, "seed": seed, "group": 0, "root": 0, "async": seed % 2 == 1,
                          "strided": False, **extra})
     runs.append({"op": "reduce_scatter_tensor", "shape": [70_001], "seed": 99, "group": 0, "root": 0, "async": False,
@@ -43,7 +41,8 @@ def _cases() -> list[dict]:
 @pytest.mark.parametrize("algo", ["oneshot", "sharded"])
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_forced_allreduce_path_matches_the_reference(layout: str, algo: str) -> None:
-    cluster = Cluster(LAYOUTS[layout], env={"SMDDP_ALLREDUCE_ALGO": algo, "SMDDP_SHM_SLOT_BYTES": str(512 << 10)})
+    cluster = Cluster(LAYOUTS[layout], env={"SMDDP_ALLREDUCE_ALGO": algo, "SMDDP_SHM_SLOT_BYTES": str(512 << 10),
+                                                 "SMDDP_PIPELINE_CHUNK_BYTES": str(1 << 20)})
     try:
         cluster.wait_ready()
         failures = []
