@@ -9,12 +9,19 @@ Two inter-host algorithms (H = number of hosts, S = buffer bytes):
   bytes 2(H-1)/H*S, the optimum. Chunks are pipelined: each step sends chunk k's reduce-scatter parts
   together with chunk k-1's reduced shard, so both directions of every link stay busy.
 
-Large exchanges run as H-1 permutation rounds (round r: host h sends to h+r and receives from h-r), so each
-link carries one flow in each direction: when H-1 senders converge on one receiver at once, their TCP
-flows overflow its link's queue and lose packets (measured: 66% instead of 95% utilisation at 64 MB, H=3).
+* ``ring``: the same reduce-scatter + all-gather bytes, passed around the ring of hosts (h sends only to
+  h+1): 2(H-1) steps instead of 2, but every connection carries one continuous flow. The default for large
+  messages with 3+ hosts: in the all-to-all rounds each connection idles while the others are used, and
+  Linux restarts an idle connection's congestion window (net.ipv4.tcp_slow_start_after_idle=1, the
+  default), which cost 25-35% of the link at 64 MB with H=3 (94% with the sysctl off, 65-74% with it on).
+
+Exchanges with several peers run as H-1 permutation rounds (round r: host h sends to h+r and receives from
+h-r), so each link carries one flow in each direction: when H-1 senders converge on one receiver at once,
+their TCP flows overflow its link's queue and lose packets (measured: 66% instead of 95% at 64 MB, H=3).
 
 Every shard is reduced by exactly one host, in node order, so all ranks get bit-identical results.
-``SMDDP_ALLREDUCE_ALGO`` (auto, oneshot, sharded) forces one path for intra- and inter-host steps alike.
+``SMDDP_ALLREDUCE_ALGO`` (auto, oneshot, sharded, ring) forces one path: oneshot also forces the
+symmetric shared-memory step, sharded and ring the sharded shared-memory step.
 """
 
 from __future__ import annotations
@@ -31,8 +38,9 @@ from smddp_sdk.collectives.tcp import TcpMesh
 
 ALGO_ENV = "SMDDP_ALLREDUCE_ALGO"
 PIPELINE_CHUNK_ENV = "SMDDP_PIPELINE_CHUNK_BYTES"
-ALGORITHMS = ("auto", "oneshot", "sharded")
+ALGORITHMS = ("auto", "oneshot", "sharded", "ring")
 INTER_HOST_ONESHOT_LIMIT = 32 << 10  # above this, H >= 3 hosts shard (fewer bytes beat one round)
+INTER_HOST_RING_FROM = 1 << 20  # from this size, H >= 3 hosts use the ring (continuous flows beat fewer steps)
 PIPELINE_CHUNK_BYTES = 16 << 20  # per step of the sharded pipeline: fewer steps, fewer gaps on the link
 ONESHOT_CHUNK_BYTES = 16 << 20  # bounds the per-peer receive buffers of oneshot
 ROUNDS_FROM_BYTES = 64 << 10  # exchanges at least this large per peer run as permutation rounds
@@ -80,7 +88,9 @@ def inter_host_algorithm(nbytes: int, hosts: int, forced: str) -> str:
     if forced != "auto":
         return forced
     # with two hosts both move S per link direction; oneshot does it in one round
-    return "oneshot" if hosts == 2 or nbytes <= INTER_HOST_ONESHOT_LIMIT else "sharded"
+    if hosts == 2 or nbytes <= INTER_HOST_ONESHOT_LIMIT:
+        return "oneshot"
+    return "ring" if nbytes >= INTER_HOST_RING_FROM else "sharded"
 
 
 class InterHostAllreduce:
@@ -99,10 +109,12 @@ class InterHostAllreduce:
         if x.numel() == 0:
             return
         nbytes = x.numel() * x.element_size()
-        if inter_host_algorithm(nbytes, self.hosts, forced) == "oneshot":
+        algorithm = inter_host_algorithm(nbytes, self.hosts, forced)
+        if algorithm in ("oneshot", "ring"):
+            run = self.oneshot if algorithm == "oneshot" else self.ring
             step = max(1, ONESHOT_CHUNK_BYTES // x.element_size())
             for start in range(0, x.numel(), step):
-                self.oneshot(x[start:start + step], op, what, deadline)
+                run(x[start:start + step], op, what, deadline)
         else:
             self.sharded(x, op, what, deadline)
 
@@ -168,3 +180,26 @@ class InterHostAllreduce:
             result = self._buffer(-1, mine)
             combine(result, sources, op)
             copy_bytes(mine, result)
+
+    def ring(self, x: torch.Tensor, op: RedOpType, what: str, deadline: float) -> None:
+        """Ring reduce-scatter then ring all-gather: host h sends to h+1 and receives from h-1 only.
+
+        Shard j is accumulated along the ring from host j to host j-1 (its owner), always in the same order,
+        then copied around: every host ends with bit-identical values. fp16/bf16 round once per hop."""
+        if self.hosts == 1:
+            return
+        h, count = self.node, self.hosts
+        to, source = (h + 1) % count, (h - 1) % count
+
+        def shard(j: int) -> torch.Tensor:
+            lo, hi = shard_bounds(x.numel(), count, j % count)
+            return x[lo:hi]
+
+        for s in range(count - 1):  # reduce-scatter: after step s, h holds shard h-s-1 summed over s+2 hosts
+            outgoing, incoming = shard(h - s), shard(h - s - 1)
+            staged = self._buffer(1, incoming)
+            self.mesh.exchange({to: [memview(outgoing)]}, {source: [memview(staged)]}, what, deadline)
+            combine(staged, [staged, incoming], op)  # the ring's order: earlier hosts first, then this one
+            copy_bytes(incoming, staged)
+        for s in range(count - 1):  # all-gather: pass the finished shards on (h finished shard h+1)
+            self.mesh.exchange({to: [memview(shard(h + 1 - s))]}, {source: [memview(shard(h - s))]}, what, deadline)

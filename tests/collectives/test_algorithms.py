@@ -1,6 +1,6 @@
 """Every allreduce path forced (SMDDP_ALLREDUCE_ALGO), not only the one the size picks, against a reference.
 
-Layouts: three single-rank hosts (the inter-host oneshot and the pipelined sharded exchange with H=3,
+Layouts: three single-rank hosts (the inter-host oneshot, the pipelined sharded exchange and the ring with H=3,
 where shards differ in owner and size) and two hosts of two ranks (the shared-memory symmetric and sharded
 paths under the inter-host step). Sizes cross the pipeline chunk (1 MiB here) and the shm slot (512 KiB).
 """
@@ -38,7 +38,7 @@ def _cases() -> list[dict]:
     return runs
 
 
-@pytest.mark.parametrize("algo", ["oneshot", "sharded"])
+@pytest.mark.parametrize("algo", ["oneshot", "sharded", "ring"])
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_forced_allreduce_path_matches_the_reference(layout: str, algo: str) -> None:
     cluster = Cluster(LAYOUTS[layout], env={"SMDDP_ALLREDUCE_ALGO": algo, "SMDDP_SHM_SLOT_BYTES": str(512 << 10),
@@ -71,6 +71,7 @@ def test_the_size_picks_oneshot_for_two_hosts_and_small_messages() -> None:
     assert inter_host_algorithm(64 << 20, 2, "auto") == "oneshot"  # H=2: equal bytes, one round
     assert inter_host_algorithm(4 << 10, 4, "auto") == "oneshot"
     assert inter_host_algorithm(256 << 10, 3, "auto") == "sharded"
+    assert inter_host_algorithm(1 << 20, 3, "auto") == "ring"
     assert inter_host_algorithm(4 << 10, 4, "sharded") == "sharded"
 
 
