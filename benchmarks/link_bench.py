@@ -164,9 +164,6 @@ def main(argv: list[str]) -> int:
         return 3
     forwarded = [a for a in argv if a != "--rank-process"]
     with SimHosts(args.hosts, rate_mbit=args.rate_mbit) as hosts:
-        if os.environ.get("EXPERIMENT_NO_SSAI"):
-            for i in range(args.hosts):
-                subprocess.run(["ip", "netns", "exec", hosts.namespace(i), "sysctl", "-qw", "net.ipv4.tcp_slow_start_after_idle=0"], check=True)
         procs = [
             hosts.popen(rank // args.ranks_per_host, [sys.executable, __file__, "--rank-process", *forwarded],
                         env=rank_env(rank, args, hosts.names, hosts.addresses))

@@ -93,6 +93,22 @@ def inter_host_algorithm(nbytes: int, hosts: int, forced: str) -> str:
     return "ring" if nbytes >= INTER_HOST_RING_FROM else "sharded"
 
 
+def allgather_between_hosts(mesh: TcpMesh, node: int, hosts: int, blocks: dict[int, list[memoryview]], what: str,
+                            deadline: float) -> None:
+    """Every leader ends with every node's block (blocks[n]: views of node n's data, own filled in).
+
+    All-to-all (in permutation rounds when large) for small data; for large data with 3+ hosts the ring,
+    whose connections each carry one continuous flow (see the module docstring)."""
+    peers = [n for n in range(hosts) if n != node]
+    largest = max(sum(len(v) for v in views) for views in blocks.values())
+    if hosts <= 2 or largest < INTER_HOST_RING_FROM:
+        exchange_in_rounds(mesh, node, hosts, {n: blocks[node] for n in peers}, {n: blocks[n] for n in peers}, what, deadline)
+        return
+    to, source = (node + 1) % hosts, (node - 1) % hosts
+    for s in range(hosts - 1):
+        mesh.exchange({to: blocks[(node - s) % hosts]}, {source: blocks[(node - s - 1) % hosts]}, what, deadline)
+
+
 class InterHostAllreduce:
     """AllReduce among node leaders over the TCP mesh (node index ``node`` of ``hosts``)."""
 

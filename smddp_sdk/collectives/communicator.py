@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
-from smddp_sdk.collectives.algorithms import InterHostAllreduce, exchange_in_rounds, forced_algorithm
+from smddp_sdk.collectives.algorithms import InterHostAllreduce, allgather_between_hosts, forced_algorithm
 from smddp_sdk.collectives.errors import CollectiveError
 from smddp_sdk.collectives.local import LocalComm
 from smddp_sdk.collectives.memory import copy_bytes, memview
@@ -117,10 +117,8 @@ class Communicator:
             return
         remote = [r for r in range(self.topo.size) if self.topo.node_of[r] != self.topo.node]
         if self.topo.is_leader:
-            nodes = self.topo.nodes
-            sends = {n: [memview(outs[r]) for r in local_ranks] for n in self._leader_peers()}
-            recvs = {n: [memview(outs[r]) for r in nodes[n]] for n in self._leader_peers()}
-            exchange_in_rounds(self.mesh, self.topo.node, len(nodes), sends, recvs, what, deadline)  # all-to-all
+            blocks = {n: [memview(outs[r]) for r in ranks] for n, ranks in enumerate(self.topo.nodes)}
+            allgather_between_hosts(self.mesh, self.topo.node, len(self.topo.nodes), blocks, what, deadline)
         self.local.broadcast(0, [outs[r] for r in remote], what, deadline)
 
     def broadcast(self, root: int, buffers: Sequence[torch.Tensor], what: str) -> None:

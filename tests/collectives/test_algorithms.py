@@ -33,6 +33,9 @@ def _cases() -> list[dict]:
         for extra in CASES:
             runs.append({"op": "all_reduce", "shape": shape, "seed": seed, "group": 0, "root": 0, "async": seed % 2 == 1,
                          "strided": False, **extra})
+    for op, shape in (("all_gather_into_tensor", [300_000]), ("all_gather", [1000])):  # ring / all-to-all between hosts
+        runs.append({"op": op, "shape": shape, "seed": 7, "group": 0, "root": 0, "async": False, "strided": False,
+                     "dtype": "float32", "reduce_op": "sum"})
     runs.append({"op": "reduce_scatter_tensor", "shape": [70_001], "seed": 99, "group": 0, "root": 0, "async": False,
                  "strided": False, "dtype": "float32", "reduce_op": "sum"})
     return runs
@@ -57,14 +60,14 @@ def test_forced_allreduce_path_matches_the_reference(layout: str, algo: str) -> 
 
 
 def test_an_unknown_algorithm_is_a_clear_error() -> None:
-    cluster = Cluster(["algo-1", "algo-2"], env={"SMDDP_ALLREDUCE_ALGO": "ring"})
+    cluster = Cluster(["algo-1", "algo-2"], env={"SMDDP_ALLREDUCE_ALGO": "butterfly"})
     try:
         cluster.wait_ready()
         verdicts = cluster.run({"op": "all_reduce", "shape": [4], "seed": 1, "group": 0, "root": 0, "async": False,
                                 "strided": False, "dtype": "float32", "reduce_op": "sum"})
     finally:
         cluster.close()
-    assert all("SMDDP_ALLREDUCE_ALGO='ring'" in v and "oneshot" in v for v in verdicts), verdicts
+    assert all("SMDDP_ALLREDUCE_ALGO='butterfly'" in v and "oneshot" in v for v in verdicts), verdicts
 
 
 def test_the_size_picks_oneshot_for_two_hosts_and_small_messages() -> None:
