@@ -135,8 +135,10 @@ class ShmArena:
         self._words = memoryview(self._map).cast("I")  # 32-bit: futex words
         self._base_address = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
         self._ctrl = control_bytes(n_local)
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        self._spin_s = _SPIN_S_UNDERSUBSCRIBED if n_local <= cores else _SPIN_S_OVERSUBSCRIBED
+        self._cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        self._spin_s = 0.0
+        self._spin_checked_at = -1.0
+        self._refresh_spin_budget(time.monotonic())
         self._generation = 0
         self._phase = 0
         self._prefault_own_slots()
@@ -158,6 +160,20 @@ class ShmArena:
 
     def _counter(self, local_index: int) -> int:
         return self._words[local_index * LINE // 4]
+
+    def _refresh_spin_budget(self, now: float) -> None:
+        """Poll before sleeping only while cores are free: on a busy machine polling burns the slice the
+        peer needs and lowers this rank's scheduling priority. Re-evaluated once a second."""
+        if now - self._spin_checked_at < 1.0:
+            return
+        self._spin_checked_at = now
+        busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+        if self.n <= self._cores and busy <= self._cores:
+            self._spin_s = _SPIN_S_UNDERSUBSCRIBED
+        elif busy <= self._cores:
+            self._spin_s = _SPIN_S_OVERSUBSCRIBED
+        else:
+            self._spin_s = 0.0
 
     # abort record -----------------------------------------------------------------------------------
     def post_abort(self, message: str) -> None:
@@ -186,7 +202,9 @@ class ShmArena:
         if futex.available():
             futex.wake_all(self._base_address + self.index * LINE)
         pending = [i for i in range(self.n) if i != self.index]
-        spin_until = time.monotonic() + self._spin_s
+        start = time.monotonic()
+        self._refresh_spin_budget(start)
+        spin_until = start + self._spin_s
         next_check = time.monotonic() + _CHECK_EVERY_S
         while pending:
             peer = pending[-1]
