@@ -14,14 +14,13 @@ from collections.abc import Sequence
 
 import torch
 
+from smddp_sdk.collectives.algorithms import InterHostAllreduce, allgather_between_hosts, forced_algorithm
 from smddp_sdk.collectives.errors import CollectiveError
 from smddp_sdk.collectives.local import LocalComm
 from smddp_sdk.collectives.memory import copy_bytes, memview
-from smddp_sdk.collectives.reduce import RedOpType, combine, finish_average
+from smddp_sdk.collectives.reduce import RedOpType, finish_average
 from smddp_sdk.collectives.tcp import TcpMesh
 from smddp_sdk.collectives.topology import Topology
-
-INTER_HOST_CHUNK_BYTES = 16 << 20  # bounds the leaders' receive buffers when the node has no arena
 
 
 class Communicator:
@@ -34,6 +33,7 @@ class Communicator:
         self.timeout_s = timeout_s
         self._failure: str | None = None
         self._scratch: dict[int, torch.Tensor] = {}
+        self._inter_host = InterHostAllreduce(mesh, topo.node, len(topo.nodes), self._scratch_for) if mesh else None
 
     # lifecycle ----------------------------------------------------------------------------------------
     def deadline(self) -> float:
@@ -75,32 +75,38 @@ class Communicator:
 
     # primitives ---------------------------------------------------------------------------------------
     def allreduce(self, x: torch.Tensor, op: RedOpType, what: str) -> None:
-        """In place over a flat contiguous tensor; bit-identical on every rank."""
+        """In place over a flat contiguous tensor; bit-identical on every rank.
+
+        Hierarchical: the host's ranks reduce over shared memory, the node leaders reduce between hosts
+        (algorithms.py), the leader shares the result over shared memory. A host without an arena hands
+        the whole buffer to the inter-host step, which pipelines its own chunks.
+        """
         deadline = self.deadline()
+        forced = forced_algorithm()
         combine_op = RedOpType.SUM if op == RedOpType.AVG else op
-        chunk_bytes = min(self.local.chunk_bytes, INTER_HOST_CHUNK_BYTES if self.multi_node else 1 << 62)
+        chunk_bytes = self.local.chunk_bytes if self.local.arena else 1 << 62
         step = max(1, chunk_bytes // x.element_size())
         for start in range(0, x.numel(), step):
             piece = x[start:start + step]
-            self.local.allreduce_chunk(piece, combine_op, what, deadline)
+            self.local.allreduce_chunk(piece, combine_op, what, deadline, forced)
             if self.multi_node:
                 if self.topo.is_leader:
-                    self._leaders_allreduce(piece, combine_op, what, deadline)
+                    self._inter_host.run(piece, combine_op, what, deadline, forced)
                 self.local.broadcast(0, [piece.view(torch.uint8)], what, deadline)
         finish_average(x, op, self.topo.size)
 
-    def _leaders_allreduce(self, piece: torch.Tensor, op: RedOpType, what: str, deadline: float) -> None:
-        nbytes = piece.numel() * piece.element_size()
-        peers = self._leader_peers()
-        received = {n: self._scratch_for(n, nbytes).view(piece.dtype) for n in peers}
-        self.mesh.exchange({n: [memview(piece)] for n in peers}, {n: [memview(received[n])] for n in peers}, what, deadline)
-        sources = [piece if n == self.topo.node else received[n] for n in range(len(self.topo.nodes))]
-        if self.topo.node == 0:
-            combine(piece, sources, op)
+    def reduce_scatter(self, x: torch.Tensor, out: torch.Tensor, op: RedOpType, what: str) -> None:
+        """out = this rank's equal segment of the reduction of flat x; x may be clobbered."""
+        combine_op = RedOpType.SUM if op == RedOpType.AVG else op
+        overlaps = x.data_ptr() < out.data_ptr() + out.numel() * out.element_size() and \
+            out.data_ptr() < x.data_ptr() + x.numel() * x.element_size()
+        if self.multi_node or overlaps:
+            self.allreduce(x, combine_op, what)  # hierarchical path: reduce everything, keep own segment
+            k = out.numel()
+            copy_bytes(out, x[self.topo.rank * k:(self.topo.rank + 1) * k])
         else:
-            result = self._scratch_for(-1, nbytes).view(piece.dtype)
-            combine(result, sources, op)  # same order on every leader: node 0, 1, ...
-            copy_bytes(piece, result)
+            self.local.reduce_scatter(x, out, combine_op, what, self.deadline())
+        finish_average(out, op, self.topo.size)
 
     def allgather(self, mine: torch.Tensor, outs: Sequence[torch.Tensor], what: str) -> None:
         """outs[r] (uint8, by group rank) receives rank r's bytes; every rank knows every size."""
@@ -111,10 +117,8 @@ class Communicator:
             return
         remote = [r for r in range(self.topo.size) if self.topo.node_of[r] != self.topo.node]
         if self.topo.is_leader:
-            nodes = self.topo.nodes
-            sends = {n: [memview(outs[r]) for r in local_ranks] for n in self._leader_peers()}
-            recvs = {n: [memview(outs[r]) for r in nodes[n]] for n in self._leader_peers()}
-            self.mesh.exchange(sends, recvs, what, deadline)
+            blocks = {n: [memview(outs[r]) for r in ranks] for n, ranks in enumerate(self.topo.nodes)}
+            allgather_between_hosts(self.mesh, self.topo.node, len(self.topo.nodes), blocks, what, deadline)
         self.local.broadcast(0, [outs[r] for r in remote], what, deadline)
 
     def broadcast(self, root: int, buffers: Sequence[torch.Tensor], what: str) -> None:

@@ -63,15 +63,18 @@ class LocalComm:
         if self.arena:
             self.arena.barrier(what, deadline)
 
-    def allreduce_chunk(self, x: torch.Tensor, op: RedOpType, what: str, deadline: float) -> None:
-        """In place over a flat contiguous tensor of at most chunk_bytes; identical result on every rank."""
+    def allreduce_chunk(self, x: torch.Tensor, op: RedOpType, what: str, deadline: float, forced: str = "auto") -> None:
+        """In place over a flat contiguous tensor of at most chunk_bytes; identical result on every rank.
+
+        ``forced`` ("auto", "oneshot" or "sharded", see algorithms.py) overrides the choice by size."""
         arena = self.arena
         if arena is None or x.numel() == 0:
             return
         nbytes = x.numel() * x.element_size()
         half = arena.next_half()
         views = [arena.slot(i, half)[:nbytes].view(x.dtype) for i in range(self.n)]
-        if nbytes <= SYMMETRIC_LIMIT:
+        symmetric = nbytes <= SYMMETRIC_LIMIT if forced == "auto" else forced == "oneshot"
+        if symmetric or x.numel() < self.n:
             copy_bytes(views[self.index], x)
             arena.barrier(what, deadline)
             combine(x, views, op)  # every rank reduces everything: same sources, same order everywhere
@@ -101,6 +104,31 @@ class LocalComm:
         for i, (lo, hi) in enumerate(bounds):
             if i != self.index:
                 copy_bytes(x[lo:hi], views[i][lo:hi])
+
+    def reduce_scatter(self, x: torch.Tensor, out: torch.Tensor, op: RedOpType, what: str, deadline: float) -> None:
+        """out (k elements) = this rank's segment of the reduction of x (n*k elements) over local ranks.
+
+        Each rank stages only the segments its peers own, then reduces its own segment straight into
+        out: one barrier per chunk and no copy-out phase.
+        """
+        k = out.numel()
+        arena = self.arena
+        if arena is None:
+            copy_bytes(out, x[self.index * k:(self.index + 1) * k])
+            return
+        step = max(1, arena.slot_bytes // (self.n * x.element_size()))
+        for c in range(0, k, step):
+            length = min(step, k - c)
+            half = arena.next_half()
+            views = [arena.slot(i, half)[: self.n * length * x.element_size()].view(x.dtype) for i in range(self.n)]
+            for j in range(self.n):
+                if j != self.index:
+                    copy_bytes(views[self.index][j * length:(j + 1) * length], x[j * k + c:j * k + c + length])
+            arena.barrier(what, deadline)
+            own = self.index * k + c
+            sources = [x[own:own + length] if i == self.index else v[self.index * length:(self.index + 1) * length]
+                       for i, v in enumerate(views)]
+            combine(out[c:c + length], sources, op)  # rank order: same result whichever rank computes it
 
     def allgather(self, mine: torch.Tensor, outs: Sequence[torch.Tensor], what: str, deadline: float) -> None:
         """outs[i] (uint8, this host's ranks in order) receives local rank i's bytes; sizes may differ."""

@@ -368,7 +368,12 @@ class SmddpProcessGroup(dist.ProcessGroup):
 
     # reduce_scatter -----------------------------------------------------------------------------------
     def _reduce_scatter_flat(self, output: torch.Tensor, flat: torch.Tensor, counts: list[int], op: RedOpType, what: str) -> None:
-        self._comm.allreduce(flat, op, what)
+        if len(set(counts)) == 1:
+            work = _contiguous(output)
+            self._comm.reduce_scatter(flat, work.view(-1), op, what)
+            _write_back(output, work)
+            return
+        self._comm.allreduce(flat, op, what)  # uneven segments: reduce everything, keep ours
         start = sum(counts[: self.rank()])
         output.copy_(flat[start:start + counts[self.rank()]].view(output.shape))
 
@@ -389,7 +394,9 @@ class SmddpProcessGroup(dist.ProcessGroup):
     def _reduce_scatter_single(self, output: torch.Tensor, tensor: torch.Tensor, op: RedOpType, what: str) -> None:
         if tensor.numel() != output.numel() * self.size():
             raise CollectiveError(f"smddp {what}: input has {tensor.numel()} elements, expected {self.size()} x {output.numel()}")
-        flat = tensor.reshape(-1).clone()
+        flat = _contiguous(tensor).view(-1)  # read-only on one host; copied below where it would be clobbered
+        if self._comm.multi_node:
+            flat = flat.clone()
         self._reduce_scatter_flat(output, flat, [output.numel()] * self.size(), op, what)
 
     @cuda_goes_to_nccl

@@ -136,7 +136,11 @@ def _attach_arena(store: dist.Store, topo: Topology, decision: dict, peers: list
     try:
         arena = ShmArena(path, len(local), int(decision["slot"]), local.index(topo.rank),
                          [Peer(r, int(peers[r]["pid"])) for r in local])
-    except FileNotFoundError as exc:
+    except BaseException as exc:
+        if topo.is_leader and os.path.exists(path):
+            os.unlink(path)  # the creator cannot use it: nobody will
+        if not isinstance(exc, FileNotFoundError):
+            raise
         raise CollectiveError(
             f"smddp: rank {topo.rank} cannot open the shared-memory arena {path} created by rank {local[0]}, "
             f"although both report host {topo.hosts[topo.rank]!r}; give each host (container) a distinct {HOST_ENV}"

@@ -15,6 +15,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from smddp_sdk.collectives.memory import memview
+
 STEPS = 5
 GLOBAL_BATCH = 16
 
@@ -46,7 +48,7 @@ def _train(model: nn.Module, batches, shard: slice | None) -> None:
 def _digest(model: nn.Module) -> str:
     h = hashlib.sha256()
     for p in model.parameters():
-        h.update(p.detach().contiguous().numpy().tobytes())
+        h.update(memview(p.detach().contiguous()))
     return h.hexdigest()
 
 

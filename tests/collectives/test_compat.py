@@ -103,3 +103,17 @@ def test_registration_is_idempotent_and_keeps_an_existing_smddp():
             "print(d.Backend.backend_list.count('smddp'), d.Backend.SMDDP)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PROJECT_ROOT, check=True).stdout
     assert out.split() == ["1", "smddp"]
+
+
+def test_compat_steps_aside_for_a_real_installation(tmp_path):
+    real = tmp_path / "site" / "sagemaker_training"
+    real.mkdir(parents=True)
+    (real / "__init__.py").write_text("ORIGIN = 'real'\n")
+    (real / "environment.py").write_text("class Environment:\n    origin = 'real'\n")
+    code = ("import sagemaker_training, smdistributed.dataparallel.torch.torch_smddp as t\n"
+            "from sagemaker_training.environment import Environment\n"
+            "print(sagemaker_training.ORIGIN, Environment.origin, t.__name__)")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([COMPAT, str(PROJECT_ROOT), str(tmp_path / "site")]))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["real", "real", "smdistributed.dataparallel.torch.torch_smddp"]

@@ -1,0 +1,195 @@
+"""Link benchmark: smddp and gloo between simulated hosts joined by shaped links (needs root).
+
+    sudo python3 benchmarks/link_bench.py --hosts 2 --rate-mbit 800
+
+Each host is a network namespace (benchmarks/simhosts.py) whose link is a token bucket of ``--rate-mbit``
+in both directions, slow enough that the link and not the CPUs is the limit. One rank runs per host
+(``--ranks-per-host`` for more); every rank joins the default group with smddp and a second group with gloo
+(GLOO_SOCKET_IFNAME=eth0), so both backends move the same data over the same links in one run.
+
+Every op is checked against a locally computed reference before and after timing. Timing is a loop of
+back-to-back calls (no barrier in between, as nccl-tests does) long enough that the token bucket's burst
+(10 ms of traffic) is a small part of it; time per call = loop time / calls, slowest rank, median of
+``--repeats`` loops.
+
+Link utilisation = bytes each host must put on its link per call / time per call / link rate:
+    all_reduce: 2(H-1)/H * S      (a host sends its (H-1)/H share out, and the reduced shares back)
+    all_gather: (H-1)/H * S       (S = gathered output size; a host receives everyone else's part)
+with H hosts and S the tensor size; that is nccl-tests' busbw over the shaped rate (rate_mbit * 1e6 / 8
+bytes/s). TCP/IP headers take ~4% of the frames, so ~96% is the practical ceiling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.collectives_bench import human, make_case, parse_size  # noqa: E402
+
+SIZES = "64K,256K,1M,4M,16M,64M"
+PER_LINK_FACTOR = {"allreduce": lambda h: 2 * (h - 1) / h, "allgather": lambda h: (h - 1) / h}
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hosts", type=int, default=2)
+    parser.add_argument("--ranks-per-host", type=int, default=1)
+    parser.add_argument("--rate-mbit", type=float, default=800.0, help="shaped rate of every host link, each direction")
+    parser.add_argument("--ops", default="allgather,allreduce")
+    parser.add_argument("--sizes", default=SIZES)
+    parser.add_argument("--seconds", type=float, default=0.6, help="rough length of one timed loop")
+    parser.add_argument("--repeats", type=int, default=3, help="timed loops per op, size and backend (median reported)")
+    parser.add_argument("--backends", default="smddp,gloo")
+    parser.add_argument("--timeout", type=float, default=900, help="the whole run is killed after this many seconds")
+    parser.add_argument("--json", help="append results to this file")
+    parser.add_argument("--rank-process", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    unknown = set(args.ops.split(",")) - set(PER_LINK_FACTOR)
+    if unknown:
+        parser.error(f"unknown op(s) {sorted(unknown)}: choose from {sorted(PER_LINK_FACTOR)}")
+    return args
+
+
+# ----------------------------------------------------------------------------------------------- ranks
+def rank_main(args: argparse.Namespace) -> None:
+    import torch
+    import torch.distributed as dist
+
+    import smddp_sdk.collectives  # noqa: F401
+
+    torch.set_num_threads(1)
+    dist.init_process_group("smddp")
+    groups = {"smddp": dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
+    groups = {name: groups[name] for name in args.backends.split(",")}
+    rank, n = dist.get_rank(), dist.get_world_size()
+    rows = []
+    for op in args.ops.split(","):
+        for size in map(parse_size, args.sizes.split(",")):
+            row = {"op": op, "hosts": args.hosts, "n": n, "size": size, "rate_mbit": args.rate_mbit}
+            for name, group in groups.items():
+                row[name] = measure_loop(op, size, group, args, rank, n)
+            rows.append(row)
+            if rank == 0:
+                print_row(row, list(groups), first=len(rows) == 1 or rows[-2]["op"] != op)
+    if rank == 0 and args.json:
+        path = Path(args.json)
+        existing = json.loads(path.read_text()) if path.exists() else []
+        path.write_text(json.dumps(existing + rows, indent=1))
+    dist.destroy_process_group()
+
+
+def measure_loop(op: str, size: int, group, args: argparse.Namespace, rank: int, n: int) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    run, check, reset = make_case(op, size, torch.float32, rank, n)
+    reset = reset or (lambda: None)
+    reset()
+    run(group)
+    check()  # verified before anything is timed
+    reset()
+    calls = max(2, min(40, round(args.seconds / (PER_LINK_FACTOR[op](args.hosts) * size / (args.rate_mbit * 1e6 / 8)))))
+    per_call = []
+    for _ in range(args.repeats):
+        dist.barrier(group=group)
+        start = time.perf_counter()
+        for _ in range(calls):
+            run(group)  # all_reduce sums keep growing inside the loop: fine in float32, and reset after
+        elapsed = torch.tensor([(time.perf_counter() - start) / calls], dtype=torch.float64)
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX, group=group)
+        per_call.append(float(elapsed))
+    reset()
+    run(group)
+    check()  # and again after timing
+    seconds = statistics.median(per_call)
+    link_bytes = PER_LINK_FACTOR[op](args.hosts) * size
+    return {"time_s": seconds, "calls": calls, "repeats": per_call,
+            "link_bytes_per_s": link_bytes / seconds,
+            "utilisation": link_bytes / seconds / (args.rate_mbit * 1e6 / 8)}
+
+
+def print_row(row: dict, backends: list[str], first: bool) -> None:
+    if first:
+        head = (f"\n{row['op']}: {row['hosts']} hosts x {row['n'] // row['hosts']} rank(s), links {row['rate_mbit']:g} mbit "
+                f"(time per call, median of loops; util = per-link bytes/s / link rate)\n{'size':>6}")
+        for name in backends:
+            head += f" | {name + ' time':>12} {'MB/s':>7} {'util':>6}"
+        if len(backends) == 2:
+            head += f" | {'speed-up':>8}"
+        print(head, flush=True)
+    line = f"{human(row['size']):>6}"
+    for name in backends:
+        r = row[name]
+        line += f" | {r['time_s'] * 1e3:9.2f} ms {r['link_bytes_per_s'] / 1e6:7.1f} {r['utilisation']:6.1%}"
+    if len(backends) == 2:
+        a, b = (row[name] for name in backends)
+        line += f" | {b['time_s'] / a['time_s']:7.2f}x"
+    print(line, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------- driver
+def rank_env(rank: int, args: argparse.Namespace, names: list[str], addresses: dict[str, str]) -> dict[str, str]:
+    host = names[rank // args.ranks_per_host]
+    project_root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ)
+    env.update({
+        "RANK": str(rank), "WORLD_SIZE": str(args.hosts * args.ranks_per_host),
+        "LOCAL_RANK": str(rank % args.ranks_per_host), "LOCAL_WORLD_SIZE": str(args.ranks_per_host),
+        "MASTER_ADDR": addresses[names[0]], "MASTER_PORT": "29511",
+        "SM_CURRENT_HOST": host, "SMDDP_HOST_ADDRESSES": json.dumps(addresses),
+        "GLOO_SOCKET_IFNAME": "eth0", "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [project_root, os.environ.get("PYTHONPATH")])),
+    })
+    return env
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    if args.rank_process:
+        rank_main(args)
+        return 0
+    from benchmarks.simhosts import SimHosts, available
+
+    reason = available()
+    if reason:
+        print(f"link_bench: {reason}", file=sys.stderr)
+        return 3
+    forwarded = [a for a in argv if a != "--rank-process"]
+    with SimHosts(args.hosts, rate_mbit=args.rate_mbit) as hosts:
+        procs = [
+            hosts.popen(rank // args.ranks_per_host, [sys.executable, __file__, "--rank-process", *forwarded],
+                        env=rank_env(rank, args, hosts.names, hosts.addresses))
+            for rank in range(args.hosts * args.ranks_per_host)
+        ]
+        return wait_all(procs, time.monotonic() + args.timeout)
+
+
+def wait_all(procs: list[subprocess.Popen], deadline: float) -> int:
+    """Wait for every rank; past the deadline (or when one fails) the rest are killed, never left behind."""
+    codes: list[int] = []
+    try:
+        for proc in procs:
+            codes.append(proc.wait(timeout=max(1.0, deadline - time.monotonic())))
+            if codes[-1] != 0:
+                break
+    except subprocess.TimeoutExpired:
+        print("link_bench: timed out; stopping the ranks", file=sys.stderr)
+        codes.append(124)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return max(codes, key=abs) if codes else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

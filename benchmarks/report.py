@@ -1,0 +1,47 @@
+"""Render collectives_bench.py --json files as the Markdown tables in docs/collectives.md.
+
+    python benchmarks/report.py run1.json [run2.json ...]
+
+With several runs, each cell shows the median over runs; the ratio columns are computed per run
+(smddp and gloo from the same run) and their median is shown with the range.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from collections import defaultdict
+
+from collectives_bench import human
+
+
+def fmt_time(seconds: float) -> str:
+    return f"{seconds * 1e6:.0f} µs" if seconds < 1e-3 else f"{seconds * 1e3:.2f} ms"
+
+
+def render(runs: list[list[dict]]) -> str:
+    cells: dict[tuple, list[dict]] = defaultdict(list)
+    for run in runs:
+        for row in run:
+            cells[(row["op"], row["n"], row["size"])].append(row)
+    lines = []
+    for op, n in dict.fromkeys((op, n) for op, n, _ in cells):
+        lines += [f"\n**{op}, {n} ranks** (float32; median of {len(runs)} run(s); busbw in GB/s)\n",
+                  "| size | smddp time | smddp busbw | gloo time | gloo busbw | busbw ratio (range) | time ratio |",
+                  "|---|---|---|---|---|---|---|"]
+        for (o, k, size), rows in cells.items():
+            if (o, k) != (op, n):
+                continue
+            med = lambda name, key: statistics.median(r[name][key] for r in rows)  # noqa: E731
+            ratios = [r["smddp"]["busbw"] / r["gloo"]["busbw"] for r in rows]
+            times = [r["smddp"]["time_s"] / r["gloo"]["time_s"] for r in rows]
+            spread = f" ({min(ratios):.2f}–{max(ratios):.2f})" if len(rows) > 1 else ""
+            lines.append(f"| {human(size)} | {fmt_time(med('smddp', 'time_s'))} | {med('smddp', 'busbw'):.3f} | "
+                         f"{fmt_time(med('gloo', 'time_s'))} | {med('gloo', 'busbw'):.3f} | "
+                         f"**{statistics.median(ratios):.2f}x**{spread} | {statistics.median(times):.2f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(render([json.load(open(path)) for path in sys.argv[1:]]))

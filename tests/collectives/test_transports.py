@@ -1,0 +1,94 @@
+"""Transport pieces on their own: chunk planning, shm arena files, the authenticated TCP mesh."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import subprocess
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("torch")
+from smddp_sdk.collectives.local import plan_chunks  # noqa: E402
+from smddp_sdk.collectives.shm import ShmUnavailable, arena_bytes, create_arena_file, shm_dir  # noqa: E402
+from smddp_sdk.collectives.tcp import TcpMesh, new_token  # noqa: E402
+
+
+def test_plan_chunks_packs_small_buffers_and_splits_large_ones():
+    assert plan_chunks([3, 4, 10], 8) == [[(0, 0, 3), (1, 0, 4), (2, 0, 1)], [(2, 1, 8)], [(2, 9, 1)]]
+    assert plan_chunks([0, 0], 8) == []
+    assert plan_chunks([8], 8) == [[(0, 0, 8)]]
+
+
+def test_arena_file_is_private_and_fully_allocated():
+    path, slot = create_arena_file(2, shm_dir())
+    try:
+        info = os.stat(path)
+        assert stat.S_IMODE(info.st_mode) == 0o600
+        assert info.st_blocks * 512 >= arena_bytes(2, slot)  # allocated now: no SIGBUS on first touch later
+    finally:
+        os.unlink(path)
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path):
+    """A 1 MiB tmpfs, like a too-small Docker /dev/shm (needs root to mount; skipped otherwise)."""
+    target = tmp_path / "shm"
+    target.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(target)], capture_output=True).returncode:
+        pytest.skip("mounting a small tmpfs needs root")
+    yield str(target)
+    subprocess.run(["umount", str(target)], check=False)
+
+
+def test_too_small_shm_gives_a_clear_error_before_anything_is_mapped(tiny_tmpfs):
+    with pytest.raises(ShmUnavailable, match=r"--shm-size"):
+        create_arena_file(4, tiny_tmpfs)
+    assert os.listdir(tiny_tmpfs) == []
+
+
+def _connect_pair(token_a: str, token_b: str, deadline_s: float = 5.0):
+    describe = {0: "rank 0 (host a)", 1: "rank 1 (host b)"}
+    a, b = TcpMesh(0, token_a, describe), TcpMesh(1, token_b, describe)
+    errors: list[BaseException] = []
+
+    def accept() -> None:
+        try:
+            a.connect({1: ("127.0.0.1", b.port)}, time.monotonic() + deadline_s)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    thread = threading.Thread(target=accept)
+    thread.start()
+    return a, b, thread, errors
+
+
+def test_mesh_rejects_a_stranger_and_accepts_the_real_peer():
+    token = new_token()
+    a, b, thread, errors = _connect_pair(token, token)
+    stranger = socket.create_connection(("127.0.0.1", a.port))
+    stranger.recv(16)
+    stranger.sendall(os.urandom(16) + (1).to_bytes(4, "big") + os.urandom(32))  # claims to be node 1, wrong proof
+    assert stranger.recv(1) == b""  # closed on it
+    b.connect({0: ("127.0.0.1", a.port)}, time.monotonic() + 5)
+    thread.join(10)
+    assert not errors
+    out_a, out_b = bytearray(3), bytearray(5)
+    sender = threading.Thread(target=b.exchange, args=({0: [memoryview(b"abc")]}, {0: [memoryview(out_b)]}, "test", time.monotonic() + 5))
+    sender.start()
+    a.exchange({1: [memoryview(b"hello")]}, {1: [memoryview(out_a)]}, "test", time.monotonic() + 5)
+    sender.join(10)
+    assert bytes(out_a) == b"abc" and bytes(out_b) == b"hello"
+    a.close(), b.close(), stranger.close()
+
+
+def test_mesh_refuses_a_peer_with_the_wrong_token():
+    a, b, thread, errors = _connect_pair(new_token(), new_token(), deadline_s=2.0)
+    with pytest.raises(Exception, match="authentication|closed|connect"):
+        b.connect({0: ("127.0.0.1", a.port)}, time.monotonic() + 2)
+    thread.join(10)
+    assert errors and "did not connect" in str(errors[0])
+    a.close(), b.close()
