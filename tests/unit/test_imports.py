@@ -9,6 +9,13 @@ import pytest
 FORBIDDEN = {
     "smddp_sdk": ("torch", "boto3", "botocore", "docker", "click", "yaml"),
     "smddp_sdk.specs.contract": ("torch", "boto3", "botocore", "click", "yaml"),
+    "smddp_sdk.specs.job": ("torch", "boto3", "botocore", "click", "yaml", "docker"),
+    "smddp_sdk.schedulers": ("torch", "boto3", "botocore", "click", "yaml", "docker"),
+    # only client.py imports boto3; the request builder and the scheduler's dryrun must work without it
+    "smddp_sdk.schedulers.sagemaker.request": ("torch", "boto3", "botocore", "click", "yaml", "docker"),
+    "smddp_sdk.schedulers.sagemaker": ("torch", "boto3", "botocore", "click", "yaml", "docker"),
+    "smddp_sdk.runtime.__main__": ("torch", "boto3", "botocore", "click", "yaml", "docker"),
+    "smddp_sdk.runtime.bootstrap": ("torch", "boto3", "botocore", "click", "yaml", "docker"),
 }
 
 

@@ -1,0 +1,1 @@
+"""``smddp-launch``: the command line (click). Never imports torch or the collectives."""

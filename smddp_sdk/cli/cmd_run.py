@@ -1,0 +1,183 @@
+"""``run`` (the default command) and ``validate``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from smddp_sdk.cli.common import (
+    build_scheduler,
+    check_with_scheduler,
+    console,
+    job_summary,
+    parse_hosts,
+    parse_ranks,
+    resolve_from_cli,
+)
+from smddp_sdk.cli.output import Console, color_enabled, render_resolved
+from smddp_sdk import launcher
+from smddp_sdk.cli.params import OUTPUT_GROUP, GroupedOption, JobCommand, job_options
+from smddp_sdk.config.job_file import JobFileError, LocatedIssue, ResolvedJob
+from smddp_sdk.config.yaml_io import YamlSyntaxError
+from smddp_sdk.errors import EXIT_INTERRUPTED, JobFailedError, SpecError, UnavailableError
+from smddp_sdk.schedulers.base import DryRun, Scheduler
+from smddp_sdk.specs.status import JobHandle, JobStatus
+
+LOCAL_SCHEDULERS = ("local", "docker")  # Ctrl-C cancels these; remote jobs keep running
+
+RUN_EPILOG = """\b
+Examples:
+  smddp-launch job.yaml
+  smddp-launch run job.yaml --dryrun
+  smddp-launch run job.yaml --instance-count 4 -H epochs=3 -- --lr 0.1
+  smddp-launch run job.yaml --scheduler sagemaker --detach
+\b
+Arguments after -- reach the training script as --name value pairs (SageMaker hyperparameters).
+Precedence: defaults < user config < job file < SMDDP_* variables < flags; --dryrun shows each
+value's source."""
+
+
+@click.command(cls=JobCommand, epilog=RUN_EPILOG, short_help="Run a job and follow its logs (the default command).")
+@click.argument("job_file", required=False, metavar="[JOB_FILE]")
+@job_options
+@click.option("--dryrun", is_flag=True, cls=GroupedOption, help_group=OUTPUT_GROUP, help="Print the resolved job and the exact request on stdout; start nothing.")
+@click.option("-d", "--detach", is_flag=True, cls=GroupedOption, help_group=OUTPUT_GROUP, help="Return after submitting: the handle on stdout, next steps on stderr.")
+@click.option("--rank", "ranks", callback=parse_ranks, metavar="RANKS", cls=GroupedOption, help_group=OUTPUT_GROUP, help="Show only these ranks' logs, e.g. 0,3 or 8-11 (files keep all).")
+@click.option("--host", "hosts", callback=parse_hosts, metavar="HOSTS", cls=GroupedOption, help_group=OUTPUT_GROUP, help="Show only these hosts' logs, e.g. algo-2 or 1,2.")
+@click.pass_context
+def run(ctx: click.Context, job_file: str | None, dryrun: bool, detach: bool, ranks: list[int] | None, hosts: list[str] | None, **params: Any) -> None:
+    """Run JOB_FILE (a job.yaml) and follow its logs until it ends.
+
+    Everything is validated first: nothing is packaged, uploaded or started while any problem is left.
+    Exit code: 0 on success, the failing rank's exit code (or 1) when the job fails, 2 for a bad job
+    or command line, 3 when something needed is unavailable, 130 when interrupted.
+    """
+    out = console(ctx)
+    job, scheduler, plan = prepare(ctx, out, job_file, params)
+    if dryrun:
+        click.echo(render_dryrun(job, plan))
+        return
+    # The scheduler may print its own progress (packaging, uploads), so this stage takes two lines.
+    out.say(f"{out.style('⚙', fg='cyan')} Submitting to {job.scheduler}")
+    # Attached local jobs end with this process; detached ones (and remote ones) outlive it.
+    handle = launcher.schedule(scheduler, plan, attached=not detach)
+    out.say(f"{out.style('✓', fg='green')} Submitted {handle}")
+    if detach:
+        click.echo(str(handle))
+        out.next_steps(handle)
+        return
+    ctx.exit(follow_job(ctx, out, scheduler, handle, hosts=hosts, ranks=ranks))
+
+
+@click.command(cls=JobCommand, short_help="Check a job file without running it.")
+@click.argument("job_file", required=False, metavar="[JOB_FILE]")
+@job_options
+@click.option("--json", "as_json", is_flag=True, cls=GroupedOption, help_group=OUTPUT_GROUP,
+              help="Print the result as JSON on stdout (problems with file, line and column), for editors and CI.")
+@click.pass_context
+def validate(ctx: click.Context, job_file: str | None, as_json: bool, **params: Any) -> None:
+    """Check JOB_FILE and the settings that apply to it; list every problem (exit 2) or print a summary.
+
+    The same checks run before every `run`; this starts nothing and needs no network.
+    """
+    try:
+        job = checked_job(ctx, job_file, params)
+    except SpecError as err:
+        if not as_json:
+            raise
+        click.echo(json.dumps({"valid": False, "problems": problems_as_json(err)}, indent=2))
+        ctx.exit(err.exit_code)
+    name = job.spec.job_name or f"{job.spec.base_job_name or 'pytorch-training'}-<timestamp>"
+    if as_json:
+        click.echo(json.dumps({"valid": True, "job_name": name, "scheduler": job.scheduler, "spec": job.spec.as_dict()}, indent=2, default=str))
+        return
+    click.echo(f"{job_file or 'job'}: valid · {job_summary(job, name)}")
+
+
+def checked_job(ctx: click.Context, job_file: str | None, params: dict[str, Any]) -> ResolvedJob:
+    """The resolved job, also checked by its scheduler when that scheduler is installed."""
+    job = resolve_from_cli(ctx, job_file, params)
+    try:
+        scheduler = build_scheduler(job.scheduler, job.scheduler_options, job)
+    except UnavailableError as err:  # the spec is still checked; say what could not be
+        console(ctx).say(f"note: {job.scheduler} scheduler checks skipped: {err}")
+    else:
+        check_with_scheduler(job, scheduler)
+    return job
+
+
+def problems_as_json(err: SpecError) -> list[dict[str, Any]]:
+    if isinstance(err, YamlSyntaxError):
+        return [{"file": err.name, "line": err.mark.line, "column": err.mark.column, "source": None, "path": "",
+                 "message": f"YAML syntax error: {err.problem}", "hint": ""}]
+    located = err.located if isinstance(err, JobFileError) else [LocatedIssue("", issue) for issue in err.issues]
+    return [_problem(item) for item in located]
+
+
+def _problem(item: LocatedIssue) -> dict[str, Any]:
+    file = item.where.rsplit(":", 2)[0] if item.mark else None
+    return {
+        "file": file,
+        "line": item.mark.line if item.mark else None,
+        "column": item.mark.column if item.mark else None,
+        "source": None if item.mark else (item.where or None),
+        "path": item.issue.path,
+        "message": item.issue.message,
+        "hint": item.issue.hint,
+    }
+
+
+def prepare(ctx: click.Context, out: Console, job_file: str | None, params: dict[str, Any]) -> tuple[ResolvedJob, Scheduler, DryRun]:
+    """Resolve and validate the job, build its scheduler and compute the (pure) dryrun."""
+    with out.stage(f"Validating {job_file or 'job'}"):
+        job = resolve_from_cli(ctx, job_file, params)
+        scheduler = build_scheduler(job.scheduler, job.scheduler_options, job)
+        check_with_scheduler(job, scheduler)
+        plan = scheduler.dryrun(job.spec)
+    out.say(f"{out.style('⚙', fg='cyan')} Job {job_summary(job, plan.job_name)}")
+    return job, scheduler, plan
+
+
+def render_dryrun(job: ResolvedJob, plan: DryRun) -> str:
+    parts = ["=== JOB ===", render_resolved(job, plan.job_name), f"=== REQUEST ({plan.scheduler}) ===", plan.render()]
+    if plan.notes:
+        parts += ["=== NOTES ===", *[f"- {note}" for note in plan.notes]]
+    return "\n".join(parts)
+
+
+def follow_job(ctx: click.Context, out: Console, scheduler: Scheduler, handle: JobHandle, *,
+               hosts: list[str] | None, ranks: list[int] | None) -> int:
+    """Stream the job's logs until it ends; print the failure summary; return the exit code.
+
+    Ctrl-C cancels local and docker jobs first; remote jobs keep running and the reattach command is shown.
+    """
+    stdout = click.get_text_stream("stdout")
+    color = color_enabled(stdout, (ctx.find_root().obj or {}).get("color_mode", "auto"))
+    try:
+        status: JobStatus = launcher.follow(scheduler, handle, out=stdout, hosts=hosts, ranks=ranks, color=color)
+    except KeyboardInterrupt:
+        interrupted(out, scheduler, handle)
+        return EXIT_INTERRUPTED
+    try:
+        launcher.raise_for_status(status)
+    except JobFailedError as err:
+        out.say(launcher.failure_summary(status))
+        return err.exit_code
+    out.say(f"{out.style('✓', fg='green')} {handle} {status.state.value}")
+    return 0
+
+
+def interrupted(out: Console, scheduler: Scheduler, handle: JobHandle) -> None:
+    out.say("")
+    if handle.scheduler in LOCAL_SCHEDULERS:
+        with out.stage(f"Interrupted: cancelling {handle}"):
+            scheduler.cancel(handle)
+        return
+    out.say(f"Interrupted. The job keeps running on {handle.scheduler}:")
+    out.say(f"  smddp-launch logs {handle} --follow    # reattach")
+    out.say(f"  smddp-launch cancel {handle}           # stop it")
+
+
+COMMANDS = (run, validate)

@@ -1,0 +1,134 @@
+"""The ``smddp-launch`` entry point: the command group, the ``smddp-launch job.yaml`` shorthand, and the
+one place errors become messages and exit codes.
+
+Exit codes (smddp_sdk.errors): 0 success; the root-cause rank's code (or 1) when the job fails; 2 a
+spec or usage error; 3 something the job needs is unavailable; 130 interrupted. User errors print no
+traceback unless ``--debug`` (or ``SMDDP_DEBUG=1``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from smddp_sdk import __version__
+from smddp_sdk.cli.output import Console
+from smddp_sdk.config.job_file import JobFileError
+from smddp_sdk.config.yaml_io import YamlSyntaxError
+from smddp_sdk.errors import EXIT_INTERRUPTED, EXIT_SPEC, SmddpError
+
+PROG_NAME = "smddp-launch"
+DEBUG_ENV = "SMDDP_DEBUG"
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+_JOB_FILE_SUFFIXES = (".yaml", ".yml", ".json")
+_GLOBAL_FLAGS = ("--debug", "--version", "-h", "--help")
+
+
+class LaunchGroup(click.Group):
+    """Runs a job file given without a command, and turns every error into a message and exit code."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, insert_default_command(args, self.commands))
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+        debug = "--debug" in argv[: argv.index("--")] if "--" in argv else "--debug" in argv
+        debug = debug or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+        code = run_guarded(lambda: super(LaunchGroup, self).main(argv, prog_name or PROG_NAME, complete_var, standalone_mode=False, **extra), debug)
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+def insert_default_command(args: list[str], commands: dict[str, click.Command]) -> list[str]:
+    """``smddp-launch job.yaml ...`` means ``smddp-launch run job.yaml ...``."""
+    for index, arg in enumerate(args):
+        if arg in _GLOBAL_FLAGS or arg.startswith("--color"):
+            continue
+        if arg == "--":
+            return args
+        if arg in commands or arg.startswith("-"):
+            return args
+        if arg.endswith(_JOB_FILE_SUFFIXES) or Path(arg).is_file():
+            return [*args[:index], "run", *args[index:]]
+        return args
+    return args
+
+
+def run_guarded(call: Any, debug: bool) -> int:
+    """Call the CLI; map each outcome to an exit code and print user errors without a traceback."""
+    console = Console(os.environ.get("SMDDP_COLOR", "auto"))
+    try:
+        result = call()
+    except click.ClickException as err:
+        err.show()
+        return err.exit_code
+    except (click.Abort, KeyboardInterrupt):
+        console.say("Interrupted.")
+        return EXIT_INTERRUPTED
+    except SmddpError as err:
+        if debug:
+            traceback.print_exc()
+        report_error(console, err)
+        return err.exit_code
+    except BrokenPipeError:  # `smddp-launch logs ... | head`
+        sys.stderr.close()
+        return 0
+    return result if isinstance(result, int) else 0
+
+
+def report_error(console: Console, err: SmddpError) -> None:
+    if isinstance(err, YamlSyntaxError):
+        console.say(err.render())
+        console.say("1 problem found. Fix the YAML syntax first; the rest of the file is checked after that.")
+    elif isinstance(err, JobFileError):
+        for item in err.located:
+            console.say(item.render())
+        console.say(err.summary())
+    else:
+        console.error(str(err))
+        if err.exit_code == EXIT_SPEC and not str(err):
+            console.say("See smddp-launch --help.")
+
+
+@click.group(PROG_NAME, cls=LaunchGroup, context_settings=CONTEXT_SETTINGS)
+@click.version_option(__version__, "--version", prog_name=PROG_NAME)
+@click.option("--debug", is_flag=True, help=f"Show the traceback behind every error. [env: {DEBUG_ENV}=1]")
+@click.option("--color", "color_mode", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
+              envvar="SMDDP_COLOR", help="Colour: auto means only on a terminal; never in any mode when NO_COLOR is set.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool, color_mode: str) -> None:
+    """Run a distributed PyTorch job described once: locally as simulated hosts, in Docker, or on SageMaker.
+
+    \b
+    smddp-launch job.yaml                 run it and follow its logs (same as `run job.yaml`)
+    smddp-launch run job.yaml --dryrun    show the resolved job and the exact request; start nothing
+    smddp-launch init                     write a commented job.yaml to start from
+    """
+    ctx.obj = {"debug": debug, "console": Console(color_mode), "color_mode": color_mode}
+
+
+def main() -> None:
+    """Console-script entry point (``smddp-launch``)."""
+    cli.main(prog_name=PROG_NAME)
+
+
+def _register() -> None:
+    from smddp_sdk.cli import cmd_jobs, cmd_run, cmd_setup
+
+    for module in (cmd_run, cmd_jobs, cmd_setup):
+        for command in module.COMMANDS:
+            cli.add_command(command)
+
+
+_register()
+
+if __name__ == "__main__":
+    main()

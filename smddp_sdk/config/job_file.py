@@ -1,0 +1,308 @@
+"""From job file, user config, environment and flags to one validated ``JobSpec`` and its scheduler.
+
+``resolve_job`` is the whole pipeline: it reads and merges the layers, validates everything at once and
+raises ``JobFileError`` listing each problem where it was written (``job.yaml:7:3: ...``), so nothing is
+started or uploaded while any problem is left.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from smddp_sdk.config.layers import (
+    CONFIG_ENV,
+    DEFAULT_SOURCE,
+    Layer,
+    Source,
+    document_layer,
+    env_layer,
+    lookup_source,
+    merge,
+)
+from smddp_sdk.config.yaml_io import KEY_PROBLEMS, Mark, YamlDocument, load_yaml_file
+from smddp_sdk.errors import SpecError, SpecIssue, did_you_mean
+from smddp_sdk.schedulers import infer_scheduler, scheduler_class
+from smddp_sdk.specs.job import JobSpec
+from smddp_sdk.specs.status import SCHEDULER_NAMES
+
+DOCS_HINT = "See `smddp-launch schema` or docs/job-file.md"
+
+
+@dataclass(frozen=True)
+class LocatedIssue:
+    """A spec problem and where the offending value was written."""
+
+    where: str  # "job.yaml:7:3", "SMDDP_ROLE", "--instance-count", or "" when nowhere in particular
+    issue: SpecIssue
+    mark: Mark | None = None
+
+    def render(self) -> str:
+        text = describe_issue(self.issue)
+        return f"{self.where}: {text}" if self.where else text
+
+
+class JobFileError(SpecError):
+    """Every problem in a job and its settings, each located; exit code 2."""
+
+    def __init__(self, located: list[LocatedIssue], advice: str = "") -> None:
+        self.located = sorted(located, key=_reading_order)
+        self.advice = advice  # one more line for the reader, e.g. how to name a job file
+        super().__init__([item.issue for item in self.located])
+
+    def _render(self) -> str:
+        return "\n".join(item.render() for item in self.located)
+
+    def summary(self) -> str:
+        count = len(self.located)
+        text = f"{count} problem{'s' if count != 1 else ''} found. {DOCS_HINT}"
+        return f"{text}\n{self.advice}" if self.advice else text
+
+
+@dataclass(frozen=True)
+class ResolvedJob:
+    """A validated job: the spec, where it runs, and where every setting came from."""
+
+    spec: JobSpec
+    scheduler: str
+    scheduler_options: dict[str, Any]
+    values: dict[str, Any]  # the merged settings as written (job-file keys)
+    sources: dict[str, Source]
+    job_file: YamlDocument | None = None
+    warnings: tuple[str, ...] = ()
+
+    def source(self, path: str) -> Source:
+        return lookup_source(self.sources, path)
+
+
+def describe_issue(issue: SpecIssue) -> str:
+    """``unknown field 'x' (did you mean 'y'?)`` for problems with a key's name, ``path: message`` otherwise."""
+    if issue.path and issue.message.startswith(KEY_PROBLEMS):
+        cut = max(issue.path.rfind("."), issue.path.rfind("["))
+        parent, key = (issue.path[:cut], issue.path[cut + 1 :]) if cut > 0 else ("", issue.path)
+        text = f"{issue.message} '{key}'" + (f" ({issue.hint})" if issue.hint else "")
+        return f"{parent}: {text}" if parent else text
+    return str(issue)
+
+
+def user_config_path(environ: Mapping[str, str] | None = None) -> tuple[Path | None, bool]:
+    """The user config file and whether it was named explicitly (``SMDDP_CONFIG``; empty means none)."""
+    environ = os.environ if environ is None else environ
+    if CONFIG_ENV in environ:
+        named = environ[CONFIG_ENV]
+        return (Path(named).expanduser(), True) if named else (None, True)
+    config_home = environ.get("XDG_CONFIG_HOME") or str(Path("~/.config").expanduser())
+    return Path(config_home) / "smddp" / "config.yaml", False
+
+
+def resolve_job(
+    job_file: Path | None,
+    *,
+    flags: Layer | None = None,
+    environ: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    job_file_name: str | None = None,
+) -> ResolvedJob:
+    """Merge defaults < user config < job file < SMDDP_* environment < flags and validate the result."""
+    environ = os.environ if environ is None else environ
+    cwd = cwd or Path.cwd()
+    problems: list[tuple[Source, SpecIssue]] = []
+    document = load_yaml_file(job_file, job_file_name) if job_file is not None else None
+    job_base = (job_file.parent if job_file.is_absolute() else (cwd / job_file).parent) if job_file else cwd
+
+    config, config_options = _user_config_layer(environ, problems)
+    layers = [layer for layer in (config, _mapping_layer(document, "file", job_base, problems), env_layer(environ, cwd), flags) if layer]
+    for layer in layers:
+        problems += layer.issues
+    values, sources = merge(layers)
+
+    scheduler = _scheduler_name(values, sources, problems)
+    options = _scheduler_options(values, sources, scheduler, config_options, problems)
+    _anchor_paths(values, sources, job_base)
+
+    spec = None
+    try:
+        spec = JobSpec.from_mapping(values, base_dir=job_base)
+    except SpecError as err:
+        problems += [(lookup_source(sources, issue.path), issue) for issue in err.issues]
+    if scheduler:
+        problems += [(lookup_source(sources, issue.path), issue) for issue in check_scheduler_options(scheduler, options)]
+    if problems or spec is None:
+        missing = any(issue.message == "is required" for _, issue in problems)
+        advice = "No job file was given: name one (smddp-launch run job.yaml), or set --entry-point and --instance-type." if missing and not document else ""
+        raise JobFileError([locate(source, issue, document) for source, issue in problems], advice)
+    values["scheduler"], values["scheduler_options"] = scheduler, options
+    warnings = tuple(warning for layer in layers for warning in layer.warnings)
+    return ResolvedJob(spec, scheduler, options, values, sources, document, warnings)
+
+
+def locate(source: Source, issue: SpecIssue, document: YamlDocument | None) -> LocatedIssue:
+    """Place an issue: values from a file at their line, others at their variable or flag; problems with
+    nothing written (a missing required field) at the top of the job file."""
+    if source is DEFAULT_SOURCE or source.kind == "default":
+        if document is None:
+            return LocatedIssue("", issue)
+        mark = document.locate("")
+        return LocatedIssue(f"{document.name}:{mark.line}:{mark.column}", issue, mark)
+    where, mark = source.locate(issue)
+    return LocatedIssue(where, issue, mark)
+
+
+def check_scheduler_options(scheduler: str, options: Mapping[str, Any]) -> list[SpecIssue]:
+    """Unknown option names for ``scheduler``'s constructor, with suggestions (skipped if it cannot load)."""
+    try:
+        accepted = scheduler_option_names(scheduler)
+    except ImportError:
+        return []  # the CLI reports an unavailable scheduler when it needs one
+    if accepted is None:
+        return []
+    return [
+        SpecIssue(f"scheduler_options.{name}", "unknown scheduler option", did_you_mean(name, accepted) or _expected(scheduler, accepted))
+        for name in options
+        if name not in accepted
+    ]
+
+
+def scheduler_option_names(scheduler: str) -> tuple[str, ...] | None:
+    """The keyword options a scheduler accepts (None when it takes any ``**kwargs``)."""
+    parameters = inspect.signature(scheduler_class(scheduler)).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return tuple(p.name for p in parameters if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD))
+
+
+def _expected(scheduler: str, accepted: tuple[str, ...]) -> str:
+    return f"{scheduler} accepts {', '.join(accepted)}" if accepted else f"the {scheduler} scheduler takes no options"
+
+
+def _user_config_layer(environ: Mapping[str, str], problems: list[tuple[Source, SpecIssue]]) -> tuple[Layer | None, dict[str, Any]]:
+    path, explicit = user_config_path(environ)
+    if path is None or (not explicit and not path.is_file()):
+        return None, {}
+    if explicit and not path.is_file():
+        raise SpecError(SpecIssue(CONFIG_ENV, f"user config file {str(path)!r} does not exist", f"create it or unset {CONFIG_ENV}"))
+    layer = _mapping_layer(load_yaml_file(path, _display_path(path)), "config", path.parent, problems)
+    if layer is None:
+        return None, {}
+    by_scheduler = layer.values.pop("scheduler_options", None)
+    source = layer.source_of("scheduler_options")
+    if by_scheduler is None:
+        return layer, {}
+    if not isinstance(by_scheduler, Mapping):
+        problems.append((source, SpecIssue("scheduler_options", "in the user config, must map scheduler names to options", "e.g. scheduler_options: {sagemaker: {region: us-west-2}}")))
+        return layer, {}
+    for name, options in by_scheduler.items():
+        if name not in SCHEDULER_NAMES:
+            problems.append((source, SpecIssue(f"scheduler_options.{name}", f"unknown scheduler {name!r}", did_you_mean(str(name), SCHEDULER_NAMES))))
+        elif not isinstance(options, Mapping):
+            problems.append((source, SpecIssue(f"scheduler_options.{name}", f"must be a mapping of options, got {type(options).__name__}")))
+    return layer, {str(name): (dict(options), source) for name, options in by_scheduler.items() if isinstance(options, Mapping)}
+
+
+def _display_path(path: Path) -> str:
+    """``~/.config/smddp/config.yaml`` rather than the full home directory path."""
+    home = Path("~").expanduser()
+    try:
+        return "~/" + str(path.relative_to(home))
+    except ValueError:
+        return str(path)
+
+
+def _mapping_layer(document: YamlDocument | None, kind: str, base_dir: Path, problems: list[tuple[Source, SpecIssue]]) -> Layer | None:
+    if document is None:
+        return None
+    # A file that is not a mapping is reported alone: every field would otherwise look missing.
+    if document.data is None:
+        issue = SpecIssue("", "the file is empty", "a job needs at least entry_point: and instance_type: (run `smddp-launch init` for a commented example)")
+        raise JobFileError([locate(Source(kind, document.name, document), issue, document)])
+    if not isinstance(document.data, Mapping):
+        issue = SpecIssue("", f"must be a mapping of job fields (key: value lines), not a {type(document.data).__name__}")
+        raise JobFileError([locate(Source(kind, document.name, document), issue, document)])
+    return document_layer(document, kind, base_dir)
+
+
+def _scheduler_name(values: dict[str, Any], sources: dict[str, Source], problems: list[tuple[Source, SpecIssue]]) -> str:
+    name = values.pop("scheduler", None)
+    if name is None:
+        instance_type = values.get("instance_type")
+        return infer_scheduler(instance_type) if isinstance(instance_type, str) else ""
+    if name not in SCHEDULER_NAMES:
+        hint = did_you_mean(str(name), SCHEDULER_NAMES) or f"expected one of {', '.join(SCHEDULER_NAMES)}"
+        problems.append((lookup_source(sources, "scheduler"), SpecIssue("scheduler", f"unknown scheduler {name!r}", hint)))
+        return ""
+    return str(name)
+
+
+def _scheduler_options(
+    values: dict[str, Any],
+    sources: dict[str, Source],
+    scheduler: str,
+    config_options: dict[str, Any],
+    problems: list[tuple[Source, SpecIssue]],
+) -> dict[str, Any]:
+    given = values.pop("scheduler_options", None) or {}
+    if not isinstance(given, Mapping):
+        problems.append((lookup_source(sources, "scheduler_options"), SpecIssue("scheduler_options", f"must be a mapping of option names to values, got {type(given).__name__}")))
+        given = {}
+    defaults, config_source = config_options.get(scheduler, ({}, None))
+    for name in defaults:
+        if name not in given and config_source is not None:
+            sources[f"scheduler_options.{name}"] = Source(
+                config_source.kind, config_source.label, config_source.document, config_source.base_dir,
+                moved_to="scheduler_options.", moved_from=f"scheduler_options.{scheduler}.",
+            )
+    return {**defaults, **given}
+
+
+def _anchor_paths(values: dict[str, Any], sources: dict[str, Source], job_base: Path) -> None:
+    """Make local paths from the user config, environment or flags absolute, each against its own base
+    (config file directory or cwd); the job file's stay relative to the job file."""
+
+    def anchored(path: str, value: Any) -> Any:
+        base = lookup_source(sources, path).base_dir
+        if not isinstance(value, str) or base is None or base == job_base or value.startswith("s3://"):
+            return value
+        local = Path(value.removeprefix("file://")).expanduser()
+        if local.is_absolute():
+            return value
+        return ("file://" if value.startswith("file://") else "") + str(base / local)
+
+    if values.get("output_path") is not None and "://" not in str(values["output_path"]).removeprefix("file://"):
+        values["output_path"] = anchored("output_path", values["output_path"])
+    if values.get("source_dir") is not None:
+        values["source_dir"] = anchored("source_dir", values["source_dir"])
+    elif "entry_point" in values:
+        values["entry_point"] = anchored("entry_point", values["entry_point"])
+    if isinstance(values.get("dependencies"), list):
+        values["dependencies"] = [anchored(f"dependencies[{i}]", dep) for i, dep in enumerate(values["dependencies"])]
+    inputs = values.get("inputs")
+    if isinstance(inputs, str):
+        values["inputs"] = anchored("inputs", inputs)
+    elif isinstance(inputs, Mapping):
+        values["inputs"] = {name: _anchor_channel(anchored, f"inputs.{name}", channel) for name, channel in inputs.items()}
+
+
+def _anchor_channel(anchored: Any, path: str, channel: Any) -> Any:
+    if isinstance(channel, Mapping) and "s3_data" in channel:
+        return {**channel, "s3_data": anchored(path, channel["s3_data"])}
+    return anchored(path, channel)
+
+
+def _reading_order(item: LocatedIssue) -> tuple[int, str, Mark]:
+    if item.mark is None:
+        return (1, "", Mark(0, 0))
+    return (0, item.where.rsplit(":", 2)[0], item.mark)
+
+
+def user_scheduler_options(scheduler: str, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The user config's options for one scheduler (for commands that act on a handle, not a job file)."""
+    problems: list[tuple[Source, SpecIssue]] = []
+    _, by_scheduler = _user_config_layer(os.environ if environ is None else environ, problems)
+    if problems:
+        raise JobFileError([locate(source, issue, None) for source, issue in problems])
+    options, _ = by_scheduler.get(scheduler, ({}, None))
+    return dict(options)

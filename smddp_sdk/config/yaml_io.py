@@ -1,0 +1,174 @@
+"""YAML loading that remembers where every key and value was written.
+
+PyYAML's composer gives each node a start mark; we walk the node tree once, record the marks under the
+same dotted paths ``SpecIssue`` uses (``distribution.smdistributed.dataparallel.enabled``, ``tags[0]``),
+then let PyYAML's safe constructor build the values. Problems are then reported as ``job.yaml:7:3``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from smddp_sdk.errors import SpecError, SpecIssue
+
+# Issues about a key's name are reported at the key; all others at the value.
+KEY_PROBLEMS = (
+    "unknown field",
+    "unknown option",
+    "unknown channel option",
+    "unknown distribution",
+    "unknown smdistributed strategy",
+    "unknown scheduler option",
+    "keys must be strings",
+    "duplicate key",
+)
+
+
+@dataclass(frozen=True, order=True)
+class Mark:
+    """A 1-based line and column in a YAML file."""
+
+    line: int
+    column: int
+
+    @classmethod
+    def of(cls, mark: yaml.Mark) -> Mark:
+        return cls(mark.line + 1, mark.column + 1)
+
+
+@dataclass(frozen=True)
+class YamlDocument:
+    """A parsed YAML mapping plus the position of every key and value in it."""
+
+    name: str  # the file as the user named it, used in messages
+    text: str
+    data: Any
+    key_marks: dict[str, Mark] = field(default_factory=dict)
+    value_marks: dict[str, Mark] = field(default_factory=dict)
+    collections: frozenset[str] = frozenset()  # paths whose value is a mapping or a list
+    issues: tuple[SpecIssue, ...] = ()  # problems found while reading (duplicate keys)
+
+    def locate(self, path: str, message: str = "") -> Mark:
+        """Where ``path`` was written; falls back to the nearest enclosing key, then to the file start."""
+        at_key = message.startswith(KEY_PROBLEMS)
+        for candidate in _ancestors(path):
+            if candidate in self.key_marks and (candidate in self.collections or (at_key and candidate == path)):
+                return self.key_marks[candidate]  # a block's value starts on the next line: show its key
+            if candidate in self.value_marks:
+                return self.value_marks[candidate]
+        return self.value_marks.get("", Mark(1, 1))
+
+
+class YamlSyntaxError(SpecError):
+    """The file is not valid YAML; carries the position and the offending line for a caret display."""
+
+    def __init__(self, name: str, mark: Mark, problem: str, line_text: str) -> None:
+        self.name, self.mark, self.problem, self.line_text = name, mark, problem, line_text
+        super().__init__(SpecIssue("", f"YAML syntax error: {problem}"))
+
+    def render(self) -> str:
+        gutter = f"{self.mark.line:>5} | "
+        caret = " " * (len(gutter) - 2) + "| " + " " * (self.mark.column - 1) + "^"
+        return f"{self.name}:{self.mark.line}:{self.mark.column}: YAML syntax error: {self.problem}\n{gutter}{self.line_text}\n{caret}"
+
+
+def load_yaml_file(path: Path, name: str | None = None) -> YamlDocument:
+    """Read and parse ``path``; a missing or unreadable file is a ``SpecError``."""
+    name = name or str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(SpecIssue(name, "file not found", "check the path, or run `smddp-launch init` to write one")) from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
+        raise SpecError(SpecIssue(name, f"cannot read the file: {err}")) from None
+    return parse_yaml(text, name)
+
+
+def parse_yaml(text: str, name: str) -> YamlDocument:
+    """Parse YAML text into a document with marks; raises ``YamlSyntaxError`` with line and column."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return YamlDocument(name, text, None)
+        walker = _MarkWalker()
+        walker.walk(node, "")
+        data = loader.construct_document(node)
+    except yaml.MarkedYAMLError as err:
+        where = _error_mark(err, text)
+        problem = err.problem or err.context or "invalid YAML"
+        if err.context and err.problem:
+            problem = f"{err.problem} ({err.context})"
+        raise YamlSyntaxError(name, where, problem, _line(text, where.line)) from None
+    except yaml.YAMLError as err:  # a reader error (bad characters) has no problem_mark
+        raise YamlSyntaxError(name, Mark(1, 1), str(err).splitlines()[0], _line(text, 1)) from None
+    finally:
+        loader.dispose()
+    return YamlDocument(name, text, data, walker.key_marks, walker.value_marks, frozenset(walker.collections), tuple(walker.issues))
+
+
+class _MarkWalker:
+    def __init__(self) -> None:
+        self.key_marks: dict[str, Mark] = {}
+        self.value_marks: dict[str, Mark] = {}
+        self.collections: set[str] = set()
+        self.issues: list[SpecIssue] = []
+
+    def walk(self, node: yaml.Node, path: str) -> None:
+        self.value_marks.setdefault(path, Mark.of(node.start_mark))
+        if isinstance(node, yaml.MappingNode):
+            self.collections.add(path)
+            self.walk_mapping(node, path)
+        elif isinstance(node, yaml.SequenceNode):
+            self.collections.add(path)
+            for index, item in enumerate(node.value):
+                self.walk(item, f"{path}[{index}]")
+
+    def walk_mapping(self, node: yaml.MappingNode, path: str) -> None:
+        seen: dict[str, Mark] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+                continue  # merged (<<) content keeps the anchor's marks; complex keys fail in construction
+            key = str(key_node.value)
+            child = f"{path}.{key}" if path else key
+            mark = Mark.of(key_node.start_mark)
+            if key in seen:
+                # PyYAML keeps the last value, so that is the one located; the message names the first.
+                self.issues.append(SpecIssue(child, "duplicate key", f"also written on line {seen[key].line}; keep one"))
+                for stale in [p for p in (*self.key_marks, *self.value_marks) if p.startswith((f"{child}.", f"{child}["))]:
+                    self.key_marks.pop(stale, None)
+                    self.value_marks.pop(stale, None)
+                self.value_marks.pop(child, None)
+            seen[key] = mark
+            self.key_marks[child] = mark
+            self.walk(value_node, child)
+
+
+def _error_mark(err: yaml.MarkedYAMLError, text: str) -> Mark:
+    """Where to point: the problem, unless it is the end of the file (an unclosed quote or bracket),
+    where the construct that was left open is the useful place."""
+    problem, context = err.problem_mark, err.context_mark
+    if problem is not None and context is not None and problem.index >= len(text.rstrip()):
+        return Mark.of(context)
+    mark = problem or context
+    return Mark.of(mark) if mark is not None else Mark(1, 1)
+
+
+def _ancestors(path: str) -> list[str]:
+    """``a.b[0].c`` -> [``a.b[0].c``, ``a.b[0]``, ``a.b``, ``a``]."""
+    out = [path]
+    while path:
+        cut = max(path.rfind("."), path.rfind("["))
+        path = path[:cut] if cut > 0 else ""
+        if path:
+            out.append(path)
+    return out
+
+
+def _line(text: str, line: int) -> str:
+    lines = text.splitlines()
+    return lines[line - 1] if 0 < line <= len(lines) else ""

@@ -1,0 +1,414 @@
+"""How the runtimes of one job learn of each other's failure (stdlib TCP, newline-delimited JSON).
+
+The runtime on the job's first host runs a ``Coordinator`` on SMDDP_AGENT_PORT (default 7778); every
+runtime, that one included, connects to it as a ``CoordinatorClient``:
+
+    coordinator -> {"type": "challenge", "nonce": hex}
+    client      -> {"type": "hello", "host": "algo-2", "proof": HMAC-SHA256(token, nonce + host)}
+    coordinator -> {"type": "welcome"} | {"type": "rejected", "reason": "..."}
+    client      -> {"type": "failure", "failure": {...}}          first local failure, at once
+    coordinator -> {"type": "stop", "failure": {...}}             to every host, on the first failure
+    client      -> {"type": "final", "status": "ok"|"failed"|"stopped", "failures": [...]}
+    coordinator -> {"type": "verdict", "root_cause": {...}, "failures": [...]}   once every host is final
+
+The token is SMDDP_JOB_TOKEN when set, else derived from the job's hyperparameters file, host list and
+TRAINING_JOB_NAME, so runtimes of another job on a reused port are turned away. Nothing waits forever:
+clients give up connecting after ``connect_timeout`` (and carry on alone), a host that has not joined
+by then counts as failed, the coordinator decides the verdict at the latest ``verdict_timeout`` after
+the first failure, and a host whose connection drops before it reported counts as failed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from smddp_sdk.runtime.failures import RankFailure, root_cause
+
+HANDSHAKE_TIMEOUT = 10.0
+Log = Callable[[str], None]
+
+
+def proof(token: str, nonce: str, host: str) -> str:
+    return hmac.new(token.encode(), (nonce + host).encode(), hashlib.sha256).hexdigest()
+
+
+class _Channel:
+    """One socket, whole JSON lines in both directions; sends are thread-safe."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._reader = sock.makefile("rb")
+        self._lock = threading.Lock()
+        _keepalive(sock)
+
+    def send(self, message: dict[str, Any]) -> bool:
+        data = (json.dumps(message) + "\n").encode()
+        with self._lock:
+            try:
+                self.sock.sendall(data)
+            except OSError:
+                return False
+        return True
+
+    def receive(self) -> dict[str, Any] | None:
+        try:
+            line = self._reader.readline()
+        except OSError:
+            return None
+        if not line:
+            return None
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return None
+        return message if isinstance(message, dict) else None
+
+    def close(self) -> None:
+        # shutdown first: it wakes a thread blocked in receive(), which holds the reader's lock
+        for closer in (lambda: self.sock.shutdown(socket.SHUT_RDWR), self.sock.close):
+            try:
+                closer()
+            except OSError:
+                pass
+
+
+def _keepalive(sock: socket.socket) -> None:
+    """Notice a peer machine that vanished without closing its socket within about half a minute."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in (("TCP_KEEPIDLE", 10), ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 3)):
+        if hasattr(socket, option):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
+
+
+def _daemon_timer(seconds: float, action: Callable[[], None]) -> None:
+    timer = threading.Timer(seconds, action)
+    timer.daemon = True  # never keeps a finished runtime alive
+    timer.start()
+
+
+class Coordinator:
+    """The job-wide failure service, run by the runtime on the job's first host."""
+
+    def __init__(
+        self,
+        hosts: Sequence[str],
+        token: str,
+        port: int,
+        *,
+        log: Log,
+        connect_timeout: float = 600.0,
+        verdict_timeout: float = 15.0,
+    ) -> None:
+        self.hosts = tuple(hosts)
+        self._token = token
+        self._log = log
+        self._connect_timeout = connect_timeout
+        self._verdict_timeout = verdict_timeout
+        self._lock = threading.Lock()
+        self._channels: dict[str, _Channel] = {}
+        self._finals: dict[str, str] = {}
+        self._gone: set[str] = set()
+        self._failures: dict[tuple[str, int | None], RankFailure] = {}
+        self._stop_sent = False
+        self._verdict: dict[str, Any] | None = None
+        self.done = threading.Event()  # every host is final or gone, and the verdict (if any) was sent
+        self._server = socket.create_server(("", port), backlog=len(self.hosts) + 8)
+        self._closed = False
+
+    def start(self) -> None:
+        threading.Thread(target=self._accept_loop, name="coordinator", daemon=True).start()
+        _daemon_timer(self._connect_timeout, self._connect_deadline)
+
+    def close(self) -> None:
+        self._closed = True
+        for closer in (lambda: self._server.shutdown(socket.SHUT_RDWR), self._server.close):
+            try:
+                closer()  # shutdown wakes the thread blocked in accept(); close alone does not
+            except OSError:
+                pass
+        with self._lock:
+            channels = list(self._channels.values())
+        for channel in channels:
+            channel.close()
+
+    # --- connections ------------------------------------------------------------------------------
+
+    def _accept_loop(self) -> None:
+        while not self._closed:
+            try:
+                sock, _ = self._server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(sock,), name="coordinator peer", daemon=True).start()
+
+    def _serve(self, sock: socket.socket) -> None:
+        channel = _Channel(sock)
+        host = self._handshake(channel)
+        if host is None:
+            channel.close()
+            return
+        while (message := channel.receive()) is not None:
+            self._handle(host, message)
+        self._on_gone(host)
+
+    def _handshake(self, channel: _Channel) -> str | None:
+        nonce = secrets.token_hex(16)
+        channel.sock.settimeout(HANDSHAKE_TIMEOUT)
+        channel.send({"type": "challenge", "nonce": nonce})
+        hello = channel.receive()
+        channel.sock.settimeout(None)
+        host = str((hello or {}).get("host", ""))
+        reason = self._rejection(hello, host, nonce)
+        if reason:
+            channel.send({"type": "rejected", "reason": reason})
+            self._log(f"turned away a coordination peer claiming {host!r}: {reason}")
+            return None
+        with self._lock:
+            self._channels[host] = channel
+            pending = [{"type": "stop", "failure": self._first_failure()}] if self._stop_sent else []
+            if self._verdict:
+                pending.append(self._verdict)
+        channel.send({"type": "welcome"})
+        for message in pending:
+            channel.send(message)
+        return host
+
+    def _rejection(self, hello: dict[str, Any] | None, host: str, nonce: str) -> str | None:
+        if not hello or hello.get("type") != "hello":
+            return "no hello message"
+        if not hmac.compare_digest(str(hello.get("proof", "")), proof(self._token, nonce, host)):
+            return "wrong job token (SMDDP_JOB_TOKEN or the hyperparameters file differ)"
+        if host not in self.hosts:
+            return f"host {host!r} is not one of this job's hosts {list(self.hosts)}"
+        with self._lock:
+            if host in self._channels or host in self._finals:
+                return f"host {host!r} is already connected"
+        return None
+
+    # --- job state --------------------------------------------------------------------------------
+
+    def _handle(self, host: str, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        if kind == "failure":
+            self._on_failure(RankFailure.from_json(message["failure"]))
+        elif kind == "final":
+            failures = [RankFailure.from_json(f) for f in message.get("failures", [])]
+            for failure in failures:
+                self._on_failure(failure)
+            with self._lock:
+                self._finals[host] = str(message.get("status", "failed"))
+            self._check_complete()
+
+    def _on_failure(self, failure: RankFailure) -> None:
+        with self._lock:
+            self._failures.setdefault((failure.host, failure.rank), failure)
+            if self._stop_sent:
+                return
+            self._stop_sent = True
+            channels = list(self._channels.values())
+        self._log(f"{failure.who} failed; telling every host to stop")
+        for channel in channels:
+            channel.send({"type": "stop", "failure": failure.to_json()})
+        _daemon_timer(self._verdict_timeout, self._decide)
+
+    def _on_gone(self, host: str) -> None:
+        with self._lock:
+            self._channels.pop(host, None)
+            reported = host in self._finals
+            if not reported:
+                self._gone.add(host)
+        if not reported:
+            self._on_failure(
+                RankFailure(
+                    host=host, rank=None, exit_code=1, error_type="LostPeer",
+                    message=f"the runtime on {host} disconnected before reporting its result",
+                    timestamp=time.time(),
+                )
+            )
+        self._check_complete()
+
+    def _connect_deadline(self) -> None:
+        with self._lock:
+            silent = [h for h in self.hosts if h not in self._channels and h not in self._finals and h not in self._gone]
+            self._gone.update(silent)
+        if silent:  # a host that never joins would leave the others waiting in rendezvous: fail loudly
+            self._on_failure(
+                RankFailure(
+                    host=silent[0], rank=None, exit_code=1, error_type="HostNeverJoined",
+                    message=f"the runtimes on {silent} never reached the coordinator within {self._connect_timeout:.0f} s",
+                    timestamp=time.time(),
+                )
+            )
+        self._check_complete()
+
+    def _check_complete(self) -> None:
+        with self._lock:
+            accounted = set(self._finals) | self._gone
+            complete = all(host in accounted for host in self.hosts)
+        if complete:
+            self._decide()
+
+    def _decide(self) -> None:
+        with self._lock:
+            if self.done.is_set():
+                return
+            failures = list(self._failures.values())
+            cause = root_cause(failures)
+            if cause is not None:
+                self._verdict = {
+                    "type": "verdict",
+                    "root_cause": cause.to_json(),
+                    "failures": [f.to_json() for f in sorted(failures, key=lambda f: f.timestamp)],
+                }
+            channels = list(self._channels.values())
+            verdict = self._verdict
+            self.done.set()
+        if verdict:
+            for channel in channels:
+                channel.send(verdict)
+
+    def _first_failure(self) -> dict[str, Any] | None:
+        cause = root_cause(self._failures.values())
+        return cause.to_json() if cause else None
+
+
+class CoordinatorClient:
+    """One runtime's line to the coordinator: report failures, learn when to stop and who is to blame."""
+
+    def __init__(
+        self,
+        host: str,
+        address: str,
+        port: int,
+        token: str,
+        *,
+        log: Log,
+        on_stop: Callable[[RankFailure], None],
+        connect_timeout: float = 600.0,
+    ) -> None:
+        self.host = host
+        self._target = (address, port)
+        self._token = token
+        self._log = log
+        self._on_stop = on_stop
+        self._connect_timeout = connect_timeout
+        self._lock = threading.Lock()
+        self._channel: _Channel | None = None
+        self._outbox: list[dict[str, Any]] = []
+        self._closing = False
+        self.gave_up = threading.Event()  # could not connect, was rejected, or lost the coordinator
+        self.connected = threading.Event()
+        self.verdict_event = threading.Event()
+        self.verdict: tuple[RankFailure, list[RankFailure]] | None = None
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="coordination client", daemon=True).start()
+
+    def report_failure(self, failure: RankFailure) -> None:
+        self._send({"type": "failure", "failure": failure.to_json()})
+
+    def report_final(self, status: str, failures: Sequence[RankFailure]) -> None:
+        self._send({"type": "final", "status": status, "failures": [f.to_json() for f in failures]})
+
+    def wait_verdict(self, timeout: float) -> tuple[RankFailure, list[RankFailure]] | None:
+        deadline = time.monotonic() + timeout
+        while not self.verdict_event.is_set() and not self.gave_up.is_set() and time.monotonic() < deadline:
+            self.verdict_event.wait(0.05)
+        return self.verdict
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until queued messages have gone out (connected) or the coordinator is out of reach."""
+        deadline = time.monotonic() + timeout
+        while not self.connected.is_set() and not self.gave_up.is_set() and time.monotonic() < deadline:
+            self.connected.wait(0.05)
+        return self.connected.is_set()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closing = True
+            channel = self._channel
+        if channel:
+            channel.close()
+
+    def _send(self, message: dict[str, Any]) -> None:
+        with self._lock:
+            channel = self._channel
+            if channel is None:
+                self._outbox.append(message)  # flushed once connected
+                return
+        channel.send(message)
+
+    def _run(self) -> None:
+        channel = self._connect()
+        if channel is None:
+            self.gave_up.set()
+            return
+        while (message := channel.receive()) is not None:
+            self._handle(message)
+        with self._lock:
+            closing = self._closing
+        if not closing and not self.verdict_event.is_set():
+            self._log(f"lost contact with the coordinator at {self._target[0]}:{self._target[1]}")
+            self.gave_up.set()
+
+    def _connect(self) -> _Channel | None:
+        deadline = time.monotonic() + self._connect_timeout
+        delay = 0.1
+        problem = "timed out"
+        while not self._closing and time.monotonic() < deadline:
+            try:
+                channel = _Channel(socket.create_connection(self._target, timeout=HANDSHAKE_TIMEOUT))
+            except OSError as exc:  # not listening yet, or the name does not resolve yet
+                problem = str(exc)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            try:
+                return self._handshake(channel)
+            except OSError as exc:  # the coordinator went away mid-handshake; try again
+                problem = str(exc)
+                channel.close()
+                time.sleep(delay)
+        if not self._closing:
+            self._log(
+                f"cannot reach the coordinator at {self._target[0]}:{self._target[1]} ({problem}); "
+                "continuing without cross-host failure propagation"
+            )
+        return None
+
+    def _handshake(self, channel: _Channel) -> _Channel | None:
+        challenge = channel.receive()
+        if not challenge or challenge.get("type") != "challenge":
+            raise OSError("the coordinator sent no challenge")
+        channel.send({"type": "hello", "host": self.host, "proof": proof(self._token, str(challenge["nonce"]), self.host)})
+        answer = channel.receive()
+        if not answer or answer.get("type") != "welcome":
+            reason = (answer or {}).get("reason", "connection closed during the handshake")
+            self._log(f"the coordinator turned this runtime away: {reason}")
+            channel.close()
+            return None
+        channel.sock.settimeout(None)
+        with self._lock:
+            self._channel = channel
+            outbox, self._outbox = self._outbox, []
+        for message in outbox:
+            channel.send(message)
+        self.connected.set()
+        return channel
+
+    def _handle(self, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        if kind == "stop" and message.get("failure"):
+            self._on_stop(RankFailure.from_json(message["failure"]))
+        elif kind == "verdict":
+            cause = RankFailure.from_json(message["root_cause"])
+            self.verdict = (cause, [RankFailure.from_json(f) for f in message.get("failures", [])])
+            self.verdict_event.set()

@@ -1,0 +1,166 @@
+"""The environment a rank starts with: the toolkit's ``SM_*`` table, the hyperparameter argv, the rank variables.
+
+Encodings follow the SageMaker training toolkit exactly: keys ``"SM_" + key.upper()``; strings as
+they are, None as "", anything else as sorted-key compact JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from smddp_sdk.runtime.plan import RankPlan, RankSlot
+from smddp_sdk.runtime.training_env import TrainingEnv
+from smddp_sdk.specs import contract
+
+
+def encode_env_value(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def hyperparameter_argv(hyperparameters: Mapping[str, Any]) -> list[str]:
+    """The toolkit's argv rendering: sorted keys, ``-k`` for one-letter keys, ``a=1,b=c`` for dicts, str() otherwise."""
+    argv: list[str] = []
+    for key in sorted(hyperparameters):
+        value = hyperparameters[key]
+        argv.append(f"-{key}" if len(key) == 1 else f"--{key}")
+        if isinstance(value, dict):
+            argv.append(",".join(f"{k}={v}" for k, v in value.items()))
+        else:
+            argv.append(str(value))
+    return argv
+
+
+def training_env_dict(env: TrainingEnv, plan: RankPlan) -> dict[str, Any]:
+    """The toolkit's ``SM_TRAINING_ENV`` document (the keys it has, with our host order for the master)."""
+    opt_ml = env.opt_ml
+    return {
+        "additional_framework_parameters": dict(env.framework_params),
+        "channel_input_dirs": {name: str(opt_ml.channel_dir(name)) for name in env.channels},
+        "current_host": env.current_host,
+        "current_instance_group": env.current_group_name,
+        "current_instance_group_hosts": list(env.current_instance_group_hosts),
+        "current_instance_type": env.current_instance_type,
+        "distribution_hosts": list(env.distribution_hosts),
+        "distribution_instance_groups": list(env.distribution_instance_groups),
+        "framework_module": env.framework_module,
+        "hosts": list(env.hosts),
+        "hyperparameters": dict(env.hyperparameters),
+        "input_config_dir": str(opt_ml.config_dir),
+        "input_data_config": dict(env.input_data_config),
+        "input_dir": str(opt_ml.input_dir),
+        "instance_groups": [group.name for group in env.instance_groups],
+        "instance_groups_dict": {group.name: group.as_dict() for group in env.instance_groups},
+        "is_hetero": env.is_hetero,
+        "is_master": env.is_master,
+        "is_modelparallel_enabled": env.is_modelparallel_enabled,
+        "is_smddpmprun_installed": env.is_smddpmprun_installed,
+        "is_smddprun_installed": env.is_smddprun_installed,
+        "job_name": env.job_name,
+        "log_level": env.log_level,
+        "master_hostname": env.master_hostname,
+        "model_dir": str(opt_ml.model_dir),
+        "module_dir": env.submit_directory,
+        "module_name": env.module_name,
+        "network_interface_name": env.network_interface_name,
+        "num_cpus": env.num_cpus,
+        "num_gpus": env.num_gpus,
+        "num_neurons": env.num_neurons,
+        "output_data_dir": str(opt_ml.output_data_dir),
+        "output_dir": str(opt_ml.output_dir),
+        "output_intermediate_dir": str(opt_ml.intermediate_dir),
+        "resource_config": dict(env.resource_config),
+        "topology": env.topology,
+        "user_entry_point": env.user_entry_point,
+    }
+
+
+def sm_env(env: TrainingEnv, plan: RankPlan) -> dict[str, str]:
+    """Every ``SM_*`` variable the toolkit exports to the user process, plus the host-rank extras."""
+    training = training_env_dict(env, plan)
+    table: dict[str, Any] = {
+        key: training[key]
+        for key in (
+            "hosts", "network_interface_name", "resource_config", "input_data_config", "output_data_dir",
+            "current_host", "current_instance_type", "current_instance_group", "current_instance_group_hosts",
+            "instance_groups", "instance_groups_dict", "distribution_instance_groups", "is_hetero", "module_name",
+            "log_level", "framework_module", "input_dir", "input_config_dir", "output_dir", "num_cpus", "num_gpus",
+            "num_neurons", "model_dir", "module_dir", "output_intermediate_dir", "user_entry_point",
+        )
+    }
+    table["hps"] = training["hyperparameters"]
+    table["channels"] = list(env.channels)
+    table["training_env"] = training
+    table["user_args"] = hyperparameter_argv(env.hyperparameters)
+    table["framework_params"] = training["additional_framework_parameters"]
+    for name, path in training["channel_input_dirs"].items():
+        table[f"channel_{name}"] = path
+    for name, value in env.hyperparameters.items():
+        table[f"hp_{name}"] = value
+    if env.topology is not None:
+        table["topology"] = env.topology
+    # Beyond the toolkit: the job's host order made explicit, so scripts need not re-derive it.
+    if not plan.standalone:
+        table["host_count"] = len(plan.hosts)
+        table["current_host_rank"] = plan.node_rank
+    table["master_addr"] = env.address_of(env.master_hostname)
+    table["master_port"] = env.ports.master
+    return {f"SM_{key.upper()}": encode_env_value(value) for key, value in table.items()}
+
+
+def rank_env(env: TrainingEnv, plan: RankPlan, slot: RankSlot) -> dict[str, str]:
+    """The launcher variables of one rank, for mpirun-style and torchrun-style scripts alike."""
+    master = env.address_of(env.master_hostname)
+    if plan.standalone:  # like the toolkit's plain process runner: where the master is, but no rank of its world
+        return {"MASTER_ADDR": master, "MASTER_PORT": str(env.ports.master), "SM_CURRENT_HOST": slot.host}
+    local_world = plan.local_world_size
+    values = {
+        "RANK": slot.rank,
+        "LOCAL_RANK": slot.local_rank,
+        "WORLD_SIZE": plan.world_size,
+        "LOCAL_WORLD_SIZE": local_world,
+        "GROUP_RANK": slot.node_rank,
+        "NODE_RANK": slot.node_rank,
+        "GROUP_WORLD_SIZE": len(plan.hosts),
+        "MASTER_ADDR": master,
+        "MASTER_PORT": env.ports.master,
+        "SMDATAPARALLEL_LOCAL_RANK": slot.local_rank,
+        "SMDATAPARALLEL_SERVER_ADDR": master,
+        "SMDATAPARALLEL_SERVER_PORT": env.ports.server,
+        "SAGEMAKER_INSTANCE_TYPE": env.instance_type,
+        "OMPI_COMM_WORLD_RANK": slot.rank,
+        "OMPI_COMM_WORLD_LOCAL_RANK": slot.local_rank,
+        "OMPI_COMM_WORLD_SIZE": plan.world_size,
+        "OMPI_COMM_WORLD_LOCAL_SIZE": local_world,
+        "SM_CURRENT_HOST": slot.host,
+    }
+    return {key: str(value) for key, value in values.items()}
+
+
+def process_env(
+    base: Mapping[str, str],
+    env: TrainingEnv,
+    plan: RankPlan,
+    slot: RankSlot,
+    *,
+    python_path: Sequence[str],
+    error_file: str,
+) -> dict[str, str]:
+    """The complete environment of one rank: inherited variables, SM_*, rank variables, PYTHONPATH."""
+    merged = {key: value for key, value in base.items() if key != contract.ERROR_FILE_ENV}
+    merged.update(sm_env(env, plan))
+    merged.update(rank_env(env, plan, slot))
+    merged["PYTHONPATH"] = ":".join(python_path)
+    merged[contract.ERROR_FILE_ENV] = error_file
+    merged.setdefault("PYTHONUNBUFFERED", "1")  # logs reach the console as they are written
+    if plan.local_world_size > 1 and "OMP_NUM_THREADS" not in base:
+        # torchrun's reasoning: N ranks each using every core oversubscribe the host.
+        merged["OMP_NUM_THREADS"] = str(max(1, env.num_cpus // plan.local_world_size))
+    if not env.host_addresses and "NCCL_SOCKET_IFNAME" not in base:
+        merged["NCCL_SOCKET_IFNAME"] = env.network_interface_name  # real hosts: the platform's interface
+    return merged

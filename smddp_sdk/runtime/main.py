@@ -1,0 +1,332 @@
+"""The node runtime: contract -> rank plan -> one process per rank -> watch -> success or failure file.
+
+Exit code: 0 on success; 2 for bad contract input; the root-cause rank's code (or 1) when the job
+fails; 128 + N when the runtime itself is stopped by signal N (SIGTERM: 143, SIGINT: 130).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Mapping
+from pathlib import Path
+from types import FrameType
+
+from smddp_sdk.errors import EXIT_JOB_FAILED, ContractError, JobFailedError, SmddpError, UnavailableError
+from smddp_sdk.runtime import env as rank_env
+from smddp_sdk.runtime import plan as planning
+from smddp_sdk.runtime import usercode
+from smddp_sdk.runtime.coordination import Coordinator, CoordinatorClient
+from smddp_sdk.runtime.failures import RankFailure, console_summary, failure_reason, rank_failure, root_cause
+from smddp_sdk.runtime.logs import Console
+from smddp_sdk.runtime.procs import RankProcess, reap_groups, spawn_rank, stop_ranks
+from smddp_sdk.runtime.pythonpath import rank_python_path
+from smddp_sdk.runtime.training_env import TrainingEnv, read_training_env
+from smddp_sdk.specs import contract
+from smddp_sdk.specs.contract import OptMl
+
+DEFAULT_STOP_GRACE = 5.0
+DEFAULT_AGENT_TIMEOUT = 600.0  # hosts may start minutes apart (image pulls)
+POLL_INTERVAL = 0.1
+
+
+def main(environ: Mapping[str, str] | None = None) -> int:
+    environ = dict(os.environ if environ is None else environ)
+    console = Console()
+    opt_ml = OptMl.from_env(environ)
+    try:
+        env = read_training_env(environ)
+        grace = _seconds(environ, contract.STOP_GRACE_ENV, DEFAULT_STOP_GRACE)
+        agent_timeout = _seconds(environ, contract.AGENT_TIMEOUT_ENV, DEFAULT_AGENT_TIMEOUT)
+    except ContractError as exc:
+        return _fail_before_start(opt_ml, console, exc)
+    try:
+        return NodeRuntime(env, environ, console, grace=grace, agent_timeout=agent_timeout).run()
+    except Exception:  # a bug of ours: still leave a readable failure file behind
+        trace = traceback.format_exc()
+        console.say(f"[{env.current_host}/runtime]: ", trace)
+        contract.write_failure(opt_ml, f"Runtime error on host {env.current_host} (a bug in smddp_sdk):\n{trace}")
+        return EXIT_JOB_FAILED
+
+
+def _fail_before_start(opt_ml: OptMl, console: Console, exc: SmddpError) -> int:
+    host = socket.gethostname()
+    console.say(f"[{host}/runtime]: ", f"error: {exc}")
+    contract.write_failure(opt_ml, f"{type(exc).__name__}: {exc}\n")
+    return exc.exit_code
+
+
+def _seconds(environ: Mapping[str, str], name: str, default: float) -> float:
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise ContractError(f"environment variable {name}={raw!r} must be a number of seconds (>= 0)")
+    return value
+
+
+class NodeRuntime:
+    """Runs this host's share of the job and reports it, locally and to the other hosts."""
+
+    def __init__(self, env: TrainingEnv, environ: Mapping[str, str], console: Console, *, grace: float, agent_timeout: float) -> None:
+        self.env = env
+        self.environ = environ
+        self.console = console
+        self.grace = grace
+        self.agent_timeout = agent_timeout
+        self.prefix = f"[{env.current_host}/runtime]: "
+        self.wake = threading.Event()
+        self.remote_stop: RankFailure | None = None
+        self.signalled: signal.Signals | None = None
+        self.coordinator: Coordinator | None = None
+        self.client: CoordinatorClient | None = None
+        self.procs: list[RankProcess] = []
+        self._signal_record: RankFailure | None = None
+
+    def say(self, text: str) -> None:
+        self.console.say(self.prefix, text)
+
+    # --- the whole run ------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        self._install_signal_handlers()
+        try:
+            self._join_job()  # first, so that even a planning error reaches the other hosts
+            plan = self._plan()
+        except SmddpError as exc:
+            return self._finish_setup_failure(exc)
+        with tempfile.TemporaryDirectory(prefix="smddp-runtime-") as scratch:
+            try:
+                command = self._prepare_code()
+                python_path = rank_python_path(self.env.opt_ml.code_dir, self.environ, scratch=Path(scratch))
+                if self.signalled is None and self.remote_stop is None:
+                    self._start_ranks(plan, command, python_path)
+            except SmddpError as exc:
+                return self._finish_setup_failure(exc)
+            try:
+                local_failures = self._watch()
+            finally:
+                reap_groups(self.procs)  # even if the runtime itself breaks, no rank outlives it
+            return self._finish(local_failures)
+
+    def _plan(self) -> planning.RankPlan:
+        env = self.env
+        in_group = env.current_host in env.distribution_hosts
+        shape = planning.launch_shape(env.framework_params, in_group)
+        per_host = planning.processes_per_host(shape, env.framework_params, env.num_gpus, env.num_neurons)
+        plan = planning.plan_ranks(
+            env.ordered_hosts, env.current_host, shape, per_host, planning.total_processes(shape, env.framework_params)
+        )
+        self.say(
+            f"job {env.job_name or '-'}: launch shape {plan.shape.value}, hosts {list(plan.hosts)}, "
+            f"{plan.processes_per_host} processes per host, world size {plan.world_size}, "
+            f"this host node rank {plan.node_rank}, ranks {[s.rank for s in plan.local_slots]}, "
+            f"master {env.address_of(env.master_hostname)}:{env.ports.master}, GPUs {env.num_gpus}"
+        )
+        return plan
+
+    def _join_job(self) -> None:
+        """Start the coordinator (first host) and connect to it; single-host jobs need neither."""
+        env = self.env
+        if len(env.hosts) == 1:
+            return
+        if env.is_master:
+            try:
+                self.coordinator = Coordinator(
+                    env.hosts, env.job_token, env.ports.agent, log=self.say,
+                    connect_timeout=self.agent_timeout, verdict_timeout=self.grace + 10.0,
+                )
+            except OSError as exc:
+                raise UnavailableError(
+                    f"cannot listen on the coordination port {env.ports.agent} ({exc.strerror}); "
+                    f"set {contract.AGENT_PORT_ENV} to a free port for every host of the job"
+                ) from None
+            self.coordinator.start()
+        self.client = CoordinatorClient(
+            env.current_host, env.address_of(env.master_hostname), env.ports.agent, env.job_token,
+            log=self.say, on_stop=self._on_remote_stop, connect_timeout=self.agent_timeout,
+        )
+        self.client.start()
+
+    def _prepare_code(self) -> usercode.UserCommand:
+        env, code_dir = self.env, self.env.opt_ml.code_dir
+        if usercode.fetch_code(env.submit_directory, code_dir):
+            self.say(f"code from {env.submit_directory} unpacked into {code_dir}")
+        kind = usercode.entry_point_kind(env.user_entry_point, code_dir)
+        usercode.check_entry_point(env.user_entry_point, code_dir, kind)
+        usercode.install(code_dir, kind, lambda line: self.console.say(f"[{env.current_host}/setup]: ", line))
+        args = rank_env.hyperparameter_argv(env.hyperparameters)
+        return usercode.user_command(env.user_entry_point, kind, code_dir, args)
+
+    def _start_ranks(self, plan: planning.RankPlan, command: usercode.UserCommand, python_path: list[str]) -> None:
+        opt_ml = self.env.opt_ml
+        for slot in plan.local_slots:
+            error_file = opt_ml.rank_error_file(slot.rank)
+            process_env = rank_env.process_env(
+                self.environ, self.env, plan, slot, python_path=python_path, error_file=str(error_file)
+            )
+            self.procs.append(
+                spawn_rank(slot, command.argv, process_env, command.cwd, opt_ml.rank_log_file(slot.rank), error_file, self.console)
+            )
+        self.say(f"started ranks {[p.slot.rank for p in self.procs]}: {shlex.join(command.argv)}")
+
+    # --- watching -----------------------------------------------------------------------------------
+
+    def _watch(self) -> list[RankFailure]:
+        failures: list[RankFailure] = []
+        stopping = False
+        while any(p.running for p in self.procs):
+            failures += self._collect_exits()
+            if not stopping and (failures or self.remote_stop or self.signalled):
+                stopping = True
+                self._stop(failures)
+            self.wake.wait(POLL_INTERVAL)
+            self.wake.clear()
+        failures += self._collect_exits()
+        if not stopping and self.signalled:
+            self._stop(failures)
+        return failures
+
+    def _collect_exits(self) -> list[RankFailure]:
+        failures = []
+        for proc in self.procs:
+            if proc.poll() and proc.returncode != 0 and not proc.stopped:
+                slot = proc.slot
+                failures.append(
+                    rank_failure(
+                        host=slot.host, rank=slot.rank, local_rank=slot.local_rank, pid=proc.popen.pid,
+                        returncode=proc.returncode or 0, error_file=proc.error_file,
+                        log_tail=_settled_tail(proc), observed_at=proc.exited_at,
+                    )
+                )
+        return failures
+
+    def _stop(self, failures: list[RankFailure]) -> None:
+        """Tell the job (first local failure only) and stop every rank here."""
+        if failures:
+            first = root_cause(failures)
+            assert first is not None
+            self.say(f"{first.headline}; stopping the other ranks")
+            if self.client:
+                self.client.report_failure(first)
+        elif self.signalled:
+            self.say(f"received {self.signalled.name}; forwarding it to every rank")
+            if self.client:
+                self.client.report_failure(self._signal_failure())
+        elif self.remote_stop:
+            self.say(f"stopping: {self.remote_stop.headline}")
+        sig = self.signalled or signal.SIGTERM
+        stop_ranks(self.procs, self.grace, sig)
+
+    # --- outcome ------------------------------------------------------------------------------------
+
+    def _finish(self, local_failures: list[RankFailure]) -> int:
+        if self.signalled and not local_failures:
+            local_failures = [self._signal_failure()]
+        status = "failed" if local_failures else ("stopped" if self.remote_stop else "ok")
+        verdict = self._settle(status, local_failures)
+        if status == "ok":
+            contract.write_success(self.env.opt_ml)
+            self.say("all ranks on this host finished successfully")
+            return 0
+        cause, others = verdict or (root_cause(local_failures) or self.remote_stop, local_failures)
+        assert cause is not None
+        contract.write_failure(self.env.opt_ml, failure_reason(cause, others))
+        self.console.say(self.prefix, console_summary(cause, others))
+        if self.signalled and cause.rank is None and cause.host == self.env.current_host:
+            return 128 + int(self.signalled)
+        return JobFailedError(cause.headline, cause.exit_code).exit_code
+
+    def _settle(self, status: str, failures: list[RankFailure]) -> tuple[RankFailure, list[RankFailure]] | None:
+        """Report this host's result; when the job failed, learn the job-wide root cause."""
+        if self.client is None:
+            return None
+        self.client.report_final(status, failures)
+        verdict = None
+        if status != "ok":
+            verdict = self.client.wait_verdict(self.grace + 15.0)
+        if self.coordinator is not None:
+            self._serve_until_everyone_reported()
+            verdict = verdict or self.client.verdict
+        else:
+            # A quick host may finish before the coordinator listens: its result must still arrive, or
+            # the coordinator would count it as a host that never joined.
+            self.client.flush(self.agent_timeout)
+        self.client.close()
+        if self.coordinator is not None:
+            self.coordinator.close()
+        return verdict
+
+    def _serve_until_everyone_reported(self) -> None:
+        assert self.coordinator is not None
+        if not self.coordinator.done.is_set():
+            self.say("waiting for the other hosts to finish (this host coordinates the job)")
+        while not self.coordinator.done.wait(0.5):
+            if self.signalled:  # stopped while waiting: give the others a last chance to hear the verdict
+                self.coordinator.done.wait(self.grace + 10.0)
+                return
+
+    def _finish_setup_failure(self, exc: SmddpError) -> int:
+        code = exc.exit_code
+        failure = RankFailure(
+            host=self.env.current_host, rank=None, exit_code=code, error_type=type(exc).__name__,
+            message=str(exc), timestamp=time.time(),
+        )
+        self.say(f"error: {exc}")
+        if self.client:
+            self.client.report_failure(failure)
+            self.client.report_final("failed", [failure])
+            self.client.wait_verdict(2.0)  # let the message leave before the process does
+            self.client.close()
+        if self.coordinator:
+            self.coordinator.done.wait(self.grace + 10.0)
+            self.coordinator.close()
+        contract.write_failure(self.env.opt_ml, failure_reason(failure))
+        return code
+
+    # --- signals and remote stops -------------------------------------------------------------------
+
+    def _install_signal_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if self.signalled is None:
+            self.signalled = signal.Signals(signum)
+        self.wake.set()
+
+    def _on_remote_stop(self, failure: RankFailure) -> None:
+        if self.remote_stop is None:
+            self.remote_stop = failure
+        self.wake.set()
+
+    def _signal_failure(self) -> RankFailure:
+        assert self.signalled is not None
+        if self._signal_record is None:
+            self._signal_record = RankFailure(
+                host=self.env.current_host, rank=None, exit_code=128 + int(self.signalled), error_type="Signal",
+                message=f"the runtime received {self.signalled.name} and stopped its ranks", timestamp=time.time(),
+            )
+        return self._signal_record
+
+
+def _settled_tail(proc: RankProcess) -> str:
+    proc.pump.join(0.5)  # the last lines of a dead rank are still in the pipe for a moment
+    return proc.pump.tail()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

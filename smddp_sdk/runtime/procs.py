@@ -1,0 +1,128 @@
+"""Rank processes: one process group per rank tree, stopped group-wide.
+
+Ranks get their own process group but stay in the runtime's session, so a scheduler can still sweep
+everything a host ran by its session id even if the runtime itself is killed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from smddp_sdk.runtime.logs import Console, LogPump, rank_prefix
+from smddp_sdk.runtime.plan import RankSlot
+
+
+@dataclass
+class RankProcess:
+    slot: RankSlot
+    popen: subprocess.Popen[bytes]
+    pump: LogPump
+    error_file: Path
+    returncode: int | None = None
+    exited_at: float | None = None
+    stopped: bool = field(default=False)  # the runtime signalled it; its exit is not a root cause
+
+    @property
+    def running(self) -> bool:
+        return self.returncode is None
+
+    def poll(self) -> bool:
+        """Reap the process if it exited; True on the first observation of its exit."""
+        if self.returncode is not None:
+            return False
+        if self.popen.returncode is None:
+            if os.waitid(os.P_PID, self.popen.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+                return False
+            # While the leader is an unreaped zombie its pid cannot be reused, so this reaches only its
+            # own leftover children: no rank tree outlives its rank.
+            signal_groups([self], signal.SIGKILL)
+        self.returncode, self.exited_at = self.popen.wait(), time.time()
+        return True
+
+
+def spawn_rank(
+    slot: RankSlot,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    cwd: Path,
+    log_file: Path,
+    error_file: Path,
+    console: Console,
+) -> RankProcess:
+    error_file.unlink(missing_ok=True)  # a stale record from an earlier run must not be mistaken for this one
+    popen = subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        **_own_process_group(),
+    )
+    assert popen.stdout is not None
+    pump = LogPump(popen.stdout, log_file, rank_prefix(slot.host, slot.rank), console)
+    return RankProcess(slot, popen, pump, error_file)
+
+
+def _own_process_group() -> dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        return {"process_group": 0}
+    return {"preexec_fn": os.setpgrp}  # pragma: no cover - Python 3.10
+
+
+def signal_groups(procs: Iterable[RankProcess], sig: signal.Signals) -> None:
+    for proc in procs:
+        try:
+            os.killpg(proc.popen.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass  # the whole group is gone already
+
+
+def stop_ranks(procs: Sequence[RankProcess], grace: float, sig: signal.Signals = signal.SIGTERM) -> None:
+    """``sig`` to every rank's group, SIGKILL to what is left after ``grace`` seconds."""
+    alive = [p for p in procs if p.running]
+    for proc in alive:
+        proc.stopped = True
+    signal_groups(alive, sig)
+    deadline = time.monotonic() + grace
+    while any(p.running for p in alive) and time.monotonic() < deadline:
+        for proc in alive:
+            proc.poll()
+        time.sleep(0.05)
+    reap_groups(procs)
+
+
+def reap_groups(procs: Sequence[RankProcess], pump_timeout: float = 5.0) -> None:
+    """SIGKILL every rank still running (and its group), reap it, and wait for the log pumps."""
+    running = [p for p in procs if p.running]
+    signal_groups(running, signal.SIGKILL)
+    for proc in running:
+        proc.poll()  # SIGKILLed above, so this returns at once
+        if proc.running:
+            proc.returncode, proc.exited_at = proc.popen.wait(), time.time()
+    for proc in procs:
+        proc.pump.join(pump_timeout)
+    if os.getpid() == 1:
+        reap_orphans()
+
+
+def reap_orphans() -> None:
+    """As a container's PID 1 we inherit every orphan; collect the ones that died so none stays a zombie.
+
+    Only called once every rank has been reaped, so it cannot take an exit status a Popen still waits for.
+    """
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return

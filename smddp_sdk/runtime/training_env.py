@@ -1,0 +1,354 @@
+"""Read one host's /opt/ml contract once into a frozen ``TrainingEnv``.
+
+Everything the runtime needs (topology, hyperparameters, channels, GPU count, ports, addresses) is
+resolved here, with the training toolkit's defaults, so that later steps are pure functions of it.
+Every problem raises ``ContractError`` naming the file (or variable) and the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from smddp_sdk.errors import ContractError
+from smddp_sdk.runtime.plan import truthy
+from smddp_sdk.specs import contract
+from smddp_sdk.specs.contract import OptMl
+
+DEFAULT_LOG_LEVEL = 20  # logging.INFO, the toolkit's default for sagemaker_container_log_level
+
+# Framework flags that switch on a distributed launch; any of them makes the current group a
+# distribution group by default (the toolkit's rule).
+DISTRIBUTION_FLAGS = (
+    "sagemaker_mpi_enabled",
+    "sagemaker_pytorch_ddp_enabled",
+    "sagemaker_torch_distributed_enabled",
+    "sagemaker_distributed_dataparallel_enabled",
+    "sagemaker_pytorch_xla_multi_worker_enabled",
+    "sagemaker_parameter_server_enabled",
+    "sagemaker_multi_worker_mirrored_strategy_enabled",
+)
+
+# The entry-point rule of sagemaker-training 5.1.4: relative, plain characters, no "." or ".." parts.
+_ENTRY_POINT_RE = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._+-]*(/[A-Za-z0-9._+-]+)*$")
+
+
+@dataclass(frozen=True)
+class InstanceGroup:
+    name: str
+    instance_type: str
+    hosts: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"hosts": list(self.hosts), "instance_group_name": self.name, "instance_type": self.instance_type}
+
+
+@dataclass(frozen=True)
+class Ports:
+    master: int = contract.DEFAULT_MASTER_PORT
+    server: int = contract.DEFAULT_SERVER_PORT
+    agent: int = contract.DEFAULT_AGENT_PORT
+
+
+@dataclass(frozen=True)
+class TrainingEnv:
+    """One host's view of the job, read once from the contract files and the environment."""
+
+    opt_ml: OptMl
+    current_host: str
+    hosts: tuple[str, ...]
+    current_instance_type: str
+    current_group_name: str
+    instance_groups: tuple[InstanceGroup, ...]
+    network_interface_name: str
+    resource_config: Mapping[str, Any]
+    input_data_config: Mapping[str, Any]
+    hyperparameters: Mapping[str, Any]  # user hyperparameters, decoded
+    framework_params: Mapping[str, Any]  # the other sagemaker_* keys, decoded
+    user_entry_point: str
+    submit_directory: str | None
+    job_name: str | None
+    log_level: int
+    num_gpus: int
+    num_cpus: int
+    framework_module: str = ""
+    num_neurons: int = 0
+    topology: Any = None
+    host_addresses: Mapping[str, str] = field(default_factory=dict)
+    ports: Ports = Ports()
+    job_token: str = ""
+    is_smddprun_installed: bool = False
+    is_smddpmprun_installed: bool = False
+    is_modelparallel_enabled: bool = False
+
+    @property
+    def channels(self) -> tuple[str, ...]:
+        return tuple(sorted(self.input_data_config))
+
+    @property
+    def distribution_instance_groups(self) -> tuple[str, ...]:
+        """Groups whose hosts run the distributed launch (explicit list, else the current group if a flag is on)."""
+        explicit = self.framework_params.get("sagemaker_distribution_instance_groups")
+        if explicit:
+            return tuple(str(name) for name in explicit)
+        if any(truthy(self.framework_params.get(flag)) for flag in DISTRIBUTION_FLAGS):
+            return (self.current_group_name,)
+        return ()
+
+    @property
+    def distribution_hosts(self) -> tuple[str, ...]:
+        """Hosts of the distribution groups in file order (not sorted); ``hosts`` when the file has no groups."""
+        wanted = self.distribution_instance_groups
+        if not wanted:
+            return ()
+        if not self.instance_groups:
+            return self.hosts
+        by_name = {group.name: group for group in self.instance_groups}
+        return tuple(host for name in wanted if name in by_name for host in by_name[name].hosts)
+
+    @property
+    def ordered_hosts(self) -> tuple[str, ...]:
+        """The job's host order: distribution hosts, else ``hosts``. Rank 0 and the master live on the first."""
+        return self.distribution_hosts or self.hosts
+
+    @property
+    def master_hostname(self) -> str:
+        return self.ordered_hosts[0]
+
+    @property
+    def is_master(self) -> bool:
+        return self.current_host == self.master_hostname
+
+    @property
+    def current_instance_group_hosts(self) -> tuple[str, ...]:
+        for group in self.instance_groups:
+            if group.name == self.current_group_name:
+                return group.hosts
+        return ()
+
+    @property
+    def is_hetero(self) -> bool:
+        return len({group.instance_type for group in self.instance_groups}) > 1
+
+    @property
+    def module_name(self) -> str:
+        return self.user_entry_point[: -len(".py")] if self.user_entry_point.endswith(".py") else self.user_entry_point
+
+    @property
+    def instance_type(self) -> str:
+        """What SAGEMAKER_INSTANCE_TYPE reports: the ``sagemaker_instance_type`` hyperparameter, else this host's type."""
+        return str(self.framework_params.get("sagemaker_instance_type") or self.current_instance_type)
+
+    def address_of(self, host: str) -> str:
+        """Where a rank connects to reach ``host``: the scheduler's mapping, else the name itself (DNS)."""
+        return self.host_addresses.get(host, host)
+
+
+def read_training_env(environ: Mapping[str, str] | None = None) -> TrainingEnv:
+    """Read the three config files under SAGEMAKER_BASE_DIR (default /opt/ml) plus the runtime's env knobs."""
+    environ = os.environ if environ is None else environ
+    opt_ml = OptMl.from_env(environ)
+    resource = contract.read_json_file(opt_ml.resource_config_file, required=True)
+    raw_hps = contract.read_json_file(opt_ml.hyperparameters_file, default={})
+    input_data = contract.read_json_file(opt_ml.input_data_config_file, default={})
+    _require_object(opt_ml.hyperparameters_file, raw_hps)
+    _require_object(opt_ml.input_data_config_file, input_data)
+    decoded = {key: contract.decode_hyperparameter(value) if isinstance(value, str) else value for key, value in raw_hps.items()}
+    user_hps, framework = contract.split_hyperparameters(decoded)
+    topology = _read_topology(opt_ml, resource)
+    entry_point = _entry_point(opt_ml, decoded, environ)
+    return TrainingEnv(
+        opt_ml=opt_ml,
+        **topology,
+        resource_config=resource,
+        input_data_config=input_data,
+        hyperparameters=user_hps,
+        framework_params=framework,
+        user_entry_point=entry_point,
+        submit_directory=_optional_str(opt_ml, decoded, "sagemaker_submit_directory"),
+        job_name=environ.get("TRAINING_JOB_NAME") or _optional_str(opt_ml, decoded, "sagemaker_job_name"),
+        log_level=_log_level(opt_ml, decoded),
+        num_gpus=_num_gpus(environ),
+        num_cpus=os.cpu_count() or 1,
+        framework_module=environ.get("SAGEMAKER_TRAINING_MODULE", ""),
+        host_addresses=_host_addresses(environ, topology["hosts"]),
+        ports=Ports(
+            master=_port(environ, contract.MASTER_PORT_ENV, contract.DEFAULT_MASTER_PORT),
+            server=_port(environ, contract.SERVER_PORT_ENV, contract.DEFAULT_SERVER_PORT),
+            agent=_port(environ, contract.AGENT_PORT_ENV, contract.DEFAULT_AGENT_PORT),
+        ),
+        job_token=environ.get(contract.JOB_TOKEN_ENV) or _derived_token(opt_ml, topology["hosts"], environ),
+        is_smddprun_installed=shutil.which("smddprun") is not None,
+        is_smddpmprun_installed=shutil.which("smddpmprun") is not None,
+        is_modelparallel_enabled=bool(environ.get("SM_HP_MP_PARAMETERS")),
+    )
+
+
+def validate_entry_point(name: str) -> str | None:
+    """Why ``name`` is not an acceptable entry point, or None when it is."""
+    if not _ENTRY_POINT_RE.match(name):
+        return "must be a relative path of letters, digits and . _ + - (no spaces, shell characters or leading /)"
+    if any(part in (".", "..") for part in name.split("/")):
+        return "must not contain '.' or '..' path parts"
+    return None
+
+
+# --- resourceconfig.json --------------------------------------------------------------------------
+
+
+def _read_topology(opt_ml: OptMl, resource: Any) -> dict[str, Any]:
+    path = opt_ml.resource_config_file
+    _require_object(path, resource)
+    hosts = resource.get("hosts")
+    if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) and h for h in hosts):
+        raise ContractError(f"{path}: field 'hosts' must be a non-empty list of host names, got {hosts!r}")
+    if len(set(hosts)) != len(hosts):
+        raise ContractError(f"{path}: field 'hosts' lists a host twice: {hosts!r}")
+    current = resource.get("current_host")
+    if current not in hosts:
+        raise ContractError(f"{path}: field 'current_host' must be one of 'hosts' {hosts!r}, got {current!r}")
+    groups = tuple(_instance_group(path, index, raw, hosts) for index, raw in enumerate(resource.get("instance_groups") or []))
+    return {
+        "current_host": current,
+        "hosts": tuple(hosts),
+        "current_instance_type": str(resource.get("current_instance_type") or "local"),
+        "current_group_name": str(resource.get("current_group_name") or contract.DEFAULT_GROUP_NAME),
+        "instance_groups": groups,
+        "network_interface_name": str(resource.get("network_interface_name") or contract.DEFAULT_NETWORK_INTERFACE),
+        "topology": resource.get("topology"),
+    }
+
+
+def _instance_group(path: Any, index: int, raw: Any, hosts: list[str]) -> InstanceGroup:
+    where = f"{path}: field 'instance_groups[{index}]'"
+    if not isinstance(raw, dict):
+        raise ContractError(f"{where} must be an object with instance_group_name, instance_type and hosts")
+    group_hosts = raw.get("hosts")
+    if not isinstance(group_hosts, list) or not all(isinstance(h, str) for h in group_hosts):
+        raise ContractError(f"{where}.hosts must be a list of host names, got {group_hosts!r}")
+    unknown = [h for h in group_hosts if h not in hosts]
+    if unknown:
+        raise ContractError(f"{where}.hosts names hosts missing from 'hosts': {unknown!r}")
+    name = raw.get("instance_group_name")
+    if not isinstance(name, str) or not name:
+        raise ContractError(f"{where}.instance_group_name must be a non-empty string, got {name!r}")
+    return InstanceGroup(name=name, instance_type=str(raw.get("instance_type") or ""), hosts=tuple(group_hosts))
+
+
+# --- hyperparameters.json ---------------------------------------------------------------------------
+
+
+def _entry_point(opt_ml: OptMl, decoded: Mapping[str, Any], environ: Mapping[str, str]) -> str:
+    name = environ.get("SAGEMAKER_PROGRAM") or decoded.get("sagemaker_program")
+    path = opt_ml.hyperparameters_file
+    if name is None or name == "":
+        raise ContractError(
+            f"{path}: field 'sagemaker_program' is missing (and SAGEMAKER_PROGRAM is not set); "
+            'name the script to run, e.g. "sagemaker_program": "\\"train.py\\""'
+        )
+    if not isinstance(name, str):
+        raise ContractError(f"{path}: field 'sagemaker_program' must be a string, got {name!r}")
+    problem = validate_entry_point(name)
+    if problem:
+        raise ContractError(f"{path}: field 'sagemaker_program' {name!r} {problem}")
+    return name
+
+
+def _optional_str(opt_ml: OptMl, decoded: Mapping[str, Any], key: str) -> str | None:
+    value = decoded.get(key)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ContractError(f"{opt_ml.hyperparameters_file}: field {key!r} must be a string, got {value!r}")
+    return value
+
+
+def _log_level(opt_ml: OptMl, decoded: Mapping[str, Any]) -> int:
+    value = decoded.get("sagemaker_container_log_level", DEFAULT_LOG_LEVEL)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ContractError(
+            f"{opt_ml.hyperparameters_file}: field 'sagemaker_container_log_level' must be an integer "
+            f"logging level such as 20, got {value!r}"
+        )
+    return value
+
+
+def _require_object(path: Any, value: Any) -> None:
+    if not isinstance(value, dict):
+        raise ContractError(f"{path}: must hold a JSON object, got {type(value).__name__}")
+
+
+# --- environment knobs ------------------------------------------------------------------------------
+
+
+def _num_gpus(environ: Mapping[str, str]) -> int:
+    if environ.get(contract.NUM_GPUS_ENV, "").strip():
+        return _int_env(environ, contract.NUM_GPUS_ENV, 0)
+    return probe_gpu_count()
+
+
+def probe_gpu_count() -> int:
+    """GPUs on this machine as the toolkit counts them: ``nvidia-smi --list-gpus`` lines starting 'GPU '."""
+    try:
+        listing = subprocess.run(
+            ["nvidia-smi", "--list-gpus"], capture_output=True, text=True, timeout=30, check=False
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in listing.splitlines() if line.startswith("GPU "))
+
+
+def _int_env(environ: Mapping[str, str], name: str, default: int) -> int:
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ContractError(f"environment variable {name}={raw!r} must be a non-negative integer")
+    return value
+
+
+def _port(environ: Mapping[str, str], name: str, default: int) -> int:
+    port = _int_env(environ, name, default)
+    if not 0 < port < 65536:
+        raise ContractError(f"environment variable {name}={port} must be a TCP port between 1 and 65535")
+    return port
+
+
+def _host_addresses(environ: Mapping[str, str], hosts: tuple[str, ...]) -> dict[str, str]:
+    raw = environ.get(contract.HOST_ADDRESSES_ENV, "").strip()
+    if not raw:
+        return {}
+    name = contract.HOST_ADDRESSES_ENV
+    try:
+        mapping = json.loads(raw)
+    except ValueError as exc:
+        raise ContractError(f"environment variable {name} is not valid JSON ({exc}); expected {{\"algo-1\": \"127.0.0.1\", ...}}") from None
+    if not isinstance(mapping, dict) or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in mapping.items()):
+        raise ContractError(f"environment variable {name} must map host names to address strings, got {raw!r}")
+    missing = [host for host in hosts if host not in mapping]
+    if missing:
+        raise ContractError(f"environment variable {name} has no address for hosts {missing!r}")
+    return mapping
+
+
+def _derived_token(opt_ml: OptMl, hosts: tuple[str, ...], environ: Mapping[str, str]) -> str:
+    """A job identity every host can compute alike: the hyperparameters file, the host list and the job name."""
+    digest = hashlib.sha256()
+    try:
+        digest.update(opt_ml.hyperparameters_file.read_bytes())
+    except OSError:
+        pass
+    digest.update(json.dumps(sorted(hosts)).encode())
+    digest.update(environ.get("TRAINING_JOB_NAME", "").encode())
+    return digest.hexdigest()

@@ -1,0 +1,209 @@
+"""The user's code: fetch ``sagemaker_submit_directory`` into the code dir, install, build the command.
+
+Fetching accepts a local directory, a local tarball, a ``file://`` URI, or ``s3://`` (through boto3,
+imported only then). Tarballs are extracted safely: absolute names, ``..``, links that leave the code
+dir and device files are refused before anything is written.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path, PurePosixPath
+from urllib.parse import unquote, urlparse
+
+from smddp_sdk.errors import ContractError, SmddpError, did_you_mean
+
+BOOTSTRAP_MODULE = "smddp_sdk.runtime.bootstrap"
+
+
+class EntryPointKind(str, Enum):
+    """The toolkit's entry-point types, decided in its order."""
+
+    COMMAND = "command"  # *.sh, or any other executable file
+    PYTHON_PACKAGE = "python_package"  # setup.py in the code dir: run as ``python -m <module>``
+    PYTHON_PROGRAM = "python_program"  # *.py
+
+
+class InstallError(SmddpError):
+    """pip could not install the user's requirements or package (a failure of the job, exit 1)."""
+
+
+@dataclass(frozen=True)
+class UserCommand:
+    kind: EntryPointKind
+    argv: tuple[str, ...]
+    cwd: Path
+
+
+# --- fetching ---------------------------------------------------------------------------------------
+
+
+def fetch_code(submit_directory: str | None, code_dir: Path) -> bool:
+    """Put the submitted code into ``code_dir``; False when skipped (nothing given, or code dir not empty)."""
+    code_dir.mkdir(parents=True, exist_ok=True)
+    if not submit_directory or any(code_dir.iterdir()):
+        return False  # the toolkit's rule: a non-empty code dir is used as it is
+    if submit_directory.startswith("s3://"):
+        _fetch_s3(submit_directory, code_dir)
+        return True
+    source = _local_path(submit_directory)
+    if source.is_dir():
+        shutil.copytree(source, code_dir, dirs_exist_ok=True, symlinks=True)
+    elif source.is_file() and tarfile.is_tarfile(source):
+        safe_extract(source, code_dir)
+    elif source.is_file():
+        shutil.copy2(source, code_dir / source.name)
+    else:
+        raise ContractError(
+            f"hyperparameters.json: field 'sagemaker_submit_directory' points to {str(source)!r}, which does not "
+            "exist on this host; give a directory, a .tar.gz, a file:// URI or an s3:// URI"
+        )
+    return True
+
+
+def _local_path(uri: str) -> Path:
+    if uri.startswith("file://"):
+        parsed = urlparse(uri)
+        return Path(unquote(parsed.netloc + parsed.path))
+    if "://" in uri:
+        scheme = uri.split("://", 1)[0]
+        raise ContractError(
+            f"hyperparameters.json: field 'sagemaker_submit_directory' uses scheme {scheme!r}; "
+            "use a local path, file:// or s3://"
+        )
+    return Path(uri)
+
+
+def _fetch_s3(uri: str, code_dir: Path) -> None:
+    try:
+        import boto3  # only on SageMaker-style jobs whose code lives in S3
+    except ImportError:
+        raise ContractError(
+            f"sagemaker_submit_directory is {uri!r} but boto3 is not installed in this image; "
+            "install boto3 or pass the code as a local directory"
+        ) from None
+    parsed = urlparse(uri)
+    with tempfile.TemporaryDirectory() as scratch:
+        archive = Path(scratch) / "sourcedir.tar.gz"
+        boto3.client("s3", endpoint_url=os.environ.get("S3_ENDPOINT_URL")).download_file(
+            parsed.netloc, parsed.path.lstrip("/"), str(archive)
+        )
+        safe_extract(archive, code_dir)
+
+
+def safe_extract(archive: Path, destination: Path) -> None:
+    """Extract ``archive`` into ``destination`` after refusing every member that could land outside it."""
+    destination = destination.resolve()
+    try:
+        with tarfile.open(archive) as tar:
+            members = tar.getmembers()
+            for member in members:
+                problem = unsafe_member_reason(member, destination)
+                if problem:
+                    raise ContractError(f"{archive}: refusing to extract member {member.name!r}: {problem}")
+            if hasattr(tarfile, "data_filter"):  # the stdlib's own guard too, where this Python has it
+                tar.extractall(destination, members=members, filter="data")
+            else:  # pragma: no cover - Python without PEP 706
+                tar.extractall(destination, members=members)
+    except tarfile.TarError as exc:
+        raise ContractError(f"{archive}: not a readable tar archive: {exc}") from None
+
+
+def unsafe_member_reason(member: tarfile.TarInfo, destination: Path) -> str | None:
+    """Why extracting ``member`` under ``destination`` would be unsafe, or None."""
+    name = PurePosixPath(member.name)
+    if name.is_absolute() or member.name.startswith(("/", "\\")):
+        return "absolute path"
+    if ".." in name.parts:
+        return "path contains '..'"
+    if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+        return "device files, FIFOs and other special members are not allowed"
+    if member.issym() or member.islnk():
+        target = PurePosixPath(member.linkname)
+        if target.is_absolute():
+            return f"link to absolute path {member.linkname!r}"
+        base = destination / name.parent if member.issym() else destination
+        resolved = Path(os.path.normpath(base / target))
+        if resolved != destination and destination not in resolved.parents:
+            return f"link {member.linkname!r} points outside the code directory"
+    return None
+
+
+# --- entry point ------------------------------------------------------------------------------------
+
+
+def entry_point_kind(entry_point: str, code_dir: Path) -> EntryPointKind:
+    if entry_point.endswith(".sh"):
+        return EntryPointKind.COMMAND
+    if (code_dir / "setup.py").is_file():
+        return EntryPointKind.PYTHON_PACKAGE
+    if entry_point.endswith(".py"):
+        return EntryPointKind.PYTHON_PROGRAM
+    return EntryPointKind.COMMAND
+
+
+def check_entry_point(entry_point: str, code_dir: Path, kind: EntryPointKind) -> None:
+    """Fail early, naming close matches, when the entry point is not in the code dir."""
+    if kind is EntryPointKind.PYTHON_PACKAGE:
+        return  # a module of the installed package; pip decides whether it exists
+    if (code_dir / entry_point).is_file():
+        return
+    present = sorted(str(p.relative_to(code_dir)) for p in code_dir.rglob("*") if p.is_file())[:2000]
+    hint = did_you_mean(entry_point, present)
+    listing = ", ".join(present[:10]) or "nothing"
+    raise ContractError(
+        f"hyperparameters.json: field 'sagemaker_program' names {entry_point!r}, which is not in the code "
+        f"directory {code_dir} (it holds: {listing}){'; ' + hint if hint else ''}"
+    )
+
+
+def user_command(entry_point: str, kind: EntryPointKind, code_dir: Path, args: Sequence[str]) -> UserCommand:
+    """The argv of one rank. Python runs through the bootstrap; nothing goes through a shell."""
+    if kind is EntryPointKind.PYTHON_PROGRAM:
+        argv = [sys.executable, "-m", BOOTSTRAP_MODULE, entry_point, *args]
+    elif kind is EntryPointKind.PYTHON_PACKAGE:
+        module = entry_point[: -len(".py")] if entry_point.endswith(".py") else entry_point
+        argv = [sys.executable, "-m", BOOTSTRAP_MODULE, "--module", module.replace("/", "."), *args]
+    else:
+        script = code_dir / entry_point
+        script.chmod(script.stat().st_mode | 0o111)
+        with open(script, "rb") as handle:
+            has_shebang = handle.read(2) == b"#!"
+        # Scripts without a "#!" line cannot be exec'd directly; the toolkit runs them with /bin/sh too.
+        argv = [f"./{entry_point}", *args] if has_shebang else ["/bin/sh", entry_point, *args]
+    return UserCommand(kind, tuple(argv), code_dir)
+
+
+# --- installing -------------------------------------------------------------------------------------
+
+
+def install(code_dir: Path, kind: EntryPointKind, emit: Callable[[str], None]) -> None:
+    """pip-install requirements.txt (and the package itself for a setup.py entry point) into this interpreter."""
+    targets: list[str] = []
+    if kind is EntryPointKind.PYTHON_PACKAGE:
+        targets.append(".")
+    if (code_dir / "requirements.txt").is_file():
+        targets += ["-r", "requirements.txt"]
+    if not targets:
+        return
+    command = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", *targets]
+    emit("running " + " ".join(command))
+    process = subprocess.Popen(
+        command, cwd=code_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True
+    )
+    assert process.stdout is not None
+    tail: list[str] = []
+    for line in process.stdout:
+        emit(line.rstrip("\n"))
+        tail = (tail + [line.rstrip("\n")])[-20:]
+    if process.wait() != 0:
+        what = "the package and requirements.txt" if kind is EntryPointKind.PYTHON_PACKAGE else "requirements.txt"
+        raise InstallError(f"pip could not install {what} in {code_dir} (exit {process.returncode}):\n" + "\n".join(tail))

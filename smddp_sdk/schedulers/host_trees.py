@@ -1,0 +1,172 @@
+"""One ``/opt/ml``-shaped tree per simulated host, written exactly as SageMaker writes a container's.
+
+Shared by the local scheduler (process trees on this machine) and the docker scheduler (each tree is
+bind-mounted at ``/opt/ml`` in its container), so both hand the runtime the same files:
+
+- ``input/config/resourceconfig.json``, ``hyperparameters.json``, ``inputdataconfig.json`` through
+  ``smddp_sdk.specs.contract``;
+- ``input/data/<channel>`` for every local input channel (a symlink to the user's data, like the bind
+  mount SageMaker local mode uses; the docker scheduler mounts instead);
+- the job's code, staged once as a snapshot (``stage_code``) and named by ``sagemaker_submit_directory``.
+
+After the job, ``collect_artifacts`` merges every host's ``model`` and ``output/data`` directories into
+``model.tar.gz`` and ``output.tar.gz`` as SageMaker local mode does (later hosts win on equal names).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tarfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from smddp_sdk.specs import contract
+from smddp_sdk.specs.contract import OptMl
+from smddp_sdk.specs.job import JobSpec, TrainingInput
+
+# Never part of a code snapshot: they are large, machine-specific, or both.
+CODE_IGNORE = (".git", "__pycache__", "*.pyc", ".venv", ".mypy_cache", ".pytest_cache", ".ipynb_checkpoints")
+
+
+def host_names(count: int) -> list[str]:
+    """``algo-1`` .. ``algo-N``: the host names SageMaker gives the instances of a homogeneous cluster."""
+    return [f"algo-{index}" for index in range(1, count + 1)]
+
+
+def channel_config(channel: TrainingInput, default_mode: str) -> dict[str, Any]:
+    """A channel's entry in inputdataconfig.json (the platform fills the remaining defaults)."""
+    options: dict[str, Any] = {
+        "TrainingInputMode": channel.input_mode or default_mode,
+        "S3DistributionType": channel.distribution,
+    }
+    if channel.content_type:
+        options["ContentType"] = channel.content_type
+    if channel.record_wrapping:
+        options["RecordWrapperType"] = channel.record_wrapping
+    if channel.compression:
+        options["CompressionType"] = channel.compression
+    return options
+
+
+def config_files(
+    spec: JobSpec,
+    *,
+    job_name: str,
+    hosts: Sequence[str],
+    current_host: str,
+    submit_directory: str,
+    region: str | None = None,
+) -> dict[str, Any]:
+    """The three config files of one host, keyed as ``contract.write_config_files`` takes them
+    (``resource``, ``hyperparameters`` encoded as v2 does, ``input_data``). Pure."""
+    hyperparameters = spec.training_hyperparameters(job_name=job_name, submit_directory=submit_directory, region=region)
+    channels = {name: channel_config(channel, spec.input_mode) for name, channel in spec.inputs.items()}
+    return {
+        "resource": contract.resource_config(current_host, hosts, spec.instance_type),
+        "hyperparameters": contract.encode_hyperparameters(hyperparameters),
+        "input_data": contract.input_data_config(channels),
+    }
+
+
+@dataclass(frozen=True)
+class HostTree:
+    """One simulated host: its name and its ``/opt/ml`` root on this machine."""
+
+    host: str
+    opt_ml: OptMl
+
+
+def prepare_host_trees(
+    spec: JobSpec,
+    job_dir: Path,
+    job_name: str,
+    hosts: Sequence[str],
+    *,
+    submit_directory: str,
+    region: str | None = None,
+    link_inputs: bool = True,
+) -> list[HostTree]:
+    """Create ``job_dir/<host>`` for every host, with its config files and (optionally) input links.
+
+    ``submit_directory`` is what the runtime reads as ``sagemaker_submit_directory``: a ``file://`` URI
+    of a staged code snapshot here, ``/opt/ml/code`` where the code is mounted into a container.
+    With ``link_inputs=False`` the caller provides ``input/data/<channel>`` itself (e.g. a bind mount).
+    """
+    trees = []
+    for host in hosts:
+        tree = HostTree(host, OptMl(job_dir / host))
+        files = config_files(spec, job_name=job_name, hosts=hosts, current_host=host, submit_directory=submit_directory, region=region)
+        contract.write_config_files(tree.opt_ml, **files)
+        if link_inputs:
+            link_channels(tree.opt_ml, spec.inputs)
+        trees.append(tree)
+    return trees
+
+
+def link_channels(opt_ml: OptMl, inputs: Mapping[str, TrainingInput]) -> None:
+    """Make each local channel visible at ``input/data/<channel>`` without copying the data."""
+    for name, channel in inputs.items():
+        source = channel.local_path
+        if source is None:
+            continue  # S3 channels are the SageMaker scheduler's business; validate() keeps them out of here
+        target = opt_ml.channel_dir(name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            target.symlink_to(source.resolve(), target_is_directory=True)
+        else:  # a single file becomes the only file of its channel, as a one-object S3 prefix would
+            target.mkdir(parents=True, exist_ok=True)
+            (target / source.name).symlink_to(source.resolve())
+
+
+def stage_code(spec: JobSpec, dest: Path) -> Path:
+    """Copy the job's code into ``dest``: ``source_dir``'s contents (or the lone entry point) plus each
+    ``dependencies`` directory under its own name, the layout of v2's sourcedir.tar.gz."""
+    dest.mkdir(parents=True, exist_ok=True)
+    ignore = shutil.ignore_patterns(*CODE_IGNORE)
+    if spec.source_dir:
+        shutil.copytree(spec.source_dir, dest, ignore=ignore, dirs_exist_ok=True)
+    else:
+        shutil.copy2(spec.entry_point, dest / Path(spec.entry_point).name)
+    for dependency in spec.dependencies:
+        shutil.copytree(dependency, dest / Path(dependency).name, ignore=ignore, dirs_exist_ok=True)
+    return dest
+
+
+def largest_entries(root: Path, count: int = 3) -> tuple[int, list[tuple[str, int]]]:
+    """Total bytes under ``root`` and its ``count`` largest top-level entries (name, bytes)."""
+    sizes: dict[str, int] = {}
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            top = path.relative_to(root).parts[0]
+            sizes[top] = sizes.get(top, 0) + path.stat().st_size
+    ranked = sorted(sizes.items(), key=lambda item: item[1], reverse=True)
+    return sum(sizes.values()), ranked[:count]
+
+
+def collect_artifacts(trees: Iterable[OptMl], dest: Path) -> tuple[Path, Path]:
+    """Merge the hosts' ``model`` and ``output/data`` dirs into ``dest/model.tar.gz`` and ``dest/output.tar.gz``."""
+    trees = list(trees)
+    dest.mkdir(parents=True, exist_ok=True)
+    model = _tar_merged(dest / "model.tar.gz", [tree.model_dir for tree in trees])
+    output = _tar_merged(dest / "output.tar.gz", [tree.output_data_dir for tree in trees])
+    return model, output
+
+
+def _tar_merged(archive: Path, roots: Sequence[Path]) -> Path:
+    """One archive of several directories laid over each other; the last root wins on equal names."""
+    members: dict[str, Path] = {}
+    for root in roots:
+        if not root.is_dir():
+            continue
+        for path in sorted(root.rglob("*")):
+            if path.is_file():
+                members[path.relative_to(root).as_posix()] = path
+    partial = archive.with_name(archive.name + ".partial")
+    with tarfile.open(partial, "w:gz", dereference=True) as tar:
+        for name, path in sorted(members.items()):
+            tar.add(path, arcname=name)
+    os.replace(partial, archive)  # a reader never sees half an archive
+    return archive

@@ -1,0 +1,291 @@
+"""The on-disk state of one local job, shared by the local scheduler and its per-job supervisor.
+
+Everything another process needs to answer ``status``, ``logs`` and ``cancel`` lives in the job directory,
+so a job started by one Python process can be watched or stopped from any other:
+
+    <job_root>/<job_name>/
+      job.json          what to run (written once by the scheduler): handle, spec, hosts, commands, env
+      state.json        where it is (rewritten atomically by the supervisor): state, pids, exit codes, failure
+      cancel-requested  present once someone asked to cancel (survives a lost signal)
+      supervisor.log    the supervisor's own messages
+      console.log       every host's runtime output in arrival order, each line prefixed [algo-N/rankR]:
+      code/             snapshot of source_dir + dependencies (sagemaker_submit_directory)
+      algo-1/ ...       one /opt/ml tree per simulated host (SAGEMAKER_BASE_DIR of that host's runtime)
+      output/           model.tar.gz and output.tar.gz when output_path is left at its default
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import random
+import re
+import socket
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from smddp_sdk.specs.status import JobState, LogLine
+
+DEFAULT_JOB_ROOT = "~/.smddp/jobs"
+JOB_ROOT_ENV = "SMDDP_JOB_ROOT"
+_RANK_PREFIX = re.compile(r"^\[(?P<host>[^\]/]+)/rank(?P<rank>\d+)\]: ?")
+# A host's own lines: "[algo-1]:" or the runtime's "[algo-1/runtime]:", "[algo-1/setup]:".
+_HOST_PREFIX = re.compile(r"^\[(?P<host>[^\]/]+)(?:/[a-z]+)?\]: ?")
+
+
+def default_job_root() -> Path:
+    return Path(os.environ.get(JOB_ROOT_ENV) or DEFAULT_JOB_ROOT).expanduser()
+
+
+@dataclass(frozen=True)
+class JobDir:
+    """Paths and atomic reads/writes of one local job's directory."""
+
+    path: Path
+
+    @property
+    def record_file(self) -> Path:
+        return self.path / "job.json"
+
+    @property
+    def state_file(self) -> Path:
+        return self.path / "state.json"
+
+    @property
+    def cancel_file(self) -> Path:
+        return self.path / "cancel-requested"
+
+    @property
+    def console_log(self) -> Path:
+        return self.path / "console.log"
+
+    @property
+    def supervisor_log(self) -> Path:
+        return self.path / "supervisor.log"
+
+    @property
+    def code_dir(self) -> Path:
+        return self.path / "code"
+
+    def host_dir(self, host: str) -> Path:
+        return self.path / host
+
+    def exists(self) -> bool:
+        return self.record_file.is_file()
+
+    def read_record(self) -> dict[str, Any]:
+        return json.loads(self.record_file.read_text(encoding="utf-8"))
+
+    def write_record(self, record: Mapping[str, Any]) -> None:
+        write_json_atomic(self.record_file, record)
+
+    def read_state(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.state_file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {"state": JobState.PENDING.value}
+
+    def write_state(self, state: Mapping[str, Any]) -> None:
+        write_json_atomic(self.state_file, state)
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self.cancel_file.exists()
+
+    def request_cancel(self) -> None:
+        self.cancel_file.touch()
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Readers in other processes see the old file or the new one, never half of one."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    partial.write_text(json.dumps(obj, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(partial, path)
+
+
+# --- processes ----------------------------------------------------------------------------------
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return not _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] == "Z"
+
+
+def is_supervisor_of(pid: int | None, job_dir: Path) -> bool:
+    """True when ``pid`` is alive and is this job's supervisor (guards against a recycled pid)."""
+    if not pid_alive(pid):
+        return False
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return True  # no /proc (macOS): trust the pid
+    args = [arg for arg in raw.split("\0") if arg]
+    # ... -m smddp_sdk.schedulers.local_supervisor <job dir>; the root may be spelt another way (a symlink)
+    return len(args) >= 2 and args[-2].endswith("local_supervisor") and Path(args[-1]).resolve() == job_dir.resolve()
+
+
+def session_members(session_id: int) -> list[int]:
+    """Every live process in the session a runtime leads: the runtime, its ranks and their children,
+    even those that moved to a process group of their own."""
+    members = []
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == session_id and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+def signal_session(session_id: int, sig: int) -> None:
+    """Signal a runtime's whole session; where /proc is missing, its process group."""
+    targets = session_members(session_id) if Path("/proc").is_dir() else []
+    if not targets:
+        try:
+            os.killpg(session_id, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        return
+    for pid in targets:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+# --- ports --------------------------------------------------------------------------------------
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def _bindable(port: int, address: str) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((address, port))
+        except OSError:
+            return False
+    return True
+
+
+def pick_free_ports(count: int, *, exclude: Iterable[int] = (), address: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct ports that are free now and unlikely to be taken before the job binds them.
+
+    They come from outside the kernel's ephemeral range, so no outgoing connection or ``bind(0)`` on this
+    machine can be handed one of them meanwhile; ``exclude`` keeps other live jobs' ports out.
+    """
+    low, high = _ephemeral_range()
+    candidates = list(range(20000, low)) if low > 21000 else list(range(high + 1, 65536))
+    taken = set(exclude)
+    rng = random.Random()
+    rng.shuffle(candidates)
+    chosen: list[int] = []
+    for port in candidates:
+        if port not in taken and _bindable(port, address):
+            chosen.append(port)
+            if len(chosen) == count:
+                return chosen
+    raise OSError(f"no {count} free TCP ports found on {address}")
+
+
+@contextmanager
+def port_lock(job_root: Path) -> Iterator[None]:
+    """Held while a job picks its ports and records them, so two jobs starting together cannot pick the same."""
+    job_root.mkdir(parents=True, exist_ok=True)
+    with open(job_root / ".ports.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def ports_of_live_jobs(job_root: Path, *, skip: Path | None = None) -> set[int]:
+    """Ports held by the other unfinished jobs under ``job_root`` (cheap: one small file per job)."""
+    taken: set[int] = set()
+    if not job_root.is_dir():
+        return taken
+    for job in job_root.iterdir():
+        if job == skip:
+            continue
+        state = JobDir(job).read_state() if (job / "state.json").is_file() else {}
+        if state.get("state") in (JobState.STARTING.value, JobState.RUNNING.value):
+            taken.update(int(port) for port in (state.get("ports") or {}).values())
+    return taken
+
+
+# --- logs ---------------------------------------------------------------------------------------
+
+
+def parse_console_line(raw: str, default_host: str = "") -> LogLine:
+    """Turn a ``[algo-2/rank3]: text`` (or ``[algo-2]: text``, ``[algo-2/runtime]: text``) console line
+    back into a LogLine; lines of a host's runtime have no rank."""
+    line = raw.rstrip("\n")
+    match = _RANK_PREFIX.match(line)
+    if match:
+        return LogLine(match["host"], line[match.end():], rank=int(match["rank"]))
+    match = _HOST_PREFIX.match(line)
+    if match:
+        return LogLine(match["host"], line[match.end():])
+    return LogLine(default_host, line)
+
+
+def host_prefixed(host: str, raw: str) -> str:
+    """A runtime's output line as console.log stores it: rank lines keep their prefix, others get the host's."""
+    if _RANK_PREFIX.match(raw) or _HOST_PREFIX.match(raw):
+        return raw
+    return f"[{host}]: {raw}"
+
+
+def follow_lines(path: Path, finished: Any, *, poll: float = 0.1) -> Iterator[str]:
+    """Complete lines of a growing file until ``finished()`` is true and the file is drained."""
+    while not path.exists():
+        if finished():
+            return
+        time.sleep(poll)
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        pending = ""
+        while True:
+            chunk = handle.readline()
+            if chunk:
+                pending += chunk
+                if pending.endswith("\n"):
+                    yield pending
+                    pending = ""
+                continue
+            if finished():
+                rest = handle.read()
+                pending += rest
+                for line in pending.splitlines(keepends=True):
+                    yield line
+                return
+            time.sleep(poll)
+

@@ -1,0 +1,352 @@
+"""``SageMakerScheduler``: run a JobSpec as a real SageMaker training job.
+
+``dryrun`` and ``validate`` are pure (no boto3 needed): they check everything, including the role and
+the image, and show the exact ``CreateTrainingJob`` request with ``<account-id>`` placeholders.
+``schedule`` fills those in, creates the default bucket if needed, uploads ``sourcedir.tar.gz`` and
+creates the job. boto3 is loaded only when AWS is first called, through ``client.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Generator, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from smddp_sdk.errors import SpecError, SpecIssue, UnavailableError
+from smddp_sdk.schedulers.base import DryRun, Scheduler
+from smddp_sdk.schedulers.sagemaker import request as req
+from smddp_sdk.schedulers.sagemaker import states, validation
+from smddp_sdk.schedulers.sagemaker.errors import INSTALL_HINT, REGION_HINT, Detached
+from smddp_sdk.specs.contract import decode_hyperparameter
+from smddp_sdk.specs.job import JobSpec
+from smddp_sdk.specs.status import HostStatus, JobHandle, JobStatus, LogLine
+
+if TYPE_CHECKING:
+    from smddp_sdk.schedulers.sagemaker.client import AwsClients
+
+Echo = Callable[[str], None]
+STATUS_HOST = "sagemaker"  # the pseudo-host of SageMaker's own status lines in a followed log
+
+
+def _stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _stdout(text: str) -> None:
+    print(text, flush=True)
+
+
+class SageMakerScheduler(Scheduler):
+    """Options: ``region``, ``role``, ``bucket`` (instead of ``sagemaker-<region>-<account>``),
+    ``code_location``/``output_path`` (used when the spec has none), ``profile``, ``account_id`` (saves a
+    lookup), injected boto3 clients (``sagemaker_client``, ``s3_client``, ``logs_client``, ``sts_client``)
+    or a boto3 ``session``, ``echo`` (upload progress and submit messages), ``log_sink`` (lines printed by
+    ``wait(logs=True)``), ``poll``/``min_poll`` seconds between DescribeTrainingJob calls while following."""
+
+    name: ClassVar[str] = "sagemaker"
+
+    def __init__(
+        self,
+        *,
+        region: str | None = None,
+        role: str | None = None,
+        bucket: str | None = None,
+        code_location: str | None = None,
+        output_path: str | None = None,
+        profile: str | None = None,
+        account_id: str | None = None,
+        session: Any = None,
+        sagemaker_client: Any = None,
+        s3_client: Any = None,
+        logs_client: Any = None,
+        sts_client: Any = None,
+        echo: Echo | None = None,
+        log_sink: Echo | None = None,
+        poll: float = 10.0,
+        min_poll: float = 5.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.region = region
+        self.role = role
+        self.bucket = bucket
+        self.code_location = code_location
+        self.output_path = output_path
+        self.profile = profile
+        self.account_id = account_id
+        self._injected = {"session": session, "sagemaker": sagemaker_client, "s3": s3_client, "logs": logs_client, "sts": sts_client}
+        self._clients: dict[str, AwsClients] = {}
+        self.echo = echo or _stderr
+        self.log_sink = log_sink or _stdout
+        self.poll = poll
+        self.min_poll = min_poll  # DescribeTrainingJob is rate-limited; callers asking for 0.2 s get this
+        self.sleep = sleep
+
+    # --- pure: validation and the request ---------------------------------------------------------
+
+    def resolved_region(self) -> str:
+        """The region from the option, AWS_REGION/AWS_DEFAULT_REGION, or the AWS config; reads no network."""
+        region = self.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        if region:
+            return region
+        try:
+            return self.clients(None).region
+        except ImportError:
+            raise UnavailableError(f"no AWS region configured; {REGION_HINT} (or {INSTALL_HINT} to read ~/.aws/config)") from None
+
+    def with_options(self, spec: JobSpec) -> JobSpec:
+        """The spec with this scheduler's role/code_location/output_path filled in where it has none."""
+        return spec.replace(
+            role=spec.role or self.role,
+            code_location=spec.code_location or self.code_location,
+            output_path=spec.output_path or self.output_path,
+        )
+
+    def validate(self, spec: JobSpec) -> list[SpecIssue]:
+        spec = self.with_options(spec)
+        issues = validation.spec_issues(spec)
+        if not spec.image_uri:
+            issues += req.resolve_image(spec, self.resolved_region())[1]
+        return issues
+
+    def dryrun(self, spec: JobSpec) -> DryRun:
+        spec = self.with_options(spec)
+        region = self.resolved_region()
+        issues = self.validate(spec)
+        if issues:
+            raise SpecError(issues)
+        image_uri, _ = req.resolve_image(spec, region)
+        assert image_uri is not None  # validate() reported any image problem
+        job_name = req.job_name_for(spec, image_uri)
+        placement = self._placement(spec, job_name, region, image_uri, self.account_id)
+        request = req.build_request(spec, job_name=job_name, placement=placement)
+        return DryRun(self.name, spec, job_name, request, _notes(spec, placement))
+
+    def _placement(self, spec: JobSpec, job_name: str, region: str, image_uri: str, account: str | None) -> req.Placement:
+        assert spec.role is not None
+        return req.plan_placement(spec, job_name=job_name, region=region, role=spec.role, image_uri=image_uri,
+                                  account=account, bucket=self.bucket)
+
+    # --- AWS --------------------------------------------------------------------------------------
+
+    def clients(self, region: str | None) -> AwsClients:
+        """AWS clients for ``region`` (imports boto3 on first use)."""
+        from smddp_sdk.schedulers.sagemaker.client import AwsClients
+
+        key = region or self.region or ""
+        if key not in self._clients:
+            self._clients[key] = AwsClients(region=region or self.region, profile=self.profile, **self._injected)
+        return self._clients[key]
+
+    def schedule(self, dryrun: DryRun) -> JobHandle:
+        from smddp_sdk.schedulers.sagemaker.client import call
+
+        spec, job_name = dryrun.spec, dryrun.job_name
+        region = decode_hyperparameter(dryrun.request["HyperParameters"]["sagemaker_region"])
+        image_uri = dryrun.request["AlgorithmSpecification"]["TrainingImage"]
+        aws = self.clients(region)
+        aws.require_credentials()
+        account = self._account_if_needed(aws, self._placement(spec, job_name, region, image_uri, self.account_id))
+        placement = self._placement(spec, job_name, region, image_uri, account)
+        if account is not None and not self.bucket:
+            self._ensure_default_bucket(aws, placement, account)
+        if placement.code is not None:
+            owner = account if placement.code.bucket == placement.default_bucket and not self.bucket else None
+            self._upload_code(aws, spec, placement.code, owner)
+        request = req.build_request(spec, job_name=job_name, placement=placement)
+        call(f"create the training job {job_name}", aws.sagemaker.create_training_job, **request)
+        handle = JobHandle(self.name, f"{region}/{job_name}")
+        self.echo(_next_steps(handle, region, job_name))
+        return handle
+
+    def _account_if_needed(self, aws: AwsClients, draft: req.Placement) -> str | None:
+        """The account, looked up only when the default bucket or a role given by name needs it."""
+        if self.account_id:
+            return self.account_id
+        return aws.account_id() if draft.needs_account else None
+
+    def _ensure_default_bucket(self, aws: AwsClients, placement: req.Placement, account: str) -> None:
+        from smddp_sdk.schedulers.sagemaker import upload
+
+        if _uses_bucket(placement, placement.default_bucket) and upload.ensure_bucket(aws, placement.default_bucket, account=account):
+            self.echo(f"created the default bucket s3://{placement.default_bucket}")
+
+    def _upload_code(self, aws: AwsClients, spec: JobSpec, location: req.S3Location, owner: str | None) -> None:
+        from smddp_sdk.schedulers.sagemaker import upload
+
+        with tempfile.TemporaryDirectory(prefix="smddp-sourcedir-") as scratch:
+            tarball = upload.build_sourcedir(spec, Path(scratch))
+            warning = upload.big_tarball_warning(tarball)
+            if warning:
+                self.echo(warning)
+            upload.upload(aws, tarball, location, expected_owner=owner, echo=self.echo)
+
+    def describe(self, handle: JobHandle) -> dict[str, Any]:
+        from smddp_sdk.schedulers.sagemaker.client import call
+
+        region, job_name = _parse(handle)
+        aws = self.clients(region)
+        return call(f"describe the training job {job_name}", aws.sagemaker.describe_training_job, TrainingJobName=job_name)
+
+    def attach(self, job: str) -> JobHandle:
+        """The handle of an existing job, from ``sagemaker://<region>/<name>`` or a bare name (this region)."""
+        handle = JobHandle.parse(job) if "://" in job else JobHandle(self.name, f"{self.resolved_region()}/{job}")
+        self.describe(handle)  # fails with what to do when there is no such job
+        return handle
+
+    def status(self, handle: JobHandle) -> JobStatus:
+        return _job_status(handle, self.describe(handle))
+
+    def logs(self, handle: JobHandle, *, hosts: Sequence[str] | None = None, ranks: Sequence[int] | None = None, follow: bool = False) -> Iterator[LogLine]:
+        """Every host's CloudWatch lines merged by time. With ``follow``, also SageMaker's status lines and,
+        at the end, the billed seconds (as lines of the pseudo-host ``sagemaker``), until the job ends."""
+        from smddp_sdk.schedulers.sagemaker import logs as cloudwatch
+
+        if follow:
+            yield from self._follow(handle, hosts=hosts, ranks=ranks, poll=self.poll, deadline=None)
+            return
+        region, job_name = _parse(handle)
+        yield from cloudwatch.read_all(cloudwatch.LogTail(self.clients(region).logs, job_name, hosts=hosts, ranks=ranks))
+
+    def cancel(self, handle: JobHandle) -> None:
+        from smddp_sdk.schedulers.sagemaker.client import error_code, translate
+
+        region, job_name = _parse(handle)
+        if self.describe(handle).get("TrainingJobStatus") != "InProgress":
+            return  # finished, stopped or already stopping: nothing to do
+        try:
+            self.clients(region).sagemaker.stop_training_job(TrainingJobName=job_name)
+        except Exception as exc:
+            # It may have finished between the two calls; only a job still running is an error.
+            if error_code(exc) != "ValidationException" or self.describe(handle).get("TrainingJobStatus") == "InProgress":
+                raise translate(exc, f"stop the training job {job_name}") from None
+
+    def wait(self, handle: JobHandle, *, poll: float | None = None, timeout: float | None = None, logs: bool = False) -> JobStatus:
+        """Poll until the job ends (or ``timeout`` seconds pass); with ``logs`` print what ``logs(follow=True)``
+        yields to ``log_sink``. Ctrl-C detaches: the job keeps running and ``Detached`` says how to come back."""
+        poll = self.poll if poll is None else poll
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            if logs:
+                return self._print_until_end(self._follow(handle, hosts=None, ranks=None, poll=poll, deadline=deadline))
+            return self._poll_until_end(handle, poll, deadline)
+        except KeyboardInterrupt:
+            raise Detached(
+                f"detached from {handle}: the job keeps running on SageMaker (and keeps being billed)\n"
+                f"  reattach: smddp-launch logs --follow {handle}\n  stop it:  smddp-launch cancel {handle}"
+            ) from None
+
+    def _poll_until_end(self, handle: JobHandle, poll: float, deadline: float | None) -> JobStatus:
+        while True:
+            status = self.status(handle)
+            if status.state.is_terminal or _past(deadline):
+                return status
+            self._pause(poll)
+
+    def _print_until_end(self, lines: Generator[LogLine, None, JobStatus]) -> JobStatus:
+        while True:
+            try:
+                line = next(lines)
+            except StopIteration as end:
+                return end.value
+            self.log_sink(f"{line.prefix} {line.text}")
+
+    def _follow(self, handle: JobHandle, *, hosts: Sequence[str] | None, ranks: Sequence[int] | None, poll: float,
+                deadline: float | None) -> Generator[LogLine, None, JobStatus]:
+        """Status lines, log lines as they arrive, then billing; returns the final status."""
+        from smddp_sdk.schedulers.sagemaker import logs as cloudwatch
+
+        region, job_name = _parse(handle)
+        tail = cloudwatch.LogTail(self.clients(region).logs, job_name, hosts=hosts, ranks=ranks)
+        show_status = ranks is None and (hosts is None or STATUS_HOST in hosts)
+        shown = 0
+        while True:
+            description = self.describe(handle)
+            if show_status:
+                yield from _status_lines(description, shown)
+            shown = len(description.get("SecondaryStatusTransitions") or [])
+            yield from cloudwatch.read_all(tail)
+            status = _job_status(handle, description)
+            if status.state.is_terminal:
+                self.sleep(min(poll, cloudwatch.LAST_LINES_DELAY))  # CloudWatch shows the last lines late
+                yield from cloudwatch.read_all(tail)
+                if show_status:
+                    yield from _end_lines(status, description, region, job_name)
+                return status
+            if _past(deadline):
+                return status
+            self._pause(poll)
+
+    def _pause(self, poll: float) -> None:
+        self.sleep(max(poll, self.min_poll))
+
+
+def _past(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() >= deadline
+
+
+def _status_lines(description: dict[str, Any], already_shown: int) -> Iterator[LogLine]:
+    for transition, text in states.new_transitions(description, already_shown):
+        yield LogLine(STATUS_HOST, text, timestamp=transition)
+
+
+def _end_lines(status: JobStatus, description: dict[str, Any], region: str, job_name: str) -> Iterator[LogLine]:
+    from smddp_sdk.schedulers.sagemaker.logs import console_url
+
+    for text in states.billing_lines(description):
+        yield LogLine(STATUS_HOST, text)
+    if status.failure is not None:
+        yield LogLine(STATUS_HOST, f"failed: {status.failure.message}")
+        yield LogLine(STATUS_HOST, f"CloudWatch logs: {console_url(region, job_name)}")
+    elif status.model_data:
+        yield LogLine(STATUS_HOST, f"model artifacts: {status.model_data}")
+
+
+def _parse(handle: JobHandle) -> tuple[str, str]:
+    region, sep, job_name = handle.job_id.partition("/")
+    if handle.scheduler != "sagemaker" or not sep or not region or not job_name:
+        raise SpecError(SpecIssue("handle", f"{handle} is not a SageMaker job handle", "expected sagemaker://<region>/<training job name>"))
+    return region, job_name
+
+
+def _job_status(handle: JobHandle, description: dict[str, Any]) -> JobStatus:
+    state = states.job_state(description)
+    count = int(description.get("ResourceConfig", {}).get("InstanceCount", 0))
+    details = {key: description[key] for key in ("TrainingJobArn", "TrainingJobStatus", "SecondaryStatus", "FailureReason",
+                                                 "TrainingTimeInSeconds", "BillableTimeInSeconds", "CreationTime") if key in description}
+    return JobStatus(
+        handle=handle,
+        state=state,
+        message=states.status_message(description),
+        failure=states.failure(description),
+        hosts=tuple(HostStatus(f"algo-{i}", state) for i in range(1, count + 1)),
+        model_data=description.get("ModelArtifacts", {}).get("S3ModelArtifacts"),
+        details=details,
+    )
+
+
+def _next_steps(handle: JobHandle, region: str, job_name: str) -> str:
+    console = f"https://{region}.console.aws.amazon.com/sagemaker/home?region={region}#/jobs/{job_name}"
+    return (f"Submitted {handle}\n  follow: smddp-launch logs --follow {handle}\n"
+            f"  status: smddp-launch status {handle}\n  stop:   smddp-launch cancel {handle}\n  console: {console}")
+
+
+def _uses_bucket(placement: req.Placement, bucket: str) -> bool:
+    output_bucket = req.S3Location.parse(placement.output_path).bucket
+    return output_bucket == bucket or (placement.code is not None and placement.code.bucket == bucket)
+
+
+def _notes(spec: JobSpec, placement: req.Placement) -> tuple[str, ...]:
+    notes = []
+    if placement.code is not None:
+        parts = "source_dir" if spec.source_dir else "the entry point"
+        extra = f" and {len(spec.dependencies)} dependencies" if spec.dependencies else ""
+        notes.append(f"would upload sourcedir.tar.gz ({parts}{extra}) to {placement.code.uri}")
+    if _uses_bucket(placement, placement.default_bucket):
+        notes.append(f"would create s3://{placement.default_bucket} if it does not exist")
+    if placement.needs_account:
+        notes.append(f"{req.ACCOUNT_PLACEHOLDER} is filled in from the credentials (sts:GetCallerIdentity) at submit")
+    return tuple(notes)

@@ -1,0 +1,109 @@
+"""SageMaker's training job states, read as the product's JobState, Failure and status lines."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+
+from smddp_sdk.specs.status import Failure, JobState
+
+# TrainingJobStatus -> JobState; "InProgress" is refined by the secondary status below.
+_PRIMARY = {
+    "Completed": JobState.SUCCEEDED,
+    "Failed": JobState.FAILED,
+    "Stopped": JobState.CANCELLED,
+    "Stopping": JobState.RUNNING,
+}
+_STARTING = frozenset({"Starting", "LaunchingMLInstances", "PreparingTrainingStack", "Downloading",
+                       "DownloadingTrainingImage", "Restarting", "Pending", "Updating", "Interrupted"})
+_HOST = re.compile(r"\b(algo-\d+)(?:/rank(\d+))?")
+_EXIT_CODE = re.compile(r"exit(?:ed with)?[ _]?code[:=]?\s*(\d+)", re.IGNORECASE)
+_RANK_ON_HOST = re.compile(r"(?:rank (?P<rank>\d+)|the runtime) on host (?P<host>[\w.-]+)")
+_ERROR_MESSAGE = re.compile(r"^(?:AlgorithmError: )?ErrorMessage (.+)$", re.MULTILINE)
+
+
+def job_state(description: dict[str, Any]) -> JobState:
+    primary = description.get("TrainingJobStatus", "")
+    if primary in _PRIMARY:
+        return _PRIMARY[primary]
+    if primary != "InProgress":
+        return JobState.UNKNOWN
+    secondary = description.get("SecondaryStatus", "")
+    if secondary in ("Starting", "Pending"):
+        return JobState.PENDING
+    return JobState.STARTING if secondary in _STARTING else JobState.RUNNING
+
+
+def status_message(description: dict[str, Any]) -> str:
+    transitions = description.get("SecondaryStatusTransitions") or []
+    latest = transitions[-1].get("StatusMessage", "") if transitions else ""
+    secondary = description.get("SecondaryStatus") or description.get("TrainingJobStatus", "")
+    return f"{secondary} - {latest}" if latest else str(secondary)
+
+
+def failure(description: dict[str, Any]) -> Failure | None:
+    """The root cause from FailureReason, which holds the text our runtime (or AWS's toolkit) wrote to
+    /opt/ml/output/failure: host, rank, exit code, error and the traceback's tail."""
+    if description.get("TrainingJobStatus") != "Failed":
+        return None
+    reason = str(description.get("FailureReason") or "the job failed without a reason; see its logs")
+    host, rank = _where(reason)
+    code = _EXIT_CODE.search(reason)
+    message = _ERROR_MESSAGE.search(reason)
+    return Failure(
+        host=host,
+        rank=rank,
+        exit_code=int(code.group(1)) if code else 1,
+        message=message.group(1).strip() if message else reason.strip(),
+        traceback=_traceback(reason),
+        timestamp=_epoch(description.get("TrainingEndTime")),
+    )
+
+
+def _where(reason: str) -> tuple[str, int | None]:
+    """Host and rank: ``rank 3 on host algo-2`` (our runtime), ``algo-2/rank3``, or a bare ``algo-2``."""
+    spelled = _RANK_ON_HOST.search(reason)
+    if spelled:
+        return spelled.group("host"), int(spelled.group("rank")) if spelled.group("rank") else None
+    short = _HOST.search(reason)
+    if short:
+        return short.group(1), int(short.group(2)) if short.group(2) else None
+    return "", None
+
+
+def _traceback(reason: str) -> str:
+    """The block after the headline lines, up to the list of other failures."""
+    _, blank, rest = reason.partition("\n\n")
+    return rest.split("\nOther failures", 1)[0].strip() if blank else ""
+
+
+def new_transitions(description: dict[str, Any], already_shown: int) -> list[tuple[float | None, str]]:
+    """SageMaker's secondary status changes not shown yet, as (start time, v2-style line
+    ``<time> <Status> - <message>``)."""
+    transitions = description.get("SecondaryStatusTransitions") or []
+    return [(_epoch(t.get("StartTime")), _transition_line(t)) for t in transitions[already_shown:]]
+
+
+def _transition_line(transition: dict[str, Any]) -> str:
+    start = transition.get("StartTime")
+    stamp = start.strftime("%Y-%m-%d %H:%M:%S") if isinstance(start, datetime) else str(start or "")
+    message = transition.get("StatusMessage", "")
+    return f"{stamp} {transition.get('Status', '')}" + (f" - {message}" if message else "")
+
+
+def billing_lines(description: dict[str, Any]) -> list[str]:
+    """The seconds SageMaker bills (per instance, times the instance count) and spot savings."""
+    lines = []
+    count = int(description.get("ResourceConfig", {}).get("InstanceCount", 1))
+    if (training := description.get("TrainingTimeInSeconds")) is not None:
+        lines.append(f"Training seconds: {training * count}")
+    if (billable := description.get("BillableTimeInSeconds")) is not None:
+        lines.append(f"Billable seconds: {billable * count}")
+        if description.get("EnableManagedSpotTraining") and training:
+            lines.append(f"Managed Spot Training savings: {(1 - billable / training) * 100:.1f}%")
+    return lines
+
+
+def _epoch(value: Any) -> float | None:
+    return value.timestamp() if isinstance(value, datetime) else None

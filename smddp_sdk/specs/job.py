@@ -1,0 +1,366 @@
+"""JobSpec: the one typed description of a training job, with SageMaker SDK v2's names.
+
+The estimator's keyword arguments, the job file and the CLI all end in ``JobSpec.from_mapping``, which
+checks everything at once and raises a ``SpecError`` listing every problem before anything is written,
+uploaded or started.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from smddp_sdk.errors import SpecError, SpecIssue, did_you_mean
+from smddp_sdk.specs import instance_types
+from smddp_sdk.specs.distribution import Distribution, parse_distribution
+
+DEFAULT_BASE_JOB_NAME = "pytorch-training"
+_CHANNEL_NAME = re.compile(r"^[A-Za-z0-9\.\-_]{1,64}$")
+_JOB_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+_ENTRY_POINT = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._+-]*(/[A-Za-z0-9._+-]+)*$")
+_S3_DISTRIBUTIONS = ("FullyReplicated", "ShardedByS3Key")
+_S3_DATA_TYPES = ("S3Prefix", "ManifestFile", "AugmentedManifestFile")
+_INPUT_MODES = ("File", "Pipe", "FastFile")
+
+
+@dataclass(frozen=True)
+class TrainingInput:
+    """One input channel, as v2's ``sagemaker.inputs.TrainingInput``: an S3 URI, ``file://`` URI or local path."""
+
+    s3_data: str
+    distribution: str = "FullyReplicated"
+    content_type: str | None = None
+    s3_data_type: str = "S3Prefix"
+    input_mode: str | None = None
+    compression: str | None = None
+    record_wrapping: str | None = None
+
+    @property
+    def is_s3(self) -> bool:
+        return self.s3_data.startswith("s3://")
+
+    @property
+    def local_path(self) -> Path | None:
+        """The local directory or file behind a ``file://`` URI or plain path; None for S3."""
+        if self.is_s3:
+            return None
+        return Path(self.s3_data.removeprefix("file://"))
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A training job. Field names and defaults are SageMaker SDK v2's estimator arguments."""
+
+    entry_point: str
+    instance_type: str
+    instance_count: int = 1
+    source_dir: str | None = None
+    dependencies: tuple[str, ...] = ()
+    hyperparameters: Mapping[str, Any] = field(default_factory=dict)
+    distribution: Distribution = field(default_factory=Distribution)
+    inputs: Mapping[str, TrainingInput] = field(default_factory=dict)
+    environment: Mapping[str, str] = field(default_factory=dict)
+    role: str | None = None
+    image_uri: str | None = None
+    framework_version: str | None = None
+    py_version: str | None = None
+    output_path: str | None = None
+    code_location: str | None = None
+    base_job_name: str | None = None
+    job_name: str | None = None
+    max_run: int = 86_400
+    max_wait: int | None = None
+    volume_size: int = 30
+    input_mode: str = "File"
+    use_spot_instances: bool = False
+    checkpoint_s3_uri: str | None = None
+    checkpoint_local_path: str | None = None
+    max_retry_attempts: int | None = None
+    keep_alive_period_in_seconds: int | None = None
+    container_log_level: int = 20
+    tags: tuple[Mapping[str, str], ...] = ()
+    subnets: tuple[str, ...] = ()
+    security_group_ids: tuple[str, ...] = ()
+    encrypt_inter_container_traffic: bool = False
+    enable_network_isolation: bool = False
+    debugger_hook_config: bool | None = None
+    disable_profiler: bool = False
+    enable_sagemaker_metrics: bool | None = None
+    metric_definitions: tuple[Mapping[str, str], ...] = ()
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], *, base_dir: Path | None = None) -> JobSpec:
+        """Build and validate a spec; relative local paths are taken from ``base_dir`` (default: cwd)."""
+        return _Builder(data, base_dir or Path.cwd()).build()
+
+    @property
+    def instance(self) -> instance_types.InstanceType | None:
+        return instance_types.lookup(self.instance_type)
+
+    @property
+    def program(self) -> str:
+        """``sagemaker_program``: the entry point relative to the code directory."""
+        return self.entry_point if self.source_dir else Path(self.entry_point).name
+
+    def replace(self, **changes: Any) -> JobSpec:
+        return dataclasses.replace(self, **changes)
+
+    def training_hyperparameters(self, *, job_name: str, submit_directory: str, region: str | None) -> dict[str, Any]:
+        """All hyperparameters the job receives (decoded), in the order SageMaker SDK v2 adds them."""
+        out: dict[str, Any] = dict(self.hyperparameters)
+        out["sagemaker_submit_directory"] = submit_directory
+        out["sagemaker_program"] = self.program
+        out["sagemaker_container_log_level"] = self.container_log_level
+        out["sagemaker_job_name"] = job_name
+        if region is not None:
+            out["sagemaker_region"] = region
+        out.update(self.distribution.hyperparameters(self.instance_type))
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        """A plain, JSON-friendly view (for dryrun output and job records)."""
+        out = dataclasses.asdict(self)
+        out["distribution"] = dict(self.distribution.given)
+        out["inputs"] = {name: _input_as_dict(channel) for name, channel in self.inputs.items()}
+        return out
+
+
+def make_job_name(base: str | None) -> str:
+    """``<base>-<UTC timestamp with ms>``, as SageMaker SDK v2 names jobs (at most 63 characters)."""
+    base = base or DEFAULT_BASE_JOB_NAME
+    now = time.time()
+    stamp = time.strftime("%Y-%m-%d-%H-%M-%S", time.gmtime(now)) + f"-{int(now * 1000) % 1000:03d}"
+    return f"{base[: 63 - len(stamp) - 1]}-{stamp}"
+
+
+def _input_as_dict(channel: TrainingInput) -> dict[str, Any]:
+    return {k: v for k, v in dataclasses.asdict(channel).items() if v is not None}
+
+
+# --- building and validating --------------------------------------------------------------------
+
+_STR = (str,)
+_OPT_STR = (str, type(None))
+_INT = (int,)
+_OPT_INT = (int, type(None))
+_BOOL = (bool,)
+_OPT_BOOL = (bool, type(None))
+_SIMPLE_TYPES: dict[str, tuple[type, ...]] = {
+    "entry_point": _STR, "instance_type": _STR, "instance_count": _INT, "source_dir": _OPT_STR,
+    "role": _OPT_STR, "image_uri": _OPT_STR, "framework_version": _OPT_STR, "py_version": _OPT_STR,
+    "output_path": _OPT_STR, "code_location": _OPT_STR, "base_job_name": _OPT_STR, "job_name": _OPT_STR,
+    "max_run": _INT, "max_wait": _OPT_INT, "volume_size": _INT, "input_mode": _STR,
+    "use_spot_instances": _BOOL, "checkpoint_s3_uri": _OPT_STR, "checkpoint_local_path": _OPT_STR,
+    "max_retry_attempts": _OPT_INT, "keep_alive_period_in_seconds": _OPT_INT, "container_log_level": _INT,
+    "encrypt_inter_container_traffic": _BOOL, "enable_network_isolation": _BOOL,
+    "debugger_hook_config": _OPT_BOOL, "disable_profiler": _BOOL, "enable_sagemaker_metrics": _OPT_BOOL,
+}
+_TYPE_WORDS = {str: "a string", int: "an integer", bool: "true or false", type(None): "null"}
+
+
+class _Builder:
+    """Collects every problem in one pass so users fix them all at once."""
+
+    def __init__(self, data: Mapping[str, Any], base_dir: Path) -> None:
+        self.data = data
+        self.base_dir = base_dir
+        self.issues: list[SpecIssue] = []
+        self.values: dict[str, Any] = {}
+
+    def build(self) -> JobSpec:
+        if not isinstance(self.data, Mapping):
+            raise SpecError(SpecIssue("", f"a job must be a mapping of fields, got {type(self.data).__name__}"))
+        known = JobSpec.field_names()
+        for key in self.data:
+            if key not in known:
+                self.issue(str(key), "unknown field", did_you_mean(str(key), known))
+        for name in ("entry_point", "instance_type"):
+            if self.data.get(name) in (None, ""):
+                self.issue(name, "is required")
+        self.simple_fields()
+        self.collections()
+        self.values["distribution"], issues = parse_distribution(self.data.get("distribution"))
+        self.issues += issues
+        self.values["inputs"] = self.channels(self.data.get("inputs"))
+        self.check_instance_type()
+        self.semantics()
+        if self.issues:
+            raise SpecError(self.issues)
+        return JobSpec(**self.values)
+
+    def issue(self, path: str, message: str, hint: str = "") -> None:
+        self.issues.append(SpecIssue(path, message, hint))
+
+    def simple_fields(self) -> None:
+        for name, types in _SIMPLE_TYPES.items():
+            if name not in self.data:
+                continue
+            value = self.data[name]
+            # bool is an int in Python; a flag where a number belongs is still a mistake.
+            if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+                expected = " or ".join(_TYPE_WORDS[t] for t in types)
+                # YAML reads 2.3 or yes as a number or a flag; a version or name needs quotes.
+                quote = str in types and isinstance(value, (int, float, bool))
+                self.issue(name, f"must be {expected}, got {value!r}", "put it in quotes so YAML reads it as text" if quote else "")
+                continue
+            self.values[name] = value
+        for name in ("instance_count", "max_run", "volume_size"):
+            if isinstance(self.values.get(name), int) and self.values[name] < 1:
+                self.issue(name, f"must be at least 1, got {self.values[name]}")
+        for name in ("max_wait", "max_retry_attempts", "keep_alive_period_in_seconds"):
+            if isinstance(self.values.get(name), int) and self.values[name] < 0:
+                self.issue(name, f"must not be negative, got {self.values[name]}")
+
+    def collections(self) -> None:
+        self.values["hyperparameters"] = self.mapping("hyperparameters", value_check=None)
+        self.values["environment"] = self.mapping("environment", value_check=str)
+        self.values["dependencies"] = self.string_list("dependencies")
+        self.values["subnets"] = self.string_list("subnets")
+        self.values["security_group_ids"] = self.string_list("security_group_ids")
+        self.values["tags"] = self.key_value_list("tags", ("Key", "Value"))
+        self.values["metric_definitions"] = self.key_value_list("metric_definitions", ("Name", "Regex"))
+
+    def mapping(self, name: str, value_check: type | None) -> dict[str, Any]:
+        value = self.data.get(name) or {}
+        if not isinstance(value, Mapping):
+            self.issue(name, f"must be a mapping, got {type(value).__name__}")
+            return {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                self.issue(f"{name}.{key}", "keys must be strings")
+            elif value_check is not None and not isinstance(item, value_check):
+                self.issue(f"{name}.{key}", f"must be a string, got {item!r}", "quote the value")
+        return dict(value)
+
+    def string_list(self, name: str) -> tuple[str, ...]:
+        value = self.data.get(name) or ()
+        if isinstance(value, str) or not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
+            self.issue(name, f"must be a list of strings, got {value!r}")
+            return ()
+        return tuple(value)
+
+    def key_value_list(self, name: str, keys: tuple[str, str]) -> tuple[Mapping[str, str], ...]:
+        value = self.data.get(name) or ()
+        if isinstance(value, Mapping) and name == "tags":
+            value = [{"Key": k, "Value": v} for k, v in value.items()]  # {"team": "ml"} is accepted too
+        if isinstance(value, str) or not isinstance(value, Sequence):
+            self.issue(name, f"must be a list of {{{keys[0]!r}: ..., {keys[1]!r}: ...}} mappings")
+            return ()
+        for index, item in enumerate(value):
+            if not isinstance(item, Mapping) or set(item) != set(keys) or not all(isinstance(v, str) for v in item.values()):
+                self.issue(f"{name}[{index}]", f"must be {{{keys[0]!r}: <string>, {keys[1]!r}: <string>}}, got {item!r}")
+        return tuple(dict(item) for item in value if isinstance(item, Mapping))
+
+    def channels(self, value: Any) -> dict[str, TrainingInput]:
+        if value is None:
+            return {}
+        if isinstance(value, str):
+            value = {"training": value}  # fit("s3://...") means the "training" channel, as in v2
+        if not isinstance(value, Mapping):
+            self.issue("inputs", f"must map channel names to data locations, got {type(value).__name__}")
+            return {}
+        return {name: channel for name, spec in value.items() if (channel := self.channel(str(name), spec))}
+
+    def channel(self, name: str, spec: Any) -> TrainingInput | None:
+        path = f"inputs.{name}"
+        if not _CHANNEL_NAME.match(name):
+            self.issue(path, "channel names use letters, digits, '.', '-' and '_' (at most 64)")
+        if isinstance(spec, TrainingInput):
+            spec = _input_as_dict(spec)
+        if isinstance(spec, str):
+            spec = {"s3_data": spec}
+        if not isinstance(spec, Mapping):
+            self.issue(path, f"must be a URI or a mapping with s3_data, got {type(spec).__name__}")
+            return None
+        known = tuple(f.name for f in dataclasses.fields(TrainingInput))
+        for key in spec:
+            if key not in known:
+                self.issue(f"{path}.{key}", "unknown channel option", did_you_mean(str(key), known))
+        if not isinstance(spec.get("s3_data"), str) or not spec["s3_data"]:
+            self.issue(f"{path}.s3_data", "is required: an s3:// URI, a file:// URI or a local path")
+            return None
+        for key, choices in (("distribution", _S3_DISTRIBUTIONS), ("s3_data_type", _S3_DATA_TYPES), ("input_mode", _INPUT_MODES)):
+            if key in spec and spec[key] is not None and spec[key] not in choices:
+                self.issue(f"{path}.{key}", f"must be one of {', '.join(choices)}, got {spec[key]!r}", did_you_mean(str(spec[key]), choices))
+        channel = TrainingInput(**{k: v for k, v in spec.items() if k in known})
+        if channel.local_path is not None:
+            local = channel.local_path if channel.local_path.is_absolute() else self.base_dir / channel.local_path
+            if not local.exists():
+                self.issue(f"{path}.s3_data", f"local data {channel.s3_data!r} does not exist")
+            channel = dataclasses.replace(channel, s3_data=f"file://{local.resolve()}")
+        return channel
+
+    def semantics(self) -> None:
+        """Checks across fields; each looks only at values that passed their type check."""
+        self.check_code()
+        self.resolve_output_path()
+        if self.values.get("input_mode", "File") not in _INPUT_MODES:
+            self.issue("input_mode", f"must be one of {', '.join(_INPUT_MODES)}", did_you_mean(self.values["input_mode"], _INPUT_MODES))
+        if self.values.get("max_wait") is not None and not self.values.get("use_spot_instances"):
+            self.issue("max_wait", "only applies to spot training", "set use_spot_instances: true or drop max_wait")
+        if self.values.get("use_spot_instances") and self.values.get("max_wait") is None:
+            self.issue("use_spot_instances", "needs max_wait", "set max_wait to at least max_run")
+        if (job_name := self.values.get("job_name")) and not _JOB_NAME.match(job_name):
+            self.issue("job_name", "must be 1-63 letters, digits and hyphens, starting with a letter or digit")
+
+    def resolve_output_path(self) -> None:
+        """A relative local output path means relative to the job file (or cwd), like every other path."""
+        output_path = self.values.get("output_path")
+        if not output_path or "://" in output_path and not output_path.startswith("file://"):
+            return
+        local = Path(output_path.removeprefix("file://")).expanduser()
+        if not local.is_absolute():
+            self.values["output_path"] = str(self.base_dir / local)
+
+    def check_instance_type(self) -> None:
+        name = self.values.get("instance_type", "")
+        if name and instance_types.lookup(name) is None:
+            hint = did_you_mean(name, instance_types.CATALOG)
+            if not hint:
+                hint = "use local, local_gpu or an ml.* type listed in docs/instance-types.md"
+            self.issue("instance_type", f"unknown instance type {name!r}", hint)
+
+    def check_code(self) -> None:
+        entry_point = self.values.get("entry_point", "")
+        if not entry_point:
+            return  # missing or not a string: already reported
+        if entry_point.startswith("s3://"):
+            self.issue("entry_point", "must be a local file, not an S3 URI", "put the code in source_dir (which may be an s3:// sourcedir.tar.gz)")
+            return
+        source_dir = self.values.get("source_dir")
+        if source_dir and not source_dir.startswith("s3://"):
+            resolved = self.local_dir("source_dir", source_dir)
+            self.values["source_dir"] = str(resolved) if resolved else source_dir
+            if resolved and not (resolved / entry_point).is_file():
+                self.issue("entry_point", f"{entry_point!r} is not a file in source_dir {source_dir!r}")
+        elif not source_dir:
+            entry = Path(entry_point) if Path(entry_point).is_absolute() else self.base_dir / entry_point
+            if not entry.is_file():
+                self.issue("entry_point", f"file {entry_point!r} does not exist", "give the script's path, or set source_dir")
+            else:
+                self.values["entry_point"] = str(entry.resolve())
+        program = entry_point if source_dir else Path(entry_point).name
+        if not _ENTRY_POINT.match(program) or any(part in (".", "..") for part in program.split("/")):
+            self.issue("entry_point", f"{program!r} must be a relative path of letters, digits, '.', '_', '+', '-' without '.' or '..' parts")
+        resolved_deps = []
+        for index, dep in enumerate(self.values.get("dependencies", ())):
+            resolved = self.local_dir(f"dependencies[{index}]", dep)
+            resolved_deps.append(str(resolved) if resolved else dep)
+        self.values["dependencies"] = tuple(resolved_deps)
+
+    def local_dir(self, path: str, value: str) -> Path | None:
+        local = Path(value.removeprefix("file://")).expanduser()
+        local = local if local.is_absolute() else self.base_dir / local
+        if not local.is_dir():
+            self.issue(path, f"directory {value!r} does not exist")
+            return None
+        return local.resolve()

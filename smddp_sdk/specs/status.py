@@ -1,0 +1,100 @@
+"""What every scheduler reports: job handles, states, failures and log lines."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+from smddp_sdk.errors import SpecError, SpecIssue, did_you_mean
+
+SCHEDULER_NAMES = ("local", "docker", "sagemaker")
+
+
+class JobState(str, enum.Enum):
+    PENDING = "PENDING"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    UNKNOWN = "UNKNOWN"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+@dataclass(frozen=True)
+class JobHandle:
+    """Names a job for later status/logs/cancel calls: ``local://<job>``, ``docker://<job>``,
+    ``sagemaker://<region>/<TrainingJobName>``."""
+
+    scheduler: str
+    job_id: str
+
+    @classmethod
+    def parse(cls, text: str) -> JobHandle:
+        scheduler, sep, job_id = text.partition("://")
+        if not sep or not job_id:
+            raise SpecError(SpecIssue("handle", f"{text!r} is not a job handle", "expected <scheduler>://<job>, e.g. local://pytorch-training-2026-01-01-00-00-00-000"))
+        if scheduler not in SCHEDULER_NAMES:
+            raise SpecError(SpecIssue("handle", f"unknown scheduler {scheduler!r} in {text!r}", did_you_mean(scheduler, SCHEDULER_NAMES)))
+        return cls(scheduler, job_id)
+
+    def __str__(self) -> str:
+        return f"{self.scheduler}://{self.job_id}"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The root cause of a failed job: where it happened and what the rank said."""
+
+    host: str
+    rank: int | None
+    exit_code: int
+    message: str
+    traceback: str = ""
+    timestamp: float | None = None
+
+    def summary(self) -> str:
+        where = f"{self.host}/rank{self.rank}" if self.rank is not None else self.host
+        return f"{where} exited with code {self.exit_code}: {self.message}"
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    host: str
+    state: JobState
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    handle: JobHandle
+    state: JobState
+    message: str = ""
+    failure: Failure | None = None
+    hosts: tuple[HostStatus, ...] = ()
+    model_data: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line of a job's output; ``rank`` is None for lines a host's runtime prints itself."""
+
+    host: str
+    text: str
+    rank: int | None = None
+    stream: str = "stdout"
+    timestamp: float | None = None
+
+    def matches(self, hosts: Collection[str] | None, ranks: Collection[int] | None) -> bool:
+        """Whether a ``logs(hosts=..., ranks=...)`` filter keeps this line (None keeps everything)."""
+        return (hosts is None or self.host in hosts) and (ranks is None or self.rank in ranks)
+
+    @property
+    def prefix(self) -> str:
+        return f"[{self.host}/rank{self.rank}]:" if self.rank is not None else f"[{self.host}]:"
