@@ -117,3 +117,13 @@ def test_compat_steps_aside_for_a_real_installation(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["real", "real", "smdistributed.dataparallel.torch.torch_smddp"]
+
+
+def test_compat_package_works_through_a_folder_of_symlinks(tmp_path):
+    """The runtime exposes only the missing packages through symlinks; they must still import."""
+    (tmp_path / "sagemaker_training").symlink_to(os.path.join(COMPAT, "sagemaker_training"), target_is_directory=True)
+    code = "from sagemaker_training.environment import Environment; print(Environment({'SM_CURRENT_HOST': 'algo-3'}).current_host)"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(PROJECT_ROOT)]))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "algo-3"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -16,8 +18,12 @@ pytestmark = pytest.mark.integration
 TIMEOUT_S = 6
 
 
-def _segments() -> set[str]:
-    return {name for name in os.listdir(shm_dir()) if name.startswith("smddp-")}
+@pytest.fixture
+def private_shm():
+    """A private folder on the real shm file system, so other jobs' transient arenas cannot interfere."""
+    folder = tempfile.mkdtemp(prefix="smddp-test-", dir=shm_dir())
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _survivor_reports(cluster: Cluster, name: str, victim: int) -> list[dict]:
@@ -29,9 +35,9 @@ def _survivor_reports(cluster: Cluster, name: str, victim: int) -> list[dict]:
 
 @pytest.mark.parametrize(("hosts", "victim"), [(["algo-1"] * 3, 1), (["algo-1", "algo-1", "algo-2", "algo-2"], 3)],
                          ids=["one-host", "other-host"])
-def test_killed_rank_fails_the_others_quickly_and_leaves_no_segment(hosts, victim):
-    before = _segments()
-    cluster = Cluster(hosts, scenario="killed_rank", env={"SMDDP_TEST_VICTIM": str(victim), "SMDDP_TEST_PG_TIMEOUT": str(TIMEOUT_S)})
+def test_killed_rank_fails_the_others_quickly_and_leaves_no_segment(hosts, victim, private_shm):
+    env = {"SMDDP_TEST_VICTIM": str(victim), "SMDDP_TEST_PG_TIMEOUT": str(TIMEOUT_S), "SMDDP_SHM_DIR": private_shm}
+    cluster = Cluster(hosts, scenario="killed_rank", env=env)
     reports = _survivor_reports(cluster, "killed", victim)
     for report in reports:
         assert report["error"], report
@@ -39,7 +45,7 @@ def test_killed_rank_fails_the_others_quickly_and_leaves_no_segment(hosts, victi
         assert report["elapsed"] < TIMEOUT_S + 2, report
     # the ranks on the victim's host name it; ranks elsewhere name the peer that failed or dropped
     assert any(f"rank {victim}" in r["error"] for r in reports), reports
-    assert _segments() <= before, "a shared-memory segment was left behind"
+    assert os.listdir(private_shm) == [], "a shared-memory segment was left behind"
 
 
 def test_hung_rank_times_out_naming_op_and_peer():
