@@ -28,7 +28,7 @@ from smddp_sdk.runtime.failures import RankFailure, console_summary, failure_rea
 from smddp_sdk.runtime.logs import Console
 from smddp_sdk.runtime.procs import RankProcess, reap_groups, spawn_rank, stop_ranks
 from smddp_sdk.runtime.pythonpath import rank_python_path
-from smddp_sdk.runtime.training_env import TrainingEnv, read_training_env
+from smddp_sdk.runtime.training_env import TrainingEnv, number_env, read_training_env
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.contract import OptMl
 
@@ -43,8 +43,8 @@ def main(environ: Mapping[str, str] | None = None) -> int:
     opt_ml = OptMl.from_env(environ)
     try:
         env = read_training_env(environ)
-        grace = _seconds(environ, contract.STOP_GRACE_ENV, DEFAULT_STOP_GRACE)
-        agent_timeout = _seconds(environ, contract.AGENT_TIMEOUT_ENV, DEFAULT_AGENT_TIMEOUT)
+        grace = number_env(environ, contract.STOP_GRACE_ENV, DEFAULT_STOP_GRACE, float)
+        agent_timeout = number_env(environ, contract.AGENT_TIMEOUT_ENV, DEFAULT_AGENT_TIMEOUT, float)
     except ContractError as exc:
         return _fail_before_start(opt_ml, console, exc)
     try:
@@ -61,19 +61,6 @@ def _fail_before_start(opt_ml: OptMl, console: Console, exc: SmddpError) -> int:
     console.say(f"[{host}/runtime]: ", f"error: {exc}")
     contract.write_failure(opt_ml, f"{type(exc).__name__}: {exc}\n")
     return exc.exit_code
-
-
-def _seconds(environ: Mapping[str, str], name: str, default: float) -> float:
-    raw = environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if value < 0:
-        raise ContractError(f"environment variable {name}={raw!r} must be a number of seconds (>= 0)")
-    return value
 
 
 class NodeRuntime:

@@ -15,12 +15,14 @@ import shutil
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from smddp_sdk.errors import ContractError
 from smddp_sdk.runtime.plan import truthy
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.contract import OptMl
+
+N = TypeVar("N", int, float)
 
 DEFAULT_LOG_LEVEL = 20  # logging.INFO, the toolkit's default for sagemaker_container_log_level
 
@@ -305,17 +307,23 @@ def probe_gpu_count() -> int:
     return sum(1 for line in listing.splitlines() if line.startswith("GPU "))
 
 
-def _int_env(environ: Mapping[str, str], name: str, default: int) -> int:
+def number_env(environ: Mapping[str, str], name: str, default: N, kind: type[N]) -> N:
+    """A non-negative number from the environment (``kind`` is int or float), or ``default`` when unset."""
     raw = environ.get(name, "").strip()
     if not raw:
         return default
     try:
-        value = int(raw)
+        value = kind(raw)
     except ValueError:
-        value = -1
+        value = kind(-1)
     if value < 0:
-        raise ContractError(f"environment variable {name}={raw!r} must be a non-negative integer")
+        what = "a non-negative integer" if kind is int else "a number of seconds (>= 0)"
+        raise ContractError(f"environment variable {name}={raw!r} must be {what}")
     return value
+
+
+def _int_env(environ: Mapping[str, str], name: str, default: int) -> int:
+    return number_env(environ, name, default, int)
 
 
 def _port(environ: Mapping[str, str], name: str, default: int) -> int:
