@@ -254,3 +254,15 @@ def test_topology_is_exported_only_when_present(tmp_path):
     env = read(tmp_path)
     plan = plan_ranks(env.ordered_hosts, env.current_host, LaunchShape.SMDISTRIBUTED, 1)
     assert rank_env.sm_env(env, plan)["SM_TOPOLOGY"] == '[{"capacityUnitId":"u1","hostName":"algo-1"}]'
+
+
+def test_numeric_knobs_name_the_variable_and_what_is_expected():
+    from smddp_sdk.errors import ContractError
+    from smddp_sdk.runtime.training_env import number_env
+
+    assert number_env({}, "SMDDP_STOP_GRACE", 5.0, float) == 5.0
+    assert number_env({"SMDDP_STOP_GRACE": "2.5"}, "SMDDP_STOP_GRACE", 5.0, float) == 2.5
+    with pytest.raises(ContractError, match=r"SMDDP_STOP_GRACE='soon' must be a number of seconds"):
+        number_env({"SMDDP_STOP_GRACE": "soon"}, "SMDDP_STOP_GRACE", 5.0, float)
+    with pytest.raises(ContractError, match="non-negative integer"):
+        number_env({"SMDDP_AGENT_PORT": "1.5"}, "SMDDP_AGENT_PORT", 7778, int)
