@@ -8,9 +8,10 @@ With several runs, each cell shows the median over runs; the ratio columns are c
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
-import sys
+from pathlib import Path
 from collections import defaultdict
 
 from collectives_bench import human
@@ -43,5 +44,12 @@ def render(runs: list[list[dict]]) -> str:
     return "\n".join(lines)
 
 
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", type=Path, help="JSON files written by collectives_bench.py --json")
+    args = parser.parse_args(argv)
+    print(render([json.loads(path.read_text()) for path in args.runs]))
+
+
 if __name__ == "__main__":
-    print(render([json.load(open(path)) for path in sys.argv[1:]]))
+    main()
