@@ -144,7 +144,7 @@ def run_oracle(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     python = _oracle_python()
     if python is None:
         pytest.skip("SageMaker SDK v2 oracle not installed: run scripts/setup-sagemaker-oracle.sh "
-                    "(scripts/setup.sh does) or set SMDDP_SAGEMAKER_ORACLE_PYTHON")
+                    "(scripts/test.sh does) or set SMDDP_SAGEMAKER_ORACLE_PYTHON")
     env = {key: value for key, value in os.environ.items() if not key.startswith(("AWS_", "PYTHON"))}
     env["AWS_EC2_METADATA_DISABLED"] = "true"
     result = subprocess.run([str(python), str(ORACLE_SCRIPT)], input=json.dumps(cases), capture_output=True,
