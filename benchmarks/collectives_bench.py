@@ -18,6 +18,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -66,6 +67,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 # ----------------------------------------------------------------------------------------------- ranks
 def rank_main(args: argparse.Namespace) -> None:
     import torch
+
+    dtype = getattr(torch, args.dtype)
+    rank_sweep(
+        args,
+        lambda op, size, group, rank, n: measure(op, size, dtype, group, args, rank, n),
+        print_row,
+        dtype=args.dtype,
+    )
+
+
+def rank_sweep(args: argparse.Namespace, measure_one: Callable, print_one: Callable, **row_fields: object) -> None:
+    """What every rank of a benchmark does: join smddp and a gloo group in the same process, measure each
+    op and size with each backend; rank 0 prints the rows and appends them to ``--json``."""
+    import torch
     import torch.distributed as dist
 
     import smddp_sdk.collectives  # noqa: F401
@@ -75,16 +90,15 @@ def rank_main(args: argparse.Namespace) -> None:
     groups = {"smddp": dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
     groups = {name: groups[name] for name in args.backends.split(",")}
     rank, n = dist.get_rank(), dist.get_world_size()
-    dtype = getattr(torch, args.dtype)
     rows = []
     for op in args.ops.split(","):
         for size in map(parse_size, args.sizes.split(",")):
-            row = {"op": op, "n": n, "size": size, "dtype": args.dtype}
+            row = {"op": op, "n": n, "size": size, **row_fields}
             for name, group in groups.items():
-                row[name] = measure(op, size, dtype, group, args, rank, n)
+                row[name] = measure_one(op, size, group, rank, n)
             rows.append(row)
             if rank == 0:
-                print_row(row, list(groups), first=len(rows) == 1 or rows[-2]["op"] != op)
+                print_one(row, list(groups), first=len(rows) == 1 or rows[-2]["op"] != op)
     if rank == 0 and args.json:
         path = Path(args.json)
         existing = json.loads(path.read_text()) if path.exists() else []

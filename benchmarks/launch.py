@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
+from smddp_sdk.schedulers.local_job import pick_free_ports
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def host_names(world_size: int, hosts: int) -> list[str]:
@@ -25,7 +20,7 @@ def host_names(world_size: int, hosts: int) -> list[str]:
 
 def run_ranks(script: str, args: list[str], world_size: int, hosts: int = 1, env: dict[str, str] | None = None) -> int:
     """Run `python script --rank-process args...` world_size times; returns the worst exit code."""
-    port = free_port()
+    port = pick_free_ports(1)[0]
     names = host_names(world_size, hosts)
     procs = []
     for rank in range(world_size):

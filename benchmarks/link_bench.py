@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.collectives_bench import human, make_case, parse_size  # noqa: E402
+from benchmarks.collectives_bench import human, make_case, rank_sweep  # noqa: E402
 
 SIZES = "64K,256K,1M,4M,16M,64M"
 PER_LINK_FACTOR = {"allreduce": lambda h: 2 * (h - 1) / h, "allgather": lambda h: (h - 1) / h}
@@ -60,30 +60,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 # ----------------------------------------------------------------------------------------------- ranks
 def rank_main(args: argparse.Namespace) -> None:
-    import torch
-    import torch.distributed as dist
-
-    import smddp_sdk.collectives  # noqa: F401
-
-    torch.set_num_threads(1)
-    dist.init_process_group("smddp")
-    groups = {"smddp": dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
-    groups = {name: groups[name] for name in args.backends.split(",")}
-    rank, n = dist.get_rank(), dist.get_world_size()
-    rows = []
-    for op in args.ops.split(","):
-        for size in map(parse_size, args.sizes.split(",")):
-            row = {"op": op, "hosts": args.hosts, "n": n, "size": size, "rate_mbit": args.rate_mbit}
-            for name, group in groups.items():
-                row[name] = measure_loop(op, size, group, args, rank, n)
-            rows.append(row)
-            if rank == 0:
-                print_row(row, list(groups), first=len(rows) == 1 or rows[-2]["op"] != op)
-    if rank == 0 and args.json:
-        path = Path(args.json)
-        existing = json.loads(path.read_text()) if path.exists() else []
-        path.write_text(json.dumps(existing + rows, indent=1))
-    dist.destroy_process_group()
+    rank_sweep(
+        args,
+        lambda op, size, group, rank, n: measure_loop(op, size, group, args, rank, n),
+        print_row,
+        hosts=args.hosts,
+        rate_mbit=args.rate_mbit,
+    )
 
 
 def measure_loop(op: str, size: int, group, args: argparse.Namespace, rank: int, n: int) -> dict:

@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from smddp_sdk.schedulers.local_job import pick_free_ports  # noqa: E402
 from smddp_sdk.specs import contract  # noqa: E402
 from smddp_sdk.specs.contract import OptMl  # noqa: E402
 
@@ -48,16 +48,6 @@ time.sleep(60)
 NOOP_SCRIPT = "print('done')\n"
 
 
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for sock in sockets:
-        sock.bind(("127.0.0.1", 0))
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
-
-
 def lay_out(root: Path, hosts: list[str], script: str, ranks: int, ready: Path) -> dict[str, str]:
     code = root / "src"
     code.mkdir()
@@ -71,7 +61,7 @@ def lay_out(root: Path, hosts: list[str], script: str, ranks: int, ready: Path) 
             OptMl(root / host), resource=contract.resource_config(host, hosts, "ml.c5.xlarge"),
             hyperparameters=contract.encode_hyperparameters(hps), input_data={},
         )
-    master, server, agent = free_ports(3)
+    master, server, agent = pick_free_ports(3)
     return {
         **os.environ, "PYTHONPATH": str(ROOT),
         contract.HOST_ADDRESSES_ENV: json.dumps({h: "127.0.0.1" for h in hosts}),

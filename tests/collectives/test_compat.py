@@ -11,6 +11,7 @@ import pytest
 
 pytest.importorskip("torch")
 import smddp_sdk  # noqa: E402
+from smddp_sdk.schedulers.local_job import pick_free_ports  # noqa: E402
 from tests.collectives.cluster import PROJECT_ROOT  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -61,20 +62,12 @@ def _run_script(source: str, world: int, port: int) -> list[str]:
     return outputs
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_current_api_script_runs_unchanged():
-    assert _run_script(CURRENT_API_SCRIPT, 2, _free_port()) == ["RESULT smddp [3.0, 3.0, 3.0]"] * 2
+    assert _run_script(CURRENT_API_SCRIPT, 2, pick_free_ports(1)[0]) == ["RESULT smddp [3.0, 3.0, 3.0]"] * 2
 
 
 def test_old_api_script_runs_unchanged():
-    outputs = _run_script(OLD_API_SCRIPT, 2, _free_port())
+    outputs = _run_script(OLD_API_SCRIPT, 2, pick_free_ports(1)[0])
     assert outputs == [f"RESULT 2 {r} algo-1 ['algo-1'] [1.5, 1.5]" for r in range(2)]
 
 

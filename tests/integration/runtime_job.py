@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,21 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import smddp_sdk
+from smddp_sdk.schedulers.local_job import pick_free_ports
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.contract import OptMl
 
 PACKAGE_ROOT = str(Path(smddp_sdk.__file__).resolve().parent.parent)
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 @dataclass
@@ -64,7 +53,7 @@ def make_job(
     num_gpus: int = 0,
     group_hosts: Sequence[str] | None = None,
 ) -> SimulatedJob:
-    master, server, agent = free_ports(3)
+    master, server, agent = pick_free_ports(3)
     hps = {"sagemaker_program": entry_point, "sagemaker_submit_directory": f"file://{code_dir}", **hyperparameters}
     for host in hosts:
         resource = contract.resource_config(host, sorted(hosts), "ml.c5.xlarge")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 
@@ -10,19 +9,10 @@ import pytest
 
 from smddp_sdk.runtime.coordination import Coordinator, CoordinatorClient
 from smddp_sdk.runtime.failures import RankFailure
+from smddp_sdk.schedulers.local_job import pick_free_ports
 
 
 HOSTS = ("algo-1", "algo-2", "algo-3")
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for sock in sockets:
-        sock.bind(("127.0.0.1", 0))
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
 
 
 def failure(host: str, rank: int, at: float, message: str = "boom") -> RankFailure:
@@ -46,7 +36,7 @@ class Peer:
 
 @pytest.fixture
 def coordinator():
-    port = free_ports(1)[0]
+    port = pick_free_ports(1)[0]
     logs: list[str] = []
     coord = Coordinator(HOSTS, "secret", port, log=logs.append, connect_timeout=5.0, verdict_timeout=3.0)
     coord.start()
@@ -97,7 +87,7 @@ def test_a_peer_with_the_wrong_token_is_turned_away(coordinator):
 
 
 def test_an_unreachable_coordinator_does_not_hang_the_client():
-    port = free_ports(1)[0]  # nothing listens here
+    port = pick_free_ports(1)[0]  # nothing listens here
     lonely = Peer("algo-2", port, connect_timeout=0.5)
     assert lonely.client.gave_up.wait(5)
     assert lonely.client.wait_verdict(0.2) is None
@@ -113,7 +103,7 @@ def test_a_host_connecting_after_the_stop_is_told_at_once(coordinator):
 
 
 def test_messages_sent_before_connecting_are_delivered():
-    port = free_ports(1)[0]
+    port = pick_free_ports(1)[0]
     early = Peer("algo-1", port)
     early.client.report_failure(failure("algo-1", 1, time.time()))  # queued: nobody listens yet
     time.sleep(0.3)
@@ -126,7 +116,7 @@ def test_messages_sent_before_connecting_are_delivered():
 
 
 def test_a_host_that_never_joins_fails_the_job_after_the_connect_timeout():
-    port = free_ports(1)[0]
+    port = pick_free_ports(1)[0]
     coord = Coordinator(HOSTS, "secret", port, log=lambda _: None, connect_timeout=0.5, verdict_timeout=3.0)
     coord.start()
     try:
@@ -138,7 +128,7 @@ def test_a_host_that_never_joins_fails_the_job_after_the_connect_timeout():
 
 
 def test_a_result_reported_before_the_coordinator_listens_still_arrives():
-    port = free_ports(1)[0]
+    port = pick_free_ports(1)[0]
     early = Peer("algo-2", port)
     early.client.report_final("ok", [])  # finished before the first host's runtime was up
     time.sleep(0.3)
