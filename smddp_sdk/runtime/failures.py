@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from smddp_sdk.specs.contract import FAILURE_REASON_LIMIT
+from smddp_sdk.specs.contract import FAILURE_REASON_LIMIT, RootCause
 
 _BORDER = "=" * 60
 _MESSAGE_LIMIT = 300  # keeps host, rank and code inside the 1024 characters SageMaker shows
@@ -40,11 +40,14 @@ class RankFailure:
         return f"{self.host}/rank{self.rank}" if self.rank is not None else f"{self.host}/runtime"
 
     @property
-    def headline(self) -> str:
+    def cause(self) -> RootCause:
         message = self.message if len(self.message) <= _MESSAGE_LIMIT else self.message[:_MESSAGE_LIMIT] + "..."
         error = f"{self.error_type}: {message}" if message else self.error_type
-        subject = f"rank {self.rank} on host {self.host}" if self.rank is not None else f"the runtime on host {self.host}"
-        return f"{subject} failed with exit code {self.exit_code}: {error}"
+        return RootCause(self.host, self.rank, self.exit_code, error)
+
+    @property
+    def headline(self) -> str:
+        return self.cause.headline
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -116,7 +119,7 @@ def failure_reason(root: RankFailure, others: Sequence[RankFailure] = ()) -> str
     """The text of output/failure: host, rank, exit code and error within the first 1024 characters."""
     details = root.traceback.strip() or root.log_tail.strip()
     lines = [
-        f"Root cause: {root.headline}",
+        root.cause.line,
         f"ExitCode {root.exit_code}",
         f"ErrorMessage {root.error_type}: {root.message[:_MESSAGE_LIMIT]}".rstrip(": "),
     ]

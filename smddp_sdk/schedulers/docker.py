@@ -53,9 +53,6 @@ CODE_MOUNT = "/opt/smddp/code"  # the job's code snapshot, read-only; the runtim
 _OPTIONS = ("image", "keep_containers", "shm_size", "gpus", "job_root", "processes_per_host", "user", "stop_grace_period", "docker")
 TAIL_LINES = 20  # a dead container's last lines shown in the failure summary
 RESULT_FILE = "result.json"  # what `wait` saves once the containers are gone
-_ROOT_CAUSE = re.compile(
-    r"^Root cause: (?:rank (?P<rank>\d+) on host|the runtime on host) (?P<host>\S+) failed with exit code (?P<code>-?\d+)", re.M
-)
 _PREFIX = re.compile(r"^\[(?P<host>[^\]/]+)/rank(?P<rank>\d+)\]:\s?(?P<text>.*)$")
 
 
@@ -438,11 +435,12 @@ class DockerScheduler(Scheduler):
         if not dead:
             return None
         job_dir = _job_dir_of(containers)
-        verdicts = [(c, _root_cause(self._failure_text(job_dir, c))) for c in containers]
         by_host = {_label(c, LABEL_HOST): c for c in containers}
-        agreed = next(((cause, text) for _, (cause, text) in verdicts if cause and cause[0] in by_host), None)
+        texts = [self._failure_text(job_dir, c) for c in containers]
+        agreed = next(((cause, text) for text in texts if (cause := contract.parse_root_cause(text)) and cause.host in by_host), None)
         if agreed:
-            (host, rank, code), reason = agreed
+            cause, reason = agreed
+            host, rank, code = cause.host, cause.rank, cause.exit_code
             culprit = by_host[host]
         else:
             culprit = min(dead, key=lambda c: c["State"]["FinishedAt"])
@@ -650,15 +648,6 @@ def _job_state(hosts: tuple[HostStatus, ...]) -> JobState:
 
 def _message(state: JobState, hosts: tuple[HostStatus, ...]) -> str:
     return f"{state.value.lower()}: " + ", ".join(f"{h.host} {h.state.value.lower()}" + (f" ({h.exit_code})" if h.exit_code else "") for h in hosts)
-
-
-def _root_cause(reason: str) -> tuple[tuple[str, int | None, int] | None, str]:
-    """(host, rank, exit code) named on the runtime's ``Root cause:`` line of output/failure, if any."""
-    match = _ROOT_CAUSE.search(reason)
-    if not match:
-        return None, reason
-    rank = match.group("rank")
-    return (match.group("host"), int(rank) if rank else None, int(match.group("code"))), reason
 
 
 def _parse_line(host: str, raw: str) -> LogLine:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import re
 import secrets
 import signal
 import subprocess
@@ -297,25 +296,18 @@ def inherited_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {key: value for key, value in environ.items() if key not in _IDENTITY_NAMES and not key.startswith(_IDENTITY_PREFIXES)}
 
 
-_VERDICT = re.compile(
-    r"^Root cause: (?:rank (?P<rank>\d+) on host (?P<host>\S+)|the runtime on host (?P<runtime_host>\S+)) "
-    r"failed with exit code (?P<code>\d+): (?P<message>.*)$"
-)
-
-
 def parse_failure_reason(reason: str) -> dict[str, Any] | None:
-    """The root cause named on the first line of a runtime's ``output/failure`` (the runtime's format:
-    ``Root cause: rank 3 on host algo-2 failed with exit code 7: ...``), or None."""
-    lines = reason.strip().splitlines()
-    match = _VERDICT.match(lines[0]) if lines else None
-    if match is None:
+    """The root cause a runtime wrote to ``output/failure`` (see contract.RootCause), with the rest of the
+    text as its traceback, or None when the text names none."""
+    cause = contract.parse_root_cause(reason)
+    if cause is None:
         return None
-    rank = match["rank"]
+    lines = reason.strip().splitlines()
     return {
-        "host": match["host"] or match["runtime_host"],
-        "rank": int(rank) if rank is not None else None,
-        "exit_code": int(match["code"]),
-        "message": match["message"],
+        "host": cause.host,
+        "rank": cause.rank,
+        "exit_code": cause.exit_code,
+        "message": cause.message,
         "traceback": "\n".join(lines[1:]).strip(),
         "timestamp": None,
     }

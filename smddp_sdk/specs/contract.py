@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -270,3 +271,43 @@ def read_failure(opt_ml: OptMl) -> str | None:
 def write_success(opt_ml: OptMl) -> None:
     opt_ml.output_dir.mkdir(parents=True, exist_ok=True)
     opt_ml.success_file.touch()
+
+
+# --- the root-cause line -------------------------------------------------------------------------
+
+ROOT_CAUSE_PREFIX = "Root cause: "
+# SageMaker reports output/failure as the job's FailureReason prefixed with "AlgorithmError: ".
+_ROOT_CAUSE = re.compile(
+    r"^(?:AlgorithmError: )?Root cause: (?:rank (?P<rank>\d+) on host|the runtime on host) (?P<host>\S+) "
+    r"failed with exit code (?P<code>-?\d+)(?:: (?P<message>.*))?$",
+    re.M,
+)
+
+
+@dataclass(frozen=True)
+class RootCause:
+    """Which rank (or host runtime, when ``rank`` is None) failed first: the first line of output/failure,
+    which every host of a failed job writes the same way, so schedulers can name it without guessing."""
+
+    host: str
+    rank: int | None
+    exit_code: int
+    message: str = ""
+
+    @property
+    def headline(self) -> str:
+        subject = f"rank {self.rank} on host {self.host}" if self.rank is not None else f"the runtime on host {self.host}"
+        return f"{subject} failed with exit code {self.exit_code}: {self.message}"
+
+    @property
+    def line(self) -> str:
+        return ROOT_CAUSE_PREFIX + self.headline
+
+
+def parse_root_cause(reason: str) -> RootCause | None:
+    """The root cause named in a failure reason written by the runtime, or None for any other text."""
+    match = _ROOT_CAUSE.search(reason)
+    if match is None:
+        return None
+    rank = match["rank"]
+    return RootCause(match["host"], int(rank) if rank is not None else None, int(match["code"]), match["message"] or "")

@@ -70,3 +70,17 @@ def test_first_failure_wins_and_reason_is_truncated(tmp_path):
     assert not contract.write_failure(opt_ml, "a later failure")
     reason = contract.read_failure(opt_ml)
     assert reason.startswith("root cause") and len(reason) == contract.FAILURE_REASON_LIMIT
+
+
+@pytest.mark.parametrize(
+    "cause",
+    [
+        contract.RootCause("algo-2", 3, 7, "ValueError: boom"),
+        contract.RootCause("algo-1", None, 2, "ContractError: hyperparameters.json: not valid JSON"),
+    ],
+)
+def test_root_cause_line_round_trips(cause):
+    reason = f"{cause.line}\nExitCode {cause.exit_code}\n\nTraceback ..."
+    assert contract.parse_root_cause(reason) == cause
+    assert contract.parse_root_cause("AlgorithmError: " + reason) == cause  # as SageMaker reports it
+    assert contract.parse_root_cause("AlgorithmError: something else") is None

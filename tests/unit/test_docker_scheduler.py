@@ -14,7 +14,7 @@ from smddp_sdk.errors import EXIT_UNAVAILABLE, UnavailableError
 from smddp_sdk.errors import SpecError
 from smddp_sdk.schedulers import get_scheduler
 from smddp_sdk.schedulers.local_job import JobDir
-from smddp_sdk.schedulers.docker import DEFAULT_IMAGE, LABEL_HOST, LABEL_JOB, DockerScheduler, _parse_line, _root_cause
+from smddp_sdk.schedulers.docker import DEFAULT_IMAGE, LABEL_HOST, LABEL_JOB, DockerScheduler, _parse_line
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.job import JobSpec
 
@@ -202,9 +202,11 @@ def test_log_lines_keep_the_runtime_rank_prefix(raw, host, rank, text):
 
 def test_root_cause_is_read_from_the_runtime_failure_file():
     text = "Root cause: rank 3 on host algo-2 failed with exit code 1: RuntimeError: boom\nExitCode 1\n"
-    assert _root_cause(text)[0] == ("algo-2", 3, 1)
-    assert _root_cause("Root cause: the runtime on host algo-1 failed with exit code 143: SIGTERM\n")[0] == ("algo-1", None, 143)
-    assert _root_cause("something else")[0] is None
+    cause = contract.parse_root_cause(text)
+    assert (cause.host, cause.rank, cause.exit_code) == ("algo-2", 3, 1)
+    cause = contract.parse_root_cause("Root cause: the runtime on host algo-1 failed with exit code 143: SIGTERM\n")
+    assert (cause.host, cause.rank, cause.exit_code) == ("algo-1", None, 143)
+    assert contract.parse_root_cause("something else") is None
 
 
 def test_docker_scheduler_imports_no_heavy_module():

@@ -6,6 +6,7 @@ import re
 from datetime import datetime
 from typing import Any
 
+from smddp_sdk.specs import contract
 from smddp_sdk.specs.status import Failure, JobState
 
 # TrainingJobStatus -> JobState; "InProgress" is refined by the secondary status below.
@@ -19,7 +20,6 @@ _STARTING = frozenset({"Starting", "LaunchingMLInstances", "PreparingTrainingSta
                        "DownloadingTrainingImage", "Restarting", "Pending", "Updating", "Interrupted"})
 _HOST = re.compile(r"\b(algo-\d+)(?:/rank(\d+))?")
 _EXIT_CODE = re.compile(r"exit(?:ed with)?[ _]?code[:=]?\s*(\d+)", re.IGNORECASE)
-_RANK_ON_HOST = re.compile(r"(?:rank (?P<rank>\d+)|the runtime) on host (?P<host>[\w.-]+)")
 _ERROR_MESSAGE = re.compile(r"^(?:AlgorithmError: )?ErrorMessage (.+)$", re.MULTILINE)
 
 
@@ -63,9 +63,9 @@ def failure(description: dict[str, Any]) -> Failure | None:
 
 def _where(reason: str) -> tuple[str, int | None]:
     """Host and rank: ``rank 3 on host algo-2`` (our runtime), ``algo-2/rank3``, or a bare ``algo-2``."""
-    spelled = _RANK_ON_HOST.search(reason)
-    if spelled:
-        return spelled.group("host"), int(spelled.group("rank")) if spelled.group("rank") else None
+    cause = contract.parse_root_cause(reason)
+    if cause is not None:
+        return cause.host, cause.rank
     short = _HOST.search(reason)
     if short:
         return short.group(1), int(short.group(2)) if short.group(2) else None
