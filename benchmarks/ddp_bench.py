@@ -1,18 +1,29 @@
-"""DDP end-to-end benchmark: steps/s and scaling efficiency of smddp and gloo against one process.
+"""DDP end-to-end benchmark: steps/s and scaling efficiency against one process, smddp against gloo.
 
-    python benchmarks/ddp_bench.py --world-sizes 2 --backends smddp,gloo
+    python benchmarks/ddp_bench.py --world-sizes 2 --repeat 5
 
-The model is an MLP (512 -> hidden x layers -> 512, 10.5M parameters by default), SGD with momentum,
-`--batch-size` samples per rank, one torch thread per rank. The one-process baseline trains the same model
-without DDP. Step time is the median over the timed steps of the slowest rank's step. Efficiency =
-samples/s at n ranks / (n x samples/s of one process). After training, every rank's parameter digest must
-match (checked over a separate gloo group), or the run fails.
+Each configuration is BACKEND:DDP, where DDP is `smddp` (smddp_sdk.collectives.ddp.DistributedDataParallel)
+or `torch` (torch.nn.parallel.DistributedDataParallel); the default compares smddp's DDP and torch's DDP
+over smddp with torch's DDP over gloo. The model is an MLP (512 -> hidden x layers -> 512, 10.5M
+parameters by default), SGD with momentum, `--batch-size` samples per rank, one torch thread per rank.
+The one-process baseline trains the same model without DDP.
+
+Step time is the median over the timed steps of the slowest rank's step. Efficiency = samples/s at n ranks
+/ (n x samples/s of one process). `--repeat` runs every configuration and the baseline again, round after
+round, so that each round's ratios come from neighbouring runs; the table shows medians over rounds and
+the range of the efficiency. After training, every rank's parameter digest must match (checked over a
+separate gloo group), or the benchmark fails.
+
+Every process (baseline included) runs with glibc's malloc keeping freed memory (GLIBC_TUNABLES below):
+otherwise the allocator hands multi-MB gradient buffers back to the kernel after each step and the next
+step pays ~10k page faults for them, which swamps the differences being measured.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import os
 import statistics
@@ -23,12 +34,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+MALLOC_KEEPS_MEMORY = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824"
+DDP_IMPLEMENTATIONS = ("smddp", "torch")
+
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--world-sizes", default="2")
     parser.add_argument("--hosts", type=int, default=1, help="simulated hosts the ranks are split over")
-    parser.add_argument("--backends", default="smddp,gloo")
+    parser.add_argument("--configs", default="smddp:smddp,smddp:torch,gloo:torch",
+                        help="comma-separated BACKEND:DDP pairs; DDP is smddp or torch")
+    parser.add_argument("--repeat", type=int, default=1, help="rounds of every configuration and the baseline")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=32, help="samples per rank and step")
@@ -39,6 +55,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--json", help="append results to this file")
     parser.add_argument("--rank-process", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--backend", help=argparse.SUPPRESS)
+    parser.add_argument("--ddp", help=argparse.SUPPRESS)
     parser.add_argument("--result-file", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -98,8 +115,13 @@ def rank_main(args: argparse.Namespace) -> None:
 
     dist.init_process_group(args.backend)
     side = dist.new_group(backend="gloo")  # step-time and digest exchange, off the measured path
-    model = torch.nn.parallel.DistributedDataParallel(
-        build_model(args), bucket_cap_mb=args.bucket_cap_mb, gradient_as_bucket_view=args.gradient_as_bucket_view)
+    if args.ddp == "smddp":
+        from smddp_sdk.collectives.ddp import DistributedDataParallel
+
+        model = DistributedDataParallel(build_model(args), bucket_cap_mb=args.bucket_cap_mb)
+    else:
+        model = torch.nn.parallel.DistributedDataParallel(
+            build_model(args), bucket_cap_mb=args.bucket_cap_mb, gradient_as_bucket_view=args.gradient_as_bucket_view)
 
     def slowest(elapsed: float) -> float:
         box = [None] * dist.get_world_size()
@@ -114,17 +136,44 @@ def rank_main(args: argparse.Namespace) -> None:
     dist.destroy_process_group()
 
 
-def run(args: argparse.Namespace, argv: list[str], backend: str, n: int) -> dict:
+def run(args: argparse.Namespace, argv: list[str], config: tuple[str, str], n: int) -> dict:
     from benchmarks.launch import run_ranks
 
+    backend, ddp = config
     with tempfile.TemporaryDirectory() as tmp:
         result = os.path.join(tmp, "result.json")
-        code = run_ranks(__file__, [*argv, "--backend", backend, "--result-file", result], n, hosts=min(args.hosts, n))
+        rank_args = [*argv, "--backend", backend, "--ddp", ddp, "--result-file", result]
+        code = run_ranks(__file__, rank_args, n, hosts=min(args.hosts, n), env={"GLIBC_TUNABLES": MALLOC_KEEPS_MEMORY})
         if code != 0:
-            raise SystemExit(f"{backend} with {n} ranks failed (exit {code})")
+            raise SystemExit(f"{backend} with {ddp} DDP and {n} ranks failed (exit {code})")
         data = json.loads(Path(result).read_text())
     step = statistics.median(data["times"])
-    return {"backend": backend, "n": n, "step_s": step, "samples_s": n * args.batch_size / step, "identical": data.get("identical", True)}
+    return {"backend": backend, "ddp": ddp, "n": n, "step_s": step, "samples_s": n * args.batch_size / step,
+            "identical": data.get("identical", True)}
+
+
+def parse_configs(text: str) -> list[tuple[str, str]]:
+    configs = []
+    for item in text.split(","):
+        backend, _, ddp = item.partition(":")
+        if ddp not in DDP_IMPLEMENTATIONS:
+            raise SystemExit(f"--configs: {item!r} is not BACKEND:DDP with DDP one of {', '.join(DDP_IMPLEMENTATIONS)} "
+                             "(for example smddp:smddp or gloo:torch)")
+        configs.append((backend, ddp))
+    return configs
+
+
+def summarize(rounds: list[list[dict]]) -> list[dict]:
+    """One row per configuration: medians over rounds, efficiency against the same round's baseline."""
+    rows = []
+    for position in range(len(rounds[0])):
+        runs = [r[position] for r in rounds]
+        efficiencies = [run["samples_s"] / (run["n"] * r[0]["samples_s"]) for run, r in zip(runs, rounds)]
+        rows.append({**runs[0], "step_s": statistics.median(run["step_s"] for run in runs),
+                     "samples_s": statistics.median(run["samples_s"] for run in runs),
+                     "efficiency": statistics.median(efficiencies), "efficiency_range": [min(efficiencies), max(efficiencies)],
+                     "identical": all(run["identical"] for run in runs), "rounds": len(runs)})
+    return rows
 
 
 def main(argv: list[str]) -> int:
@@ -132,19 +181,23 @@ def main(argv: list[str]) -> int:
     if args.rank_process:
         rank_main(args)
         return 0
+    configs = parse_configs(args.configs)
     params = sum(p.numel() for p in build_model(args).parameters())
     print(f"MLP {params / 1e6:.1f}M parameters, batch {args.batch_size} per rank, {args.steps} timed steps, "
-          f"bucket {args.bucket_cap_mb} MB, gradient_as_bucket_view={args.gradient_as_bucket_view}", flush=True)
-    rows = [run(args, argv, "local", 1)]
-    for n in map(int, args.world_sizes.split(",")):
-        for backend in args.backends.split(","):
-            rows.append(run(args, argv, backend, n))
-    base = rows[0]["samples_s"]
-    print(f"{'backend':>8} {'ranks':>5} {'step':>10} {'samples/s':>10} {'efficiency':>10} {'identical':>9}")
+          f"bucket {args.bucket_cap_mb} MB, gradient_as_bucket_view={args.gradient_as_bucket_view} (torch DDP), "
+          f"{args.repeat} round(s), GLIBC_TUNABLES={MALLOC_KEEPS_MEMORY}", flush=True)
+    plan = [(("local", "none"), 1)] + list(itertools.product(configs, map(int, args.world_sizes.split(","))))
+    rounds = []
+    for index in range(args.repeat):
+        rounds.append([run(args, argv, config, n) for config, n in plan])
+        print(f"round {index + 1}: " + ", ".join(f"{r['backend']}/{r['ddp']} x{r['n']} {r['step_s'] * 1e3:.1f} ms"
+                                                  for r in rounds[-1]), flush=True)
+    rows = summarize(rounds)
+    print(f"{'backend':>8} {'ddp':>6} {'ranks':>5} {'step':>10} {'samples/s':>10} {'efficiency':>10} {'range':>11} {'identical':>9}")
     for row in rows:
-        row["efficiency"] = row["samples_s"] / (row["n"] * base)
-        print(f"{row['backend']:>8} {row['n']:>5} {row['step_s'] * 1e3:8.1f} ms {row['samples_s']:10.0f} "
-              f"{row['efficiency']:10.2f} {str(row['identical']):>9}", flush=True)
+        low, high = row["efficiency_range"]
+        print(f"{row['backend']:>8} {row['ddp']:>6} {row['n']:>5} {row['step_s'] * 1e3:8.1f} ms {row['samples_s']:10.0f} "
+              f"{row['efficiency']:10.2f} {low:5.2f}-{high:4.2f} {str(row['identical']):>9}", flush=True)
     if args.json:
         path = Path(args.json)
         path.write_text(json.dumps((json.loads(path.read_text()) if path.exists() else []) + rows, indent=1))

@@ -9,7 +9,9 @@ algorithms and transports slot in here without touching the ProcessGroup.
 
 from __future__ import annotations
 
+import os
 import time
+import warnings
 from collections.abc import Sequence
 
 import torch
@@ -19,8 +21,11 @@ from smddp_sdk.collectives.errors import CollectiveError
 from smddp_sdk.collectives.local import LocalComm
 from smddp_sdk.collectives.memory import copy_bytes, memview
 from smddp_sdk.collectives.reduce import RedOpType, finish_average
+from smddp_sdk.collectives.shm import ShmUnavailable, allocate_file, map_file, shm_dir
 from smddp_sdk.collectives.tcp import TcpMesh
 from smddp_sdk.collectives.topology import Topology
+
+PATH_BYTES = 4096  # a shared-region file name travels between local ranks in a buffer of this size
 
 
 class Communicator:
@@ -94,6 +99,56 @@ class Communicator:
                     self._inter_host.run(piece, combine_op, what, deadline, forced)
                 self.local.broadcast(0, [piece.view(torch.uint8)], what, deadline)
         finish_average(x, op, self.topo.size)
+
+    def shared_region(self, nbytes: int, what: str) -> list[torch.Tensor] | None:
+        """Collective over the group: a buffer of nbytes per rank that the host's ranks all map.
+
+        Returns the host's buffers as uint8 tensors in local order (this rank's at local.index), or None
+        when there is no arena on this host or any local rank could not allocate its file (every local
+        rank then returns None, so they agree). The files are unlinked as soon as all are mapped.
+        """
+        if self.local.arena is None:
+            return None
+        path = ""
+        try:
+            path = allocate_file(nbytes, shm_dir())
+        except ShmUnavailable as exc:
+            warnings.warn(f"smddp: no shared fusion buffer on this host, reducing through the arena: {exc}",
+                          RuntimeWarning, stacklevel=3)
+        encoded = path.encode()
+        name = torch.zeros(PATH_BYTES, dtype=torch.uint8)
+        name[:len(encoded)] = torch.tensor(list(encoded), dtype=torch.uint8)
+        names = [torch.zeros(PATH_BYTES, dtype=torch.uint8) for _ in range(self.local.n)]
+        deadline = self.deadline()
+        try:
+            self.local.allgather(name, names, what, deadline)
+            paths = [bytes(n.numpy()).rstrip(b"\0").decode() for n in names]
+            buffers = [map_file(p, nbytes) for p in paths] if all(paths) else None
+            self.local.barrier(what, deadline)
+        finally:
+            if path:
+                os.unlink(path)
+        return buffers
+
+    def allreduce_shared(self, buffers: Sequence[torch.Tensor], op: RedOpType, what: str) -> None:
+        """In place over the host's copies of a tensor (from shared_region, same slice and dtype on each).
+
+        The host reduces without copies (LocalComm.allreduce_views); with several hosts the leader then
+        runs the inter-host algorithm on its copy and the host's other ranks read the result from it.
+        """
+        deadline = self.deadline()
+        combine_op = RedOpType.SUM if op == RedOpType.AVG else op
+        self.local.allreduce_views(buffers, combine_op, op == RedOpType.AVG and not self.multi_node, what, deadline)
+        if not self.multi_node:
+            return
+        mine = buffers[self.local.index]
+        if self.topo.is_leader:
+            self._inter_host.run(mine, combine_op, what, deadline, forced_algorithm())
+            finish_average(mine, op, self.topo.size)
+        self.local.barrier(what, deadline)
+        if not self.topo.is_leader:
+            copy_bytes(mine, buffers[0])
+        self.local.barrier(what, deadline)  # the leader's copy stays untouched until everyone has read it
 
     def reduce_scatter(self, x: torch.Tensor, out: torch.Tensor, op: RedOpType, what: str) -> None:
         """out = this rank's equal segment of the reduction of flat x; x may be clobbered."""

@@ -1,11 +1,18 @@
-"""DDP communication hooks for the smddp backend: gradient buckets reduced on the communication thread.
+"""Data parallelism over the smddp backend: our own DDP wrapper, and comm hooks for torch's DDP.
 
-DDP fuses gradients into buckets of ``bucket_cap_mb`` and calls the hook as soon as a bucket is ready,
-while backward goes on computing the next ones. Every smddp collective issued with ``async_op=True`` runs
-on the group's communication thread, so the hook returns at once and the reduction overlaps backward;
-the reducer waits on the returned future only at the end of backward.
+``DistributedDataParallel`` keeps SMDDP's fusion buffers in memory the host's ranks share: each
+gradient is copied into its bucket as soon as autograd produces it, and a full bucket is reduced in
+place on the communication thread (rank i reduces shard i of every rank's bucket and writes the result
+into all of them) while backward goes on. Compared with torch's DDP over the same backend this saves the
+bucket's staging and copy-back passes, which on CPU compete with backward for the same cores.
 
-    model = DistributedDataParallel(net, bucket_cap_mb=25)
+    model = smddp_sdk.collectives.ddp.DistributedDataParallel(net, bucket_cap_mb=25)
+
+torch's DDP works too (``dist.init_process_group("smddp")`` is enough); its buckets reach the group as
+ordinary allreduces on the communication thread. The hooks below reduce them with AVG in one pass, or
+compressed:
+
+    model = DistributedDataParallel(net, bucket_cap_mb=25)         # torch.nn.parallel
     smddp_sdk.collectives.ddp.register(model)                      # fp32 buckets, averaged in one pass
     smddp_sdk.collectives.ddp.register(model, compress="bf16")     # bf16 on the wire, fp32 accumulation
 
@@ -14,8 +21,14 @@ result equals reducing the fp32 values and rounding at the end.
 """
 
 # No `from __future__ import annotations`: DDP checks the hook's annotations as live objects.
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
 import torch
 import torch.distributed as dist
+
+from smddp_sdk.collectives.process_group import SmddpProcessGroup
 
 COMPRESS_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -52,3 +65,177 @@ def register(model: torch.nn.parallel.DistributedDataParallel, group: dist.Proce
     if compress not in COMPRESS_DTYPES:
         raise ValueError(f"compress={compress!r} is not supported: use None, " + ", ".join(repr(k) for k in COMPRESS_DTYPES))
     model.register_comm_hook(group, _compressed_hook(COMPRESS_DTYPES[compress]))
+
+
+FIRST_BUCKET_BYTES = 1 << 20  # like torch's DDP: a small first bucket starts communication early
+ALIGN_BYTES = 64  # buckets start on their own cache line
+
+
+@dataclass(eq=False)
+class _Bucket:
+    """Parameters whose gradients are reduced together, and this rank's fused buffer for them."""
+
+    params: list[torch.nn.Parameter]
+    offsets: list[int]  # element offset of each parameter's gradient in flat
+    flat: torch.Tensor = field(init=False)
+    shared: list[torch.Tensor] | None = None  # the host's copies of flat (this rank's included), if any
+    staged: set[int] = field(default_factory=set)  # params whose gradient is in flat this backward
+    work: dist.Work | None = None
+
+    @property
+    def numel(self) -> int:
+        return self.offsets[-1] + self.params[-1].numel() if self.params else 0
+
+    def grad_view(self, index: int) -> torch.Tensor:
+        param = self.params[index]
+        return self.flat[self.offsets[index]:self.offsets[index] + param.numel()].view(param.shape)
+
+
+class DistributedDataParallel(torch.nn.Module):
+    """Wrap a CPU model for data-parallel training; gradients are averaged over the group in backward.
+
+    Same contract as ``torch.nn.parallel.DistributedDataParallel`` for the common case: parameters and
+    buffers are broadcast from rank 0 at construction, buffers again before each training forward
+    (``broadcast_buffers``), gradients are averaged over the group by the end of ``backward()``, and
+    ``no_sync()`` skips the reduction while gradients accumulate locally. After a synchronised backward
+    each ``param.grad`` is a view into the fusion buffer (like torch's ``gradient_as_bucket_view``). A
+    parameter that got no gradient on a rank contributes zeros, and every parameter ends with a gradient.
+
+    Over an smddp group the buffers live in shared memory and each host reduces them without copies; over
+    any other group (gloo, say) they are ordinary tensors reduced with ``all_reduce``.
+    """
+
+    def __init__(self, module: torch.nn.Module, process_group: dist.ProcessGroup | None = None,
+                 bucket_cap_mb: float = 25.0, broadcast_buffers: bool = True) -> None:
+        super().__init__()
+        if bucket_cap_mb <= 0:
+            raise ValueError(f"bucket_cap_mb={bucket_cap_mb} must be positive (torch's DDP default is 25)")
+        tensors = [*module.parameters(), *module.buffers()]
+        elsewhere = sorted({str(t.device) for t in tensors if t.device.type != "cpu"})
+        if elsewhere:
+            raise ValueError(f"smddp's DistributedDataParallel is for CPU models; this one has tensors on {', '.join(elsewhere)}: "
+                             "use torch.nn.parallel.DistributedDataParallel (smddp hands CUDA tensors to NCCL)")
+        self.module = module
+        self.process_group = process_group or dist.group.WORLD
+        self.broadcast_buffers = broadcast_buffers
+        self._world = dist.get_world_size(self.process_group)
+        self._sync = True
+        self._callback_queued = False
+        self._launched = 0  # buckets launched this backward, always in index order (the same on every rank)
+        with torch.no_grad():
+            for tensor in tensors:
+                dist.broadcast(tensor, src=dist.get_global_rank(self.process_group, 0), group=self.process_group)
+        params = [p for p in module.parameters() if p.requires_grad]
+        self._buckets = _plan_buckets(params, int(bucket_cap_mb * (1 << 20)))
+        self._place = {p: (b, i) for b in self._buckets for i, p in enumerate(b.params)}
+        self._allocate()
+        for param in params:
+            param.register_post_accumulate_grad_hook(self._gradient_ready)
+
+    def forward(self, *inputs, **kwargs):
+        if self.broadcast_buffers and self.training and self._world > 1:
+            with torch.no_grad():
+                for buffer in self.module.buffers():
+                    dist.broadcast(buffer, src=dist.get_global_rank(self.process_group, 0), group=self.process_group)
+        return self.module(*inputs, **kwargs)
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Backward passes inside accumulate gradients locally; the next one outside reduces them."""
+        previous, self._sync = self._sync, False
+        try:
+            yield
+        finally:
+            self._sync = previous
+
+    # buffers ------------------------------------------------------------------------------------------
+    def _smddp_group(self) -> SmddpProcessGroup | None:
+        group = self.process_group
+        if isinstance(group, SmddpProcessGroup):
+            return group
+        try:
+            backend = group._get_backend(torch.device("cpu"))
+        except RuntimeError:
+            return None
+        return backend if isinstance(backend, SmddpProcessGroup) else None
+
+    def _allocate(self) -> None:
+        starts, total = [], 0
+        for bucket in self._buckets:
+            starts.append(total)
+            total += -(-bucket.numel * bucket.params[0].element_size() // ALIGN_BYTES) * ALIGN_BYTES
+        smddp = self._smddp_group()
+        shared = smddp.shared_buffers(total) if smddp is not None and self._world > 1 else None
+        for bucket, start in zip(self._buckets, starts):
+            dtype, nbytes = bucket.params[0].dtype, bucket.numel * bucket.params[0].element_size()
+            if shared is None:
+                bucket.flat = torch.zeros(bucket.numel, dtype=dtype)
+                continue
+            bucket.shared = [buffer[start:start + nbytes].view(dtype) for buffer in shared]
+            bucket.flat = bucket.shared[smddp.local_index]
+
+    # backward -----------------------------------------------------------------------------------------
+    def _gradient_ready(self, param: torch.nn.Parameter) -> None:
+        if not self._sync or self._world == 1:
+            return
+        if not self._callback_queued:
+            self._callback_queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._finish_backward)
+        bucket, index = self._place[param]
+        view = bucket.grad_view(index)
+        if param.grad is not None and param.grad.data_ptr() != view.data_ptr():
+            view.copy_(param.grad)  # the fusion buffer holds the gradient from now on
+            param.grad = view
+        bucket.staged.add(index)
+        while self._launched < len(self._buckets) and self._is_full(self._buckets[self._launched]):
+            self._launch(self._buckets[self._launched])
+
+    @staticmethod
+    def _is_full(bucket: _Bucket) -> bool:
+        return len(bucket.staged) == len(bucket.params)
+
+    def _launch(self, bucket: _Bucket) -> None:
+        self._launched += 1
+        if bucket.shared is not None:
+            bucket.work = self._smddp_group().allreduce_shared(bucket.shared, dist.ReduceOp.AVG)
+        else:
+            bucket.work = dist.all_reduce(bucket.flat, group=self.process_group, async_op=True)
+
+    def _finish_backward(self) -> None:
+        """At the end of backward: reduce what is left (unused parameters count as zeros), then wait."""
+        self._callback_queued = False
+        try:
+            for bucket in self._buckets[self._launched:]:
+                for index in set(range(len(bucket.params))) - bucket.staged:
+                    bucket.grad_view(index).zero_()
+                self._launch(bucket)
+            for bucket in self._buckets:
+                bucket.work.wait()
+                if bucket.shared is None:
+                    bucket.flat.div_(self._world)
+                for index, param in enumerate(bucket.params):
+                    if index not in bucket.staged:
+                        param.grad = bucket.grad_view(index)
+        finally:
+            self._launched = 0
+            for bucket in self._buckets:
+                bucket.staged.clear()
+                bucket.work = None
+
+
+def _plan_buckets(params: list[torch.nn.Parameter], cap_bytes: int) -> list[_Bucket]:
+    """Buckets in reverse registration order (roughly the order backward produces gradients), one dtype
+    each: the first up to FIRST_BUCKET_BYTES, the others up to cap_bytes."""
+    buckets: list[_Bucket] = []
+    open_buckets: dict[torch.dtype, _Bucket] = {}
+    for param in reversed(params):
+        bucket = open_buckets.get(param.dtype)
+        if bucket is None:
+            bucket = open_buckets[param.dtype] = _Bucket([], [])
+            buckets.append(bucket)
+        bucket.offsets.append(bucket.numel)
+        bucket.params.append(param)
+        limit = FIRST_BUCKET_BYTES if len(buckets) == 1 else cap_bytes
+        if bucket.numel * param.element_size() >= limit:
+            del open_buckets[param.dtype]
+    return buckets

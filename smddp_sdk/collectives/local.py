@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import torch
 
 from smddp_sdk.collectives.memory import copy_bytes
-from smddp_sdk.collectives.reduce import RedOpType, combine
+from smddp_sdk.collectives.reduce import RedOpType, combine, finish_average
 from smddp_sdk.collectives.shm import ShmArena
 
 # below this many bytes every rank reduces the whole message itself: one barrier instead of two
@@ -104,6 +104,26 @@ class LocalComm:
         for i, (lo, hi) in enumerate(bounds):
             if i != self.index:
                 copy_bytes(x[lo:hi], views[i][lo:hi])
+
+    def allreduce_views(self, views: Sequence[torch.Tensor], op: RedOpType, average: bool, what: str, deadline: float) -> None:
+        """In place over every local rank's own copy of a tensor, each mapped here (``views``, local order).
+
+        Zero-copy: rank i reads shard i of every copy, reduces it once and writes the result into every
+        copy, so no data passes through the arena's slots and each shard has exactly one writer (every
+        rank ends with the same bits). ``average`` divides by the local rank count before the writes.
+        The caller's copies must be complete when it calls (the first barrier publishes them).
+        """
+        self.barrier(what, deadline)
+        mine = views[self.index]
+        start, stop = _shard_bounds(mine.numel(), self.n, self.index)
+        result = mine[start:stop]
+        combine(result, [result] + [v[start:stop] for i, v in enumerate(views) if i != self.index], op)
+        if average:
+            finish_average(result, RedOpType.AVG, self.n)
+        for i, view in enumerate(views):
+            if i != self.index:
+                copy_bytes(view[start:stop], result)
+        self.barrier(what, deadline)  # every shard written everywhere before anyone reads the result
 
     def reduce_scatter(self, x: torch.Tensor, out: torch.Tensor, op: RedOpType, what: str, deadline: float) -> None:
         """out (k elements) = this rank's segment of the reduction of x (n*k elements) over local ranks.

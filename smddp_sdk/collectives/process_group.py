@@ -16,6 +16,7 @@ import functools
 import queue
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -83,6 +84,11 @@ def _split_sizes(splits: Sequence[int], tensor: torch.Tensor, parts: int, what: 
     if rows % parts:
         raise CollectiveError(f"smddp {what}: dim 0 ({rows}) is not divisible by the group size {parts}; pass split sizes")
     return [rows // parts] * parts
+
+
+@dataclass(frozen=True)
+class _ReduceOpts:
+    reduceOp: object  # noqa: N815 - the attribute name of torch's options objects
 
 
 class SmddpProcessGroup(dist.ProcessGroup):
@@ -227,6 +233,25 @@ class SmddpProcessGroup(dist.ProcessGroup):
                 _write_back(tensor, work)
 
         return self._submit("all_reduce", job, tensors, opts)
+
+    def shared_buffers(self, nbytes: int) -> list[torch.Tensor] | None:
+        """Collective: nbytes per rank in shared memory that the host's ranks all map, for zero-copy
+        reductions with allreduce_shared. Returns the host's buffers (uint8, local rank order; this
+        rank's is at ``local_index``), or None where the host has no shared memory (one rank, TCP)."""
+        result: list[list[torch.Tensor] | None] = []
+        self._submit("shared_buffers", lambda: result.append(self._comm.shared_region(nbytes, "shared_buffers")), [], None).wait()
+        return result[0]
+
+    @property
+    def local_index(self) -> int:
+        return self._comm.local.index
+
+    def allreduce_shared(self, buffers: Sequence[torch.Tensor], op: object = dist.ReduceOp.AVG) -> dist.Work:
+        """Asynchronous in-place allreduce of this host's copies of one tensor, each a same-offset slice
+        of the buffers from shared_buffers: no staging copies within a host."""
+        red_op = self._reduce_op(_ReduceOpts(op), buffers, "all_reduce")
+        job = functools.partial(self._comm.allreduce_shared, buffers, red_op, "all_reduce (shared buffer)")
+        return self._submit("all_reduce", job, [buffers[self.local_index]], None)
 
     @cuda_goes_to_nccl
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: dist.AllreduceCoalescedOptions = None) -> dist.Work:

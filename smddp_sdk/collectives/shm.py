@@ -83,18 +83,36 @@ def choose_slot_bytes(n_local: int, directory: str) -> int:
 def create_arena_file(n_local: int, directory: str) -> tuple[str, int]:
     """Create and allocate the arena file; returns (path, slot_bytes). Raises ShmUnavailable."""
     slot = choose_slot_bytes(n_local, directory)
+    return allocate_file(arena_bytes(n_local, slot), directory), slot
+
+
+def allocate_file(nbytes: int, directory: str) -> str:
+    """A new 0600 file of nbytes, backed now (ENOSPC here, never SIGBUS later). Raises ShmUnavailable."""
     path = os.path.join(directory, f"smddp-{uuid.uuid4().hex}")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        os.posix_fallocate(fd, 0, arena_bytes(n_local, slot))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError as exc:
-        os.close(fd)
+        raise ShmUnavailable(f"cannot create a file in {directory}: {exc.strerror}") from exc
+    try:
+        os.posix_fallocate(fd, 0, max(nbytes, 1))
+    except OSError as exc:
         os.unlink(path)
         if exc.errno in (errno.ENOSPC, errno.ENOMEM):
-            raise ShmUnavailable(f"{directory} ran out of space allocating {arena_bytes(n_local, slot) >> 20} MiB") from exc
+            raise ShmUnavailable(f"{directory} ran out of space allocating {nbytes >> 20} MiB") from exc
         raise
-    os.close(fd)
-    return path, slot
+    finally:
+        os.close(fd)
+    return path
+
+
+def map_file(path: str, nbytes: int) -> torch.Tensor:
+    """The file's bytes as a uint8 tensor over a shared, pre-faulted mapping (kept alive by the tensor)."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        mapping = mmap.mmap(fd, max(nbytes, 1), flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
+    finally:
+        os.close(fd)
+    return torch.frombuffer(mapping, dtype=torch.uint8)[:nbytes]
 
 
 def _pid_alive(pid: int) -> bool:
