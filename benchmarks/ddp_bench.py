@@ -14,9 +14,9 @@ round, so that each round's ratios come from neighbouring runs; the table shows 
 the range of the efficiency. After training, every rank's parameter digest must match (checked over a
 separate gloo group), or the benchmark fails.
 
-Every process (baseline included) runs with glibc's malloc keeping freed memory (GLIBC_TUNABLES below):
-otherwise the allocator hands multi-MB gradient buffers back to the kernel after each step and the next
-step pays ~10k page faults for them, which swamps the differences being measured.
+Every process (baseline included) runs with glibc's malloc keeping freed memory, as the runtime sets it
+up for every rank (GLIBC_TUNABLES, see docs/runtime.md): otherwise the allocator hands multi-MB gradient
+buffers back to the kernel after each step and the next step pays ~10k page faults for them.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-MALLOC_KEEPS_MEMORY = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824"
+from smddp_sdk.runtime.env import MALLOC_KEEPS_MEMORY  # noqa: E402 - what the runtime gives every rank
 DDP_IMPLEMENTATIONS = ("smddp", "torch")
 
 

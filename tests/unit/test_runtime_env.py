@@ -245,6 +245,16 @@ def test_process_env_puts_code_dir_first_and_overrides_stale_rank_variables(tmp_
     assert full["PYTHONPATH"] == "/code:/lib" and full["SMDDP_ERROR_FILE"] == "/e/1.json"
     assert full["OMP_NUM_THREADS"] == str(max(1, env.num_cpus // 2))
     assert full["NCCL_SOCKET_IFNAME"] == "eth0"
+    assert full["GLIBC_TUNABLES"] == rank_env.MALLOC_KEEPS_MEMORY
+
+
+def test_a_users_glibc_tunables_are_kept(tmp_path):
+    write_tree(tmp_path, current="algo-1")
+    env = read(tmp_path)
+    plan = plan_ranks(env.ordered_hosts, env.current_host, LaunchShape.SMDISTRIBUTED, 1)
+    mine = "glibc.malloc.arena_max=2"
+    full = rank_env.process_env({"GLIBC_TUNABLES": mine}, env, plan, plan.local_slots[0], python_path=[], error_file="/e")
+    assert full["GLIBC_TUNABLES"] == mine
 
 
 def test_topology_is_exported_only_when_present(tmp_path):
