@@ -4,7 +4,10 @@
 
 Each configuration is BACKEND:DDP, where DDP is `smddp` (smddp_sdk.collectives.ddp.DistributedDataParallel)
 or `torch` (torch.nn.parallel.DistributedDataParallel); the default compares smddp's DDP and torch's DDP
-over smddp with torch's DDP over gloo. The model is an MLP (512 -> hidden x layers -> 512, 10.5M
+over smddp with torch's DDP over gloo. Two configurations without gradient exchange show what the machine
+allows: `local:none` runs n processes side by side, independently; `gloo:none` runs them in lockstep
+(each step ends with a tiny exchange, as DDP steps do), so that every rank's memory-bound phases (the
+optimizer, say) coincide and share the memory bandwidth. No backend can beat `gloo:none`'s efficiency. The model is an MLP (512 -> hidden x layers -> 512, 10.5M
 parameters by default), SGD with momentum, `--batch-size` samples per rank, one torch thread per rank.
 The one-process baseline trains the same model without DDP.
 
@@ -35,15 +38,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from smddp_sdk.runtime.env import MALLOC_KEEPS_MEMORY  # noqa: E402 - what the runtime gives every rank
-DDP_IMPLEMENTATIONS = ("smddp", "torch")
+DDP_IMPLEMENTATIONS = ("smddp", "torch", "none")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--world-sizes", default="2")
     parser.add_argument("--hosts", type=int, default=1, help="simulated hosts the ranks are split over")
-    parser.add_argument("--configs", default="smddp:smddp,smddp:torch,gloo:torch",
-                        help="comma-separated BACKEND:DDP pairs; DDP is smddp or torch")
+    parser.add_argument("--configs", default="local:none,gloo:none,smddp:smddp,smddp:torch,gloo:torch",
+                        help="comma-separated BACKEND:DDP pairs; DDP is smddp, torch or none (see above)")
     parser.add_argument("--repeat", type=int, default=1, help="rounds of every configuration and the baseline")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
@@ -105,9 +108,9 @@ def rank_main(args: argparse.Namespace) -> None:
     import torch
 
     torch.set_num_threads(1)
-    if args.backend == "local":
+    if args.backend == "local":  # no communication: the baseline, or n independent processes side by side
         times = train(build_model(args), args, 0, lambda t: t)
-        Path(args.result_file).write_text(json.dumps({"times": times}))
+        Path(f"{args.result_file}.{os.environ.get('RANK', '0')}").write_text(json.dumps({"times": times}))
         return
     import torch.distributed as dist
 
@@ -115,7 +118,9 @@ def rank_main(args: argparse.Namespace) -> None:
 
     dist.init_process_group(args.backend)
     side = dist.new_group(backend="gloo")  # step-time and digest exchange, off the measured path
-    if args.ddp == "smddp":
+    if args.ddp == "none":  # steps in lockstep (the timing exchange below), no gradient exchange
+        model = build_model(args)
+    elif args.ddp == "smddp":
         from smddp_sdk.collectives.ddp import DistributedDataParallel
 
         model = DistributedDataParallel(build_model(args), bucket_cap_mb=args.bucket_cap_mb)
@@ -130,9 +135,10 @@ def rank_main(args: argparse.Namespace) -> None:
 
     times = train(model, args, dist.get_rank(), slowest)
     digests = [None] * dist.get_world_size()
-    dist.all_gather_object(digests, digest(model.module), group=side)
+    dist.all_gather_object(digests, digest(getattr(model, "module", model)), group=side)
+    identical = len(set(digests)) == 1 if args.ddp != "none" else None  # nothing keeps them equal
     if dist.get_rank() == 0:
-        Path(args.result_file).write_text(json.dumps({"times": times, "identical": len(set(digests)) == 1}))
+        Path(args.result_file).write_text(json.dumps({"times": times, "identical": identical}))
     dist.destroy_process_group()
 
 
@@ -146,19 +152,23 @@ def run(args: argparse.Namespace, argv: list[str], config: tuple[str, str], n: i
         code = run_ranks(__file__, rank_args, n, hosts=min(args.hosts, n), env={"GLIBC_TUNABLES": MALLOC_KEEPS_MEMORY})
         if code != 0:
             raise SystemExit(f"{backend} with {ddp} DDP and {n} ranks failed (exit {code})")
-        data = json.loads(Path(result).read_text())
+        if backend == "local":
+            steps = [statistics.median(json.loads(Path(f"{result}.{r}").read_text())["times"]) for r in range(n)]
+            data = {"times": [max(steps)]}
+        else:
+            data = json.loads(Path(result).read_text())
     step = statistics.median(data["times"])
     return {"backend": backend, "ddp": ddp, "n": n, "step_s": step, "samples_s": n * args.batch_size / step,
-            "identical": data.get("identical", True)}
+            "identical": data.get("identical")}
 
 
 def parse_configs(text: str) -> list[tuple[str, str]]:
     configs = []
     for item in text.split(","):
         backend, _, ddp = item.partition(":")
-        if ddp not in DDP_IMPLEMENTATIONS:
+        if ddp not in DDP_IMPLEMENTATIONS or (backend == "local" and ddp != "none"):
             raise SystemExit(f"--configs: {item!r} is not BACKEND:DDP with DDP one of {', '.join(DDP_IMPLEMENTATIONS)} "
-                             "(for example smddp:smddp or gloo:torch)")
+                             "(for example smddp:smddp, gloo:torch or local:none)")
         configs.append((backend, ddp))
     return configs
 
@@ -172,7 +182,8 @@ def summarize(rounds: list[list[dict]]) -> list[dict]:
         rows.append({**runs[0], "step_s": statistics.median(run["step_s"] for run in runs),
                      "samples_s": statistics.median(run["samples_s"] for run in runs),
                      "efficiency": statistics.median(efficiencies), "efficiency_range": [min(efficiencies), max(efficiencies)],
-                     "identical": all(run["identical"] for run in runs), "rounds": len(runs)})
+                     "identical": None if runs[0]["identical"] is None else all(run["identical"] for run in runs),
+                     "rounds": len(runs)})
     return rows
 
 
@@ -197,11 +208,12 @@ def main(argv: list[str]) -> int:
     for row in rows:
         low, high = row["efficiency_range"]
         print(f"{row['backend']:>8} {row['ddp']:>6} {row['n']:>5} {row['step_s'] * 1e3:8.1f} ms {row['samples_s']:10.0f} "
-              f"{row['efficiency']:10.2f} {low:5.2f}-{high:4.2f} {str(row['identical']):>9}", flush=True)
+              f"{row['efficiency']:10.2f} {low:5.2f}-{high:4.2f} {'-' if row['identical'] is None else str(row['identical']):>9}",
+              flush=True)
     if args.json:
         path = Path(args.json)
         path.write_text(json.dumps((json.loads(path.read_text()) if path.exists() else []) + rows, indent=1))
-    return 0 if all(row["identical"] for row in rows) else 1
+    return 1 if any(row["identical"] is False for row in rows) else 0
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ def test_trains_like_one_process_with_identical_parameters(layout: str) -> None:
     assert all(all(flag == shared for flag in r["shared"]) for r in reports), reports
     assert max(r["no_sync_diff"] for r in reports) < TOLERANCE, "no_sync did not accumulate locally"
     assert max(r["unused_diff"] for r in reports) < TOLERANCE, "an unused parameter's gradient is wrong"
+    assert max(r["large_diff"] for r in reports) < TOLERANCE, "a bucket of several reduction blocks is wrong"
 
 
 @pytest.mark.parametrize("algorithm", ["oneshot", "sharded", "ring"])

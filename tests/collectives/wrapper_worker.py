@@ -65,6 +65,20 @@ def check_unused(rank: int, size: int, group: dist.ProcessGroup | None) -> float
                for p, q in zip(model.module.spare.parameters(), reference.spare.parameters()))
 
 
+def check_large_bucket(rank: int, size: int, group: dist.ProcessGroup | None) -> float:
+    """A 2.4 MB bucket: each rank's shard spans several reduction blocks and ends in a partial one."""
+    torch.manual_seed(7)
+    layer = nn.Linear(600, 999)
+    reference = nn.Linear(600, 999)
+    reference.load_state_dict(layer.state_dict())
+    model = DistributedDataParallel(layer, group)
+    x = torch.randn(size * 2, 600, generator=torch.Generator().manual_seed(8))
+    model(x[rank::size]).square().sum().backward()
+    reference(x).square().sum().backward()
+    return max(float((p.grad * size - q.grad).abs().max() / q.grad.abs().max())
+               for p, q in zip(model.module.parameters(), reference.parameters()))
+
+
 def main() -> None:
     torch.set_num_threads(1)
     backend = sys.argv[1]
@@ -81,6 +95,7 @@ def main() -> None:
         "digest": _digest(model.module), "max_diff": max_diff(model.module, reference),
         "shared": [b.shared is not None for b in model._buckets],
         "no_sync_diff": check_no_sync(rank, size, None), "unused_diff": check_unused(rank, size, None),
+        "large_diff": check_large_bucket(rank, size, None),
     }
     store.set(f"report/wrapper/{rank}", json.dumps(report))
     dist.destroy_process_group()
