@@ -180,6 +180,7 @@ def summarize(rounds: list[list[dict]]) -> list[dict]:
         runs = [r[position] for r in rounds]
         efficiencies = [run["samples_s"] / (run["n"] * r[0]["samples_s"]) for run, r in zip(runs, rounds)]
         rows.append({**runs[0], "step_s": statistics.median(run["step_s"] for run in runs),
+                     "step_s_per_round": [run["step_s"] for run in runs],
                      "samples_s": statistics.median(run["samples_s"] for run in runs),
                      "efficiency": statistics.median(efficiencies), "efficiency_range": [min(efficiencies), max(efficiencies)],
                      "identical": None if runs[0]["identical"] is None else all(run["identical"] for run in runs),
