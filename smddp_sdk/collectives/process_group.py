@@ -30,13 +30,32 @@ from smddp_sdk.collectives.reduce import RedOpType, check_supported, red_op_type
 from smddp_sdk.collectives.topology import build
 
 BACKEND_NAME = "smddp"
-_create_work = torch._C._distributed_c10d._create_work_from_future
+class FutureWork(dist.Work):
+    """A Work over a torch Future whose wait() raises the collective's error.
+
+    torch's own wrapper (_create_work_from_future) returns normally from wait() when the future failed,
+    which would let a caller (or DDP) go on with half-reduced tensors.
+    """
+
+    def __init__(self, future: torch.futures.Future) -> None:
+        super().__init__()
+        self._future = future
+
+    def wait(self, timeout: timedelta = timedelta(0)) -> bool:  # noqa: ARG002 - the group timeout applies
+        self._future.wait()  # raises the CollectiveError of a failed collective
+        return True
+
+    def is_completed(self) -> bool:
+        return self._future.done()
+
+    def get_future(self) -> torch.futures.Future:
+        return self._future
 
 
 def completed_work(value: object) -> dist.Work:
     future: torch.futures.Future = torch.futures.Future()
     future.set_result(value)
-    return _create_work(future)
+    return FutureWork(future)
 
 
 def _tensors_in(args: Sequence[object]) -> list[torch.Tensor]:
@@ -149,7 +168,7 @@ class SmddpProcessGroup(dist.ProcessGroup):
             self._pending += 1
         self._start_worker()
         self._jobs.put((what, job, value, future))
-        return _create_work(future)
+        return FutureWork(future)
 
     def _start_worker(self) -> None:
         if self._worker is None:

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from smddp_sdk.collectives.ddp import DistributedDataParallel
 from smddp_sdk.collectives.memory import memview
 
 STEPS = 5
@@ -98,17 +99,27 @@ def ddp_then_fsdp2(store: dist.TCPStore) -> None:
 
 
 def killed_rank(store: dist.TCPStore) -> None:
-    """The victim rank SIGKILLs itself mid-job; the others must fail with a clear error, not hang."""
+    """The victim rank SIGKILLs itself mid-job; the others must fail with a clear error, not hang.
+
+    SMDDP_TEST_FAILING_CALL picks what the survivors run: a blocking all_reduce, an async one they wait
+    on, or a backward pass of smddp's DistributedDataParallel."""
     victim = int(os.environ["SMDDP_TEST_VICTIM"])
+    call = os.environ.get("SMDDP_TEST_FAILING_CALL", "blocking")
     t = torch.ones(1000)
     for _ in range(3):
         dist.all_reduce(t)
+    model = DistributedDataParallel(nn.Linear(300, 300)) if call == "smddp_ddp" else None
     store.set(f"mapped-all/{dist.get_rank()}", "1")
     if dist.get_rank() == victim:
         store.wait([f"mapped-all/{r}" for r in range(dist.get_world_size())])
         os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(0.5)  # the victim is gone by now
-    _expect_failure(store, "killed", lambda: dist.all_reduce(torch.ones(100_000)))
+    calls = {
+        "blocking": lambda: dist.all_reduce(torch.ones(100_000)),
+        "async": lambda: dist.all_reduce(torch.ones(100_000), async_op=True).wait(),
+        "smddp_ddp": lambda: model(torch.ones(4, 300)).sum().backward(),
+    }
+    _expect_failure(store, "killed", calls[call])
 
 
 def hung_rank(store: dist.TCPStore) -> None:

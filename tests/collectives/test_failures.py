@@ -33,10 +33,17 @@ def _survivor_reports(cluster: Cluster, name: str, victim: int) -> list[dict]:
     return reports
 
 
-@pytest.mark.parametrize(("hosts", "victim"), [(["algo-1"] * 3, 1), (["algo-1", "algo-1", "algo-2", "algo-2"], 3)],
-                         ids=["one-host", "other-host"])
-def test_killed_rank_fails_the_others_quickly_and_leaves_no_segment(hosts, victim, private_shm):
-    env = {"SMDDP_TEST_VICTIM": str(victim), "SMDDP_TEST_PG_TIMEOUT": str(TIMEOUT_S), "SMDDP_SHM_DIR": private_shm}
+ONE_HOST, TWO_HOSTS = ["algo-1"] * 3, ["algo-1", "algo-1", "algo-2", "algo-2"]
+
+
+@pytest.mark.parametrize(("hosts", "victim", "call"), [
+    (ONE_HOST, 1, "blocking"), (TWO_HOSTS, 3, "blocking"),
+    (ONE_HOST, 1, "async"),  # Work.wait() must raise, not return with half-reduced tensors
+    (TWO_HOSTS, 3, "smddp_ddp"),  # backward of smddp's DDP over shared fusion buffers and TCP
+], ids=["one-host", "other-host", "async-wait", "smddp-ddp-backward"])
+def test_killed_rank_fails_the_others_quickly_and_leaves_no_segment(hosts, victim, call, private_shm):
+    env = {"SMDDP_TEST_VICTIM": str(victim), "SMDDP_TEST_PG_TIMEOUT": str(TIMEOUT_S), "SMDDP_SHM_DIR": private_shm,
+           "SMDDP_TEST_FAILING_CALL": call}
     cluster = Cluster(hosts, scenario="killed_rank", env=env)
     reports = _survivor_reports(cluster, "killed", victim)
     for report in reports:
