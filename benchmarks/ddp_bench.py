@@ -1,15 +1,17 @@
 """DDP end-to-end benchmark: steps/s and scaling efficiency against one process, smddp against gloo.
 
-    python benchmarks/ddp_bench.py --world-sizes 2 --repeat 5
+    python benchmarks/ddp_bench.py --world-sizes 2 --steps 20 --repeat 7
 
 Each configuration is BACKEND:DDP, where DDP is `smddp` (smddp_sdk.collectives.ddp.DistributedDataParallel)
 or `torch` (torch.nn.parallel.DistributedDataParallel); the default compares smddp's DDP and torch's DDP
 over smddp with torch's DDP over gloo. Two configurations without gradient exchange show what the machine
 allows: `local:none` runs n processes side by side, independently; `gloo:none` runs them in lockstep
 (each step ends with a tiny exchange, as DDP steps do), so that every rank's memory-bound phases (the
-optimizer, say) coincide and share the memory bandwidth. No backend can beat `gloo:none`'s efficiency. The model is an MLP (512 -> hidden x layers -> 512, 10.5M
-parameters by default), SGD with momentum, `--batch-size` samples per rank, one torch thread per rank.
-The one-process baseline trains the same model without DDP.
+optimizer, say) coincide and share the memory bandwidth. No backend can beat `gloo:none`'s efficiency.
+
+The model is an MLP (512 -> hidden x layers -> 512, 10.5M parameters by default), SGD with momentum,
+`--batch-size` samples per rank, one torch thread per rank. The one-process baseline trains the same model
+without DDP.
 
 Step time is the median over the timed steps of the slowest rank's step. Efficiency = samples/s at n ranks
 / (n x samples/s of one process). `--repeat` runs every configuration and the baseline again, round after
@@ -38,6 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from smddp_sdk.runtime.env import MALLOC_KEEPS_MEMORY  # noqa: E402 - what the runtime gives every rank
+
 DDP_IMPLEMENTATIONS = ("smddp", "torch", "none")
 
 

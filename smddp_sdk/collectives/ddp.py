@@ -164,7 +164,7 @@ class DistributedDataParallel(torch.nn.Module):
         for bucket in self._buckets:
             starts.append(total)
             total += -(-bucket.numel * bucket.params[0].element_size() // ALIGN_BYTES) * ALIGN_BYTES
-        smddp = self._smddp_group()
+        smddp = self._smddp = self._smddp_group()
         shared = smddp.shared_buffers(total) if smddp is not None and self._world > 1 else None
         for bucket, start in zip(self._buckets, starts):
             dtype, nbytes = bucket.params[0].dtype, bucket.numel * bucket.params[0].element_size()
@@ -197,7 +197,7 @@ class DistributedDataParallel(torch.nn.Module):
     def _launch(self, bucket: _Bucket) -> None:
         self._launched += 1
         if bucket.shared is not None:
-            bucket.work = self._smddp_group().allreduce_shared(bucket.shared, dist.ReduceOp.AVG)
+            bucket.work = self._smddp.allreduce_shared(bucket.shared, dist.ReduceOp.AVG)
         else:
             bucket.work = dist.all_reduce(bucket.flat, group=self.process_group, async_op=True)
 

@@ -30,6 +30,8 @@ from smddp_sdk.collectives.reduce import RedOpType, check_supported, red_op_type
 from smddp_sdk.collectives.topology import build
 
 BACKEND_NAME = "smddp"
+
+
 class FutureWork(dist.Work):
     """A Work over a torch Future whose wait() raises the collective's error.
 
