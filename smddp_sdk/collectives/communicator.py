@@ -18,7 +18,7 @@ import torch
 
 from smddp_sdk.collectives.algorithms import InterHostAllreduce, allgather_between_hosts, forced_algorithm
 from smddp_sdk.collectives.errors import CollectiveError
-from smddp_sdk.collectives.local import LocalComm
+from smddp_sdk.collectives.local import LocalComm, OwnSource
 from smddp_sdk.collectives.memory import copy_bytes, memview
 from smddp_sdk.collectives.reduce import RedOpType, finish_average
 from smddp_sdk.collectives.shm import ShmUnavailable, allocate_file, map_file, shm_dir
@@ -130,15 +130,17 @@ class Communicator:
                 os.unlink(path)
         return buffers
 
-    def allreduce_shared(self, buffers: Sequence[torch.Tensor], op: RedOpType, what: str) -> None:
+    def allreduce_shared(self, buffers: Sequence[torch.Tensor], op: RedOpType, what: str, own: Sequence[OwnSource] = ()) -> None:
         """In place over the host's copies of a tensor (from shared_region, same slice and dtype on each).
 
-        The host reduces without copies (LocalComm.allreduce_views); with several hosts the leader then
-        runs the inter-host algorithm on its copy and the host's other ranks read the result from it.
+        The host reduces without copies (LocalComm.allreduce_views, which also explains ``own``); with
+        several hosts the leader then runs the inter-host algorithm on its copy and the host's other ranks
+        read the result from it.
         """
         deadline = self.deadline()
         combine_op = RedOpType.SUM if op == RedOpType.AVG else op
-        self.local.allreduce_views(buffers, combine_op, op == RedOpType.AVG and not self.multi_node, what, deadline)
+        average = op == RedOpType.AVG and not self.multi_node
+        self.local.allreduce_views(buffers, combine_op, average, what, deadline, own)
         if not self.multi_node:
             return
         mine = buffers[self.local.index]

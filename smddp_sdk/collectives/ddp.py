@@ -79,7 +79,9 @@ class _Bucket:
     offsets: list[int]  # element offset of each parameter's gradient in flat
     flat: torch.Tensor = field(init=False)
     shared: list[torch.Tensor] | None = None  # the host's copies of flat (this rank's included), if any
-    staged: set[int] = field(default_factory=set)  # params whose gradient is in flat this backward
+    own_range: tuple[int, int] = (0, 0)  # the elements this rank reduces for the host: never staged
+    own_sources: list[tuple[int, int, torch.Tensor]] = field(default_factory=list)  # their gradients
+    staged: set[int] = field(default_factory=set)  # params whose gradient is ready this backward
     work: dist.Work | None = None
 
     @property
@@ -173,6 +175,7 @@ class DistributedDataParallel(torch.nn.Module):
                 continue
             bucket.shared = [buffer[start:start + nbytes].view(dtype) for buffer in shared]
             bucket.flat = bucket.shared[smddp.local_index]
+            bucket.own_range = smddp.shard_range(bucket.numel)
 
     # backward -----------------------------------------------------------------------------------------
     def _gradient_ready(self, param: torch.nn.Parameter) -> None:
@@ -183,12 +186,26 @@ class DistributedDataParallel(torch.nn.Module):
             torch.autograd.Variable._execution_engine.queue_callback(self._finish_backward)
         bucket, index = self._place[param]
         view = bucket.grad_view(index)
-        if param.grad is not None and param.grad.data_ptr() != view.data_ptr():
-            view.copy_(param.grad)  # the fusion buffer holds the gradient from now on
-            param.grad = view
+        if param.grad.data_ptr() != view.data_ptr():
+            self._stage(bucket, index, param.grad)
         bucket.staged.add(index)
         while self._launched < len(self._buckets) and self._is_full(self._buckets[self._launched]):
             self._launch(self._buckets[self._launched])
+
+    @staticmethod
+    def _stage(bucket: _Bucket, index: int, grad: torch.Tensor) -> None:
+        """Copy a gradient into the fusion buffer, except the part this rank reduces itself: the reduction
+        reads that straight from the gradient (peers never read it), saving a pass over it."""
+        begin = bucket.offsets[index]
+        end = begin + grad.numel()
+        flat_grad, flat_view = grad.reshape(-1), bucket.flat[begin:end]
+        lo, hi = max(begin, bucket.own_range[0]), min(end, bucket.own_range[1])
+        if lo >= hi:
+            flat_view.copy_(flat_grad)
+            return
+        flat_view[:lo - begin].copy_(flat_grad[:lo - begin])
+        flat_view[hi - begin:].copy_(flat_grad[hi - begin:])
+        bucket.own_sources.append((lo, hi, flat_grad[lo - begin:hi - begin]))
 
     @staticmethod
     def _is_full(bucket: _Bucket) -> bool:
@@ -197,7 +214,7 @@ class DistributedDataParallel(torch.nn.Module):
     def _launch(self, bucket: _Bucket) -> None:
         self._launched += 1
         if bucket.shared is not None:
-            bucket.work = self._smddp.allreduce_shared(bucket.shared, dist.ReduceOp.AVG)
+            bucket.work = self._smddp.allreduce_shared(bucket.shared, dist.ReduceOp.AVG, bucket.own_sources)
         else:
             bucket.work = dist.all_reduce(bucket.flat, group=self.process_group, async_op=True)
 
@@ -214,12 +231,14 @@ class DistributedDataParallel(torch.nn.Module):
                 if bucket.shared is None:
                     bucket.flat.div_(self._world)
                 for index, param in enumerate(bucket.params):
-                    if index not in bucket.staged:
-                        param.grad = bucket.grad_view(index)
+                    view = bucket.grad_view(index)
+                    if param.grad is None or param.grad.data_ptr() != view.data_ptr():
+                        param.grad = view  # the fusion buffer holds the gradient from now on
         finally:
             self._launched = 0
             for bucket in self._buckets:
                 bucket.staged.clear()
+                bucket.own_sources = []
                 bucket.work = None
 
 

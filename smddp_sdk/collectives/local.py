@@ -23,6 +23,7 @@ SYMMETRIC_LIMIT = 256 << 10
 BLOCK_BYTES = 512 << 10
 
 Segment = tuple[int, int, int]  # (buffer index, byte offset, byte length)
+OwnSource = tuple[int, int, torch.Tensor]  # elements start:stop of this rank's shard, held by the tensor
 
 
 def plan_chunks(lengths: Sequence[int], chunk_bytes: int) -> list[list[Segment]]:
@@ -45,10 +46,24 @@ def plan_chunks(lengths: Sequence[int], chunk_bytes: int) -> list[list[Segment]]
     return chunks
 
 
-def _shard_bounds(numel: int, parts: int, index: int) -> tuple[int, int]:
+def shard_bounds(numel: int, parts: int, index: int) -> tuple[int, int]:
     base, extra = divmod(numel, parts)
     start = index * base + min(index, extra)
     return start, start + base + (1 if index < extra else 0)
+
+
+def _segments(start: int, stop: int, own: Sequence[OwnSource]) -> list[tuple[int, int, torch.Tensor | None]]:
+    """start:stop cut where the own sources begin and end; None where the data is in place already."""
+    segments: list[tuple[int, int, torch.Tensor | None]] = []
+    at = start
+    for first, last, source in sorted(own, key=lambda item: item[0]):
+        if at < first:
+            segments.append((at, first, None))
+        segments.append((first, last, source.reshape(-1)))
+        at = last
+    if at < stop:
+        segments.append((at, stop, None))
+    return segments
 
 
 class LocalComm:
@@ -86,7 +101,7 @@ class LocalComm:
         mine = views[self.index]
         for i in range(self.n):
             if i != self.index:  # stage only the shards the peers reduce
-                lo, hi = _shard_bounds(x.numel(), self.n, i)
+                lo, hi = shard_bounds(x.numel(), self.n, i)
                 copy_bytes(mine[lo:hi], x[lo:hi])
         arena.barrier(what, deadline)
         self._sharded_allreduce(x, views, op, what, deadline)
@@ -98,7 +113,7 @@ class LocalComm:
         and its result written to the own slot (for peers) and back into x.
         """
         assert self.arena is not None
-        bounds = [_shard_bounds(x.numel(), self.n, i) for i in range(self.n)]
+        bounds = [shard_bounds(x.numel(), self.n, i) for i in range(self.n)]
         start, stop = bounds[self.index]
         sources = [x[start:stop] if i == self.index else v[start:stop] for i, v in enumerate(views)]
         result = views[self.index][start:stop]  # not staged above, so free to hold the result
@@ -109,27 +124,33 @@ class LocalComm:
             if i != self.index:
                 copy_bytes(x[lo:hi], views[i][lo:hi])
 
-    def allreduce_views(self, views: Sequence[torch.Tensor], op: RedOpType, average: bool, what: str, deadline: float) -> None:
+    def allreduce_views(self, views: Sequence[torch.Tensor], op: RedOpType, average: bool, what: str, deadline: float,
+                        own: Sequence[OwnSource] = ()) -> None:
         """In place over every local rank's own copy of a tensor, each mapped here (``views``, local order).
 
         Zero-copy: rank i reads shard i of every copy, reduces it once and writes the result into every
         copy, so no data passes through the arena's slots and each shard has exactly one writer (every
         rank ends with the same bits). ``average`` divides by the local rank count before the writes.
-        The caller's copies must be complete when it calls (the first barrier publishes them).
+        The copies must be complete when the call starts (the first barrier publishes them), except that
+        ``own`` may supply parts of this rank's shard from elsewhere: (start, stop, tensor) says that
+        elements start:stop of this rank's data are in tensor, not yet in its copy. Peers never read
+        this rank's shard, so it need not be staged; the result lands in the copy all the same.
         """
         self.barrier(what, deadline)
         mine = views[self.index]
-        start, stop = _shard_bounds(mine.numel(), self.n, self.index)
+        start, stop = shard_bounds(mine.numel(), self.n, self.index)
         block = max(1, BLOCK_BYTES // mine.element_size())
-        for lo in range(start, stop, block):  # reduce, scale and copy out while the block is in L2
-            hi = min(lo + block, stop)
-            result = mine[lo:hi]
-            combine(result, [result] + [v[lo:hi] for i, v in enumerate(views) if i != self.index], op)
-            if average:
-                finish_average(result, RedOpType.AVG, self.n)
-            for i, view in enumerate(views):
-                if i != self.index:
-                    copy_bytes(view[lo:hi], result)
+        for first, last, source in _segments(start, stop, own):
+            for lo in range(first, last, block):  # reduce, scale and copy out while the block is in L2
+                hi = min(lo + block, last)
+                result = mine[lo:hi]
+                own_part = result if source is None else source[lo - first:hi - first]
+                combine(result, [own_part] + [v[lo:hi] for i, v in enumerate(views) if i != self.index], op)
+                if average:
+                    finish_average(result, RedOpType.AVG, self.n)
+                for i, view in enumerate(views):
+                    if i != self.index:
+                        copy_bytes(view[lo:hi], result)
         self.barrier(what, deadline)  # every shard written everywhere before anyone reads the result
 
     def reduce_scatter(self, x: torch.Tensor, out: torch.Tensor, op: RedOpType, what: str, deadline: float) -> None:

@@ -25,6 +25,7 @@ import torch.distributed as dist
 
 from smddp_sdk.collectives.communicator import Communicator
 from smddp_sdk.collectives.errors import CollectiveError
+from smddp_sdk.collectives.local import OwnSource, shard_bounds
 from smddp_sdk.collectives.memory import as_bytes
 from smddp_sdk.collectives.reduce import RedOpType, check_supported, red_op_type
 from smddp_sdk.collectives.topology import build
@@ -267,11 +268,17 @@ class SmddpProcessGroup(dist.ProcessGroup):
     def local_index(self) -> int:
         return self._comm.local.index
 
-    def allreduce_shared(self, buffers: Sequence[torch.Tensor], op: object = dist.ReduceOp.AVG) -> dist.Work:
+    def shard_range(self, numel: int) -> tuple[int, int]:
+        """The elements of a shared tensor of numel that this rank reduces for its host (allreduce_shared)."""
+        return shard_bounds(numel, self._comm.local.n, self._comm.local.index)
+
+    def allreduce_shared(self, buffers: Sequence[torch.Tensor], op: object = dist.ReduceOp.AVG,
+                         own: Sequence[OwnSource] = ()) -> dist.Work:
         """Asynchronous in-place allreduce of this host's copies of one tensor, each a same-offset slice
-        of the buffers from shared_buffers: no staging copies within a host."""
+        of the buffers from shared_buffers: no staging copies within a host. ``own`` lists parts of this
+        rank's shard (``shard_range``) that are still elsewhere: (start, stop, tensor)."""
         red_op = self._reduce_op(_ReduceOpts(op), buffers, "all_reduce")
-        job = functools.partial(self._comm.allreduce_shared, buffers, red_op, "all_reduce (shared buffer)")
+        job = functools.partial(self._comm.allreduce_shared, buffers, red_op, "all_reduce (shared buffer)", own)
         return self._submit("all_reduce", job, [buffers[self.local_index]], None)
 
     @cuda_goes_to_nccl

@@ -46,6 +46,7 @@ def test_trains_like_one_process_with_identical_parameters(layout: str) -> None:
     assert max(r["no_sync_diff"] for r in reports) < TOLERANCE, "no_sync did not accumulate locally"
     assert max(r["unused_diff"] for r in reports) < TOLERANCE, "an unused parameter's gradient is wrong"
     assert max(r["large_diff"] for r in reports) < TOLERANCE, "a bucket of several reduction blocks is wrong"
+    assert max(r["kept_grads_diff"] for r in reports) < 1e-4, "accumulating into kept gradients went wrong"
 
 
 @pytest.mark.parametrize("algorithm", ["oneshot", "sharded", "ring"])

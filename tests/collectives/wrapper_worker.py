@@ -65,6 +65,22 @@ def check_unused(rank: int, size: int, group: dist.ProcessGroup | None) -> float
                for p, q in zip(model.module.spare.parameters(), reference.spare.parameters()))
 
 
+def check_grads_kept_between_steps(rank: int, size: int, group: dist.ProcessGroup | None) -> float:
+    """zero_grad(set_to_none=False): later backward passes accumulate into the fusion buffer in place."""
+    model, reference = DistributedDataParallel(_model(), group, bucket_cap_mb=0.001), _model()
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, reference)]
+    for x, y in _batches()[:3]:
+        for opt in opts:
+            opt.zero_grad(set_to_none=False)
+        nn.functional.mse_loss(model(x[rank::size]), y[rank::size], reduction="sum").backward()
+        nn.functional.mse_loss(reference(x), y, reduction="sum").backward()
+        for param in model.parameters():
+            param.grad.mul_(size)  # the sum over ranks, as the reference computes it
+        for opt in opts:
+            opt.step()
+    return max_diff(model.module, reference)
+
+
 def check_large_bucket(rank: int, size: int, group: dist.ProcessGroup | None) -> float:
     """A 2.4 MB bucket: each rank's shard spans several reduction blocks and ends in a partial one."""
     torch.manual_seed(7)
@@ -96,6 +112,7 @@ def main() -> None:
         "shared": [b.shared is not None for b in model._buckets],
         "no_sync_diff": check_no_sync(rank, size, None), "unused_diff": check_unused(rank, size, None),
         "large_diff": check_large_bucket(rank, size, None),
+        "kept_grads_diff": check_grads_kept_between_steps(rank, size, None),
     }
     store.set(f"report/wrapper/{rank}", json.dumps(report))
     dist.destroy_process_group()
