@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from smddp_sdk.collectives.local import OwnSource
 from smddp_sdk.collectives.process_group import SmddpProcessGroup
 
 COMPRESS_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -80,7 +81,7 @@ class _Bucket:
     flat: torch.Tensor = field(init=False)
     shared: list[torch.Tensor] | None = None  # the host's copies of flat (this rank's included), if any
     own_range: tuple[int, int] = (0, 0)  # the elements this rank reduces for the host: never staged
-    own_sources: list[tuple[int, int, torch.Tensor]] = field(default_factory=list)  # their gradients
+    own_sources: list[OwnSource] = field(default_factory=list)  # their gradients
     staged: set[int] = field(default_factory=set)  # params whose gradient is ready this backward
     work: dist.Work | None = None
 
@@ -121,12 +122,13 @@ class DistributedDataParallel(torch.nn.Module):
         self.process_group = process_group or dist.group.WORLD
         self.broadcast_buffers = broadcast_buffers
         self._world = dist.get_world_size(self.process_group)
+        self._source = dist.get_global_rank(self.process_group, 0)  # parameters and buffers come from here
         self._sync = True
         self._callback_queued = False
         self._launched = 0  # buckets launched this backward, always in index order (the same on every rank)
         with torch.no_grad():
             for tensor in tensors:
-                dist.broadcast(tensor, src=dist.get_global_rank(self.process_group, 0), group=self.process_group)
+                dist.broadcast(tensor, src=self._source, group=self.process_group)
         params = [p for p in module.parameters() if p.requires_grad]
         self._buckets = _plan_buckets(params, int(bucket_cap_mb * (1 << 20)))
         self._place = {p: (b, i) for b in self._buckets for i, p in enumerate(b.params)}
@@ -138,7 +140,7 @@ class DistributedDataParallel(torch.nn.Module):
         if self.broadcast_buffers and self.training and self._world > 1:
             with torch.no_grad():
                 for buffer in self.module.buffers():
-                    dist.broadcast(buffer, src=dist.get_global_rank(self.process_group, 0), group=self.process_group)
+                    dist.broadcast(buffer, src=self._source, group=self.process_group)
         return self.module(*inputs, **kwargs)
 
     @contextlib.contextmanager

@@ -16,7 +16,6 @@ import functools
 import queue
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -106,11 +105,6 @@ def _split_sizes(splits: Sequence[int], tensor: torch.Tensor, parts: int, what: 
     if rows % parts:
         raise CollectiveError(f"smddp {what}: dim 0 ({rows}) is not divisible by the group size {parts}; pass split sizes")
     return [rows // parts] * parts
-
-
-@dataclass(frozen=True)
-class _ReduceOpts:
-    reduceOp: object  # noqa: N815 - the attribute name of torch's options objects
 
 
 class SmddpProcessGroup(dist.ProcessGroup):
@@ -229,8 +223,8 @@ class SmddpProcessGroup(dist.ProcessGroup):
         self.shutdown()
 
     # validation ---------------------------------------------------------------------------------------
-    def _reduce_op(self, opts: object, tensors: Sequence[torch.Tensor], what: str) -> RedOpType:
-        op = red_op_type(opts.reduceOp)
+    def _reduce_op(self, reduce_op: object, tensors: Sequence[torch.Tensor], what: str) -> RedOpType:
+        op = red_op_type(reduce_op)
         for tensor in tensors:
             try:
                 check_supported(tensor.dtype, op, what)
@@ -246,7 +240,7 @@ class SmddpProcessGroup(dist.ProcessGroup):
     @cuda_goes_to_nccl
     def allreduce(self, tensors: list[torch.Tensor], opts: dist.AllreduceOptions = None) -> dist.Work:
         opts = opts or dist.AllreduceOptions()
-        op = self._reduce_op(opts, tensors, "all_reduce")
+        op = self._reduce_op(opts.reduceOp, tensors, "all_reduce")
 
         def job() -> None:
             for tensor in tensors:
@@ -277,14 +271,14 @@ class SmddpProcessGroup(dist.ProcessGroup):
         """Asynchronous in-place allreduce of this host's copies of one tensor, each a same-offset slice
         of the buffers from shared_buffers: no staging copies within a host. ``own`` lists parts of this
         rank's shard (``shard_range``) that are still elsewhere: (start, stop, tensor)."""
-        red_op = self._reduce_op(_ReduceOpts(op), buffers, "all_reduce")
+        red_op = self._reduce_op(op, buffers, "all_reduce")
         job = functools.partial(self._comm.allreduce_shared, buffers, red_op, "all_reduce (shared buffer)", own)
         return self._submit("all_reduce", job, [buffers[self.local_index]], None)
 
     @cuda_goes_to_nccl
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: dist.AllreduceCoalescedOptions = None) -> dist.Work:
         opts = opts or dist.AllreduceCoalescedOptions()
-        op = self._reduce_op(opts, tensors, "all_reduce_coalesced")
+        op = self._reduce_op(opts.reduceOp, tensors, "all_reduce_coalesced")
 
         def job() -> None:
             for dtype in dict.fromkeys(t.dtype for t in tensors):
@@ -299,7 +293,7 @@ class SmddpProcessGroup(dist.ProcessGroup):
     @cuda_goes_to_nccl
     def reduce(self, tensors: list[torch.Tensor], opts: dist.ReduceOptions = None) -> dist.Work:
         opts = opts or dist.ReduceOptions()
-        op = self._reduce_op(opts, tensors, "reduce")
+        op = self._reduce_op(opts.reduceOp, tensors, "reduce")
         is_root = opts.rootRank == self.rank()
 
         def job() -> None:
@@ -433,7 +427,7 @@ class SmddpProcessGroup(dist.ProcessGroup):
     @cuda_goes_to_nccl
     def reduce_scatter(self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]], opts: dist.ReduceScatterOptions = None) -> dist.Work:
         opts = opts or dist.ReduceScatterOptions()
-        op = self._reduce_op(opts, output_tensors, "reduce_scatter")
+        op = self._reduce_op(opts.reduceOp, output_tensors, "reduce_scatter")
         for ins in input_tensors:
             self._rank_list(ins, "reduce_scatter")
 
@@ -455,7 +449,7 @@ class SmddpProcessGroup(dist.ProcessGroup):
     @cuda_goes_to_nccl
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: dist.ReduceScatterOptions = None) -> dist.Work:  # noqa: A002
         opts = opts or dist.ReduceScatterOptions()
-        op = self._reduce_op(opts, [input], "reduce_scatter_tensor")
+        op = self._reduce_op(opts.reduceOp, [input], "reduce_scatter_tensor")
         if input.numel() != output.numel() * self.size():
             raise CollectiveError(f"smddp reduce_scatter_tensor: input has {input.numel()} elements, expected {self.size()} x {output.numel()}")
         return self._submit("reduce_scatter_tensor", lambda: self._reduce_scatter_single(output, input, op, "reduce_scatter_tensor"), [output], opts)
@@ -465,7 +459,7 @@ class SmddpProcessGroup(dist.ProcessGroup):
     @cuda_goes_to_nccl
     def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: dist.ReduceScatterOptions = None) -> dist.Work:
         opts = opts or dist.ReduceScatterOptions()
-        op = self._reduce_op(opts, inputs, "reduce_scatter_tensor_coalesced")
+        op = self._reduce_op(opts.reduceOp, inputs, "reduce_scatter_tensor_coalesced")
 
         def job() -> None:
             for output, tensor in zip(outputs, inputs):
