@@ -7,6 +7,7 @@ they are, None as "", anything else as sorted-key compact JSON.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -163,6 +164,8 @@ def process_env(
     merged.update(rank_env(env, plan, slot))
     merged["PYTHONPATH"] = ":".join(python_path)
     merged[contract.ERROR_FILE_ENV] = error_file
+    merged[contract.PARENT_PID_ENV] = str(os.getpid())  # the rank's bootstrap dies with this runtime
+    merged.pop(contract.LIFELINE_ENV, None)  # the runtime's to watch, not the ranks'
     merged.setdefault("PYTHONUNBUFFERED", "1")  # logs reach the console as they are written
     merged.setdefault("GLIBC_TUNABLES", MALLOC_KEEPS_MEMORY)
     if plan.local_world_size > 1 and "OMP_NUM_THREADS" not in base:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import socket
 import sys
@@ -19,18 +20,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 
-from smddp_sdk.errors import EXIT_JOB_FAILED, ContractError, JobFailedError, SmddpError, UnavailableError
+from smddp_sdk.errors import EXIT_JOB_FAILED, ContractError, SmddpError, UnavailableError
 from smddp_sdk.runtime import env as rank_env
 from smddp_sdk.runtime import plan as planning
 from smddp_sdk.runtime import usercode
 from smddp_sdk.runtime.coordination import Coordinator, CoordinatorClient
 from smddp_sdk.runtime.failures import RankFailure, console_summary, failure_reason, rank_failure, root_cause
 from smddp_sdk.runtime.logs import Console
-from smddp_sdk.runtime.procs import RankProcess, reap_groups, spawn_rank, stop_ranks
+from smddp_sdk.runtime.procs import RankProcess, die_with_parent, reap_groups, spawn_rank, stop_ranks
 from smddp_sdk.runtime.pythonpath import rank_python_path
 from smddp_sdk.runtime.training_env import TrainingEnv, number_env, read_training_env
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.contract import OptMl
+from smddp_sdk.specs.failure import SOURCE_EARLY_EXIT, SOURCE_RUNTIME, SOURCE_STOPPED, FailureRecord
 
 DEFAULT_STOP_GRACE = 5.0
 DEFAULT_AGENT_TIMEOUT = 600.0  # hosts may start minutes apart (image pulls)
@@ -39,6 +41,8 @@ POLL_INTERVAL = 0.1
 
 def main(environ: Mapping[str, str] | None = None) -> int:
     environ = dict(os.environ if environ is None else environ)
+    # Under a host supervisor (local mode): stop, as on SIGTERM, when it dies.
+    die_with_parent(signal.SIGTERM, environ.get(contract.PARENT_PID_ENV))
     console = Console()
     opt_ml = OptMl.from_env(environ)
     try:
@@ -80,6 +84,9 @@ class NodeRuntime:
         self.client: CoordinatorClient | None = None
         self.procs: list[RankProcess] = []
         self._signal_record: RankFailure | None = None
+        self.early_exits: list[FailureRecord] = []  # ranks that ended with 0 while others ran
+        self.supervisor_gone = False
+        self.supervised = bool(environ.get(contract.LIFELINE_ENV))
 
     def say(self, text: str) -> None:
         self.console.say(self.prefix, text)
@@ -88,12 +95,17 @@ class NodeRuntime:
 
     def run(self) -> int:
         self._install_signal_handlers()
+        self._watch_lifeline()
         try:
             self._join_job()  # first, so that even a planning error reaches the other hosts
             plan = self._plan()
         except SmddpError as exc:
             return self._finish_setup_failure(exc)
-        with tempfile.TemporaryDirectory(prefix="smddp-runtime-") as scratch:
+        scratch_root = self.environ.get(contract.SCRATCH_ENV) or None
+        if scratch_root:
+            Path(scratch_root).mkdir(parents=True, exist_ok=True)
+        _sweep_stale_scratch()
+        with tempfile.TemporaryDirectory(prefix=f"{_SCRATCH_PREFIX}{os.getpid()}-", dir=scratch_root) as scratch:
             try:
                 command = self._prepare_code()
                 python_path = rank_python_path(self.env.opt_ml.code_dir, self.environ, scratch=Path(scratch))
@@ -143,6 +155,7 @@ class NodeRuntime:
         self.client = CoordinatorClient(
             env.current_host, env.address_of(env.master_hostname), env.ports.agent, env.job_token,
             log=self.say, on_stop=self._on_remote_stop, connect_timeout=self.agent_timeout,
+            on_lost=None if env.is_master else self._on_lost_coordinator,
         )
         self.client.start()
 
@@ -188,7 +201,15 @@ class NodeRuntime:
     def _collect_exits(self) -> list[RankFailure]:
         failures = []
         for proc in self.procs:
-            if proc.poll() and proc.returncode != 0 and not proc.stopped:
+            if not proc.poll() or proc.stopped:
+                continue
+            if proc.returncode == 0:
+                slot = proc.slot
+                self.early_exits.append(FailureRecord(
+                    slot.host, slot.rank, 0, "", timestamp=proc.exited_at, source=SOURCE_EARLY_EXIT,
+                    local_rank=slot.local_rank, pid=proc.popen.pid,
+                ))
+            else:
                 slot = proc.slot
                 failures.append(
                     rank_failure(
@@ -222,18 +243,33 @@ class NodeRuntime:
         if self.signalled and not local_failures:
             local_failures = [self._signal_failure()]
         status = "failed" if local_failures else ("stopped" if self.remote_stop else "ok")
-        verdict = self._settle(status, local_failures)
+        # Without a supervisor there is nobody left to settle with: stop at once (the 10 s budget).
+        verdict = None if self.supervisor_gone else self._settle(status, local_failures)
         if status == "ok":
             contract.write_success(self.env.opt_ml)
             self.say("all ranks on this host finished successfully")
             return 0
         cause, others = verdict or (root_cause(local_failures) or self.remote_stop, local_failures)
         assert cause is not None
+        self._write_records([*local_failures, cause, *others])
         contract.write_failure(self.env.opt_ml, failure_reason(cause, others))
-        self.console.say(self.prefix, console_summary(cause, others))
+        if self.supervised:  # the supervisor prints the job's summary, once, for every host
+            self.say(f"this host failed; root cause: {cause.headline}")
+        else:
+            self.console.say(self.prefix, console_summary(cause, others))
         if self.signalled and cause.rank is None and cause.host == self.env.current_host:
             return 128 + int(self.signalled)
-        return JobFailedError(cause.headline, cause.exit_code).exit_code
+        return _job_exit_code(cause.exit_code)
+
+    def _write_records(self, records: list[FailureRecord]) -> None:
+        """output/failures.json: every record this host knows, for the supervisor's root-cause rule."""
+        unique: dict[tuple[object, ...], FailureRecord] = {}
+        for record in [*records, *self.early_exits, *([self.remote_stop] if self.remote_stop else [])]:
+            unique.setdefault((record.host, record.rank, record.error_type, record.message, record.source), record)
+        try:
+            contract.write_failure_records(self.env.opt_ml, [record.to_json() for record in unique.values()])
+        except OSError as exc:
+            self.say(f"could not write {self.env.opt_ml.failures_file}: {exc}")
 
     def _settle(self, status: str, failures: list[RankFailure]) -> tuple[RankFailure, list[RankFailure]] | None:
         """Report this host's result; when the job failed, learn the job-wide root cause."""
@@ -268,8 +304,9 @@ class NodeRuntime:
         code = exc.exit_code
         failure = RankFailure(
             host=self.env.current_host, rank=None, exit_code=code, error_type=type(exc).__name__,
-            message=str(exc), timestamp=time.time(),
+            message=str(exc), timestamp=time.time(), source=SOURCE_RUNTIME,
         )
+        self._write_records([failure])
         self.say(f"error: {exc}")
         if self.client:
             self.client.report_failure(failure)
@@ -295,6 +332,49 @@ class NodeRuntime:
             self.signalled = signal.Signals(signum)
         self.wake.set()
 
+    def _watch_lifeline(self) -> None:
+        """Under a host supervisor: read its FIFO until end-of-file, which means it died."""
+        path = self.environ.get(contract.LIFELINE_ENV)
+        if not path:
+            return
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # never blocks, writer or not
+        except OSError as exc:
+            self.say(f"cannot open the supervisor's lifeline {path} ({exc.strerror}); stopping")
+            self._on_supervisor_gone()
+            return
+        os.set_blocking(fd, True)  # a blocking read returns b"" once no writer is left
+        threading.Thread(target=self._read_lifeline, args=(fd,), name="lifeline", daemon=True).start()
+
+    def _read_lifeline(self, fd: int) -> None:
+        while True:
+            try:
+                if not os.read(fd, 64):
+                    break
+            except InterruptedError:
+                continue
+            except OSError:
+                break
+        os.close(fd)
+        self._on_supervisor_gone()
+
+    def _on_supervisor_gone(self) -> None:
+        self.supervisor_gone = True
+        if self.remote_stop is None:
+            self.remote_stop = FailureRecord(
+                self.env.current_host, None, 1, "the job's supervisor is gone; this host stopped its ranks",
+                timestamp=time.time(), error_type="SupervisorGone", source=SOURCE_STOPPED,
+            )
+        self.wake.set()
+
+    def _on_lost_coordinator(self) -> None:
+        """The coordinating host's runtime vanished: stop now rather than train headless, and say whose."""
+        master = self.env.master_hostname
+        self._on_remote_stop(FailureRecord(
+            master, None, 1, f"the runtime on {master}, which coordinates the job, disconnected (seen from {self.env.current_host})",
+            timestamp=time.time(), error_type="LostPeer", source=SOURCE_RUNTIME,
+        ))
+
     def _on_remote_stop(self, failure: RankFailure) -> None:
         if self.remote_stop is None:
             self.remote_stop = failure
@@ -308,6 +388,41 @@ class NodeRuntime:
                 message=f"the runtime received {self.signalled.name} and stopped its ranks", timestamp=time.time(),
             )
         return self._signal_record
+
+
+def _job_exit_code(code: int) -> int:
+    """The root-cause rank's code as the runtime's own (SageMaker's contract); 1 for signals and odd codes."""
+    return code if 0 < code < 126 else EXIT_JOB_FAILED
+
+
+_SCRATCH_PREFIX = "smddp-runtime-"
+
+
+def _sweep_stale_scratch() -> None:
+    """Remove scratch directories of runtimes that were killed before they could (SIGKILL, OOM)."""
+    root = Path(tempfile.gettempdir())
+    try:
+        entries = list(root.glob(f"{_SCRATCH_PREFIX}*-*"))
+    except OSError:
+        return
+    for entry in entries:
+        pid = entry.name[len(_SCRATCH_PREFIX):].split("-", 1)[0]
+        try:
+            if not pid.isdigit() or entry.stat().st_uid != os.getuid() or _alive(int(pid)):
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _settled_tail(proc: RankProcess) -> str:

@@ -126,3 +126,28 @@ def reap_orphans() -> None:
             return
         if pid == 0:
             return
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int, expected_parent: str | None) -> bool:
+    """Ask Linux to send us ``sig`` when our parent dies (PR_SET_PDEATHSIG), if our parent is the
+    process ``expected_parent`` names -- so that nothing outlives the process that started it.
+
+    The parent may have died before the call; the pid check afterwards closes that gap. Elsewhere
+    (macOS, no libc) this does nothing and the lifeline and session sweeps still apply.
+    """
+    if not expected_parent or not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    if str(os.getppid()) != expected_parent:  # it died before the request took effect
+        os.kill(os.getpid(), sig)
+    return True

@@ -30,6 +30,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from smddp_sdk.specs.contract import RootCause
+
 # Where a record comes from (``FailureRecord.source``).
 SOURCE_ERROR_FILE = "error_file"  # the rank's bootstrap wrote output/errors/rank-N.json
 SOURCE_EXIT = "exit"  # the runtime saw a rank exit non-zero (or by a signal) without an error file
@@ -43,6 +45,7 @@ SOURCE_TIMEOUT = "timeout"  # max_run passed
 _MESSAGE_LIMIT = 300
 _BORDER = "=" * 60
 # Errors that only say a peer went away or that the job is stopping: the symptom, not the cause.
+_OBSERVED_LOSS = frozenset({"LostPeer", "HostNeverJoined"})
 _VICTIM_TYPES = frozenset({"LostCoordinator", "SupervisorGone", "Stopped"})
 _VICTIM_TEXT = re.compile(
     r"closed the connection|connection reset|connection refused|broken pipe|connection to .* broke|"
@@ -90,9 +93,13 @@ class FailureRecord:
         return self.error_type or message
 
     @property
+    def cause(self) -> RootCause:
+        """The first line of output/failure, which names host, rank and code where SageMaker shows it."""
+        return RootCause(self.host, self.rank, self.exit_code, self.error)
+
+    @property
     def headline(self) -> str:
-        subject = f"rank {self.rank} on host {self.host}" if self.rank is not None else f"the runtime on host {self.host}"
-        return f"{subject} failed with exit code {self.exit_code}: {self.error}"
+        return self.cause.headline
 
     def summary(self) -> str:
         """One line for messages and ``status``: ``algo-2/rank3 exited with code 1: ValueError: bad``."""
@@ -195,6 +202,9 @@ def decide(records: Iterable[FailureRecord], *, early_exits: Iterable[FailureRec
     but the culprit when the victims blame them.
     """
     records = [r for r in records if r.source != SOURCE_EARLY_EXIT]
+    # A runtime that saw a host vanish says less than the supervisor that saw how it ended.
+    seen_dying = {r.host for r in records if r.source == SOURCE_SUPERVISOR and r.rank is None}
+    records = [r for r in records if not (r.error_type in _OBSERVED_LOSS and r.host in seen_dying)]
     exits = {(r.host, r.rank): r for r in early_exits}
     if not records:
         return None
@@ -289,3 +299,15 @@ def _float_or_none(value: Any) -> float | None:
         return float(value) if value is not None else None
     except (TypeError, ValueError):
         return None
+
+
+def _read_json_object(path: Any) -> dict[str, Any] | None:
+    """A JSON object from a file, or None when it is missing, unreadable or not an object."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
