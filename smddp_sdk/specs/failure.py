@@ -274,7 +274,7 @@ def _describe(failure: FailureRecord) -> list[str]:
         f"  time      : {when}",
         f"  host      : {failure.host}",
         f"  rank      : {rank}",
-        f"  exit code : {failure.exit_code}" + (f" ({failure.signal})" if failure.signal else "") + (f" (pid: {failure.pid})" if failure.pid else ""),
+        f"  exit code : {failure.exit_code}" + (f" ({failure.signal})" if failure.signal else ""),
         f"  error     : {failure.error}",
     ]
     if failure.error_file:
