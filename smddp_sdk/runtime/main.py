@@ -117,7 +117,10 @@ class NodeRuntime:
                 local_failures = self._watch()
             finally:
                 reap_groups(self.procs)  # even if the runtime itself breaks, no rank outlives it
-            return self._finish(local_failures)
+            code = self._finish(local_failures)
+        if scratch_root:
+            _remove_if_empty(Path(scratch_root))  # shared by the job's runtimes: the last one out removes it
+        return code
 
     def _plan(self) -> planning.RankPlan:
         env = self.env
@@ -413,6 +416,13 @@ def _sweep_stale_scratch() -> None:
         except OSError:
             continue
         shutil.rmtree(entry, ignore_errors=True)
+
+
+def _remove_if_empty(path: Path) -> None:
+    try:
+        path.rmdir()
+    except OSError:
+        pass
 
 
 def _alive(pid: int) -> bool:

@@ -92,6 +92,7 @@ def stop_ranks(procs: Sequence[RankProcess], grace: float, sig: signal.Signals =
     for proc in alive:
         proc.stopped = True
     signal_groups(alive, sig)
+    signal_groups(alive, signal.SIGCONT)  # a frozen rank (SIGSTOP, a debugger) must get it now, not at SIGKILL
     deadline = time.monotonic() + grace
     while any(p.running for p in alive) and time.monotonic() < deadline:
         for proc in alive:

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import smddp_sdk
 from smddp_sdk.errors import SpecError, SpecIssue
 from smddp_sdk.schedulers.base import DryRun, Scheduler
-from smddp_sdk.schedulers.hosts.supervisor import HEARTBEAT, LIFELINE, backend_for
+from smddp_sdk.schedulers.hosts.supervisor import HEARTBEAT, LIFELINE, SCRATCH, backend_for
 from smddp_sdk.schedulers.local_job import JobDir, follow_lines, is_supervisor_of
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.failure import FailureRecord
@@ -211,6 +211,7 @@ class HostTreeScheduler(Scheduler):
         job_dir.write_state({**job_dir.read_state(), "state": JobState.CANCELLED.value, "ended": time.time(),
                              "message": f"cancelled: the job's supervisor (pid {supervisor}) {reason}, so cancel stopped its hosts itself"})
         (job_dir.path / LIFELINE).unlink(missing_ok=True)
+        shutil.rmtree(job_dir.path / SCRATCH, ignore_errors=True)
         _reap_finished_children()
 
     # --- lookups ----------------------------------------------------------------------------------
