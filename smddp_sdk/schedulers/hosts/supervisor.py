@@ -66,6 +66,9 @@ def backend_for(job_dir: JobDir, record: dict[str, Any]) -> HostBackend:
 
 
 class Supervisor:
+    # How long the other hosts may keep running after one host's runtime failed (see PEER_FAILURE_GRACE).
+    peer_failure_grace = PEER_FAILURE_GRACE
+
     def __init__(self, job_dir: JobDir, backend: HostBackend | None = None) -> None:
         self.job_dir = job_dir
         self.record = job_dir.read_record()
@@ -87,7 +90,6 @@ class Supervisor:
     # --- lifecycle ------------------------------------------------------------------------------
 
     def run(self) -> int:
-        os.umask(0o077)  # job files are the caller's alone
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self.signalled.set())
         self.state = {"state": JobState.STARTING.value, "message": "", "supervisor_pid": os.getpid(), "started": time.time(), "hosts": {}}
@@ -161,7 +163,7 @@ class Supervisor:
             self.stop(JobState.CANCELLED, f"cancelled: the process that started it (pid {owner}) exited")
         elif time.time() > deadline:
             self.stop(JobState.FAILED, f"MaxRuntimeExceeded: the job ran longer than max_run={self.request.get('max_run')} seconds")
-        elif first_failure is not None and time.time() - first_failure > PEER_FAILURE_GRACE:
+        elif first_failure is not None and time.time() - first_failure > self.peer_failure_grace:
             self.stop(JobState.FAILED, "")  # the root cause decides the message
 
     def owner_gone(self, owner: int) -> bool:
@@ -323,6 +325,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m smddp_sdk.schedulers.hosts.supervisor <job_dir>", file=sys.stderr)
         return 2
+    os.umask(0o077)  # job files, logs and host trees are the caller's alone
     supervisor = Supervisor(JobDir(Path(argv[0])))
     try:
         return supervisor.run()
