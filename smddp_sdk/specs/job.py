@@ -17,6 +17,7 @@ from typing import Any
 
 from smddp_sdk.errors import SpecError, SpecIssue, did_you_mean
 from smddp_sdk.specs import instance_types
+from smddp_sdk.specs.contract import RESERVED_HYPERPARAMETERS
 from smddp_sdk.specs.distribution import Distribution, parse_distribution
 
 DEFAULT_BASE_JOB_NAME = "pytorch-training"
@@ -222,12 +223,21 @@ class _Builder:
 
     def collections(self) -> None:
         self.values["hyperparameters"] = self.mapping("hyperparameters", value_check=None)
+        self.reserved_hyperparameters(self.values["hyperparameters"])
         self.values["environment"] = self.mapping("environment", value_check=str)
         self.values["dependencies"] = self.string_list("dependencies")
         self.values["subnets"] = self.string_list("subnets")
         self.values["security_group_ids"] = self.string_list("security_group_ids")
         self.values["tags"] = self.key_value_list("tags", ("Key", "Value"))
         self.values["metric_definitions"] = self.key_value_list("metric_definitions", ("Name", "Regex"))
+
+    def reserved_hyperparameters(self, hyperparameters: Mapping[str, Any]) -> None:
+        """Names the toolkit sets or consumes itself: a value given for one would be replaced or dropped
+        without a word, and never reach the script, so it is refused."""
+        for key in hyperparameters:
+            if str(key) in RESERVED_HYPERPARAMETERS:
+                self.issue(f"hyperparameters.{key}", "is reserved: the SageMaker toolkit sets or consumes it, so the script would never see this value",
+                           "rename it (names starting with sagemaker_ belong to the toolkit), or set the matching option instead (entry_point, source_dir, container_log_level, job_name)")
 
     def mapping(self, name: str, value_check: type | None) -> dict[str, Any]:
         value = self.data.get(name) or {}
