@@ -51,8 +51,8 @@ def run(ctx: click.Context, job_file: str | None, dryrun: bool, detach: bool, ra
     """Run JOB_FILE (a job.yaml) and follow its logs until it ends.
 
     Everything is validated first: nothing is packaged, uploaded or started while any problem is left.
-    Exit code: 0 on success, the failing rank's exit code (or 1) when the job fails, 2 for a bad job
-    or command line, 3 when something needed is unavailable, 130 when interrupted.
+    Exit code: 0 on success, 1 when the job fails (the failing rank's own code is in the summary),
+    2 for a bad job or command line, 3 when something needed is unavailable, 130 when interrupted.
     """
     out = console(ctx)
     job, scheduler, plan = prepare(ctx, out, job_file, params)

@@ -137,7 +137,11 @@ def test_cancel_stops_and_removes_everything(smddp_image, source_dir, tmp_path):
     scheduler = DockerScheduler(job_root=tmp_path / "jobs", stop_grace_period=5, processes_per_host=2)
     handle = scheduler.submit(job_spec(source_dir, "docker-cancel", sleep=300))
     try:
-        assert scheduler.status(handle).state in (JobState.STARTING, JobState.RUNNING)
+        deadline = time.monotonic() + 120  # the supervisor creates and starts the containers
+        while scheduler.status(handle).state is not JobState.RUNNING and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert scheduler.status(handle).state is JobState.RUNNING
+        assert leftovers("docker-cancel")[0], "its containers should be running"
     finally:
         scheduler.cancel(handle)
     assert scheduler.status(handle).state is JobState.CANCELLED
