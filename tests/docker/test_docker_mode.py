@@ -257,6 +257,9 @@ def test_an_attached_job_ends_when_its_owner_is_killed(smddp_image, source_dir, 
     )
     try:
         assert owner.stdout is not None and owner.stdout.readline().strip() == "docker://docker-owner"
+        deadline = time.monotonic() + 120  # the supervisor creates and starts the containers
+        while not leftovers("docker-owner")[0] and time.monotonic() < deadline:
+            time.sleep(0.5)
         assert leftovers("docker-owner")[0], "the job should be running"
     finally:
         owner.kill()  # SIGKILL: the owner cannot clean up after itself
