@@ -135,7 +135,8 @@ class HostTreeScheduler(Scheduler):
                 return state
             message = (f"the job's supervisor (pid {supervisor}) died; its hosts stop themselves when it does "
                        f"(lifeline); see {job_dir.supervisor_log}")
-        state = {**state, "state": JobState.FAILED.value, "message": message, "ended": time.time()}
+        # "orphaned": nobody collected or cleaned up after it; cancel still sweeps what is left.
+        state = {**state, "state": JobState.FAILED.value, "message": message, "ended": time.time(), "orphaned": True}
         job_dir.write_state(state)
         return state
 
@@ -165,8 +166,10 @@ class HostTreeScheduler(Scheduler):
         itself from what the job recorded and marks the job CANCELLED. A finished job is left alone.
         """
         job_dir = self._job_dir(handle)
-        state = job_dir.read_state()
+        state = self._settled_state(job_dir)
         if JobState(state.get("state", "UNKNOWN")).is_terminal:
+            if state.get("orphaned") and not state.get("swept"):
+                self._sweep(job_dir, state)  # its supervisor died: stop and remove what it left
             return
         job_dir.request_cancel()  # seen by a supervisor that is only starting, or that missed the signal
         if self._cancel_through_supervisor(job_dir):
@@ -204,15 +207,20 @@ class HostTreeScheduler(Scheduler):
         was_alive = is_supervisor_of(supervisor, job_dir.path)
         if was_alive:
             os.kill(supervisor, signal.SIGKILL)
-        record = job_dir.read_record()
-        grace = float(record["request"].get("stop_grace_period", self.stop_grace_period))
-        backend_for(job_dir, record).stop_orphans(job_dir, record, state, grace)
+        self._sweep(job_dir, state)
         reason = "was not answering" if was_alive else "was gone"
         job_dir.write_state({**job_dir.read_state(), "state": JobState.CANCELLED.value, "ended": time.time(),
                              "message": f"cancelled: the job's supervisor (pid {supervisor}) {reason}, so cancel stopped its hosts itself"})
+        _reap_finished_children()
+
+    def _sweep(self, job_dir: JobDir, state: dict[str, Any]) -> None:
+        """Stop and remove what a job without a supervisor left (processes, containers, its network)."""
+        record = job_dir.read_record()
+        grace = float(record["request"].get("stop_grace_period", self.stop_grace_period))
+        backend_for(job_dir, record).stop_orphans(job_dir, record, state, grace)
         (job_dir.path / LIFELINE).unlink(missing_ok=True)
         shutil.rmtree(job_dir.path / SCRATCH, ignore_errors=True)
-        _reap_finished_children()
+        job_dir.write_state({**job_dir.read_state(), "swept": True})
 
     # --- lookups ----------------------------------------------------------------------------------
 
