@@ -82,6 +82,7 @@ SCENARIOS = {
         Scenario("sigkill_rank", JobState.FAILED, ("algo-2", 3), fault="sigkill_rank", victim=3),
         Scenario("kill_runtime_algo2", JobState.FAILED, ("algo-2", None), external=_kill_runtime("algo-2")),
         Scenario("kill_master_runtime", JobState.FAILED, ("algo-1", None), external=_kill_runtime("algo-1")),
+        Scenario("kill_master_runtime_quiet", JobState.FAILED, ("algo-1", None), fault="quiet", external=_kill_runtime("algo-1")),
         Scenario("hang_in_collective", JobState.FAILED, ("algo-2", 2), fault="hang_in_collective", victim=2),
         Scenario("hang_outside", JobState.FAILED, ("algo-1", 1), fault="hang_outside", victim=1),
         Scenario("exit0_early", JobState.FAILED, ("algo-1", 1), fault="exit0_early", victim=1),
@@ -114,7 +115,7 @@ def run(scenario: Scenario, workdir: Path) -> Outcome:
         if scenario.cancel:
             scheduler.cancel(handle)
         gone_at = _wait_until_gone(scheduler, handle, job_dir)
-        injected = _injection_time(job_dir) if scenario.fault != "none" else started
+        injected = _injection_time(job_dir) if scenario.external is None else started
         status = scheduler.status(handle)
         return Outcome(scenario.name, status.state.value, _root(status), status.message, gone_at - injected, leftovers(job_dir, state))
     finally:
@@ -123,7 +124,7 @@ def run(scenario: Scenario, workdir: Path) -> Outcome:
 
 def _wait_for_ranks(scheduler: LocalScheduler, handle: JobHandle, ready: Path) -> None:
     deadline = time.monotonic() + START_TIMEOUT
-    while len(list(ready.glob("rank-*"))) < 4:
+    while len(list(ready.glob("rank-*"))) < 4 or time.time() - max(float(p.read_text() or 0) for p in ready.glob("rank-*")) < 0.5:
         status = scheduler.status(handle)
         if status.state.is_terminal:
             raise RuntimeError(f"the job ended before every rank trained: {status.state.value} {status.message}")

@@ -1,7 +1,7 @@
 """A training loop for fault injection: all-reduces forever (or --steps times) and can fail on purpose.
 
 --fault: none | sigkill_rank | exit0_early | hang_in_collective | hang_outside | raise, done by --victim
-after step --at. Every rank writes <--ready>/rank-<N> once it has trained a few steps, so a test knows
+after step --at; quiet: every rank stops calling collectives at step --at and sleeps. Every rank writes <--ready>/rank-<N> once it has trained a few steps, so a test knows
 when to inject a fault from outside (kill a supervisor or a runtime). --pg-timeout is the process group's
 timeout in seconds: what turns a hang into an error that names the hung rank.
 """
@@ -41,6 +41,8 @@ def main() -> None:
             Path(args.ready, f"rank-{rank}").write_text(str(time.time()))
         if rank == args.victim and step == args.at:
             inject(args.fault, tensor)
+        if args.fault == "quiet" and step == args.at:
+            time.sleep(10**6)  # every rank, outside any collective: nobody notices a lost peer by itself
         dist.all_reduce(tensor)
         tensor.fill_(1.0)
         time.sleep(pause)
