@@ -131,7 +131,7 @@ class NodeRuntime:
         if env.is_master:
             try:
                 self.coordinator = Coordinator(
-                    env.hosts, env.job_token, env.ports.agent, log=self.say,
+                    env.hosts, env.job_token, env.ports.agent, log=self.say, address=contract.bind_address(env.host_addresses, env.current_host),
                     connect_timeout=self.agent_timeout, verdict_timeout=self.grace + 10.0,
                 )
             except OSError as exc:

@@ -311,3 +311,10 @@ def parse_root_cause(reason: str) -> RootCause | None:
         return None
     rank = match["rank"]
     return RootCause(match["host"], int(rank) if rank is not None else None, int(match["code"]), match["message"] or "")
+
+
+def bind_address(host_addresses: Mapping[str, str], host: str) -> str:
+    """Where a listener on ``host`` binds: the address the scheduler mapped the host to (loopback in local
+    mode, so nothing off this machine can connect), or every interface ("") where hosts find each other
+    by name (a container network, SageMaker's VPC)."""
+    return host_addresses.get(host, "")
