@@ -99,11 +99,9 @@ def document_layer(document: YamlDocument, kind: str, base_dir: Path) -> Layer:
     """A layer holding a parsed YAML mapping (job file or user config)."""
     source = Source(kind, document.name, document, base_dir)
     data = dict(document.data or {})
-    # Settings are named by text keys; `1: x` or `null: x` is reported at its line and left out.
-    odd_keys = [key for key in data if not isinstance(key, str)]
+    # Settings are named by text keys; `1: x` or `null: x` was reported while reading and is left out.
     layer = Layer({key: value for key, value in data.items() if isinstance(key, str)}, {"": source})
     layer.issues += [(source, issue) for issue in document.issues]
-    layer.issues += [(source, SpecIssue(str(key), "keys must be strings", "field names are text such as entry_point")) for key in odd_keys]
     return layer
 
 

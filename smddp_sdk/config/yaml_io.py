@@ -128,7 +128,12 @@ def parse_yaml(text: str, name: str) -> YamlDocument:
         if err.context and err.problem:
             problem = f"{err.problem} ({err.context})"
         raise YamlSyntaxError(name, where, problem, _line(text, where.line)) from None
-    except yaml.YAMLError as err:  # a reader error (bad characters) has no problem_mark
+    except yaml.reader.ReaderError as err:  # bad characters: a position, no mark
+        mark = _mark_at(text, err.position)
+        code = err.character if isinstance(err.character, int) else ord(err.character)
+        problem = f"the character U+{code:04X} is not allowed in YAML; remove it or write it as an escape in a quoted string"
+        raise YamlSyntaxError(name, mark, problem, _line(text, mark.line)) from None
+    except yaml.YAMLError as err:
         raise YamlSyntaxError(name, Mark(1, 1), str(err).splitlines()[0], _line(text, 1)) from None
     except RecursionError:  # a safety net: the checks above keep PyYAML's recursive composer shallow
         raise YamlSyntaxError(name, Mark(1, 1), f"nesting is too deep (at most {MAX_YAML_DEPTH} levels)", _line(text, 1)) from None
@@ -216,6 +221,8 @@ class _MarkWalker:
             key = str(key_node.value)
             child = f"{path}.{key}" if path else key
             mark = Mark.of(key_node.start_mark)
+            if not path and key_node.tag != "tag:yaml.org,2002:str":
+                self.issues.append(_odd_top_key(key, child, mark))
             if key in seen:
                 # PyYAML keeps the last value, so that is the one located; the message names the first.
                 self.issues.append(SpecIssue(child, "duplicate key", f"also written on line {seen[key].line}; keep one"))
@@ -228,6 +235,14 @@ class _MarkWalker:
             self.walk(value_node, child)
 
 
+def _odd_top_key(key: str, path: str, mark: Mark) -> SpecIssue:
+    """`1: x`, `~: x` or `true: x` at the top: job fields are named by text. A key with '.' or '['
+    would read as a path, so it is reported at the file's start and named in the message."""
+    if "." in key or "[" in key:
+        return SpecIssue("", f"line {mark.line}: the key {key} is not a field name (field names are text such as entry_point)")
+    return SpecIssue(path, "keys must be strings", "field names are text such as entry_point")
+
+
 def _error_mark(err: yaml.MarkedYAMLError, text: str) -> Mark:
     """Where to point: the problem, unless it is the end of the file (an unclosed quote or bracket),
     where the construct that was left open is the useful place."""
@@ -236,6 +251,11 @@ def _error_mark(err: yaml.MarkedYAMLError, text: str) -> Mark:
         return Mark.of(context)
     mark = problem or context
     return Mark.of(mark) if mark is not None else Mark(1, 1)
+
+
+def _mark_at(text: str, position: int) -> Mark:
+    before = text[:position]
+    return Mark(before.count("\n") + 1, position - (before.rfind("\n") + 1) + 1)
 
 
 def _ancestors(path: str) -> list[str]:
