@@ -153,13 +153,13 @@ def hyperparameter_issues(hyperparameters: Mapping[Any, Any]) -> list[SpecIssue]
 def encode_hyperparameter(value: Any) -> tuple[str, str]:
     """The JSON text SageMaker stores for a value, or "" and why it has none."""
     if _json_depth(value) > MAX_JSON_DEPTH:
-        return "", f"nests deeper than {MAX_JSON_DEPTH} levels"
+        return "", f"nests deeper than {MAX_JSON_DEPTH} levels (or contains itself)"
     try:
         return json.dumps(value, allow_nan=False), ""
     except ValueError:
         return "", "NaN and infinity are not JSON; pass them as strings"
     except TypeError:
-        return "", f"a {type(_unencodable(value)).__name__} value is not JSON"
+        return "", f"a value of type {type(_unencodable(value)).__name__} is not JSON"
 
 
 def environment_issues(environment: Mapping[Any, Any]) -> list[SpecIssue]:
