@@ -49,7 +49,7 @@ def main(environ: Mapping[str, str] | None = None) -> int:
         return _fail_before_start(opt_ml, console, exc)
     try:
         return NodeRuntime(env, environ, console, grace=grace, agent_timeout=agent_timeout).run()
-    except Exception:  # a bug of ours: still leave a readable failure file behind
+    except Exception:  # noqa: BLE001 - a bug of ours: still leave a readable failure file behind
         trace = traceback.format_exc()
         console.say(f"[{env.current_host}/runtime]: ", trace)
         contract.write_failure(opt_ml, f"Runtime error on host {env.current_host} (a bug in smddp_sdk):\n{trace}")

@@ -25,7 +25,6 @@ Stdlib only: the runtime uses it inside any image.
 from __future__ import annotations
 
 import os
-import posixpath
 import stat
 import tarfile
 from collections.abc import Callable, Sequence

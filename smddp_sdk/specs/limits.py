@@ -96,16 +96,20 @@ def job_root_issues(source_dir: str | None, dependencies: Sequence[str], job_roo
             continue
         code = Path(value.removeprefix("file://")).expanduser().absolute()
         if _within(root, code):
-            issues.append(SpecIssue(path, f"{value!r} contains the job root {str(root)!r}, where the job's own copy of the code is written", "move the code, or set scheduler_options.job_root (or SMDDP_JOB_ROOT) to a directory outside it"))
+            issues.append(
+                SpecIssue(
+                    path,
+                    f"{value!r} contains the job root {str(root)!r}, where the job's own copy of the code is written",
+                    "move the code, or set scheduler_options.job_root (or SMDDP_JOB_ROOT) to a directory outside it",
+                )
+            )
     return issues
 
 
 def _within(path: Path, directory: Path) -> bool:
     """Whether ``path`` is ``directory`` or below it, through symlinks too."""
-    for a, b in ((path, directory), (_resolved(path), _resolved(directory))):
-        if a == b or b in a.parents:
-            return True
-    return False
+    pairs = ((path, directory), (_resolved(path), _resolved(directory)))
+    return any(inner == outer or outer in inner.parents for inner, outer in pairs)
 
 
 def _resolved(path: Path) -> Path:
@@ -144,9 +148,7 @@ def hyperparameter_issues(hyperparameters: Mapping[Any, Any]) -> list[SpecIssue]
             continue
         total += len(key.encode()) + len(encoded.encode()) + 4  # "--key value" as two argv strings
     if total > MAX_HYPERPARAMETERS_BYTES:
-        issues.append(
-            SpecIssue("hyperparameters", f"encode to {total} bytes; the limit is {MAX_HYPERPARAMETERS_BYTES}", "pass large data as an input channel or a file in source_dir")
-        )
+        issues.append(SpecIssue("hyperparameters", f"encode to {total} bytes; the limit is {MAX_HYPERPARAMETERS_BYTES}", "pass large data as an input channel or a file in source_dir"))
     return issues
 
 

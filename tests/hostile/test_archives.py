@@ -128,8 +128,13 @@ def test_python_data_filter_alone_lets_the_cve_chain_out_on_this_python(tmp_path
 
 def test_a_friendly_archive_extracts_with_links_and_safe_modes(tmp_path: Path) -> None:
     members = [
-        d("pkg"), member("pkg/mod.py", mode=0o4777), member("run.sh", mode=0o755),
-        sym("alias.py", "pkg/mod.py"), sym("pkg/self", "."), hard("copy.py", "pkg/mod.py"), member("./top.py"),
+        d("pkg"),
+        member("pkg/mod.py", mode=0o4777),
+        member("run.sh", mode=0o755),
+        sym("alias.py", "pkg/mod.py"),
+        sym("pkg/self", "."),
+        hard("copy.py", "pkg/mod.py"),
+        member("./top.py"),
     ]
     archive = build(tmp_path / "ok.tar.gz", members)
     code = tmp_path / "code"

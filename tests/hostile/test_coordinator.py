@@ -161,7 +161,7 @@ def test_malformed_messages_from_a_joined_host_are_dropped(coordinator: Coordina
         (b"[" * 40 + b"]" * 40 + b"\n", False),
         (b'["not an object"]\n', False),
         (b"not json\n", False),
-        (json.dumps({"a": "\\\"["}).encode() + b"\n", True),
+        (json.dumps({"a": '\\"['}).encode() + b"\n", True),
     ],
 )
 def test_decode_message_bounds(line: bytes, ok: bool) -> None:
