@@ -22,6 +22,7 @@ from types import FrameType
 from smddp_sdk.errors import EXIT_JOB_FAILED, ContractError, JobFailedError, SmddpError, UnavailableError
 from smddp_sdk.runtime import env as rank_env
 from smddp_sdk.runtime import plan as planning
+from smddp_sdk.runtime import store as rendezvous_store
 from smddp_sdk.runtime import usercode
 from smddp_sdk.runtime.coordination import Coordinator, CoordinatorClient
 from smddp_sdk.runtime.failures import RankFailure, console_summary, failure_reason, rank_failure, root_cause
@@ -80,6 +81,8 @@ class NodeRuntime:
         self.client: CoordinatorClient | None = None
         self.procs: list[RankProcess] = []
         self._signal_record: RankFailure | None = None
+        self.store: rendezvous_store.RendezvousStore | None = None
+        self.rank_environ: Mapping[str, str] = environ
 
     def say(self, text: str) -> None:
         self.console.say(self.prefix, text)
@@ -98,6 +101,7 @@ class NodeRuntime:
                 command = self._prepare_code()
                 python_path = rank_python_path(self.env.opt_ml.code_dir, self.environ, scratch=Path(scratch))
                 if self.signalled is None and self.remote_stop is None:
+                    self._serve_store(Path(scratch))
                     self._start_ranks(plan, command, python_path)
             except SmddpError as exc:
                 return self._finish_setup_failure(exc)
@@ -105,7 +109,20 @@ class NodeRuntime:
                 local_failures = self._watch()
             finally:
                 reap_groups(self.procs)  # even if the runtime itself breaks, no rank outlives it
+                if self.store is not None:
+                    self.store.stop()
             return self._finish(local_failures)
+
+    def _serve_store(self, scratch: Path) -> None:
+        """In local mode the master host serves the rendezvous store on its own address (runtime/store.py)."""
+        env = self.env
+        address = contract.bind_address(env.host_addresses, env.current_host)
+        if env.is_master:
+            self.store = rendezvous_store.serve(address, env.ports.master, self.environ, self.say, scratch)
+        self.rank_environ = {
+            **self.environ,
+            **rendezvous_store.rank_environment(address, self.environ, is_master=env.is_master, served=self.store is not None),
+        }
 
     def _plan(self) -> planning.RankPlan:
         env = self.env
@@ -161,7 +178,7 @@ class NodeRuntime:
         for slot in plan.local_slots:
             error_file = opt_ml.rank_error_file(slot.rank)
             process_env = rank_env.process_env(
-                self.environ, self.env, plan, slot, python_path=python_path, error_file=str(error_file)
+                self.rank_environ, self.env, plan, slot, python_path=python_path, error_file=str(error_file)
             )
             self.procs.append(
                 spawn_rank(slot, command.argv, process_env, command.cwd, opt_ml.rank_log_file(slot.rank), error_file, self.console)
