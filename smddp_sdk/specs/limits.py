@@ -141,7 +141,8 @@ def hyperparameter_issues(hyperparameters: Mapping[Any, Any]) -> list[SpecIssue]
             continue
         encoded, problem = encode_hyperparameter(value)
         if problem:
-            issues.append(SpecIssue(path, problem, "use strings, numbers, booleans, null, lists and mappings of them"))
+            hint = "use strings, numbers, booleans, null, lists and mappings of them" if "JSON" in problem else "pass large data as an input channel or a file in source_dir"
+            issues.append(SpecIssue(path, problem, hint))
             continue
         if "\\u0000" in encoded:  # JSON escapes NUL; the runtime decodes it back into a rank's argv
             issues.append(SpecIssue(path, "contains a NUL character, which cannot be passed to a process", "remove it"))
@@ -154,8 +155,11 @@ def hyperparameter_issues(hyperparameters: Mapping[Any, Any]) -> list[SpecIssue]
 
 def encode_hyperparameter(value: Any) -> tuple[str, str]:
     """The JSON text SageMaker stores for a value, or "" and why it has none."""
-    if _json_depth(value) > MAX_JSON_DEPTH:
+    depth, count = _json_shape(value)
+    if depth > MAX_JSON_DEPTH:
         return "", f"nests deeper than {MAX_JSON_DEPTH} levels (or contains itself)"
+    if count > MAX_HYPERPARAMETERS_BYTES:
+        return "", f"holds more than {MAX_HYPERPARAMETERS_BYTES} values; hyperparameters are limited to {MAX_HYPERPARAMETERS_BYTES} bytes in all"
     try:
         return json.dumps(value, allow_nan=False), ""
     except ValueError:
@@ -185,20 +189,27 @@ def environment_issues(environment: Mapping[Any, Any]) -> list[SpecIssue]:
     return issues
 
 
-def _json_depth(value: Any) -> int:
-    """Nesting depth of lists and mappings, iteratively, stopping just past the limit (cycles included)."""
-    deepest = 0
+def _json_shape(value: Any) -> tuple[int, int]:
+    """Nesting depth and number of values (repeats counted), iteratively, stopping just past either bound.
+
+    Values shared between places (``x = [y] * 10`` nested, or a list holding itself) count every time, as
+    JSON would write them; each takes at least a byte, so more values than the byte limit cannot fit.
+    """
+    deepest = count = 0
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
+        count += 1
+        if count > MAX_HYPERPARAMETERS_BYTES:
+            break
         if not isinstance(item, (Mapping, list, tuple)):
             continue
         deepest = max(deepest, depth)
         if deepest > MAX_JSON_DEPTH:
-            return deepest
+            break
         children = item.values() if isinstance(item, Mapping) else item
         stack.extend((child, depth + 1) for child in children)
-    return deepest
+    return deepest, count
 
 
 def _unencodable(value: Any) -> Any:

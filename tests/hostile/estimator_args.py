@@ -19,6 +19,14 @@ def recursive_dict() -> dict[str, Any]:
     return value
 
 
+def python_laughs(levels: int = 9) -> list[Any]:
+    """The billion laughs in Python: each level ten references to the one below (10**9 leaves)."""
+    value: list[Any] = ["lol"]
+    for _ in range(levels):
+        value = [value] * 10
+    return value
+
+
 BASE: dict[str, Any] = {"entry_point": "train.py", "instance_type": "local"}
 
 CASES: list[tuple[str, dict[str, Any], list[str]]] = [
@@ -75,12 +83,17 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     (
         "hp recursive list",
         {"hyperparameters": {"loop": recursive_list()}},
-        ["hyperparameters.loop: nests deeper than 32 levels (or contains itself) (use strings, numbers, booleans, null, lists and mappings of them)"],
+        ["hyperparameters.loop: nests deeper than 32 levels (or contains itself) (pass large data as an input channel or a file in source_dir)"],
     ),
     (
         "hp recursive dict",
         {"hyperparameters": {"loop": recursive_dict()}},
-        ["hyperparameters.loop: nests deeper than 32 levels (or contains itself) (use strings, numbers, booleans, null, lists and mappings of them)"],
+        ["hyperparameters.loop: nests deeper than 32 levels (or contains itself) (pass large data as an input channel or a file in source_dir)"],
+    ),
+    (
+        "hp billion laughs",
+        {"hyperparameters": {"lol": python_laughs()}},
+        ["hyperparameters.lol: holds more than 131072 values; hyperparameters are limited to 131072 bytes in all (pass large data as an input channel or a file in source_dir)"],
     ),
     ("hp NUL in value", {"hyperparameters": {"lr": "0.1\0"}}, ["hyperparameters.lr: contains a NUL character, which cannot be passed to a process (remove it)"]),
     ("hp NUL in key", {"hyperparameters": {"l\0r": 1}}, ["hyperparameters.l\x00r: name 'l\\x00r' must be non-empty text without NUL characters"]),

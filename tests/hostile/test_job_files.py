@@ -49,3 +49,17 @@ def test_hostile_job_file(name: str, workdir: Path) -> None:
     reported = [line for line in result.stderr.splitlines() if line.startswith("job.yaml:")]
     assert reported == [line.replace("{root}", str(job_root)).replace("{work}", str(workdir)) for line in expected]
     assert not job_root.exists(), "nothing may be written when validation fails"
+
+
+def test_settings_from_variables_and_flags_are_read_with_the_same_bounds(workdir: Path) -> None:
+    """``SMDDP_HYPERPARAMETERS`` and ``--set`` are YAML too: an alias bomb there is refused as in a file."""
+    bomb = "{a0: &a0 [x, x, x, x, x, x, x, x, x, x], " + ", ".join(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)) + "}"
+    started = time.monotonic()
+    runner = CliRunner()
+    by_env = runner.invoke(cli, ["validate", "--entry-point", "train.py", "--instance-type", "local"], env={"SMDDP_HYPERPARAMETERS": bomb})
+    by_flag = runner.invoke(cli, ["validate", "--entry-point", "train.py", "--instance-type", "local", "--set", f"hyperparameters={bomb}"])
+    assert time.monotonic() - started < 10
+    for result, where in ((by_env, "SMDDP_HYPERPARAMETERS: "), (by_flag, "Error: Invalid value for '--set': ")):
+        assert result.exit_code == 2, result.output
+        assert "Traceback" not in result.output
+        assert any(line.startswith(where) and "aliases expand to more than 100000 values" in line for line in result.stderr.splitlines()), result.stderr
