@@ -141,7 +141,7 @@ def hyperparameter_issues(hyperparameters: Mapping[Any, Any]) -> list[SpecIssue]
             continue
         encoded, problem = encode_hyperparameter(value)
         if problem:
-            hint = "use strings, numbers, booleans, null, lists and mappings of them" if "JSON" in problem else "pass large data as an input channel or a file in source_dir"
+            hint = "pass large data as an input channel or a file in source_dir" if problem.startswith("holds") else "use strings, numbers, booleans, null, lists and mappings of them"
             issues.append(SpecIssue(path, problem, hint))
             continue
         if "\\u0000" in encoded:  # JSON escapes NUL; the runtime decodes it back into a rank's argv

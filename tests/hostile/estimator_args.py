@@ -83,12 +83,12 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     (
         "hp recursive list",
         {"hyperparameters": {"loop": recursive_list()}},
-        ["hyperparameters.loop: nests deeper than 32 levels (or contains itself) (pass large data as an input channel or a file in source_dir)"],
+        ["hyperparameters.loop: nests deeper than 32 levels (or contains itself) (use strings, numbers, booleans, null, lists and mappings of them)"],
     ),
     (
         "hp recursive dict",
         {"hyperparameters": {"loop": recursive_dict()}},
-        ["hyperparameters.loop: nests deeper than 32 levels (or contains itself) (pass large data as an input channel or a file in source_dir)"],
+        ["hyperparameters.loop: nests deeper than 32 levels (or contains itself) (use strings, numbers, booleans, null, lists and mappings of them)"],
     ),
     (
         "hp billion laughs",
