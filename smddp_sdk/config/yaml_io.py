@@ -84,7 +84,9 @@ class YamlSyntaxError(SpecError):
 
 
 def _window(line: str, column: int, width: int = 100) -> tuple[str, int]:
-    """At most ``width`` characters of a long line around ``column``, and the column within them."""
+    """At most ``width`` characters of a long line around ``column``, and the column within them; control
+    characters (NUL, escapes) are shown as '?' so they cannot garble the terminal."""
+    line = "".join("?" if ord(ch) < 32 and ch != "\t" or ord(ch) == 127 else ch for ch in line)
     if len(line) <= width:
         return line, column
     start = max(0, min(column - width // 2, len(line) - width))
@@ -96,7 +98,12 @@ def load_yaml_file(path: Path, name: str | None = None) -> YamlDocument:
     """Read and parse ``path``; a missing or unreadable file is a ``SpecError``."""
     name = name or str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_YAML_BYTES + 1)  # /dev/zero or a huge file stops here, not in memory
+        if len(raw) > MAX_YAML_BYTES:
+            first = raw[:200].decode("utf-8", "replace").splitlines()[:1]
+            raise YamlSyntaxError(name, Mark(1, 1), f"the file is larger than {MAX_YAML_BYTES} bytes, the limit for job files", first[0] if first else "")
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise SpecError(SpecIssue(name, "file not found", "check the path, or run `smddp-launch init` to write one")) from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
@@ -108,7 +115,7 @@ def parse_yaml(text: str, name: str) -> YamlDocument:
     """Parse YAML text into a document with marks; raises ``YamlSyntaxError`` with line and column."""
     size = len(text.encode("utf-8", "surrogatepass"))
     if size > MAX_YAML_BYTES:
-        raise YamlSyntaxError(name, Mark(1, 1), f"the file is {size} bytes; job files are limited to {MAX_YAML_BYTES} bytes", _line(text, 1))
+        raise YamlSyntaxError(name, Mark(1, 1), f"the file is larger than {MAX_YAML_BYTES} bytes, the limit for job files", _line(text, 1))
     try:
         _check_depth(text, name)
         loader = yaml.SafeLoader(text)

@@ -63,3 +63,12 @@ def test_settings_from_variables_and_flags_are_read_with_the_same_bounds(workdir
         assert result.exit_code == 2, result.output
         assert "Traceback" not in result.output
         assert any(line.startswith(where) and "aliases expand to more than 100000 values" in line for line in result.stderr.splitlines()), result.stderr
+
+
+def test_an_endless_file_is_read_only_up_to_the_limit(workdir: Path) -> None:
+    started = time.monotonic()
+    result = CliRunner().invoke(cli, ["validate", "/dev/zero"])
+    assert time.monotonic() - started < 10
+    assert result.exit_code == 2
+    assert "/dev/zero:1:1: YAML syntax error: the file is larger than 1048576 bytes, the limit for job files" in result.stderr
+    assert "\0" not in result.stderr
