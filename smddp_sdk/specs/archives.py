@@ -224,6 +224,34 @@ def _mode(mode: int, *, directory: bool) -> int:
     return mode
 
 
+# --- reading one file a job wrote ------------------------------------------------------------------------
+
+
+def read_inside(root: Path, relative: str, limit: int) -> bytes | None:
+    """At most ``limit`` bytes of the regular file ``root/relative``, following no symlink on the way
+    (a container can make ``output/failure`` a link to a file of the machine); None when it is missing,
+    not a regular file, or reached through a link."""
+    parts = [part for part in relative.split("/") if part not in ("", ".")]
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return None
+    try:
+        for part in parts[:-1]:
+            child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        leaf = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    with os.fdopen(leaf, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return None
+        return handle.read(limit)
+
+
 # --- archiving ------------------------------------------------------------------------------------------
 
 

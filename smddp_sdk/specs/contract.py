@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from smddp_sdk.errors import ContractError
+from smddp_sdk.specs.archives import read_inside
 
 DEFAULT_BASE_DIR = "/opt/ml"
 BASE_DIR_ENV = "SAGEMAKER_BASE_DIR"
@@ -261,11 +262,10 @@ def write_failure(opt_ml: OptMl, reason: str) -> bool:
 
 
 def read_failure(opt_ml: OptMl) -> str | None:
-    """The failure reason as SageMaker reports it (first 1024 characters), or None."""
-    try:
-        return opt_ml.failure_file.read_text(encoding="utf-8", errors="replace")[:FAILURE_REASON_LIMIT]
-    except FileNotFoundError:
-        return None
+    """The failure reason as SageMaker reports it (first 1024 characters), or None. Read without following
+    links and bounded: in docker mode a container wrote it."""
+    raw = read_inside(opt_ml.base, "output/failure", 4 * FAILURE_REASON_LIMIT)
+    return None if raw is None else raw.decode("utf-8", errors="replace")[:FAILURE_REASON_LIMIT]
 
 
 def write_success(opt_ml: OptMl) -> None:

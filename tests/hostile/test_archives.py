@@ -236,3 +236,29 @@ def test_model_archive_merges_hosts_last_wins(tmp_path: Path) -> None:
         assert tar.extractfile("a.txt").read() == b"two"
         assert sorted(tar.getnames()) == ["a.txt", "only1"]
     assert not (tmp_path / "out.tar.gz.partial").exists()
+
+
+# --- reading what a job wrote ------------------------------------------------------------------------
+
+
+def test_failure_file_is_read_without_following_links(tmp_path: Path) -> None:
+    from smddp_sdk.specs import contract
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host secret\n")
+    opt_ml = contract.OptMl(tmp_path / "host")
+    opt_ml.output_dir.mkdir(parents=True)
+    opt_ml.failure_file.symlink_to(secret)
+    assert contract.read_failure(opt_ml) is None
+    opt_ml.failure_file.unlink()
+    os.mkfifo(opt_ml.failure_file)  # would block a plain read forever
+    assert contract.read_failure(opt_ml) is None
+    opt_ml.failure_file.unlink()
+    opt_ml.output_dir.rename(tmp_path / "real-output")
+    (tmp_path / "real-output" / "failure").write_text("through a linked directory\n")
+    opt_ml.output_dir.symlink_to(tmp_path / "real-output")
+    assert contract.read_failure(opt_ml) is None
+    opt_ml.output_dir.unlink()
+    opt_ml.output_dir.mkdir()
+    opt_ml.failure_file.write_text("x" * 100_000)
+    assert contract.read_failure(opt_ml) == "x" * contract.FAILURE_REASON_LIMIT
