@@ -29,6 +29,7 @@ import stat
 import tarfile
 from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from smddp_sdk.errors import ContractError
 
@@ -227,11 +228,13 @@ def _mode(mode: int, *, directory: bool) -> int:
 # --- reading one file a job wrote ------------------------------------------------------------------------
 
 
-def read_inside(root: Path, relative: str, limit: int) -> bytes | None:
-    """At most ``limit`` bytes of the regular file ``root/relative``, following no symlink on the way
-    (a container can make ``output/failure`` a link to a file of the machine); None when it is missing,
-    not a regular file, or reached through a link."""
+def open_inside(root: Path, relative: str) -> BinaryIO | None:
+    """The regular file ``root/relative`` opened for reading, following no symlink on the way (a container
+    can make ``output/failure`` or a log file a link to a file of the machine); None when it is missing,
+    not a regular file, or reached through a link. For logs that are followed as they grow."""
     parts = [part for part in relative.split("/") if part not in ("", ".")]
+    if not parts:
+        return None
     try:
         fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
@@ -246,9 +249,18 @@ def read_inside(root: Path, relative: str, limit: int) -> bytes | None:
         return None
     finally:
         os.close(fd)
-    with os.fdopen(leaf, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            return None
+    if not stat.S_ISREG(os.fstat(leaf).st_mode):
+        os.close(leaf)
+        return None
+    return os.fdopen(leaf, "rb")
+
+
+def read_inside(root: Path, relative: str, limit: int) -> bytes | None:
+    """At most ``limit`` bytes of ``root/relative`` as ``open_inside`` finds it, or None."""
+    handle = open_inside(root, relative)
+    if handle is None:
+        return None
+    with handle:
         return handle.read(limit)
 
 
