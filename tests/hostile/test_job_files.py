@@ -41,7 +41,7 @@ def test_hostile_job_file(name: str, workdir: Path) -> None:
     (workdir / "job.yaml").write_text(text() if callable(text) else text, encoding="utf-8")
     job_root = workdir / "jobs"  # inside the work dir, so a source_dir of "." holds it
     started = time.monotonic()
-    result = CliRunner().invoke(cli, ["validate", "job.yaml"], env={"SMDDP_JOB_ROOT": str(job_root)}, catch_exceptions=False)
+    result = CliRunner().invoke(cli, ["run", "job.yaml"], env={"SMDDP_JOB_ROOT": str(job_root)}, catch_exceptions=False)
     elapsed = time.monotonic() - started
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
