@@ -65,7 +65,7 @@ CASES: list[Case] = [
         lambda: HEAD + "".join(f"a{i}: &a{i} [{'*a' + str(i - 1) if i else 1}]\n" for i in range(70)) + "hyperparameters: {x: *a69}\n",
         ["job.yaml:66:6: YAML syntax error: aliases expand to nesting deeper than 64 levels; write the values out or use fewer aliases"],
     ),
-    ("file over 1 MiB", lambda: HEAD + "# " + "x" * (1024 * 1024) + "\n", ['job.yaml:1:1: YAML syntax error: the file is larger than 1048576 bytes, the limit for job files']),
+    ("file over 1 MiB", lambda: HEAD + "# " + "x" * (1024 * 1024) + "\n", ["job.yaml:1:1: YAML syntax error: the file is larger than 1048576 bytes, the limit for job files"]),
     ("integer top-level key", HEAD + "1: x\n", ["job.yaml:3:1: keys must be strings '1' (field names are text such as entry_point)"]),
     ("null top-level key", HEAD + "~: x\n", ["job.yaml:3:1: keys must be strings '~' (field names are text such as entry_point)"]),
     ("bool top-level key", HEAD + "true: x\n", ["job.yaml:3:1: keys must be strings 'true' (field names are text such as entry_point)"]),
