@@ -29,7 +29,7 @@ from smddp_sdk import launcher
 from smddp_sdk.errors import JobFailedError, SpecError, SpecIssue, did_you_mean
 from smddp_sdk.schedulers import get_scheduler, infer_scheduler
 from smddp_sdk.schedulers.base import DryRun, Scheduler
-from smddp_sdk.specs import contract
+from smddp_sdk.specs import contract, limits
 from smddp_sdk.specs.distribution import parse_distribution
 from smddp_sdk.specs.job import JobSpec, TrainingInput
 from smddp_sdk.specs.status import SCHEDULER_NAMES, JobHandle, JobState, JobStatus
@@ -109,6 +109,8 @@ class Estimator:
                 issues.append(SpecIssue(name, "unknown argument", did_you_mean(name, known)))
         if scheduler_options is not None and not isinstance(scheduler_options, Mapping):
             issues.append(SpecIssue("scheduler_options", f"must be a mapping of option names to values, got {type(scheduler_options).__name__}"))
+        elif isinstance(scheduler_options, Mapping):
+            issues += limits.scheduler_option_issues(scheduler_options)
         return issues
 
     def _spec_arguments(self, **overrides: Any) -> dict[str, Any]:

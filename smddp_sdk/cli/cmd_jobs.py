@@ -11,10 +11,10 @@ from typing import Any
 import click
 from click.shell_completion import CompletionItem
 
+from smddp_sdk import launcher
 from smddp_sdk.cli.common import console, parse_hosts, parse_ranks, scheduler_named
 from smddp_sdk.cli.output import color_enabled, state_text
 from smddp_sdk.cli.params import key_value
-from smddp_sdk import launcher
 from smddp_sdk.errors import SpecError, SpecIssue
 from smddp_sdk.specs.status import SCHEDULER_NAMES, JobHandle, JobState, JobStatus
 
@@ -29,7 +29,7 @@ def complete_handles(ctx: click.Context, param: click.Parameter, incomplete: str
     """Handles of local jobs (the only ones listed without a network call); nothing when that fails."""
     try:
         handles = [str(job.handle) for job in list_statuses("local", ())]
-    except Exception:  # completion must never print a traceback into the user's shell
+    except Exception:  # noqa: BLE001 - completion must never print a traceback into the user's shell
         return []
     return [CompletionItem(handle) for handle in handles if handle.startswith(incomplete)]
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from smddp_sdk import launcher
 from smddp_sdk.cli.common import (
     build_scheduler,
     check_with_scheduler,
@@ -17,7 +18,6 @@ from smddp_sdk.cli.common import (
     resolve_from_cli,
 )
 from smddp_sdk.cli.output import Console, color_enabled, render_resolved
-from smddp_sdk import launcher
 from smddp_sdk.cli.params import OUTPUT_GROUP, GroupedOption, JobCommand, job_options
 from smddp_sdk.config.job_file import JobFileError, LocatedIssue, ResolvedJob
 from smddp_sdk.config.yaml_io import YamlSyntaxError

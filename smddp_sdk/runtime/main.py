@@ -23,6 +23,7 @@ from types import FrameType
 from smddp_sdk.errors import EXIT_JOB_FAILED, ContractError, SmddpError, UnavailableError
 from smddp_sdk.runtime import env as rank_env
 from smddp_sdk.runtime import plan as planning
+from smddp_sdk.runtime import store as rendezvous_store
 from smddp_sdk.runtime import usercode
 from smddp_sdk.runtime.coordination import Coordinator, CoordinatorClient
 from smddp_sdk.runtime.failures import RankFailure, console_summary, failure_reason, rank_failure, root_cause
@@ -53,7 +54,7 @@ def main(environ: Mapping[str, str] | None = None) -> int:
         return _fail_before_start(opt_ml, console, exc)
     try:
         return NodeRuntime(env, environ, console, grace=grace, agent_timeout=agent_timeout).run()
-    except Exception:  # a bug of ours: still leave a readable failure file behind
+    except Exception:  # noqa: BLE001 - a bug of ours: still leave a readable failure file behind
         trace = traceback.format_exc()
         console.say(f"[{env.current_host}/runtime]: ", trace)
         contract.write_failure(opt_ml, f"Runtime error on host {env.current_host} (a bug in smddp_sdk):\n{trace}")
@@ -87,6 +88,8 @@ class NodeRuntime:
         self.early_exits: list[FailureRecord] = []  # ranks that ended with 0 while others ran
         self.supervisor_gone = False
         self.supervised = bool(environ.get(contract.LIFELINE_ENV))
+        self.store: rendezvous_store.RendezvousStore | None = None
+        self.rank_environ: Mapping[str, str] = environ
 
     def say(self, text: str) -> None:
         self.console.say(self.prefix, text)
@@ -110,6 +113,7 @@ class NodeRuntime:
                 command = self._prepare_code()
                 python_path = rank_python_path(self.env.opt_ml.code_dir, self.environ, scratch=Path(scratch))
                 if self.signalled is None and self.remote_stop is None:
+                    self._serve_store(Path(scratch))
                     self._start_ranks(plan, command, python_path)
             except SmddpError as exc:
                 return self._finish_setup_failure(exc)
@@ -117,10 +121,23 @@ class NodeRuntime:
                 local_failures = self._watch()
             finally:
                 reap_groups(self.procs)  # even if the runtime itself breaks, no rank outlives it
+                if self.store is not None:
+                    self.store.stop()
             code = self._finish(local_failures)
         if scratch_root:
             _remove_if_empty(Path(scratch_root))  # shared by the job's runtimes: the last one out removes it
         return code
+
+    def _serve_store(self, scratch: Path) -> None:
+        """In local mode the master host serves the rendezvous store on its own address (runtime/store.py)."""
+        env = self.env
+        address = contract.bind_address(env.host_addresses, env.current_host)
+        if env.is_master:
+            self.store = rendezvous_store.serve(address, env.ports.master, self.environ, self.say, scratch)
+        self.rank_environ = {
+            **self.environ,
+            **rendezvous_store.rank_environment(address, self.environ, is_master=env.is_master, served=self.store is not None),
+        }
 
     def _plan(self) -> planning.RankPlan:
         env = self.env
@@ -146,7 +163,7 @@ class NodeRuntime:
         if env.is_master:
             try:
                 self.coordinator = Coordinator(
-                    env.hosts, env.job_token, env.ports.agent, log=self.say,
+                    env.hosts, env.job_token, env.ports.agent, log=self.say, address=contract.bind_address(env.host_addresses, env.current_host),
                     connect_timeout=self.agent_timeout, verdict_timeout=self.grace + 10.0,
                 )
             except OSError as exc:
@@ -177,7 +194,7 @@ class NodeRuntime:
         for slot in plan.local_slots:
             error_file = opt_ml.rank_error_file(slot.rank)
             process_env = rank_env.process_env(
-                self.environ, self.env, plan, slot, python_path=python_path, error_file=str(error_file)
+                self.rank_environ, self.env, plan, slot, python_path=python_path, error_file=str(error_file)
             )
             self.procs.append(
                 spawn_rank(slot, command.argv, process_env, command.cwd, opt_ml.rank_log_file(slot.rank), error_file, self.console)

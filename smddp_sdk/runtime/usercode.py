@@ -1,8 +1,9 @@
 """The user's code: fetch ``sagemaker_submit_directory`` into the code dir, install, build the command.
 
 Fetching accepts a local directory, a local tarball, a ``file://`` URI, or ``s3://`` (through boto3,
-imported only then). Tarballs are extracted safely: absolute names, ``..``, links that leave the code
-dir and device files are refused before anything is written.
+imported only then). Tarballs are extracted by ``specs.archives.safe_extract``: absolute names, ``..``,
+links that leave the code dir (through any chain of the archive's own links) and device files are
+refused before anything is written.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from smddp_sdk.errors import ContractError, SmddpError, did_you_mean
+from smddp_sdk.specs.archives import safe_extract
 
 BOOTSTRAP_MODULE = "smddp_sdk.runtime.bootstrap"
 
@@ -97,44 +99,6 @@ def _fetch_s3(uri: str, code_dir: Path) -> None:
             parsed.netloc, parsed.path.lstrip("/"), str(archive)
         )
         safe_extract(archive, code_dir)
-
-
-def safe_extract(archive: Path, destination: Path) -> None:
-    """Extract ``archive`` into ``destination`` after refusing every member that could land outside it."""
-    destination = destination.resolve()
-    try:
-        with tarfile.open(archive) as tar:
-            members = tar.getmembers()
-            for member in members:
-                problem = unsafe_member_reason(member, destination)
-                if problem:
-                    raise ContractError(f"{archive}: refusing to extract member {member.name!r}: {problem}")
-            if hasattr(tarfile, "data_filter"):  # the stdlib's own guard too, where this Python has it
-                tar.extractall(destination, members=members, filter="data")
-            else:  # pragma: no cover - Python without PEP 706
-                tar.extractall(destination, members=members)
-    except tarfile.TarError as exc:
-        raise ContractError(f"{archive}: not a readable tar archive: {exc}") from None
-
-
-def unsafe_member_reason(member: tarfile.TarInfo, destination: Path) -> str | None:
-    """Why extracting ``member`` under ``destination`` would be unsafe, or None."""
-    name = PurePosixPath(member.name)
-    if name.is_absolute() or member.name.startswith(("/", "\\")):
-        return "absolute path"
-    if ".." in name.parts:
-        return "path contains '..'"
-    if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
-        return "device files, FIFOs and other special members are not allowed"
-    if member.issym() or member.islnk():
-        target = PurePosixPath(member.linkname)
-        if target.is_absolute():
-            return f"link to absolute path {member.linkname!r}"
-        base = destination / name.parent if member.issym() else destination
-        resolved = Path(os.path.normpath(base / target))
-        if resolved != destination and destination not in resolved.parents:
-            return f"link {member.linkname!r} points outside the code directory"
-    return None
 
 
 # --- entry point ------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from smddp_sdk.schedulers.hosts.container_backend import LABEL_HOST, LABEL_JOB, 
 from smddp_sdk.schedulers.hosts.jobs import HostTreeScheduler
 from smddp_sdk.schedulers.hosts.supervisor import LIFELINE
 from smddp_sdk.schedulers.local_job import JobDir, default_job_root
-from smddp_sdk.specs import contract, instance_types
+from smddp_sdk.specs import contract, instance_types, limits
 from smddp_sdk.specs.job import JobSpec, make_job_name
 from smddp_sdk.specs.status import JobHandle
 
@@ -118,6 +118,7 @@ class DockerScheduler(HostTreeScheduler):
             issues.append(SpecIssue("source_dir", "docker mode runs code from this machine, not from S3", "give a local directory"))
         if spec.output_path and spec.output_path.startswith("s3://"):
             issues.append(SpecIssue("output_path", "docker mode writes artifacts to this machine", "use a local path or file:// URI, or leave it unset"))
+        issues += limits.job_root_issues(spec.source_dir, spec.dependencies, self.job_root)
         if spec.job_name and JobDir(self.job_root / spec.job_name).path.exists():
             issues.append(SpecIssue("job_name", f"a docker job named {spec.job_name!r} already exists in {self.job_root}", "choose another job_name, or remove that job's directory"))
         return issues
@@ -314,8 +315,7 @@ def _check_options(unknown: dict[str, Any], gpus: Any, processes_per_host: Any, 
     ]
     if gpus not in GPU_CHOICES:
         issues.append(SpecIssue("scheduler_options.gpus", f"must be one of {', '.join(GPU_CHOICES)}, got {gpus!r}", did_you_mean(str(gpus), GPU_CHOICES)))
-    if processes_per_host is not None and (isinstance(processes_per_host, bool) or not isinstance(processes_per_host, int) or processes_per_host < 1):
-        issues.append(SpecIssue("scheduler_options.processes_per_host", f"must be a positive integer, got {processes_per_host!r}"))
+    issues += limits.processes_per_host_issues(processes_per_host, "scheduler_options.processes_per_host")
     if not isinstance(keep_containers, bool):
         issues.append(SpecIssue("scheduler_options.keep_containers", f"must be true or false, got {keep_containers!r}"))
     if isinstance(grace, bool) or not isinstance(grace, (int, float)) or grace < 0:

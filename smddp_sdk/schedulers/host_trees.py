@@ -15,15 +15,14 @@ After the job, ``collect_artifacts`` merges every host's ``model`` and ``output/
 
 from __future__ import annotations
 
-import os
 import shutil
-import tarfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from smddp_sdk.specs import contract
+from smddp_sdk.specs.archives import write_archive
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.job import JobSpec, TrainingInput
 
@@ -156,17 +155,6 @@ def collect_artifacts(trees: Iterable[OptMl], dest: Path) -> tuple[Path, Path]:
 
 
 def _tar_merged(archive: Path, roots: Sequence[Path]) -> Path:
-    """One archive of several directories laid over each other; the last root wins on equal names."""
-    members: dict[str, Path] = {}
-    for root in roots:
-        if not root.is_dir():
-            continue
-        for path in sorted(root.rglob("*")):
-            if path.is_file():
-                members[path.relative_to(root).as_posix()] = path
-    partial = archive.with_name(archive.name + ".partial")
-    with tarfile.open(partial, "w:gz", dereference=True) as tar:
-        for name, path in sorted(members.items()):
-            tar.add(path, arcname=name)
-    os.replace(partial, archive)  # a reader never sees half an archive
+    """One archive of several directories laid over each other; links out of a directory are left out."""
+    write_archive(archive, roots)
     return archive

@@ -30,7 +30,7 @@ from smddp_sdk.schedulers.host_trees import config_files, host_names, largest_en
 from smddp_sdk.schedulers.hosts.jobs import HostTreeScheduler, package_parent
 from smddp_sdk.schedulers.hosts.process_backend import PORT_PLACEHOLDER, TOKEN_PLACEHOLDER
 from smddp_sdk.schedulers.local_job import JobDir, default_job_root
-from smddp_sdk.specs import contract
+from smddp_sdk.specs import contract, limits
 from smddp_sdk.specs.job import JobSpec, make_job_name
 from smddp_sdk.specs.status import JobHandle
 
@@ -57,8 +57,7 @@ class LocalScheduler(HostTreeScheduler):
             SpecIssue(f"scheduler_options.{key}", "unknown option of the local scheduler", did_you_mean(key, _OPTIONS) or f"expected one of {', '.join(_OPTIONS)}")
             for key in unknown
         ]
-        if processes_per_host is not None and (isinstance(processes_per_host, bool) or not isinstance(processes_per_host, int) or processes_per_host < 1):
-            issues.append(SpecIssue("scheduler_options.processes_per_host", f"must be a positive integer, got {processes_per_host!r}"))
+        issues += limits.processes_per_host_issues(processes_per_host, "scheduler_options.processes_per_host")
         if not isinstance(keep_job_dir, bool):
             issues.append(SpecIssue("scheduler_options.keep_job_dir", f"must be true or false, got {keep_job_dir!r}"))
         if isinstance(stop_grace_period, bool) or not isinstance(stop_grace_period, (int, float)) or stop_grace_period < 0:
@@ -87,6 +86,7 @@ class LocalScheduler(HostTreeScheduler):
             issues.append(SpecIssue("output_path", "local mode writes artifacts to this machine", "use a local path or file:// URI, or leave it unset"))
         elif problem := _unwritable(Path(_local(spec.output_path)) if spec.output_path else self.job_root):
             issues.append(SpecIssue("output_path" if spec.output_path else "scheduler_options.job_root", problem))
+        issues += limits.job_root_issues(spec.source_dir, spec.dependencies, self.job_root)
         if spec.job_name and JobDir(self.job_root / spec.job_name).path.exists():
             issues.append(SpecIssue("job_name", f"a local job named {spec.job_name!r} already exists in {self.job_root}", "choose another job_name, or remove that job's directory"))
         return issues

@@ -272,8 +272,7 @@ def follow_lines(path: Path, finished: Any, *, poll: float = 0.1) -> Iterator[st
             if finished():
                 rest = handle.read()
                 pending += rest
-                for line in pending.splitlines(keepends=True):
-                    yield line
+                yield from pending.splitlines(keepends=True)
                 return
             time.sleep(poll)
 

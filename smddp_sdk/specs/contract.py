@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from smddp_sdk.errors import ContractError
+from smddp_sdk.specs.archives import read_inside
 
 DEFAULT_BASE_DIR = "/opt/ml"
 BASE_DIR_ENV = "SAGEMAKER_BASE_DIR"
@@ -271,11 +272,10 @@ def write_failure(opt_ml: OptMl, reason: str) -> bool:
 
 
 def read_failure(opt_ml: OptMl) -> str | None:
-    """The failure reason as SageMaker reports it (first 1024 characters), or None."""
-    try:
-        return opt_ml.failure_file.read_text(encoding="utf-8", errors="replace")[:FAILURE_REASON_LIMIT]
-    except FileNotFoundError:
-        return None
+    """The failure reason as SageMaker reports it (first 1024 characters), or None. Read without following
+    links and bounded: in docker mode a container wrote it."""
+    raw = read_inside(opt_ml.base, "output/failure", 4 * FAILURE_REASON_LIMIT)
+    return None if raw is None else raw.decode("utf-8", errors="replace")[:FAILURE_REASON_LIMIT]
 
 
 def write_failure_records(opt_ml: OptMl, records: Sequence[Mapping[str, Any]]) -> None:
@@ -375,3 +375,8 @@ def parse_console_line(raw: str, default_host: str = "") -> ConsoleLine:
 
 def has_console_prefix(raw: str) -> bool:
     return _CONSOLE_PREFIX.match(raw) is not None
+def bind_address(host_addresses: Mapping[str, str], host: str) -> str:
+    """Where a listener on ``host`` binds: the address the scheduler mapped the host to (loopback in local
+    mode, so nothing off this machine can connect), or every interface ("") where hosts find each other
+    by name (a container network, SageMaker's VPC)."""
+    return host_addresses.get(host, "")

@@ -16,13 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from smddp_sdk.errors import SpecError, SpecIssue, did_you_mean
-from smddp_sdk.specs import instance_types
+from smddp_sdk.specs import instance_types, limits
 from smddp_sdk.specs.contract import RESERVED_HYPERPARAMETERS
 from smddp_sdk.specs.distribution import Distribution, parse_distribution
 
 DEFAULT_BASE_JOB_NAME = "pytorch-training"
 _CHANNEL_NAME = re.compile(r"^[A-Za-z0-9\.\-_]{1,64}$")
-_JOB_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 _ENTRY_POINT = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._+-]*(/[A-Za-z0-9._+-]+)*$")
 _S3_DISTRIBUTIONS = ("FullyReplicated", "ShardedByS3Key")
 _S3_DATA_TYPES = ("S3Prefix", "ManifestFile", "AugmentedManifestFile")
@@ -319,8 +318,10 @@ class _Builder:
             self.issue("max_wait", "only applies to spot training", "set use_spot_instances: true or drop max_wait")
         if self.values.get("use_spot_instances") and self.values.get("max_wait") is None:
             self.issue("use_spot_instances", "needs max_wait", "set max_wait to at least max_run")
-        if (job_name := self.values.get("job_name")) and not _JOB_NAME.match(job_name):
-            self.issue("job_name", "must be 1-63 letters, digits and hyphens, starting with a letter or digit")
+        self.issues += limits.spec_issues(self.values)
+        distribution = self.values.get("distribution")
+        if distribution is not None:
+            self.issues += limits.processes_per_host_issues(distribution.mpi_processes_per_host, "distribution.mpi.processes_per_host")
 
     def resolve_output_path(self) -> None:
         """A relative local output path means relative to the job file (or cwd), like every other path."""

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from smddp_sdk.errors import EXIT_UNAVAILABLE, UnavailableError
-from smddp_sdk.errors import SpecError
+from smddp_sdk.errors import EXIT_UNAVAILABLE, SpecError, UnavailableError
 from smddp_sdk.schedulers import get_scheduler
 from smddp_sdk.schedulers.local_job import JobDir
 from smddp_sdk.schedulers.docker import DEFAULT_IMAGE, LABEL_HOST, LABEL_JOB, DockerScheduler

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import signal
 
-from smddp_sdk.runtime.failures import RankFailure, failure_reason, console_summary, rank_failure, root_cause
+from smddp_sdk.runtime.failures import RankFailure, console_summary, failure_reason, rank_failure, root_cause
 from smddp_sdk.specs.contract import FAILURE_REASON_LIMIT
 
 

@@ -63,7 +63,7 @@ class LogTail:
             for page in pages:
                 for stream in page.get("logStreams", []):
                     self.tokens.setdefault(stream["logStreamName"], None)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001
             if not is_not_found(exc):  # no log group yet: the job has not written anything
                 raise translate(exc, f"list the log streams of {self.job_name}") from None
 
