@@ -7,7 +7,6 @@ never root causes.
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 from collections.abc import Iterable, Sequence
@@ -15,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from smddp_sdk.specs.contract import FAILURE_REASON_LIMIT, RootCause
+from smddp_sdk.specs.contract import FAILURE_REASON_LIMIT, RootCause, error_record
 
 _BORDER = "=" * 60
 _MESSAGE_LIMIT = 300  # keeps host, rank and code inside the 1024 characters SageMaker shows
@@ -74,15 +73,18 @@ def rank_failure(
     log_tail: str,
     observed_at: float | None = None,
 ) -> RankFailure:
-    """Describe a failed rank from its error file when the bootstrap wrote one, else from how it died."""
-    record = _read_error_file(error_file)
+    """Describe a failed rank from its error record (the bootstrap's, else torch's ``@record`` file), else
+    from how it died."""
+    found = error_record(error_file)
     code = exit_code_of(returncode)
-    if record:
+    if found:
+        source, record = found
         return RankFailure(
             host=host, rank=rank, local_rank=local_rank, pid=pid, exit_code=code,
             error_type=str(record.get("error_type") or "Error"), message=str(record.get("message") or ""),
-            traceback=str(record.get("traceback") or ""), timestamp=float(record.get("timestamp") or time.time()),
-            log_tail=log_tail, error_file=str(error_file),
+            traceback=str(record.get("traceback") or ""),
+            timestamp=float(record.get("timestamp") or observed_at or time.time()),
+            log_tail=log_tail, error_file=str(source),
         )
     error_type, message = _death_description(returncode)
     return RankFailure(
@@ -100,14 +102,6 @@ def _death_description(returncode: int) -> tuple[str, str]:
         hint = " (often the kernel's out-of-memory killer)" if -returncode == signal.SIGKILL else ""
         return "Signal", f"killed by {name}{hint}"
     return "ExitCode", f"exited with code {returncode} without an error record; see the log tail"
-
-
-def _read_error_file(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def root_cause(failures: Iterable[RankFailure]) -> RankFailure | None:
