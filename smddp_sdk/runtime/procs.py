@@ -60,6 +60,7 @@ def spawn_rank(
 ) -> RankProcess:
     error_file.unlink(missing_ok=True)  # a stale record from an earlier run must not be mistaken for this one
     torchelastic_error_file(error_file).unlink(missing_ok=True)
+    error_file.parent.mkdir(parents=True, exist_ok=True)  # torch's @record writes without creating it
     popen = subprocess.Popen(
         list(argv),
         cwd=cwd,
