@@ -90,6 +90,7 @@ class NodeRuntime:
         self.coordinator: Coordinator | None = None
         self.client: CoordinatorClient | None = None
         self.procs: list[RankProcess] = []
+        self.interpreter = usercode.Interpreter()
         self._signal_record: RankFailure | None = None
 
     def say(self, text: str) -> None:
@@ -164,10 +165,14 @@ class NodeRuntime:
             self.say(f"code from {env.submit_directory} unpacked into {code_dir}")
         kind = usercode.entry_point_kind(env.user_entry_point, code_dir)
         usercode.check_entry_point(env.user_entry_point, code_dir, kind)
-        usercode.install(code_dir, kind, lambda line: self.console.say(f"[{env.current_host}/setup]: ", line))
+        cache = self.environ.get(usercode.ENV_CACHE_ENV, "").strip()
+        self.interpreter = usercode.install(
+            code_dir, kind, lambda line: self.console.say(f"[{env.current_host}/setup]: ", line),
+            cache=Path(cache) if cache else None, job_key=env.submit_directory or env.job_name or "",
+        )
         args = rank_env.hyperparameter_argv(env.hyperparameters)
         # The ranks start where SageMaker starts them: in /opt/ml/code when this host's tree is bound there.
-        return usercode.user_command(env.user_entry_point, kind, env.rank_opt_ml.code_dir, args)
+        return usercode.user_command(env.user_entry_point, kind, env.rank_opt_ml.code_dir, args, self.interpreter.python)
 
     def _start_ranks(self, plan: planning.RankPlan, command: usercode.UserCommand, python_path: list[str]) -> None:
         opt_ml = self.env.opt_ml
@@ -176,6 +181,7 @@ class NodeRuntime:
             process_env = rank_env.process_env(
                 self.environ, self.env, plan, slot, python_path=python_path, error_file=str(error_file)
             )
+            self.interpreter.apply(process_env)
             self.procs.append(
                 spawn_rank(slot, command.argv, process_env, command.cwd, opt_ml.rank_log_file(slot.rank), error_file, self.console)
             )

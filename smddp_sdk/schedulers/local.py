@@ -51,6 +51,7 @@ LOOPBACK = "127.0.0.1"
 NUM_GPUS_ENV = contract.NUM_GPUS_ENV  # simulated GPUs per host (the runtime plans that many ranks per host)
 JOB_TOKEN_ENV = contract.JOB_TOKEN_ENV  # shared secret the runtimes of one job prove to each other
 BIND_OPT_ML_ENV = "SMDDP_BIND_OPT_ML"  # read by the runtime (smddp_sdk.runtime.optml_mount), which we never import
+ENV_CACHE_ENV = "SMDDP_ENV_CACHE"  # per-job virtualenvs for requirements.txt, keyed by the file's hash
 PORT_PLACEHOLDER = "<free port, picked at start>"
 TOKEN_PLACEHOLDER = "<random, made at start>"
 _OPTIONS = ("job_root", "processes_per_host", "keep_job_dir", "stop_grace_period")
@@ -152,6 +153,7 @@ class LocalScheduler(Scheduler):
             contract.AGENT_PORT_ENV: PORT_PLACEHOLDER,
             JOB_TOKEN_ENV: TOKEN_PLACEHOLDER,
             BIND_OPT_ML_ENV: "1",  # each host's runtime puts its tree on /opt/ml (the job's environment may say 0)
+            ENV_CACHE_ENV: os.environ.get(ENV_CACHE_ENV) or str(self.job_root / ".envs"),  # requirements.txt venvs
             **({NUM_GPUS_ENV: str(num_gpus)} if num_gpus is not None else {}),
             **dict(spec.environment),
         }
