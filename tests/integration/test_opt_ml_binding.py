@@ -153,3 +153,22 @@ def test_when_no_namespace_can_be_made_the_host_fails_before_starting_with_exit_
 
 def _run_runtime(job, wrapper: list[str]) -> tuple[int, str]:
     return wait_all(job.start({"SMDDP_BIND_OPT_ML": "1"}, wrapper=wrapper), 60)["algo-1"]
+
+
+WHO_SCRIPT = """
+import os, time
+time.sleep(1)  # both jobs' ranks are alive at the same time
+open("/opt/ml/model/who.txt", "w").write(os.environ["TRAINING_JOB_NAME"])
+"""
+
+
+def test_concurrent_jobs_each_see_their_own_opt_ml(workdir):
+    estimators = []
+    for name in ("opt-ml-job-a", "opt-ml-job-b"):
+        estimator = PyTorch(entry_point="train.py", source_dir=source(workdir / name, WHO_SCRIPT), instance_type="local")
+        estimator.fit(wait=False, job_name=name)
+        estimators.append((name, estimator))
+    for name, estimator in estimators:
+        estimator.latest_training_job.wait(logs=False)
+        with tarfile.open(estimator.model_data) as archive:
+            assert archive.extractfile("who.txt").read() == name.encode()
