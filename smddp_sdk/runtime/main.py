@@ -165,7 +165,7 @@ class NodeRuntime:
             self.say(f"code from {env.submit_directory} unpacked into {code_dir}")
         kind = usercode.entry_point_kind(env.user_entry_point, code_dir)
         usercode.check_entry_point(env.user_entry_point, code_dir, kind)
-        cache = self.environ.get(usercode.ENV_CACHE_ENV, "").strip()
+        cache = self.environ.get(contract.ENV_CACHE_ENV, "").strip()
         self.interpreter = usercode.install(
             code_dir, kind, lambda line: self.console.say(f"[{env.current_host}/setup]: ", line),
             cache=Path(cache) if cache else None, job_key=env.submit_directory or env.job_name or "",

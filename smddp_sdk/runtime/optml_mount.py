@@ -28,8 +28,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from smddp_sdk.errors import UnavailableError
+from smddp_sdk.specs import contract
 
-BIND_OPT_ML_ENV = "SMDDP_BIND_OPT_ML"  # "1": this runtime binds its host's tree on /opt/ml (local mode)
+BIND_OPT_ML_ENV = contract.BIND_OPT_ML_ENV
 OPT = Path("/opt")
 OPT_ML = OPT / "ml"
 

@@ -189,7 +189,6 @@ def user_command(
 
 # --- installing -------------------------------------------------------------------------------------
 
-ENV_CACHE_ENV = "SMDDP_ENV_CACHE"  # local mode: where per-job virtualenvs for requirements.txt are kept
 _COMPLETE = ".smddp-complete"  # written last: a virtualenv without it is a broken attempt
 
 

@@ -50,8 +50,8 @@ from smddp_sdk.specs.status import Failure, HostStatus, JobHandle, JobState, Job
 LOOPBACK = "127.0.0.1"
 NUM_GPUS_ENV = contract.NUM_GPUS_ENV  # simulated GPUs per host (the runtime plans that many ranks per host)
 JOB_TOKEN_ENV = contract.JOB_TOKEN_ENV  # shared secret the runtimes of one job prove to each other
-BIND_OPT_ML_ENV = "SMDDP_BIND_OPT_ML"  # read by the runtime (smddp_sdk.runtime.optml_mount), which we never import
-ENV_CACHE_ENV = "SMDDP_ENV_CACHE"  # per-job virtualenvs for requirements.txt, keyed by the file's hash
+BIND_OPT_ML_ENV = contract.BIND_OPT_ML_ENV  # each host's runtime binds its tree on a private /opt/ml
+ENV_CACHE_ENV = contract.ENV_CACHE_ENV  # requirements.txt virtualenvs, keyed by the file's hash
 PORT_PLACEHOLDER = "<free port, picked at start>"
 TOKEN_PLACEHOLDER = "<random, made at start>"
 _OPTIONS = ("job_root", "processes_per_host", "keep_job_dir", "stop_grace_period")
