@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from smddp_sdk.specs.contract import FAILURE_REASON_LIMIT
+from smddp_sdk.specs.contract import FAILURE_REASON_LIMIT, error_record
 from smddp_sdk.specs.failure import FailureRecord, decide, exit_code_of, from_death, from_error_file, render_summary
-from smddp_sdk.specs.failure import _read_json_object as _read_error_file
 
 RankFailure = FailureRecord  # the runtime's name for the one failure record type
 _MESSAGE_LIMIT = 300  # keeps host, rank and code inside the 1024 characters SageMaker shows
@@ -32,10 +31,11 @@ def rank_failure(
     observed_at: float | None = None,
 ) -> FailureRecord:
     """Describe a failed rank from its error file when the bootstrap wrote one, else from how it died."""
-    record = _read_error_file(error_file)
-    if record:
-        found = from_error_file(record, host=host, path=str(error_file), exit_code=exit_code_of(returncode))
-        return found.replace(rank=rank, local_rank=local_rank, pid=pid, log_tail=log_tail)
+    found = error_record(error_file)  # the bootstrap's own file, else the one torch's @record wrote
+    if found:
+        source, record = found
+        failure = from_error_file(record, host=host, path=str(source), exit_code=exit_code_of(returncode))
+        return failure.replace(rank=rank, local_rank=local_rank, pid=pid, log_tail=log_tail, timestamp=failure.timestamp or observed_at)
     return from_death(host=host, rank=rank, returncode=returncode, observed_at=observed_at, local_rank=local_rank, pid=pid, log_tail=log_tail)
 
 

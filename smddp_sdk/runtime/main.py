@@ -6,6 +6,7 @@ fails; 128 + N when the runtime itself is stopped by signal N (SIGTERM: 143, SIG
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 import shutil
@@ -22,6 +23,7 @@ from types import FrameType
 
 from smddp_sdk.errors import EXIT_JOB_FAILED, ContractError, SmddpError, UnavailableError
 from smddp_sdk.runtime import env as rank_env
+from smddp_sdk.runtime import optml_mount
 from smddp_sdk.runtime import plan as planning
 from smddp_sdk.runtime import store as rendezvous_store
 from smddp_sdk.runtime import usercode
@@ -46,8 +48,17 @@ def main(environ: Mapping[str, str] | None = None) -> int:
     die_with_parent(signal.SIGTERM, environ.get(contract.PARENT_PID_ENV))
     console = Console()
     opt_ml = OptMl.from_env(environ)
+    bound = None
+    if optml_mount.wanted(environ):  # first: a user namespace cannot be entered once threads run
+        try:
+            bound = optml_mount.bind_host_tree(opt_ml.base)
+        except optml_mount.OptMlUnavailable as exc:
+            return _fail_before_start(opt_ml, console, exc)
     try:
         env = read_training_env(environ)
+        if bound:
+            env = dataclasses.replace(env, visible_base=optml_mount.OPT_ML)
+            console.say(f"[{env.current_host}/runtime]: ", f"this host's tree {opt_ml.base} is its /opt/ml (private mount namespace, {bound})")
         grace = number_env(environ, contract.STOP_GRACE_ENV, DEFAULT_STOP_GRACE, float)
         agent_timeout = number_env(environ, contract.AGENT_TIMEOUT_ENV, DEFAULT_AGENT_TIMEOUT, float)
     except ContractError as exc:
@@ -84,6 +95,7 @@ class NodeRuntime:
         self.coordinator: Coordinator | None = None
         self.client: CoordinatorClient | None = None
         self.procs: list[RankProcess] = []
+        self.interpreter = usercode.Interpreter()
         self._signal_record: RankFailure | None = None
         self.early_exits: list[FailureRecord] = []  # ranks that ended with 0 while others ran
         self.supervisor_gone = False
@@ -111,7 +123,7 @@ class NodeRuntime:
         with tempfile.TemporaryDirectory(prefix=f"{_SCRATCH_PREFIX}{os.getpid()}-", dir=scratch_root) as scratch:
             try:
                 command = self._prepare_code()
-                python_path = rank_python_path(self.env.opt_ml.code_dir, self.environ, scratch=Path(scratch))
+                python_path = rank_python_path(self.env.rank_opt_ml.code_dir, self.environ, scratch=Path(scratch))
                 if self.signalled is None and self.remote_stop is None:
                     self._serve_store(Path(scratch))
                     self._start_ranks(plan, command, python_path)
@@ -143,7 +155,7 @@ class NodeRuntime:
         env = self.env
         in_group = env.current_host in env.distribution_hosts
         shape = planning.launch_shape(env.framework_params, in_group)
-        per_host = planning.processes_per_host(shape, env.framework_params, env.num_gpus, env.num_neurons)
+        per_host = planning.processes_per_host(shape, env.framework_params, env.gpus_for_planning, env.num_neurons)
         plan = planning.plan_ranks(
             env.ordered_hosts, env.current_host, shape, per_host, planning.total_processes(shape, env.framework_params)
         )
@@ -151,7 +163,8 @@ class NodeRuntime:
             f"job {env.job_name or '-'}: launch shape {plan.shape.value}, hosts {list(plan.hosts)}, "
             f"{plan.processes_per_host} processes per host, world size {plan.world_size}, "
             f"this host node rank {plan.node_rank}, ranks {[s.rank for s in plan.local_slots]}, "
-            f"master {env.address_of(env.master_hostname)}:{env.ports.master}, GPUs {env.num_gpus}"
+            f"master {env.address_of(env.master_hostname)}:{env.ports.master}, SM_NUM_GPUS {env.num_gpus}"
+            + (f" (this machine has no GPU; ranks planned for {env.planned_gpus})" if env.planned_gpus is not None else "")
         )
         return plan
 
@@ -185,9 +198,14 @@ class NodeRuntime:
             self.say(f"code from {env.submit_directory} unpacked into {code_dir}")
         kind = usercode.entry_point_kind(env.user_entry_point, code_dir)
         usercode.check_entry_point(env.user_entry_point, code_dir, kind)
-        usercode.install(code_dir, kind, lambda line: self.console.say(f"[{env.current_host}/setup]: ", line))
+        cache = self.environ.get(contract.ENV_CACHE_ENV, "").strip()
+        self.interpreter = usercode.install(
+            code_dir, kind, lambda line: self.console.say(f"[{env.current_host}/setup]: ", line),
+            cache=Path(cache) if cache else None, job_key=env.submit_directory or env.job_name or "",
+        )
         args = rank_env.hyperparameter_argv(env.hyperparameters)
-        return usercode.user_command(env.user_entry_point, kind, code_dir, args)
+        # The ranks start where SageMaker starts them: in /opt/ml/code when this host's tree is bound there.
+        return usercode.user_command(env.user_entry_point, kind, env.rank_opt_ml.code_dir, args, self.interpreter.python)
 
     def _start_ranks(self, plan: planning.RankPlan, command: usercode.UserCommand, python_path: list[str]) -> None:
         opt_ml = self.env.opt_ml
@@ -196,6 +214,7 @@ class NodeRuntime:
             process_env = rank_env.process_env(
                 self.rank_environ, self.env, plan, slot, python_path=python_path, error_file=str(error_file)
             )
+            self.interpreter.apply(process_env)
             self.procs.append(
                 spawn_rank(slot, command.argv, process_env, command.cwd, opt_ml.rank_log_file(slot.rank), error_file, self.console)
             )

@@ -18,6 +18,7 @@ from typing import Any
 
 from smddp_sdk.runtime.logs import Console, LogPump, rank_prefix
 from smddp_sdk.runtime.plan import RankSlot
+from smddp_sdk.specs.contract import torchelastic_error_file
 
 
 @dataclass
@@ -58,6 +59,8 @@ def spawn_rank(
     console: Console,
 ) -> RankProcess:
     error_file.unlink(missing_ok=True)  # a stale record from an earlier run must not be mistaken for this one
+    torchelastic_error_file(error_file).unlink(missing_ok=True)
+    error_file.parent.mkdir(parents=True, exist_ok=True)  # torch's @record writes without creating it
     popen = subprocess.Popen(
         list(argv),
         cwd=cwd,

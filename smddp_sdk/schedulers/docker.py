@@ -47,7 +47,8 @@ ENGINE_HINT = (
 GPU_CHOICES = ("auto", "all", "none")
 CODE_MOUNT = "/opt/smddp/code"  # the job's code snapshot, read-only; the runtime copies it to /opt/ml/code
 LIFELINE_MOUNT = "/opt/smddp/lifeline"  # the supervisor's FIFO: the runtime stops its ranks when it closes
-_OPTIONS = ("image", "keep_containers", "shm_size", "gpus", "job_root", "processes_per_host", "user", "stop_grace_period", "docker")
+WHEELHOUSE_MOUNT = "/opt/smddp/wheelhouse"  # the `wheelhouse` option's folder, read-only: pip's only source
+_OPTIONS = ("image", "keep_containers", "shm_size", "gpus", "job_root", "processes_per_host", "user", "stop_grace_period", "docker", "wheelhouse")
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,10 @@ class DockerScheduler(HostTreeScheduler):
     - ``user``: ``uid:gid`` the containers run as (default the caller's, so outputs are the caller's);
     - ``stop_grace_period``: seconds between SIGTERM and SIGKILL on cancel, and the time the other hosts
       get after one host's container died (default 30);
-    - ``docker``: the docker CLI to run (default ``docker`` on PATH).
+    - ``docker``: the docker CLI to run (default ``docker`` on PATH);
+    - ``wheelhouse``: a folder of wheels, mounted read-only at /opt/smddp/wheelhouse; pip in the containers
+      (requirements.txt at container start) then installs from it alone (``PIP_NO_INDEX``,
+      ``PIP_FIND_LINKS``), for machines and networks without a package index.
     """
 
     name = "docker"
@@ -92,9 +96,11 @@ class DockerScheduler(HostTreeScheduler):
         user: str | None = None,
         stop_grace_period: float = 30.0,
         docker: str = "docker",
+        wheelhouse: str | os.PathLike[str] | None = None,
         **unknown: Any,
     ) -> None:
         _check_options(unknown, gpus, processes_per_host, keep_containers, stop_grace_period, user)
+        self.wheelhouse = _wheelhouse(wheelhouse)
         self.image = image
         self.keep_containers = keep_containers
         self.shm_size = shm_size
@@ -191,6 +197,8 @@ class DockerScheduler(HostTreeScheduler):
         for channel_name, channel in sorted(spec.inputs.items()):
             if channel.local_path is not None:
                 argv += ["-v", f"{channel.local_path}:/opt/ml/input/data/{channel_name}:ro"]
+        if self.wheelhouse is not None:
+            argv += ["-v", f"{self.wheelhouse}:{WHEELHOUSE_MOUNT}:ro"]
         if gpu_flag:
             argv += ["--gpus", gpu_flag]
         for key, value in self._environment(spec, job_name, gpu_flag).items():
@@ -205,6 +213,8 @@ class DockerScheduler(HostTreeScheduler):
         num_gpus = self._simulated_gpus(spec, gpu_flag)
         if num_gpus is not None:
             env[contract.NUM_GPUS_ENV] = str(num_gpus)
+        if self.wheelhouse is not None:  # pip's own variables: requirements.txt installs offline
+            env.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=WHEELHOUSE_MOUNT)
         env.update(spec.environment)  # the user's settings win
         return env
 
@@ -324,6 +334,15 @@ def _check_options(unknown: dict[str, Any], gpus: Any, processes_per_host: Any, 
         issues.append(SpecIssue("scheduler_options.user", f"must be uid or uid:gid (numbers), got {user!r}"))
     if issues:
         raise SpecError(issues)
+
+
+def _wheelhouse(folder: str | os.PathLike[str] | None) -> Path | None:
+    if folder is None:
+        return None
+    path = Path(folder).expanduser().absolute()
+    if not path.is_dir():
+        raise SpecError(SpecIssue("scheduler_options.wheelhouse", f"{str(path)!r} is not a directory", "give a folder of .whl files (pip download -r requirements.txt -d <folder>)"))
+    return path
 
 
 def _catalog_gpus(spec: JobSpec) -> int:

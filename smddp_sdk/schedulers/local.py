@@ -37,6 +37,8 @@ from smddp_sdk.specs.status import JobHandle
 LOOPBACK = "127.0.0.1"
 NUM_GPUS_ENV = contract.NUM_GPUS_ENV  # simulated GPUs per host (the runtime plans that many ranks per host)
 JOB_TOKEN_ENV = contract.JOB_TOKEN_ENV  # shared secret the runtimes of one job prove to each other
+BIND_OPT_ML_ENV = contract.BIND_OPT_ML_ENV  # each host's runtime binds its tree on a private /opt/ml
+ENV_CACHE_ENV = contract.ENV_CACHE_ENV  # requirements.txt virtualenvs, keyed by the file's hash
 _OPTIONS = ("job_root", "processes_per_host", "keep_job_dir", "stop_grace_period")
 
 
@@ -136,6 +138,8 @@ class LocalScheduler(HostTreeScheduler):
             contract.SERVER_PORT_ENV: PORT_PLACEHOLDER,
             contract.AGENT_PORT_ENV: PORT_PLACEHOLDER,
             JOB_TOKEN_ENV: TOKEN_PLACEHOLDER,
+            BIND_OPT_ML_ENV: "1",  # each host's runtime puts its tree on /opt/ml (the job's environment may say 0)
+            ENV_CACHE_ENV: os.environ.get(ENV_CACHE_ENV) or str(self.job_root / ".envs"),  # requirements.txt venvs
             **({NUM_GPUS_ENV: str(num_gpus)} if num_gpus is not None else {}),
             **dict(spec.environment),
         }

@@ -40,6 +40,8 @@ AGENT_TIMEOUT_ENV = "SMDDP_AGENT_TIMEOUT"  # seconds a runtime tries to reach th
 LIFELINE_ENV = "SMDDP_LIFELINE"
 PARENT_PID_ENV = "SMDDP_PARENT_PID"  # the process whose death stops this one (PR_SET_PDEATHSIG)
 SCRATCH_ENV = "SMDDP_SCRATCH_DIR"  # where the runtime keeps its scratch files (default: a temp dir)
+BIND_OPT_ML_ENV = "SMDDP_BIND_OPT_ML"  # "1": the runtime binds its tree on a private /opt/ml (local mode)
+ENV_CACHE_ENV = "SMDDP_ENV_CACHE"  # a folder: requirements.txt goes into a cached virtualenv there (local mode)
 DEFAULT_MASTER_PORT = 7777
 DEFAULT_SERVER_PORT = 7592
 DEFAULT_AGENT_PORT = 7778
@@ -150,6 +152,10 @@ class OptMl:
 
     def rank_error_file(self, rank: int) -> Path:
         return self.errors_dir / f"rank-{rank}.json"
+
+    def rank_torchelastic_error_file(self, rank: int) -> Path:
+        """Where torch's ``@record`` writes (TORCHELASTIC_ERROR_FILE) under the torch_distributed launcher."""
+        return torchelastic_error_file(self.rank_error_file(rank))
 
     def make_dirs(self) -> None:
         """Create the directories a container finds in place when SageMaker starts it."""
@@ -293,6 +299,54 @@ def read_failure_records(opt_ml: OptMl) -> list[dict[str, Any]] | None:
     except (OSError, ValueError):
         return None
     return [item for item in data if isinstance(item, dict)] if isinstance(data, list) else None
+
+
+def torchelastic_error_file(error_file: Path) -> Path:
+    return error_file.with_name(error_file.stem + ".torchelastic.json")
+
+
+def error_record(error_file: Path) -> tuple[Path, dict[str, Any]] | None:
+    """A failed rank's error record and the file it came from, or None when the rank left none.
+
+    The rank bootstrap's own file (``error_file``: error_type, message, traceback, timestamp) wins; else the
+    file torch's ``@record`` wrote beside it, in torchelastic's format
+    ``{"message": {"message": "Type: text", "extraInfo": {"py_callstack": ..., "timestamp": "<s>"}}}``
+    (or ``{"message": "text", "timestamp": ...}``), turned into the same keys.
+    """
+    own = _json_object(error_file)
+    if own is not None:
+        return error_file, own
+    torch_file = torchelastic_error_file(error_file)
+    raw = _json_object(torch_file)
+    if raw is None or "message" not in raw:
+        return None
+    return torch_file, _from_torchelastic(raw)
+
+
+def _from_torchelastic(raw: dict[str, Any]) -> dict[str, Any]:
+    message = raw["message"]
+    if isinstance(message, dict):
+        text = str(message.get("message") or "")
+        extra = message.get("extraInfo") or {}
+        trace, stamp = str(extra.get("py_callstack") or ""), extra.get("timestamp")
+    else:
+        text, trace, stamp = str(message), "", raw.get("timestamp")
+    error_type, _, rest = text.partition(": ")
+    if not rest or " " in error_type:  # not "Type: text"
+        error_type, rest = "Error", text
+    try:
+        timestamp = float(stamp) if stamp is not None else None
+    except (TypeError, ValueError):
+        timestamp = None
+    return {"error_type": error_type, "message": rest, "traceback": trace, "timestamp": timestamp, "source": "torchelastic"}
+
+
+def _json_object(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def write_success(opt_ml: OptMl) -> None:
