@@ -421,5 +421,5 @@ def _json_compact(obj: Any) -> str:
 
 def remove_host_trees(job_dir: JobDir, hosts: Sequence[str]) -> None:
     """Drop what ``keep_job_dir=False`` does not keep: the per-host trees and the code snapshot."""
-    for path in [job_dir.code_dir, *(job_dir.host_dir(host) for host in hosts)]:
+    for path in [job_dir.code_dir, job_dir.path / "inputs", *(job_dir.host_dir(host) for host in hosts)]:
         shutil.rmtree(path, ignore_errors=True)
