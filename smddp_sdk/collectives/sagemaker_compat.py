@@ -1,0 +1,117 @@
+"""Would AWS's SMDDP accept this call? The bundled backend does more than SMDDP (CPU tensors, every
+collective and reduce op, subgroups), so a script can pass a rehearsal and fail on SageMaker. This
+check says so at the call, naming the line of the user's script.
+
+- Active inside a training job (``TRAINING_JOB_NAME`` is set, as local and docker modes do) or when
+  ``SMDDP_SAGEMAKER_CHECK=1``; ``SMDDP_SAGEMAKER_CHECK=0`` turns it off.
+- By default a ``SageMakerCompatibilityWarning`` (a ``UserWarning``: the usual ``warnings`` filters
+  apply) once per kind of problem and call site; CPU tensors, which every CPU rehearsal uses, are
+  reported once, by rank 0.
+- ``SMDDP_SAGEMAKER_STRICT=1`` raises ``SageMakerCompatibilityError`` instead, as SMDDP would fail;
+  CPU tensors stay a warning on a machine without CUDA (a CPU rehearsal could not run otherwise).
+
+The rules and their sources are in ``smddp_sdk.specs.smddp_support`` (docs/compat.md has the table).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+import threading
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+import torch
+
+from smddp_sdk.collectives.errors import CollectiveError
+from smddp_sdk.specs import smddp_support as support
+
+CHECK_ENV = "SMDDP_SAGEMAKER_CHECK"
+STRICT_ENV = "SMDDP_SAGEMAKER_STRICT"
+
+_PACKAGE_DIR = str(Path(__file__).resolve().parents[1])  # smddp_sdk/, its _compat/ included
+_TORCH_DIR = str(Path(torch.__file__).resolve().parent)
+_STDLIB_DIR = str(Path(sysconfig.get_paths()["stdlib"]).resolve())
+_SEEN: set[tuple[str, str, int]] = set()
+_LOCK = threading.Lock()
+
+
+class SageMakerCompatibilityWarning(UserWarning):
+    """This call works here but AWS's SMDDP would reject it on SageMaker."""
+
+
+class SageMakerCompatibilityError(CollectiveError):
+    """Raised instead of the warning under ``SMDDP_SAGEMAKER_STRICT=1``."""
+
+
+def enabled() -> bool:
+    setting = os.environ.get(CHECK_ENV, "").strip().lower()
+    if setting in ("0", "false", "no", "off"):
+        return False
+    return setting in ("1", "true", "yes", "on") or bool(os.environ.get("TRAINING_JOB_NAME"))
+
+
+def strict() -> bool:
+    return os.environ.get(STRICT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def check_call(method: str, tensors: Sequence[torch.Tensor], args: Sequence[object] = ()) -> None:
+    """Called by the backend for every collective: ``method`` is the ProcessGroup method's name."""
+    if not enabled():
+        return
+    call = f"dist.{support.TORCH_NAMES.get(method, method)}"
+    if not support.collective_supported(method):
+        _report("collective", f"{call}: AWS's SMDDP does not offer this collective; on SageMaker the call fails", method)
+    op = _reduce_op_name(args)
+    if op is not None and not support.reduce_op_supported(op):
+        _report("reduce_op", f"{call}(op=ReduceOp.{op}): AWS's SMDDP reduces with ReduceOp.SUM only (AVG fails with 'SMDDP does not support: ReduceOp'); sum and divide instead", method)
+    if any(t.device.type != "cuda" for t in tensors) and (os.environ.get("RANK", "0") == "0" or strict()):
+        hard = torch.cuda.is_available()  # said by rank 0 only: every rank of a CPU rehearsal would say it
+        _report("device", f"{call} on a {tensors[0].device.type.upper()} tensor: AWS's SMDDP takes CUDA tensors only; move the model and data to the GPU on SageMaker (reported once)", method, once_per_process=True, may_raise=hard)
+
+
+def check_subgroup(size: int) -> None:
+    """Called when a group other than the default one is created with the smddp backend."""
+    if enabled():
+        _report("subgroup", f"dist.new_group(...) of {size} ranks with backend smddp: AWS's SMDDP supports no subgroups (only the default group)", "new_group")
+
+
+def _reduce_op_name(args: Sequence[object]) -> str | None:
+    for arg in args:
+        op = getattr(arg, "reduceOp", None)
+        if op is not None:
+            kind = getattr(op, "op", op)  # ReduceOp wraps a RedOpType
+            return str(getattr(kind, "name", kind)).rsplit(".", 1)[-1]
+    return None
+
+
+def _report(kind: str, message: str, method: str, *, once_per_process: bool = False, may_raise: bool = True) -> None:
+    filename, lineno, module = _user_frame()
+    key = (kind, "" if once_per_process else filename, 0 if once_per_process else lineno)
+    if strict() and may_raise:
+        raise SageMakerCompatibilityError(f"{filename}:{lineno}: {message} ({STRICT_ENV}=1)")
+    with _LOCK:
+        if key in _SEEN:
+            return
+        _SEEN.add(key)
+    warnings.warn_explicit(message, SageMakerCompatibilityWarning, filename, lineno, module=module, registry={})
+
+
+def _user_frame() -> tuple[str, int, str]:
+    """The innermost frame outside torch, this package and the standard library: the user's call."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not name.startswith(("<", _PACKAGE_DIR, _TORCH_DIR, _STDLIB_DIR)):
+            return name, frame.f_lineno, frame.f_globals.get("__name__", "")
+        frame = frame.f_back
+    return "<unknown>", 0, ""
+
+
+def reset() -> None:
+    """Forget what was reported (tests)."""
+    with _LOCK:
+        _SEEN.clear()
