@@ -35,6 +35,8 @@ def notes(spec: JobSpec, scheduler: str, host_count: int | None = None) -> list[
     lines = [*channels.notes(spec, hosts), *checkpoints.notes(spec)]
     lines += _version_notes(spec, scheduler)
     lines += _platform_notes(spec)
+    if scheduler == "docker":
+        lines += _docker_notes(spec)
     return lines
 
 
@@ -87,5 +89,15 @@ def _platform_notes(spec: JobSpec) -> list[str]:
         (spec.encrypt_inter_container_traffic, "encrypt_inter_container_traffic is not emulated: traffic between hosts is not encrypted here"),
         (bool(spec.debugger_hook_config) or spec.enable_sagemaker_metrics is not None, "debugger_hook_config/enable_sagemaker_metrics are SageMaker services and do nothing here"),
         (bool(spec.checkpoint_local_path) and not spec.checkpoint_s3_uri, "checkpoint_local_path without checkpoint_s3_uri: nothing is restored or synced (as on SageMaker)"),
+    ]
+    return [line for applies, line in checks if applies]
+
+
+def _docker_notes(spec: JobSpec) -> list[str]:
+    """What the local scheduler refuses or notes itself, and docker mode runs without."""
+    checks: list[tuple[bool, str]] = [
+        (spec.use_spot_instances, "use_spot_instances: spot capacity and interruptions are not simulated"),
+        (bool(spec.role), "role is not needed in docker mode and is ignored"),
+        (bool(spec.code_location), "code_location is not used in docker mode: the code is mounted from the job directory"),
     ]
     return [line for applies, line in checks if applies]

@@ -127,3 +127,13 @@ def test_unemulated_settings_are_dry_run_notes_and_warnings_once(workdir: Path) 
 
 def test_a_plain_job_has_no_fidelity_notes(workdir: Path) -> None:
     assert fidelity.notes(_estimator(workdir).dryrun().spec, "local") == []
+
+
+def test_docker_notes_what_it_runs_without(workdir: Path) -> None:
+    from smddp_sdk.specs.job import JobSpec
+
+    spec = JobSpec.from_mapping({"entry_point": "train.py", "source_dir": str(workdir / "src"), "instance_type": "local",
+                                 "use_spot_instances": True, "max_wait": 100, "max_run": 50, "framework_version": "2.2.0",
+                                 "role": "arn:aws:iam::123456789012:role/R"})
+    notes = fidelity.notes(spec, "docker")
+    assert any("spot" in n for n in notes) and any("role" in n for n in notes) and any("image's own torch" in n for n in notes)
