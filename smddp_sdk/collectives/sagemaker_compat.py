@@ -15,6 +15,7 @@ The rules and their sources are in ``smddp_sdk.specs.smddp_support`` (docs/compa
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import sysconfig
@@ -25,6 +26,7 @@ from pathlib import Path
 from types import FrameType
 
 import torch
+import torch.distributed as dist
 
 from smddp_sdk.collectives.errors import CollectiveError
 from smddp_sdk.specs import smddp_support as support
@@ -36,6 +38,7 @@ _PACKAGE_DIR = str(Path(__file__).resolve().parents[1])  # smddp_sdk/, its _comp
 _TORCH_DIR = str(Path(torch.__file__).resolve().parent)
 _STDLIB_DIR = str(Path(sysconfig.get_paths()["stdlib"]).resolve())
 _SEEN: set[tuple[str, str, int]] = set()
+_DEVICE_KEY = ("device", "", 0)
 _LOCK = threading.Lock()
 
 
@@ -47,48 +50,65 @@ class SageMakerCompatibilityError(CollectiveError):
     """Raised instead of the warning under ``SMDDP_SAGEMAKER_STRICT=1``."""
 
 
+@functools.cache
 def enabled() -> bool:
+    """Read once per process: the check sits on every collective's path."""
     setting = os.environ.get(CHECK_ENV, "").strip().lower()
     if setting in ("0", "false", "no", "off"):
         return False
     return setting in ("1", "true", "yes", "on") or bool(os.environ.get("TRAINING_JOB_NAME"))
 
 
+@functools.cache
 def strict() -> bool:
     return os.environ.get(STRICT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def check_call(method: str, tensors: Sequence[torch.Tensor], args: Sequence[object] = ()) -> None:
-    """Called by the backend for every collective: ``method`` is the ProcessGroup method's name."""
+    """Called by the backend for every collective: ``method`` is the ProcessGroup method's name.
+    Cheap when nothing is wrong (a set lookup and the options' reduce op); messages are built only
+    for a problem."""
     if not enabled():
         return
-    call = f"dist.{support.TORCH_NAMES.get(method, method)}"
-    if not support.collective_supported(method):
-        _report("collective", f"{call}: AWS's SMDDP does not offer this collective; on SageMaker the call fails", method)
+    if method not in support.SUPPORTED_COLLECTIVES:
+        _report("collective", f"{_call(method)}: AWS's SMDDP does not offer this collective; on SageMaker the call fails")
     op = _reduce_op_name(args)
-    if op is not None and not support.reduce_op_supported(op):
-        _report("reduce_op", f"{call}(op=ReduceOp.{op}): AWS's SMDDP reduces with ReduceOp.SUM only (AVG fails with 'SMDDP does not support: ReduceOp'); sum and divide instead", method)
-    if any(t.device.type != "cuda" for t in tensors) and (os.environ.get("RANK", "0") == "0" or strict()):
+    if op is not None:
+        _report("reduce_op", f"{_call(method)}(op=ReduceOp.{op}): AWS's SMDDP reduces with ReduceOp.SUM only (AVG fails with 'SMDDP does not support: ReduceOp'); sum and divide instead")
+    if _DEVICE_KEY in _SEEN and not strict():
+        return  # the hot path of a CPU rehearsal: said once already, no stack walk per call
+    if (os.environ.get("RANK", "0") == "0" or strict()) and any(t.device.type != "cuda" for t in tensors):
         hard = torch.cuda.is_available()  # said by rank 0 only: every rank of a CPU rehearsal would say it
-        _report("device", f"{call} on a {tensors[0].device.type.upper()} tensor: AWS's SMDDP takes CUDA tensors only; move the model and data to the GPU on SageMaker (reported once)", method, once_per_process=True, may_raise=hard)
+        _report("device", f"{_call(method)} on a {tensors[0].device.type.upper()} tensor: AWS's SMDDP takes CUDA tensors only; move the model and data to the GPU on SageMaker (reported once)", once_per_process=True, may_raise=hard)
+
+
+def _call(method: str) -> str:
+    return f"dist.{support.TORCH_NAMES.get(method, method)}"
 
 
 def check_subgroup(size: int) -> None:
     """Called when a group other than the default one is created with the smddp backend."""
     if enabled():
-        _report("subgroup", f"dist.new_group(...) of {size} ranks with backend smddp: AWS's SMDDP supports no subgroups (only the default group)", "new_group")
+        _report("subgroup", f"dist.new_group(...) of {size} ranks with backend smddp: AWS's SMDDP supports no subgroups (only the default group)")
+
+
+_OPTIONS_WITH_OP = tuple(
+    option for option in (getattr(dist, name, None) for name in ("AllreduceOptions", "AllreduceCoalescedOptions", "ReduceOptions", "ReduceScatterOptions"))
+    if option is not None
+)
+_SUM = dist.ReduceOp.RedOpType.SUM
 
 
 def _reduce_op_name(args: Sequence[object]) -> str | None:
+    """The name of a reduce op other than SUM among the call's options; None for SUM or none."""
     for arg in args:
-        op = getattr(arg, "reduceOp", None)
-        if op is not None:
-            kind = getattr(op, "op", op)  # ReduceOp wraps a RedOpType
-            return str(getattr(kind, "name", kind)).rsplit(".", 1)[-1]
+        if isinstance(arg, _OPTIONS_WITH_OP):
+            kind = arg.reduceOp.op  # a ReduceOp wraps a RedOpType
+            return None if kind == _SUM else str(getattr(kind, "name", kind)).rsplit(".", 1)[-1]
     return None
 
 
-def _report(kind: str, message: str, method: str, *, once_per_process: bool = False, may_raise: bool = True) -> None:
+def _report(kind: str, message: str, *, once_per_process: bool = False, may_raise: bool = True) -> None:
     filename, lineno, module = _user_frame()
     key = (kind, "" if once_per_process else filename, 0 if once_per_process else lineno)
     if strict() and may_raise:
@@ -112,6 +132,8 @@ def _user_frame() -> tuple[str, int, str]:
 
 
 def reset() -> None:
-    """Forget what was reported (tests)."""
+    """Forget what was reported and the settings read (tests)."""
     with _LOCK:
         _SEEN.clear()
+    enabled.cache_clear()
+    strict.cache_clear()

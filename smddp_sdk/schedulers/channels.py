@@ -72,9 +72,9 @@ def notes(spec: JobSpec, host_count: int) -> list[str]:
 
 
 def bind_mount_source(channel: TrainingInput) -> Path | None:
-    """Local data every host sees whole (a container can mount it read-only); None when the channel
-    is downloaded or sharded and ``deliver`` fills each host's directory instead."""
-    if channel.local_path is None or channel.distribution == SHARDED:
+    """A local folder every host sees whole (a container can mount it read-only); None when the channel
+    is downloaded, sharded or a single file, and ``deliver`` fills each host's directory instead."""
+    if channel.local_path is None or channel.distribution == SHARDED or not channel.local_path.is_dir():
         return None
     return channel.local_path
 

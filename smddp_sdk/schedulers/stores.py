@@ -66,6 +66,7 @@ class S3Store:
         self.uri = uri
         self.bucket, self.prefix = split_s3_uri(uri)
         self.folder = self.prefix.rstrip("/") + "/" if self.prefix.strip("/") else ""
+        self._single = False  # set by entries() when the URI names one object
         self._client = client
 
     @property
@@ -84,24 +85,15 @@ class S3Store:
             objects = list(self._objects(self.prefix)) if self.prefix else []
             single = [obj for obj in objects if obj["Key"] == self.prefix and not self.prefix.endswith("/")]
             if single:
-                obj = single[0]
-                return [Entry(self.prefix.rsplit("/", 1)[-1], obj["Size"], obj.get("ETag", ""))]
+                self._single = True
+                return [Entry(self.prefix.rsplit("/", 1)[-1], single[0]["Size"], single[0].get("ETag", ""))]
             found = [obj for obj in self._objects(self.folder) if not obj["Key"].endswith("/")]
         except Exception as exc:  # botocore's errors: no bucket, no credentials, access denied
             raise UnavailableError(f"cannot list {self.uri}: {exc}") from exc
         return sorted((Entry(obj["Key"][len(self.folder):], obj["Size"], obj.get("ETag", "")) for obj in found), key=lambda e: e.key)
 
     def _full_key(self, key: str) -> str:
-        if self.prefix and not self.prefix.endswith("/") and self.prefix.rsplit("/", 1)[-1] == key and self._is_object():
-            return self.prefix
-        return self.folder + key
-
-    def _is_object(self) -> bool:
-        try:
-            self.client.head_object(Bucket=self.bucket, Key=self.prefix)
-            return True
-        except Exception:  # 404: the URI is a folder
-            return False
+        return self.prefix if self._single else self.folder + key
 
     def download(self, key: str, dest: Path) -> None:
         dest.parent.mkdir(parents=True, exist_ok=True)
