@@ -1,4 +1,4 @@
-"""Channels and restored checkpoints in docker mode: each container's /opt/ml holds real files (links to
+"""Channels (local, sharded, S3 through moto) and restored checkpoints in docker mode: each container's /opt/ml holds real files (links to
 this machine's paths would dangle there). Uses the image the engine already has; delivery happens on
 this side, so any image with the runtime will do."""
 
@@ -23,8 +23,10 @@ import json, os
 channel = os.environ["SM_CHANNEL_TRAINING"]
 files = sorted(os.path.relpath(os.path.join(d, f), channel) for d, _, fs in os.walk(channel) for f in fs)
 restored = sorted(os.listdir("/opt/ml/checkpoints"))
+extra = os.environ["SM_CHANNEL_EXTRA"]
+from_s3 = {name: open(os.path.join(extra, name)).read() for name in sorted(os.listdir(extra))}
 with open(os.path.join(os.environ["SM_MODEL_DIR"], os.environ["SM_CURRENT_HOST"] + ".json"), "w") as f:
-    json.dump({"files": files, "bodies": [open(os.path.join(channel, p)).read() for p in files], "restored": restored}, f)
+    json.dump({"files": files, "bodies": [open(os.path.join(channel, p)).read() for p in files], "restored": restored, "from_s3": from_s3}, f)
 """
 
 
@@ -35,7 +37,8 @@ def image(docker_engine: None) -> str:  # noqa: F811 - pytest fixture injection
     return DEFAULT_IMAGE
 
 
-def test_sharded_channel_and_checkpoints_in_containers(image: str, tmp_path: Path) -> None:
+def test_sharded_channel_s3_channel_and_checkpoints_in_containers(image: str, tmp_path: Path, s3) -> None:
+    s3.put_object(Bucket="data-bucket", Key="extra/a.txt", Body=b"from s3")
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "train.py").write_text(textwrap.dedent(SCRIPT))
     data = tmp_path / "data"
@@ -49,7 +52,7 @@ def test_sharded_channel_and_checkpoints_in_containers(image: str, tmp_path: Pat
                         checkpoint_s3_uri=f"file://{store}", job_name="docker-fidelity", scheduler="docker",
                         scheduler_options={"job_root": str(tmp_path / "jobs"), "stop_grace_period": 5})
     try:
-        estimator.fit({"training": {"s3_data": str(data), "distribution": "ShardedByS3Key"}}, logs=False)
+        estimator.fit({"training": {"s3_data": str(data), "distribution": "ShardedByS3Key"}, "extra": "s3://data-bucket/extra"}, logs=False)
     finally:
         estimator.latest_training_job.stop()
     with tarfile.open(estimator.model_data) as archive:
@@ -57,4 +60,5 @@ def test_sharded_channel_and_checkpoints_in_containers(image: str, tmp_path: Pat
     assert seen["algo-1"]["files"] == ["part-0.csv", "part-2.csv", "part-4.csv"]
     assert seen["algo-2"]["files"] == ["part-1.csv", "part-3.csv"] and seen["algo-2"]["bodies"] == ["row 1", "row 3"]
     assert seen["algo-1"]["restored"] == seen["algo-2"]["restored"] == ["epoch-3.pt"]
+    assert seen["algo-1"]["from_s3"] == seen["algo-2"]["from_s3"] == {"a.txt": "from s3"}
     assert leftovers("docker-fidelity") == ([], [])
