@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from smddp_sdk.errors import SpecError, SpecIssue
+from smddp_sdk.errors import SpecIssue, UnavailableError
 from smddp_sdk.schedulers import stores
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.job import JobSpec, TrainingInput
@@ -121,7 +121,8 @@ def _source(name: str, channel: TrainingInput, cache_dir: Path, s3: Any | None, 
         store = stores.open_store(channel.s3_data, s3)
         entries = store.entries()
         if not entries:
-            raise SpecError(SpecIssue(f"inputs.{name}.s3_data", f"no objects under {channel.s3_data}", "check the bucket and prefix"))
+            # As SageMaker fails a job whose channel is empty; found at start, since S3 is not read while planning.
+            raise UnavailableError(f"inputs.{name}: no objects under {channel.s3_data}; check the bucket and prefix")
         dest = cache_dir / name
         progress = stores.Progress(f"downloading {channel.s3_data}", len(entries), sum(e.size for e in entries), stream)
         stores.copy_all(store, entries, dest, progress.advance)

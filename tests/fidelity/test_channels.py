@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from smddp_sdk.errors import SpecError
+from smddp_sdk.errors import UnavailableError
 from smddp_sdk.schedulers import channels
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.job import JobSpec
@@ -128,7 +128,7 @@ def test_s3_uri_naming_one_object(tmp_path: Path, s3) -> None:
 
 def test_empty_s3_prefix_is_a_clear_error(tmp_path: Path, s3) -> None:
     spec = _spec(tmp_path, inputs={"training": "s3://data-bucket/nothing-here"})
-    with pytest.raises(SpecError, match="no objects under s3://data-bucket/nothing-here"):
+    with pytest.raises(UnavailableError, match="no objects under s3://data-bucket/nothing-here"):
         channels.deliver(spec.inputs, _trees(tmp_path, 1), tmp_path / "cache", s3=s3, stream=io.StringIO())
 
 

@@ -137,3 +137,11 @@ def test_docker_notes_what_it_runs_without(workdir: Path) -> None:
                                  "role": "arn:aws:iam::123456789012:role/R"})
     notes = fidelity.notes(spec, "docker")
     assert any("spot" in n for n in notes) and any("role" in n for n in notes) and any("image's own torch" in n for n in notes)
+
+
+def test_an_empty_s3_channel_fails_at_start_and_leaves_no_job(workdir: Path, s3) -> None:
+    from smddp_sdk.errors import UnavailableError
+
+    with pytest.raises(UnavailableError, match="no objects under s3://data-bucket/empty"):
+        _estimator(workdir).fit("s3://data-bucket/empty", job_name="empty", logs=False)
+    assert not (workdir / "jobs" / "empty").exists()
