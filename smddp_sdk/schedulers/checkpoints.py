@@ -17,15 +17,15 @@ URI; so a rerun (or a spot restart) finds the previous run's checkpoints. Here:
 The checkpoint directory of a host is its tree's counterpart of ``checkpoint_local_path``, which must
 therefore lie under ``/opt/ml`` (checked by ``issues``).
 
-Call sites: ``for_job(...)`` once the host trees exist, ``.restore()`` before the hosts start,
-``.start()`` while they run, ``.stop()`` after they end.
+Call sites: ``host_trees.prepare_host_trees`` restores (``for_job(...).restore()``); the process that
+watches the hosts calls ``for_record(job record)``, ``.start()`` once they run and ``.stop()`` after they end.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -161,3 +161,12 @@ def for_job(
     if not checkpoint_s3_uri:
         return None
     return CheckpointSync(checkpoint_s3_uri, [host_dir(Path(root), checkpoint_local_path) for root in host_roots], **options)
+
+
+def for_record(record: Mapping[str, Any], **options: Any) -> CheckpointSync | None:
+    """The sync of a local or docker job from its ``job.json`` record (spec and request), for the
+    process that watches the hosts: ``sync = checkpoints.for_record(record)``; ``sync.start()`` once
+    the hosts run, ``sync.stop()`` after they end (restoring happened when the trees were written)."""
+    spec, request = record.get("spec") or {}, record.get("request") or {}
+    roots = [host["base_dir"] for host in request.get("hosts", ())] or [c["opt_ml"] for c in request.get("containers", ())]
+    return for_job(spec.get("checkpoint_s3_uri"), spec.get("checkpoint_local_path"), [Path(root) for root in roots], **options)

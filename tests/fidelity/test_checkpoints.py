@@ -103,3 +103,13 @@ def test_default_checkpoint_path_is_accepted_and_noted(tmp_path: Path) -> None:
     spec = JobSpec.from_mapping({"entry_point": str(script), "instance_type": "local", "checkpoint_s3_uri": "s3://b/c"})
     assert checkpoints.issues(spec) == []
     assert "restored into each host's /opt/ml/checkpoints" in checkpoints.notes(spec)[0]
+
+
+def test_for_record_finds_the_host_trees_of_local_and_docker_jobs(tmp_path: Path) -> None:
+    spec = {"checkpoint_s3_uri": f"file://{tmp_path / 'store'}", "checkpoint_local_path": None}
+    local = {"spec": spec, "request": {"hosts": [{"host": "algo-1", "base_dir": str(tmp_path / "algo-1")}]}}
+    docker = {"spec": spec, "request": {"containers": [{"host": "algo-1", "opt_ml": str(tmp_path / "algo-1")}]}}
+    for record in (local, docker):
+        sync = checkpoints.for_record(record)
+        assert sync is not None and sync.host_dirs == [tmp_path / "algo-1" / "checkpoints"]
+    assert checkpoints.for_record({"spec": {}, "request": local["request"]}) is None

@@ -83,7 +83,7 @@ def test_checkpoints_are_restored_into_every_host_before_the_script(workdir: Pat
 
 
 def _supervisor_syncs_checkpoints() -> bool:
-    """The periodic/final sync runs in the host supervisor; true once that calls checkpoints.for_job."""
+    """The periodic/final sync runs in the host supervisor; true once that calls checkpoints.for_record."""
     import importlib
 
     for name in ("smddp_sdk.schedulers.hosts.supervisor", "smddp_sdk.schedulers.local_supervisor"):
@@ -91,7 +91,7 @@ def _supervisor_syncs_checkpoints() -> bool:
             module = importlib.import_module(name)
         except ImportError:
             continue
-        if "checkpoints.for_job" in inspect.getsource(module):
+        if "checkpoints.for_record" in inspect.getsource(module) or "checkpoints.for_job" in inspect.getsource(module):
             return True
     return False
 
