@@ -109,6 +109,8 @@ def _reduce_op_name(args: Sequence[object]) -> str | None:
 
 
 def _report(kind: str, message: str, *, once_per_process: bool = False, may_raise: bool = True) -> None:
+    if kind in ("collective", "reduce_op") and _issued_by_this_package():
+        return  # e.g. the old API's DistributedDataParallel averaging its buckets: on SageMaker AWS's own code does that
     filename, lineno, module = _user_frame()
     key = (kind, "" if once_per_process else filename, 0 if once_per_process else lineno)
     if strict() and may_raise:
@@ -129,6 +131,22 @@ def _user_frame() -> tuple[str, int, str]:
             return name, frame.f_lineno, frame.f_globals.get("__name__", "")
         frame = frame.f_back
     return "<unknown>", 0, ""
+
+
+_BACKEND_FILES = tuple(str(Path(__file__).resolve().with_name(name)) for name in ("sagemaker_compat.py", "process_group.py", "__init__.py"))
+
+
+def _issued_by_this_package() -> bool:
+    """Whether the collective was called by this package's own code (compat modules, our DDP) rather
+    than by the user's script or by torch on its behalf: the innermost caller outside torch and the
+    backend itself decides."""
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not name.startswith((_TORCH_DIR, *_BACKEND_FILES)):
+            return name.startswith(_PACKAGE_DIR)
+        frame = frame.f_back
+    return False
 
 
 def reset() -> None:

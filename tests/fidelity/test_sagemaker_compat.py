@@ -46,6 +46,10 @@ def _free_port() -> int:
 def _run(tmp_path: Path, **env: str) -> list[subprocess.CompletedProcess]:
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
+    return _run_script(tmp_path, script, **env)
+
+
+def _run_script(tmp_path: Path, script: Path, **env: str) -> list[subprocess.CompletedProcess]:
     port = _free_port()
     base = {k: v for k, v in os.environ.items() if not k.startswith(("SMDDP_SAGEMAKER", "TRAINING_JOB"))}
     base.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2", "SM_CURRENT_HOST": "algo-1",
@@ -90,3 +94,30 @@ def test_support_table_names_a_source_for_every_rule() -> None:
     assert all(rule.source.startswith("https://") for rule in smddp_support.RULES)
     assert not smddp_support.collective_supported("alltoall") and smddp_support.collective_supported("allreduce")
     assert smddp_support.reduce_op_supported("sum") and not smddp_support.reduce_op_supported("AVG")
+
+
+OLD_API_SCRIPT = textwrap.dedent("""
+    import torch
+    import smdistributed.dataparallel.torch.distributed as sdp
+    from smdistributed.dataparallel.torch.parallel.distributed import DistributedDataParallel as DDP
+    sdp.init_process_group()
+    model = DDP(torch.nn.Linear(4, 1))
+    model(torch.ones(2, 4)).sum().backward()                 # line 7: the wrapper averages with AVG internally
+    t = torch.ones(2)
+    sdp.all_reduce(t, op=sdp.ReduceOp.AVERAGE)               # line 9: the old API had AVERAGE
+    print("finished", flush=True)
+""")
+
+
+def test_collectives_issued_by_the_compat_modules_are_not_blamed_on_the_script(tmp_path: Path) -> None:
+    """The old API's DDP averages inside AWS's own code, and its functions had their own list of ops:
+    only calls made through torch.distributed with the smddp backend are held to torch_smddp's rules."""
+    script = tmp_path / "old_api.py"
+    script.write_text(OLD_API_SCRIPT)
+    compat = str(Path(smddp_sdk.__file__).resolve().parent / "_compat")
+    results = _run_script(tmp_path, script, PYTHONPATH=os.pathsep.join([PROJECT_ROOT, compat]))
+    for result in results:
+        assert result.returncode == 0 and "finished" in result.stdout, result.stdout
+        assert f"{script}:7: SageMakerCompatibilityWarning: dist.all_reduce(op" not in result.stdout, result.stdout
+        assert f"{script}:9: SageMakerCompatibilityWarning" not in result.stdout, result.stdout
+    assert "CUDA tensors only" in results[0].stdout  # the device rule still applies
