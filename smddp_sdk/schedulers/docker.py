@@ -26,6 +26,7 @@ from typing import Any
 
 import smddp_sdk
 from smddp_sdk.errors import SpecError, SpecIssue, UnavailableError, did_you_mean
+from smddp_sdk.schedulers import channels, fidelity
 from smddp_sdk.schedulers.base import DryRun
 from smddp_sdk.schedulers.host_trees import host_names, prepare_host_trees, stage_code
 from smddp_sdk.schedulers.hosts.container_backend import LABEL_HOST, LABEL_JOB, LABEL_JOB_DIR, remove_job
@@ -114,12 +115,8 @@ class DockerScheduler(HostTreeScheduler):
     # --- planning (pure) ------------------------------------------------------------------------
 
     def validate(self, spec: JobSpec) -> list[SpecIssue]:
-        """What Docker mode cannot run: S3 locations, an existing job of the same name."""
-        issues = [
-            SpecIssue(f"inputs.{name}", f"{channel.s3_data!r} is in S3; docker mode reads local data only", "download it and pass a local path or file:// URI, or use scheduler='sagemaker'")
-            for name, channel in spec.inputs.items()
-            if channel.is_s3
-        ]
+        """What Docker mode cannot run: S3 code or output, Pipe mode, an existing job of the same name."""
+        issues = fidelity.issues(spec)
         if spec.source_dir and spec.source_dir.startswith("s3://"):
             issues.append(SpecIssue("source_dir", "docker mode runs code from this machine, not from S3", "give a local directory"))
         if spec.output_path and spec.output_path.startswith("s3://"):
@@ -158,7 +155,7 @@ class DockerScheduler(HostTreeScheduler):
             "max_run": spec.max_run,
             "stop_grace_period": self.stop_grace_period,
         }
-        return DryRun(self.name, spec, job_name, request, tuple(notes))
+        return DryRun(self.name, spec, job_name, request, (*notes, *fidelity.notes(spec, self.name, len(hosts))))
 
     def _gpu_plan(self, spec: JobSpec) -> tuple[str | None, list[str]]:
         """``--gpus`` value (or None) and notes; whether the engine can is checked at schedule time."""
@@ -195,8 +192,8 @@ class DockerScheduler(HostTreeScheduler):
             "-v", f"{job_dir.path / LIFELINE}:{LIFELINE_MOUNT}",
         ]
         for channel_name, channel in sorted(spec.inputs.items()):
-            if channel.local_path is not None:
-                argv += ["-v", f"{channel.local_path}:/opt/ml/input/data/{channel_name}:ro"]
+            if (source := channels.bind_mount_source(channel)) is not None:  # others are files in the tree
+                argv += ["-v", f"{source}:/opt/ml/input/data/{channel_name}:ro"]
         if self.wheelhouse is not None:
             argv += ["-v", f"{self.wheelhouse}:{WHEELHOUSE_MOUNT}:ro"]
         if gpu_flag:
@@ -233,6 +230,7 @@ class DockerScheduler(HostTreeScheduler):
         if issues:
             raise SpecError(issues)
         request = dryrun.request
+        fidelity.warn(dryrun.notes)
         self._check_engine()
         self._check_image(request["image"])
         if any("--gpus" in c["argv"] for c in request["containers"]):

@@ -25,13 +25,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from smddp_sdk.errors import SpecError, SpecIssue, did_you_mean
+from smddp_sdk.schedulers import fidelity
 from smddp_sdk.schedulers.base import DryRun
 from smddp_sdk.schedulers.host_trees import config_files, host_names, largest_entries, prepare_host_trees, stage_code
 from smddp_sdk.schedulers.hosts.jobs import HostTreeScheduler, package_parent
 from smddp_sdk.schedulers.hosts.process_backend import PORT_PLACEHOLDER, TOKEN_PLACEHOLDER
 from smddp_sdk.schedulers.local_job import JobDir, default_job_root
 from smddp_sdk.specs import contract, limits
-from smddp_sdk.specs.job import JobSpec, make_job_name
+from smddp_sdk.specs.job import JobSpec, TrainingInput, make_job_name
 from smddp_sdk.specs.status import JobHandle
 
 LOOPBACK = "127.0.0.1"
@@ -74,16 +75,13 @@ class LocalScheduler(HostTreeScheduler):
     # --- planning ---------------------------------------------------------------------------------
 
     def validate(self, spec: JobSpec) -> list[SpecIssue]:
-        """What this machine cannot run: S3 locations, spot/checkpoint sync, model parallelism, a name clash."""
-        return [*self._location_issues(spec), *self._feature_issues(spec)]
+        """What this machine cannot run: S3 code or output, spot, Pipe mode, model parallelism, a name clash."""
+        return [*self._location_issues(spec), *self._feature_issues(spec), *fidelity.issues(spec)]
 
     def _location_issues(self, spec: JobSpec) -> list[SpecIssue]:
         issues = []
         if spec.source_dir and spec.source_dir.startswith("s3://"):
             issues.append(SpecIssue("source_dir", "local mode runs code from this machine, not from S3", "give a local directory"))
-        for name, channel in spec.inputs.items():
-            if channel.is_s3:
-                issues.append(SpecIssue(f"inputs.{name}", f"{channel.s3_data!r} is in S3; local mode reads local paths and file:// URIs", "download the data first, or use scheduler='sagemaker'"))
         if spec.output_path and spec.output_path.startswith("s3://"):
             issues.append(SpecIssue("output_path", "local mode writes artifacts to this machine", "use a local path or file:// URI, or leave it unset"))
         elif problem := _unwritable(Path(_local(spec.output_path)) if spec.output_path else self.job_root):
@@ -98,8 +96,6 @@ class LocalScheduler(HostTreeScheduler):
         issues = []
         if spec.use_spot_instances:
             issues.append(SpecIssue("use_spot_instances", "spot training is not supported in local mode", "drop it, or use scheduler='sagemaker'"))
-        if spec.checkpoint_s3_uri:
-            issues.append(SpecIssue("checkpoint_s3_uri", "checkpoint sync to S3 is not supported in local mode", "drop it; checkpoints stay in each host's /opt/ml/checkpoints"))
         if spec.distribution.modelparallel is not None:
             issues.append(SpecIssue("distribution.smdistributed.modelparallel", "the bundled runtime cannot run SageMaker model parallelism (it needs AWS's SMP containers)", "use scheduler='sagemaker' with an AWS image"))
         return issues
@@ -120,14 +116,14 @@ class LocalScheduler(HostTreeScheduler):
             "code": {"source": spec.source_dir or spec.entry_point, "dependencies": list(spec.dependencies), "snapshot": str(job_dir.code_dir)},
             "hosts": [self._host_request(spec, job_dir, job_name, hosts, host, submit_directory, num_gpus) for host in hosts],
             "ranks": _rank_summary(spec, len(hosts), num_gpus),
-            "inputs": {name: {"source": str(channel.local_path), "target": f"input/data/{name}"} for name, channel in spec.inputs.items()},
+            "inputs": {name: _input_request(channel, name) for name, channel in spec.inputs.items()},
             "artifacts": {"model_data": str(artifacts / "model.tar.gz"), "output_data": str(artifacts / "output.tar.gz")},
             "backend": "process",
             "max_run": spec.max_run,
             "stop_grace_period": self.stop_grace_period,
             "keep_job_dir": self.keep_job_dir,
         }
-        return DryRun(self.name, spec, job_name, request, _notes(spec))
+        return DryRun(self.name, spec, job_name, request, (*_notes(spec), *fidelity.notes(spec, self.name, len(hosts))))
 
     def _host_request(self, spec: JobSpec, job_dir: JobDir, job_name: str, hosts: list[str], host: str, submit_directory: str, num_gpus: int | None) -> dict[str, Any]:
         environment = {
@@ -176,6 +172,7 @@ class LocalScheduler(HostTreeScheduler):
         issues = self.validate(dryrun.spec)
         if issues:
             raise SpecError(issues)
+        fidelity.warn(dryrun.notes)
         return self._start_job(dryrun, owner_pid)
 
     def _write_job_dir(self, dryrun: DryRun, job_dir: JobDir) -> None:
@@ -244,5 +241,12 @@ def _notes(spec: JobSpec) -> tuple[str, ...]:
     return tuple(notes)
 
 
+def _input_request(channel: TrainingInput, name: str) -> dict[str, str]:
+    source = str(channel.local_path) if channel.local_path is not None else channel.s3_data
+    sharded = {"distribution": channel.distribution} if channel.distribution != "FullyReplicated" else {}
+    return {"source": source, **sharded, "target": f"input/data/{name}"}
+
+
 def _json_compact(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"))
+        fidelity.warn(dryrun.notes)

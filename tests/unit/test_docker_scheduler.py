@@ -123,11 +123,23 @@ def test_local_input_channels_are_mounted_read_only(code_dir, tmp_path):
     assert f"{data.resolve()}:/opt/ml/input/data/train:ro" in option_values(argv, "-v")
 
 
-def test_s3_inputs_are_reported_by_validate(code_dir, tmp_path):
+def test_s3_inputs_are_downloaded_and_pipe_mode_is_refused(code_dir, tmp_path):
     spec = make_spec(code_dir, inputs={"train": "s3://bucket/prefix"})
-    issues = DockerScheduler(job_root=tmp_path).validate(spec)
-    assert [issue.path for issue in issues] == ["inputs.train"]
-    assert "local data only" in issues[0].message
+    scheduler = DockerScheduler(job_root=tmp_path)
+    assert scheduler.validate(spec) == []
+    plan = scheduler.dryrun(spec)
+    assert not any("/opt/ml/input/data/train" in v for v in option_values(argv_of(plan), "-v"))  # files in the tree
+    assert any("downloaded through boto3" in note for note in plan.notes)
+    issues = scheduler.validate(make_spec(code_dir, inputs={"train": {"s3_data": "s3://bucket/prefix", "input_mode": "Pipe"}}))
+    assert [issue.path for issue in issues] == ["inputs.train"] and "Pipe mode" in issues[0].message
+
+
+def test_sharded_local_channels_are_not_mounted_whole(code_dir, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    spec = make_spec(code_dir, inputs={"train": {"s3_data": str(data), "distribution": "ShardedByS3Key"}})
+    argv = argv_of(DockerScheduler(job_root=tmp_path).dryrun(spec))
+    assert not any("/opt/ml/input/data/train" in v for v in option_values(argv, "-v"))
 
 
 def test_bad_options_are_all_reported_with_suggestions(tmp_path):

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from smddp_sdk.schedulers import checkpoints
 from smddp_sdk.schedulers.host_trees import collect_artifacts
 from smddp_sdk.schedulers.hosts.backend import HostBackend, HostExit
 from smddp_sdk.schedulers.local_job import JobDir, pid_alive
@@ -102,7 +103,12 @@ class Supervisor:
             self.stop(JobState.FAILED, f"could not start the hosts: {exc}")
         else:
             self.update(state=JobState.RUNNING.value)
+        sync = checkpoints.for_record(self.record)  # checkpoint_s3_uri: copied out while the hosts run
+        if sync is not None:
+            sync.start()
         self.watch()
+        if sync is not None:
+            sync.stop()  # the last pass, after every host ended
         self.backend.drain(timeout=5)
         if self.console is not None:
             self.console.close()
