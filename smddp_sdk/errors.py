@@ -70,6 +70,17 @@ class UnavailableError(SmddpError):
     exit_code = EXIT_UNAVAILABLE
 
 
+class NotOfferedError(SmddpError, NotImplementedError):
+    """A SageMaker SDK v2 feature this project does not offer; the message says what to use instead."""
+
+    exit_code = EXIT_SPEC
+
+    def __init__(self, feature: str, instead: str) -> None:
+        super().__init__(f"{feature} is a SageMaker SDK v2 feature smddp-sdk does not offer; {instead}")
+        self.feature = feature
+        self.instead = instead
+
+
 class JobFailedError(SmddpError):
     """The job ran and failed; ``exit_code`` is the root-cause rank's code (1 when it has none)."""
 

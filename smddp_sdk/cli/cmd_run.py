@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import click
@@ -155,6 +156,7 @@ def follow_job(ctx: click.Context, out: Console, scheduler: Scheduler, handle: J
     """
     stdout = click.get_text_stream("stdout")
     color = color_enabled(stdout, (ctx.find_root().obj or {}).get("color_mode", "auto"))
+    started = time.monotonic()
     try:
         status: JobStatus = launcher.follow(scheduler, handle, out=stdout, hosts=hosts, ranks=ranks, color=color)
     except KeyboardInterrupt:
@@ -165,7 +167,10 @@ def follow_job(ctx: click.Context, out: Console, scheduler: Scheduler, handle: J
     except JobFailedError as err:
         out.say(launcher.failure_summary(status))
         return err.exit_code
-    out.say(f"{out.style('✓', fg='green')} {handle} {status.state.value}")
+    first, *rest = launcher.end_summary(status, time.monotonic() - started)
+    out.say(f"{out.style('✓', fg='green')} {first}")
+    for line in rest:
+        out.say(line)
     return 0
 
 

@@ -98,11 +98,11 @@ def test_yaml_syntax_error_shows_the_line_and_a_caret(invoke, isolated):
     assert_golden("yaml_syntax_error.txt", result.stderr)
 
 
-def test_a_bad_handle_is_a_usage_error(invoke):
-    for command in ("status", "logs", "cancel"):
+def test_an_unknown_job_or_bad_handle_is_a_usage_error(invoke):
+    for command in ("status", "logs", "cancel", "metrics"):
         result = invoke(command, "pytorch-training-1")
         assert result.exit_code == 2
-        assert "'pytorch-training-1' is not a job handle" in result.stderr
+        assert "no job named 'pytorch-training-1' was submitted from this machine" in result.stderr
     result = invoke("status", "lcoal://job")
     assert result.exit_code == 2 and "did you mean 'local'?" in result.stderr
 
