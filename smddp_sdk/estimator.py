@@ -182,7 +182,7 @@ class Estimator:
         spec = self.spec  # raises for an attached job whose arguments are unknown
         if inputs is None and job_name is None:
             return spec
-        return JobSpec.from_mapping(self._spec_arguments(inputs=inputs, job_name=job_name), base_dir=self._base_dir)
+        return JobSpec.from_mapping(self._spec_arguments(inputs=normalise_inputs(inputs), job_name=job_name), base_dir=self._base_dir)
 
     def dryrun(self, inputs: Any = None, job_name: str | None = None) -> DryRun:
         """The exact request ``fit`` would make (pure: nothing written, started or uploaded; nothing printed).
@@ -203,10 +203,13 @@ class Estimator:
         ``experiment_config`` goes to SageMaker as ``ExperimentConfig``; local and docker jobs record it."""
         show_logs = _log_choice(logs)
         experiment = _experiment_config(experiment_config)
-        dryrun = self.dryrun(normalise_inputs(inputs), job_name)
-        if experiment:
-            dryrun = _with_experiment(dryrun, experiment)
-        handle = launcher.schedule(self._get_scheduler(), dryrun, attached=wait)
+        try:
+            dryrun = self.dryrun(inputs, job_name)
+            if experiment:
+                dryrun = _with_experiment(dryrun, experiment)
+            handle = launcher.schedule(self._get_scheduler(), dryrun, attached=wait)
+        except ModuleNotFoundError as err:
+            raise launcher.missing_package(err) or err from None
         self.latest_training_job = TrainingJob(self._get_scheduler(), handle, dryrun, dryrun.spec)
         if wait:
             self.latest_training_job.wait(logs=show_logs)
@@ -258,6 +261,8 @@ class Estimator:
         estimator._spec = None
         job_scheduler = estimator._get_scheduler()
         spec_dict = _attached_spec(job_scheduler, handle)
+        if spec_dict is not None and entry is not None and entry.metric_definitions:
+            spec_dict["metric_definitions"] = [dict(item) for item in entry.metric_definitions]  # as submitted from here
         if spec_dict is not None:
             estimator._spec = spec_from_dict(spec_dict)
             estimator._arguments = {key: value for key, value in spec_dict.items() if value not in (None, (), [], {})}

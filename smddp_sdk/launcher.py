@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from typing import TextIO
 
 from smddp_sdk import job_index
-from smddp_sdk.errors import JobFailedError, SmddpError
+from smddp_sdk.errors import JobFailedError, SmddpError, UnavailableError
 from smddp_sdk.schedulers.base import DryRun, Scheduler
 from smddp_sdk.specs.status import JobHandle, JobState, JobStatus, LogLine
 
@@ -241,4 +241,22 @@ def format_duration(seconds: float) -> str:
         return f"{minutes} min {secs:02d} s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes:02d} min"
+
+
+# Optional packages and the command that installs each (a missing one is exit 3, never a traceback).
+INSTALL_COMMANDS = {
+    "boto3": "pip install 'smddp-sdk[aws]'",
+    "botocore": "pip install 'smddp-sdk[aws]'",
+    "s3transfer": "pip install 'smddp-sdk[aws]'",
+    "pandas": "pip install pandas",
+    "matplotlib": "pip install matplotlib",
+}
+
+
+def missing_package(err: ModuleNotFoundError) -> UnavailableError | None:
+    """The UnavailableError for a missing optional package (None when ``err`` is about something else)."""
+    top = (err.name or "").split(".")[0]
+    if top not in INSTALL_COMMANDS:
+        return None
+    return UnavailableError(f"this needs the Python package {top!r}, which is not installed: {INSTALL_COMMANDS[top]}")
 

@@ -26,13 +26,25 @@ from smddp_sdk.errors import NotOfferedError, SpecError, SpecIssue, UnavailableE
 INSTALL_HINT = "pip install 'smddp-sdk[aws]'"
 
 
+def _aws_module(name: str) -> Any:
+    """``smddp_sdk.schedulers.sagemaker.<name>``; without boto3 an UnavailableError (exit 3) with the install command."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"smddp_sdk.schedulers.sagemaker.{name}")
+    except ModuleNotFoundError as err:
+        if (err.name or "").startswith("smddp_sdk"):
+            raise
+        raise UnavailableError(f"this needs the Python package {err.name!r}: {INSTALL_HINT}") from None
+
+
+def _call(action: str, function: Any, **kwargs: Any) -> Any:
+    return _aws_module("client").call(action, function, **kwargs)
+
+
 def _aws(region: str | None, boto_session: Any, sagemaker_client: Any = None) -> Any:
     """AwsClients from the SageMaker scheduler (the one module that imports boto3)."""
-    try:
-        from smddp_sdk.schedulers.sagemaker.client import AwsClients
-    except ModuleNotFoundError as err:
-        raise UnavailableError(f"this needs the Python package {err.name!r}: {INSTALL_HINT}") from None
-    return AwsClients(region=region, session=boto_session, sagemaker=sagemaker_client)
+    return _aws_module("client").AwsClients(region=region, session=boto_session, sagemaker=sagemaker_client)
 
 
 class Session:
@@ -91,9 +103,7 @@ class Session:
         return str(self.clients.account_id())
 
     def get_caller_identity_arn(self) -> str:
-        from smddp_sdk.schedulers.sagemaker.client import call
-
-        identity = call("look up the caller (sts:GetCallerIdentity)", self.clients.client("sts").get_caller_identity)
+        identity = _call("look up the caller (sts:GetCallerIdentity)", self.clients.client("sts").get_caller_identity)
         return str(identity["Arn"])
 
     # --- data --------------------------------------------------------------------------------------
@@ -102,50 +112,42 @@ class Session:
         """``sagemaker-<region>-<account>`` (or the bucket given), created when it does not exist."""
         if self._default_bucket_name:
             return self._default_bucket_name
-        from smddp_sdk.schedulers.sagemaker import upload
-
         account = self.account_id()
         name = f"sagemaker-{self.boto_region_name}-{account}"
-        upload.ensure_bucket(self.clients, name, account=account)
+        _aws_module("upload").ensure_bucket(self.clients, name, account=account)
         self._default_bucket_name = name
         return name
 
     def upload_data(self, path: str, bucket: str | None = None, key_prefix: str = "data", extra_args: dict[str, Any] | None = None,
                     callback: Any = None) -> str:
         """Upload a file or a directory tree to ``s3://<bucket>/<key_prefix>/...``; return its S3 URI."""
-        from smddp_sdk.schedulers.sagemaker.client import call
-
         source = _existing(path)
         bucket = bucket or self.default_bucket()
         prefix = "/".join(part for part in (self.default_bucket_prefix if bucket == self._default_bucket_name else None, key_prefix) if part)
         files = [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.is_file())
         for file in files:
             key = f"{prefix}/{file.name}" if source.is_file() else f"{prefix}/{file.relative_to(source).as_posix()}"
-            call(f"upload {file} to s3://{bucket}/{key}", self.clients.s3.upload_file, Filename=str(file), Bucket=bucket, Key=key, ExtraArgs=extra_args)
+            _call(f"upload {file} to s3://{bucket}/{key}", self.clients.s3.upload_file, Filename=str(file), Bucket=bucket, Key=key, ExtraArgs=extra_args)
         return f"s3://{bucket}/{prefix}/{source.name}" if source.is_file() else f"s3://{bucket}/{prefix}"
 
     def download_data(self, path: str, bucket: str, key_prefix: str = "", extra_args: dict[str, Any] | None = None) -> list[str]:
         """Download every object under ``s3://<bucket>/<key_prefix>`` into ``path``; return the local files."""
-        from smddp_sdk.schedulers.sagemaker.client import call
-
         s3 = self.clients.s3
-        listed = call(f"list s3://{bucket}/{key_prefix}", s3.list_objects_v2, Bucket=bucket, Prefix=key_prefix)
+        listed = _call(f"list s3://{bucket}/{key_prefix}", s3.list_objects_v2, Bucket=bucket, Prefix=key_prefix)
         written = []
         for item in listed.get("Contents", []):
             key = item["Key"]
             relative = key[len(key_prefix):].lstrip("/") or Path(key).name
             target = Path(path) / relative
             target.parent.mkdir(parents=True, exist_ok=True)
-            call(f"download s3://{bucket}/{key}", s3.download_file, Bucket=bucket, Key=key, Filename=str(target), ExtraArgs=extra_args)
+            _call(f"download s3://{bucket}/{key}", s3.download_file, Bucket=bucket, Key=key, Filename=str(target), ExtraArgs=extra_args)
             written.append(str(target))
         return written
 
     # --- jobs --------------------------------------------------------------------------------------
 
     def describe_training_job(self, job_name: str) -> dict[str, Any]:
-        from smddp_sdk.schedulers.sagemaker.client import call
-
-        described: dict[str, Any] = call(f"describe the training job {job_name}", self.clients.sagemaker.describe_training_job, TrainingJobName=job_name)
+        described: dict[str, Any] = _call(f"describe the training job {job_name}", self.clients.sagemaker.describe_training_job, TrainingJobName=job_name)
         return described
 
     def logs_for_job(self, job_name: str, wait: bool = False, poll: int = 10, log_type: str = "All", timeout: int | None = None) -> None:

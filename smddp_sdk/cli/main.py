@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from smddp_sdk import __version__
+from smddp_sdk import __version__, launcher
 from smddp_sdk.cli.output import Console
 from smddp_sdk.config.job_file import JobFileError
 from smddp_sdk.config.yaml_io import YamlSyntaxError
@@ -78,6 +78,14 @@ def run_guarded(call: Any, debug: bool) -> int:
             traceback.print_exc()
         report_error(console, err)
         return err.exit_code
+    except ModuleNotFoundError as err:
+        unavailable = launcher.missing_package(err)
+        if unavailable is None:
+            raise
+        if debug:
+            traceback.print_exc()
+        report_error(console, unavailable)
+        return unavailable.exit_code
     except BrokenPipeError:  # `smddp-launch logs ... | head`
         sys.stderr.close()
         return 0
