@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import click
@@ -22,7 +23,7 @@ from smddp_sdk import launcher
 from smddp_sdk.cli.params import OUTPUT_GROUP, GroupedOption, JobCommand, job_options
 from smddp_sdk.config.job_file import JobFileError, LocatedIssue, ResolvedJob
 from smddp_sdk.config.yaml_io import YamlSyntaxError
-from smddp_sdk.errors import EXIT_INTERRUPTED, JobFailedError, SpecError, UnavailableError
+from smddp_sdk.errors import EXIT_INTERRUPTED, JobFailedError, SpecError, SpecIssue, UnavailableError
 from smddp_sdk.schedulers.base import DryRun, Scheduler
 from smddp_sdk.specs.status import JobHandle, JobStatus
 
@@ -56,6 +57,7 @@ def run(ctx: click.Context, job_file: str | None, dryrun: bool, detach: bool, ra
     or command line, 3 when something needed is unavailable, 130 when interrupted.
     """
     out = console(ctx)
+    job_file = script_defaults(job_file, params)
     job, scheduler, plan = prepare(ctx, out, job_file, params)
     if dryrun:
         click.echo(render_dryrun(job, plan))
@@ -70,6 +72,26 @@ def run(ctx: click.Context, job_file: str | None, dryrun: bool, detach: bool, ra
         out.next_steps(handle)
         return
     ctx.exit(follow_job(ctx, out, scheduler, handle, hosts=hosts, ranks=ranks))
+
+
+def script_defaults(job_file: str | None, params: dict[str, Any]) -> str | None:
+    """``run train.py``: the script is the entry point; only it is shipped unless ``--source-dir`` names a
+    directory (as v2 does without source_dir; a whole working directory may hold data or the job root).
+    Unless flags say otherwise it runs here (instance_type local) with torch_distributed, as torchrun
+    would. Returns the job file left to read (None for a script)."""
+    if job_file is None or not job_file.endswith(".py"):
+        return job_file
+    script = Path(job_file)
+    if not script.is_file():
+        raise SpecError(SpecIssue("entry_point", f"script {job_file!r} does not exist", "give the path of a training script, or a job.yaml"))
+    if params.get("source_dir"):
+        params["entry_point"] = params.get("entry_point") or str(script.resolve().relative_to(Path(params["source_dir"]).resolve()))
+    else:
+        params["entry_point"] = params.get("entry_point") or job_file
+    params["instance_type"] = params.get("instance_type") or "local"
+    params["distribution_kind"] = params.get("distribution_kind") or "torch_distributed"
+    params["base_job_name"] = params.get("base_job_name") or script.stem.replace("_", "-")
+    return None
 
 
 @click.command(cls=JobCommand, short_help="Check a job file without running it.")

@@ -47,8 +47,49 @@ class LaunchGroup(click.Group):
         return code
 
 
+# torchrun's spellings, accepted before a script: smddp-launch --nnodes 2 --nproc-per-node 4 train.py ...
+_SCRIPT_FLAGS = {"--hosts": "--instance-count", "--nnodes": "--instance-count", "--nproc-per-host": "processes_per_host",
+                 "--nproc-per-node": "processes_per_host", "--nproc_per_node": "processes_per_host"}
+
+
+def script_mode(args: list[str], commands: dict[str, click.Command]) -> list[str] | None:
+    """``smddp-launch [flags] train.py [script args]`` (the torchrun habit) as ``run`` arguments: the flags
+    before the script are smddp-launch's, everything after it is the script's (``--name value`` pairs)."""
+    index = next((i for i, arg in enumerate(args) if arg.endswith(".py") and not arg.startswith("-")), None)
+    if index is None or "--" in args[:index] or any(arg in commands for arg in args[:index]):
+        return None
+    before, script, after = args[:index], args[index], args[index + 1:]
+    leading: list[str] = []
+    flags: list[str] = []
+    position = 0
+    while position < len(before):
+        arg = before[position]
+        name, has_value, value = arg.partition("=")
+        if arg == "--debug" or arg.startswith("--color="):
+            leading.append(arg)
+        elif arg == "--color" and position + 1 < len(before):
+            leading += [arg, before[position + 1]]
+            position += 1
+        elif name in _SCRIPT_FLAGS:
+            if not has_value:
+                if position + 1 >= len(before):
+                    raise click.UsageError(f"{arg} needs a number, e.g. {arg} 2")
+                value = before[position + 1]
+                position += 1
+            target = _SCRIPT_FLAGS[name]
+            flags += ["-o", f"processes_per_host={value}"] if target == "processes_per_host" else [target, value]
+        else:
+            flags.append(arg)
+        position += 1
+    return [*leading, "run", *flags, script, "--", *after]
+
+
 def insert_default_command(args: list[str], commands: dict[str, click.Command]) -> list[str]:
-    """``smddp-launch job.yaml ...`` means ``smddp-launch run job.yaml ...``."""
+    """``smddp-launch job.yaml ...`` means ``smddp-launch run job.yaml ...``; ``smddp-launch train.py ...``
+    runs the script (see ``script_mode``)."""
+    scripted = script_mode(args, commands)
+    if scripted is not None:
+        return scripted
     for index, arg in enumerate(args):
         if arg in _GLOBAL_FLAGS or arg.startswith("--color"):
             continue
