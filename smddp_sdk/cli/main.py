@@ -170,9 +170,9 @@ def main() -> None:
 
 
 def _register() -> None:
-    from smddp_sdk.cli import cmd_jobs, cmd_metrics, cmd_run, cmd_setup
+    from smddp_sdk.cli import cmd_image, cmd_jobs, cmd_metrics, cmd_run, cmd_setup
 
-    for module in (cmd_run, cmd_jobs, cmd_metrics, cmd_setup):
+    for module in (cmd_run, cmd_jobs, cmd_metrics, cmd_image, cmd_setup):
         for command in module.COMMANDS:
             cli.add_command(command)
 
