@@ -27,7 +27,8 @@ from smddp_sdk.specs.status import SCHEDULER_NAMES, JobHandle, JobState, JobStat
 
 JOB_HELP = ("JOB is the job name `run` printed, or its handle: local://<job>, docker://<job> or "
             "sagemaker://<region>/<job>. Names are looked up in this machine's job index.")
-DOCKER_JOB_LABEL = "ai.smddp.job"  # the label the docker scheduler puts on its containers and networks
+DOCKER_JOB_LABEL = "ai.smddp.job"  # the labels the docker scheduler puts on its containers and networks
+DOCKER_JOB_DIR_LABEL = "ai.smddp.job-dir"
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -287,7 +288,8 @@ def clean(ctx: click.Context, jobs: tuple[str, ...], older_than: str, dry_run: b
             removed.append(str(status_.handle))
     if removed:
         job_index.forget(removed)
-    leftovers = _docker_leftovers(dry_run, out)
+    docker_root = Path(scheduler_named("docker").job_root)  # type: ignore[attr-defined]
+    leftovers = _docker_leftovers(docker_root.absolute(), {s.handle.job_id for s, _ in targets if s.handle.scheduler == "docker"}, dry_run, out)
     out.say(f"{'Would remove' if dry_run else 'Removed'} {len(targets)} job{'s' if len(targets) != 1 else ''}"
             f"{f' and {leftovers} docker leftover' + ('s' if leftovers != 1 else '') if leftovers else ''}.")
 
@@ -318,8 +320,9 @@ def _clean_targets(jobs: tuple[str, ...], cutoff: float) -> list[tuple[JobStatus
     return targets
 
 
-def _docker_leftovers(dry_run: bool, out: Any) -> int:
-    """Stopped containers and container-less networks labelled by the docker scheduler."""
+def _docker_leftovers(docker_root: Path, removed: set[str], dry_run: bool, out: Any) -> int:
+    """Stopped containers, and networks without running containers, of docker jobs from this job root whose
+    directory is gone or being removed. Other job roots' containers (another user's, a test's) are left alone."""
     docker = shutil.which("docker")
     if docker is None:
         return 0
@@ -329,13 +332,16 @@ def _docker_leftovers(dry_run: bool, out: Any) -> int:
             done = subprocess.run([docker, *args], capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired):
             return []
-        return done.stdout.split() if done.returncode == 0 else []
+        return done.stdout.splitlines() if done.returncode == 0 else []
 
-    containers = run("ps", "-aq", "--filter", f"label={DOCKER_JOB_LABEL}", "--filter", "status=exited")
-    containers += run("ps", "-aq", "--filter", f"label={DOCKER_JOB_LABEL}", "--filter", "status=created")
-    live_jobs = set(run("ps", "--filter", f"label={DOCKER_JOB_LABEL}", "--format", f'{{{{.Label "{DOCKER_JOB_LABEL}"}}}}'))
-    networks = [line for line in run("network", "ls", "--filter", f"label={DOCKER_JOB_LABEL}", "--format", f'{{{{.ID}}}}={{{{.Label "{DOCKER_JOB_LABEL}"}}}}')]
-    idle_networks = [item.split("=", 1)[0] for item in networks if item.split("=", 1)[-1] not in live_jobs]
+    template = f'{{{{.ID}}}} {{{{.State}}}} {{{{.Label "{DOCKER_JOB_LABEL}"}}}} {{{{.Label "{DOCKER_JOB_DIR_LABEL}"}}}}'
+    rows = [line.split(" ", 3) for line in run("ps", "-a", "--filter", f"label={DOCKER_JOB_LABEL}", "--format", template)]
+    mine = [row for row in rows if len(row) == 4 and Path(row[3]).parent == docker_root]
+    gone = {row[2] for row in mine if row[2] in removed or not Path(row[3]).is_dir()}
+    containers = [row[0] for row in mine if row[2] in gone and row[1] in ("exited", "created", "dead")]
+    live_jobs = {row[2] for row in rows if len(row) == 4 and row[1] == "running"}
+    networks = [line.split(" ", 1) for line in run("network", "ls", "--filter", f"label={DOCKER_JOB_LABEL}", "--format", f'{{{{.ID}}}} {{{{.Label "{DOCKER_JOB_LABEL}"}}}}')]
+    idle_networks = [item[0] for item in networks if len(item) == 2 and item[1] in gone and item[1] not in live_jobs]
     for kind, ids in (("container", containers), ("network", idle_networks)):
         if ids:
             out.say(f"{'would remove' if dry_run else 'removing'} {len(ids)} docker {kind}{'s' if len(ids) != 1 else ''}")
