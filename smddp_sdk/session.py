@@ -124,10 +124,15 @@ class Session:
         source = _existing(path)
         bucket = bucket or self.default_bucket()
         prefix = "/".join(part for part in (self.default_bucket_prefix if bucket == self._default_bucket_name else None, key_prefix) if part)
+        from smddp_sdk import progress
+
         files = [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.is_file())
-        for file in files:
-            key = f"{prefix}/{file.name}" if source.is_file() else f"{prefix}/{file.relative_to(source).as_posix()}"
-            _call(f"upload {file} to s3://{bucket}/{key}", self.clients.s3.upload_file, Filename=str(file), Bucket=bucket, Key=key, ExtraArgs=extra_args)
+        total = sum(file.stat().st_size for file in files)
+        with progress.bar(total, f"uploading {path} to s3://{bucket}/{prefix}", unit_bytes=True) as advance:
+            for file in files:
+                key = f"{prefix}/{file.name}" if source.is_file() else f"{prefix}/{file.relative_to(source).as_posix()}"
+                _call(f"upload {file} to s3://{bucket}/{key}", self.clients.s3.upload_file, Filename=str(file), Bucket=bucket, Key=key,
+                      ExtraArgs=extra_args, Callback=callback or advance)
         return f"s3://{bucket}/{prefix}/{source.name}" if source.is_file() else f"s3://{bucket}/{prefix}"
 
     def download_data(self, path: str, bucket: str, key_prefix: str = "", extra_args: dict[str, Any] | None = None) -> list[str]:

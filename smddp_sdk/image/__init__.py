@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Sequence
 from importlib import metadata
@@ -72,13 +71,15 @@ def build(args: Sequence[str]) -> int:
         raise UnavailableError("building the image needs bash; install it, or build on a Linux or macOS machine")
     if shutil.which("docker") is None:
         raise UnavailableError("building the image needs the docker CLI and a running engine: install Docker (https://docs.docker.com/engine/install/)")
+    from smddp_sdk import progress
+
     root = checkout_root()
     if root is not None:
-        return subprocess.call([bash, str(root / "scripts" / SCRIPT), *args])
+        return progress.run_with_steps([bash, str(root / "scripts" / SCRIPT), *args], "building the image")
     with tempfile.TemporaryDirectory(prefix="smddp-image-") as scratch:
         context = write_context(Path(scratch))
         env = {**os.environ, "SMDDP_BUILD_CONTEXT": str(context)}
-        return subprocess.call([bash, str(context / "scripts" / SCRIPT), *args], env=env)
+        return progress.run_with_steps([bash, str(context / "scripts" / SCRIPT), *args], "building the image", env=env)
 
 
 __all__ = ["build", "checkout_root", "write_context"]
