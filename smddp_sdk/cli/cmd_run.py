@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.shell_completion import CompletionItem
 
 from smddp_sdk.cli.common import (
     build_scheduler,
@@ -29,12 +30,18 @@ from smddp_sdk.specs.status import JobHandle, JobStatus
 
 LOCAL_SCHEDULERS = ("local", "docker")  # Ctrl-C cancels these; remote jobs keep running
 
+def complete_files(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """Let the shell complete file names (job files and scripts)."""
+    return [CompletionItem(incomplete, type="file")]
+
+
 RUN_EPILOG = """\b
 Examples:
   smddp-launch job.yaml
   smddp-launch run job.yaml --dryrun
   smddp-launch run job.yaml --instance-count 4 -H epochs=3 -- --lr 0.1
   smddp-launch run job.yaml --scheduler sagemaker --detach
+  smddp-launch --hosts 2 --nproc-per-host 2 train.py --epochs 3   # a script, torchrun-style
 \b
 Arguments after -- reach the training script as --name value pairs (SageMaker hyperparameters).
 Precedence: defaults < user config < job file < SMDDP_* variables < flags; --dryrun shows each
@@ -42,7 +49,7 @@ value's source."""
 
 
 @click.command(cls=JobCommand, epilog=RUN_EPILOG, short_help="Run a job and follow its logs (the default command).")
-@click.argument("job_file", required=False, metavar="[JOB_FILE]")
+@click.argument("job_file", required=False, metavar="[JOB_FILE]", shell_complete=complete_files)
 @job_options
 @click.option("--dryrun", is_flag=True, cls=GroupedOption, help_group=OUTPUT_GROUP, help="Print the resolved job and the exact request on stdout; start nothing.")
 @click.option("-d", "--detach", is_flag=True, cls=GroupedOption, help_group=OUTPUT_GROUP, help="Return after submitting: the handle on stdout, next steps on stderr.")
@@ -50,7 +57,8 @@ value's source."""
 @click.option("--host", "hosts", callback=parse_hosts, metavar="HOSTS", cls=GroupedOption, help_group=OUTPUT_GROUP, help="Show only these hosts' logs, e.g. algo-2 or 1,2.")
 @click.pass_context
 def run(ctx: click.Context, job_file: str | None, dryrun: bool, detach: bool, ranks: list[int] | None, hosts: list[str] | None, **params: Any) -> None:
-    """Run JOB_FILE (a job.yaml) and follow its logs until it ends.
+    """Run JOB_FILE (a job.yaml, or a training script: `smddp-launch train.py --lr 0.1`) and follow its
+    logs until it ends; then print its status, duration, model location and the commands to look again.
 
     Everything is validated first: nothing is packaged, uploaded or started while any problem is left.
     Exit code: 0 on success, the failing rank's exit code (or 1) when the job fails, 2 for a bad job
@@ -95,7 +103,7 @@ def script_defaults(job_file: str | None, params: dict[str, Any]) -> str | None:
 
 
 @click.command(cls=JobCommand, short_help="Check a job file without running it.")
-@click.argument("job_file", required=False, metavar="[JOB_FILE]")
+@click.argument("job_file", required=False, metavar="[JOB_FILE]", shell_complete=complete_files)
 @job_options
 @click.option("--json", "as_json", is_flag=True, cls=GroupedOption, help_group=OUTPUT_GROUP,
               help="Print the result as JSON on stdout (problems with file, line and column), for editors and CI.")

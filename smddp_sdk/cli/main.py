@@ -158,6 +158,8 @@ def cli(ctx: click.Context, debug: bool, color_mode: str) -> None:
 
     \b
     smddp-launch job.yaml                 run it and follow its logs (same as `run job.yaml`)
+    smddp-launch --hosts 2 train.py       run a script on 2 simulated hosts, torchrun-style
+    smddp-launch logs JOB --tail 20       a job by the name run printed (also status, cancel, metrics)
     smddp-launch run job.yaml --dryrun    show the resolved job and the exact request; start nothing
     smddp-launch init                     write a commented job.yaml to start from
     """
