@@ -155,3 +155,16 @@ def test_session_without_boto3_is_exit_3(project: Path, monkeypatch: pytest.Monk
     with pytest.raises(UnavailableError, match="pip install 'smddp-sdk\\[aws\\]'") as info:
         Session().default_bucket()
     assert info.value.exit_code == 3
+
+
+def test_fit_on_sagemaker_without_boto3_is_exit_3(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    for module in [m for m in sys.modules if m.startswith("smddp_sdk.schedulers.sagemaker.")]:
+        monkeypatch.delitem(sys.modules, module)
+    monkeypatch.setitem(sys.modules, "boto3", None)
+    monkeypatch.setenv("AWS_REGION", "us-west-2")
+    job = estimator(instance_type="ml.p4d.24xlarge", framework_version="2.2.0", py_version="py310", role="arn:aws:iam::123456789012:role/R")
+    with pytest.raises(UnavailableError, match="pip install 'smddp-sdk\\[aws\\]'") as info:
+        job.fit()
+    assert info.value.exit_code == 3
