@@ -19,7 +19,7 @@ def _definition(ctx: click.Context, param: click.Parameter, values: tuple[str, .
     for value in values:
         name, sep, regex = value.partition("=")
         if not sep or not name or not regex:
-            raise click.BadParameter(f"{value!r} is not NAME=REGEX, e.g. 'train:loss=loss=([0-9.]+)'", ctx=ctx, param=param)
+            raise click.BadParameter(f"{value!r} is not NAME=REGEX, e.g. 'train:loss=loss ([0-9.]+)'", ctx=ctx, param=param)
         out.append({"Name": name, "Regex": regex})
     return out
 
@@ -47,7 +47,7 @@ def metrics(ctx: click.Context, job: str, options: list[tuple[str, str]], define
     merged.update({item["Name"]: item for item in defined})
     if not merged:
         raise SpecError(SpecIssue("metric_definitions", f"{handle} has no metric_definitions",
-                                  "give some with -m 'NAME=REGEX', e.g. -m 'loss=loss=([0-9.eE+-]+)'"))
+                                  "give some with -m NAME=REGEX, e.g. -m 'loss=loss ([0-9.]+)', or set metric_definitions in the job"))
     unknown = [name for name in names if name not in merged]
     if unknown:
         raise SpecError(SpecIssue("metric", f"no metric named {', '.join(unknown)}", f"this job defines {', '.join(merged)}"))

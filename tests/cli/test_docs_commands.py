@@ -103,7 +103,8 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Path:
     patch.setenv("SMDDP_JOB_ROOT", str(root / "jobs"))
     patch.setenv("HOME", str(root))
     patch.chdir(root)
-    done = CliRunner().invoke(cli, ["--job-name", JOB, "train.py"], catch_exceptions=False)
+    metrics = "metric_definitions=[{Name: loss, Regex: 'loss ([0-9.]+)'}]"
+    done = CliRunner().invoke(cli, ["--job-name", JOB, "--set", metrics, "train.py"], catch_exceptions=False)
     assert done.exit_code == 0, done.output
     yield root
     patch.undo()
