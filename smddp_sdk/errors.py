@@ -81,6 +81,10 @@ class NotOfferedError(SmddpError, NotImplementedError):
         self.instead = instead
 
 
+class NotOfferedAttributeError(NotOfferedError, AttributeError):
+    """A v2 method or attribute that is not offered: ``hasattr()`` says False, using it says why."""
+
+
 class JobFailedError(SmddpError):
     """The job ran and failed; ``exit_code`` is the root-cause rank's code (1 when it has none)."""
 

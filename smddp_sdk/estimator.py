@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from smddp_sdk import job_index, launcher
-from smddp_sdk.errors import JobFailedError, NotOfferedError, SpecError, SpecIssue, did_you_mean
+from smddp_sdk.errors import JobFailedError, NotOfferedAttributeError, SpecError, SpecIssue, did_you_mean
 from smddp_sdk.inputs import normalise_inputs
 from smddp_sdk.schedulers import get_scheduler, infer_scheduler
 from smddp_sdk.schedulers.base import DryRun, Scheduler
@@ -113,7 +113,7 @@ class Estimator:
     def __getattr__(self, name: str) -> Any:
         # v2 exposes its constructor arguments as attributes (estimator.instance_type, ...).
         if name in v2_arguments.REFUSED_METHODS:
-            raise NotOfferedError(f"Estimator.{name}", v2_arguments.REFUSED_METHODS[name])
+            raise NotOfferedAttributeError(f"Estimator.{name}", v2_arguments.REFUSED_METHODS[name])
         if name.startswith("_") or name not in JobSpec.field_names():
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         return getattr(self.spec, name)

@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from smddp_sdk.errors import NotOfferedError, SpecError, SpecIssue, UnavailableError
+from smddp_sdk.errors import NotOfferedAttributeError, SpecError, SpecIssue, UnavailableError
 
 INSTALL_HINT = "pip install 'smddp-sdk[aws]'"
 
@@ -179,7 +179,7 @@ class Session:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        raise NotOfferedError(f"Session.{name}", "this Session offers boto_region_name, default_bucket, upload_data, download_data, "
+        raise NotOfferedAttributeError(f"Session.{name}", "this Session offers boto_region_name, default_bucket, upload_data, download_data, "
                               "describe_training_job, logs_for_job and wait_for_job; use boto3 directly for the rest")
 
 

@@ -98,6 +98,7 @@ def test_v2_methods_not_offered_say_what_to_use(project: Path, method: str) -> N
     assert str(info.value).startswith(f"Estimator.{method} is a SageMaker SDK v2 feature smddp-sdk does not offer; ")
     assert info.value.exit_code == 2
     assert isinstance(info.value, NotImplementedError)  # code that catches v2's NotImplementedError still does
+    assert not hasattr(estimator(), method)  # feature detection says "not here" instead of raising
 
 
 def test_v2_methods_offered_here(project: Path) -> None:
