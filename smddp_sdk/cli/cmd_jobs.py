@@ -104,6 +104,9 @@ def logs(ctx: click.Context, job: str, options: list[tuple[str, str]], follow: b
         shown += 1
     if shown == 0 and (ranks or hosts):
         _explain_empty_filter(scheduler, handle, hosts, ranks)
+    if since and keep.untimed:
+        console(ctx).say(f"note: --since left out {keep.untimed} line{'s' if keep.untimed != 1 else ''} that carry no time "
+                         f"({handle.scheduler} jobs do not record one per line); use --tail or --grep instead")
 
 
 def select_lines(scheduler: Scheduler, handle: JobHandle, *, hosts: list[str] | None, ranks: list[int] | None, follow: bool,
@@ -137,8 +140,12 @@ def line_filter(ctx: click.Context, since: str | None, pattern: str | None) -> A
     def keep(line: LogLine) -> bool:
         if regex is not None and not regex.search(line.text):
             return False
-        return start is None or (line.timestamp is not None and line.timestamp >= start)
+        if start is not None and line.timestamp is None:
+            keep.untimed += 1  # type: ignore[attr-defined]
+            return False
+        return start is None or line.timestamp >= start  # type: ignore[operator]
 
+    keep.untimed = 0  # type: ignore[attr-defined]
     return keep
 
 

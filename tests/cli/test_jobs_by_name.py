@@ -47,6 +47,8 @@ def test_a_script_runs_on_simulated_hosts_and_is_found_by_name(invoke, job_root:
     assert invoke("logs", name, "--grep", "rank [02] of").stdout.count("\n") == 2
     no_rank = invoke("logs", name, "--rank", "9")
     assert no_rank.exit_code == 2 and "has no lines from ranks 9" in no_rank.stderr and "ranks 0-3" in no_rank.stderr
+    untimed = invoke("logs", name, "--since", "1h")
+    assert untimed.exit_code == 0 and untimed.stdout == "" and "--since left out" in untimed.stderr
     bad_since = invoke("logs", name, "--since", "yesterday")
     assert bad_since.exit_code == 2 and "neither a duration" in bad_since.stderr
 
