@@ -52,6 +52,9 @@ def test_a_script_runs_on_simulated_hosts_and_is_found_by_name(invoke, job_root:
     bad_since = invoke("logs", name, "--since", "yesterday")
     assert bad_since.exit_code == 2 and "neither a duration" in bad_since.stderr
 
+    typo = invoke("status", name[:-1] + "x")
+    assert typo.exit_code == 2 and f"(did you mean '{name}'?)" in typo.stderr
+
     attached = PyTorch.attach(name)
     assert attached.entry_point.endswith("train.py") and attached.instance_count == 2
     assert attached.latest_training_job.describe()["TrainingJobStatus"] == "Completed"
