@@ -26,7 +26,8 @@
 #                         matching the image's torch) [SMDDP_EXTRA_WHEELS]; their dependencies are downloaded
 #   --quiet               only errors and the final image name
 set -euo pipefail
-cd "$(dirname "$0")/.."
+# SMDDP_BUILD_CONTEXT: the build context when this script runs from an installed package (smddp-launch image build).
+cd "${SMDDP_BUILD_CONTEXT:-$(dirname "$0")/..}"
 ROOT=$PWD
 
 VERSION=$(python3 -c 'import re,sys; print(re.search(r"^version = \"([^\"]+)\"", open("pyproject.toml").read(), re.M).group(1))')

@@ -70,6 +70,21 @@ class UnavailableError(SmddpError):
     exit_code = EXIT_UNAVAILABLE
 
 
+class NotOfferedError(SmddpError, NotImplementedError):
+    """A SageMaker SDK v2 feature this project does not offer; the message says what to use instead."""
+
+    exit_code = EXIT_SPEC
+
+    def __init__(self, feature: str, instead: str) -> None:
+        super().__init__(f"{feature} is a SageMaker SDK v2 feature smddp-sdk does not offer; {instead}")
+        self.feature = feature
+        self.instead = instead
+
+
+class NotOfferedAttributeError(NotOfferedError, AttributeError):
+    """A v2 method or attribute that is not offered: ``hasattr()`` says False, using it says why."""
+
+
 class JobFailedError(SmddpError):
     """The job ran and failed (or was cancelled). ``exit_code`` is always 1: a rank's own code 2 or 3
     must not read as "bad job file" or "unavailable". The rank's code is ``rank_exit_code`` (None when

@@ -289,7 +289,9 @@ class DockerScheduler(HostTreeScheduler):
         if self._has_image(image):
             return
         if image != DEFAULT_IMAGE and "/" in image:
-            self._docker("pull", "-q", image, check=False, timeout=1800)
+            from smddp_sdk import progress  # click, only when a pull is needed
+
+            progress.docker_pull(self.docker, image, timeout=1800)  # a bar on a terminal: a pull can take minutes
             if self._has_image(image):
                 return
         raise UnavailableError(

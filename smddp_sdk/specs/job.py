@@ -19,6 +19,7 @@ from smddp_sdk.errors import SpecError, SpecIssue, did_you_mean
 from smddp_sdk.specs import instance_types, limits
 from smddp_sdk.specs.contract import RESERVED_HYPERPARAMETERS
 from smddp_sdk.specs.distribution import Distribution, parse_distribution
+from smddp_sdk.specs.v2_arguments import REFUSED_ARGUMENTS
 
 DEFAULT_BASE_JOB_NAME = "pytorch-training"
 _CHANNEL_NAME = re.compile(r"^[A-Za-z0-9\.\-_]{1,64}$")
@@ -182,7 +183,8 @@ class _Builder:
         known = JobSpec.field_names()
         for key in self.data:
             if key not in known:
-                self.issue(str(key), "unknown field", did_you_mean(str(key), known))
+                refused = REFUSED_ARGUMENTS.get(str(key))  # v2 habits get v2's reason, as the estimator gives
+                self.issue(str(key), "unknown field", did_you_mean(str(key), known) or (f"a SageMaker SDK v2 argument not offered here: {refused}" if refused else ""))
         for name in ("entry_point", "instance_type"):
             if self.data.get(name) in (None, ""):
                 self.issue(name, "is required")

@@ -73,7 +73,8 @@ def test_run_follows_logs_with_rank_prefixes_and_exits_0(invoke, isolated, job_r
     assert "[algo-1/rank0]: rank 0 of 2 args ['--epochs', '2']" in result.stdout.splitlines()
     assert "[algo-2/rank1]: rank 1 of 2 args ['--epochs', '2']" in result.stdout.splitlines()
     assert "\x1b[" not in result.stdout, "no colour when stdout is not a terminal"
-    assert result.stderr.splitlines()[-1] == "✓ local://ok-1 SUCCEEDED"
+    assert result.stderr.splitlines()[-5].startswith("✓ local://ok-1 SUCCEEDED in ")
+    assert result.stderr.splitlines()[-1] == "  metrics: smddp-launch metrics ok-1"
 
 
 def test_rank_filter_limits_the_console(invoke, isolated, job_root):
@@ -191,3 +192,4 @@ def test_handles_of_local_jobs_complete_in_the_shell(invoke, isolated, job_root,
     complete = ShellComplete(cli, {}, "smddp-launch", "_SMDDP_LAUNCH_COMPLETE")
     assert [item.value for item in complete.get_completions(["logs"], "local://comp")] == ["local://complete-1"]
     assert [item.value for item in complete.get_completions(["status"], "local://zzz")] == []
+    assert [item.value for item in complete.get_completions(["metrics"], "compl")] == ["complete-1"]

@@ -44,14 +44,14 @@ def test_every_problem_is_reported_at_once(project):
     found = issues_of(
         instance_cout=2,
         instance_count=0,
-        sagemaker_session=object(),
+        rules=["a debugger rule"],
         scheduler="locl",
         distribution={"smdistributed": {"dataparallel": {"enabled": True}, "modelparallel": {"enabled": True}}},
         source_dir="missing",
     )
     assert "instance_cout: unknown argument (did you mean 'instance_count'?)" in found
     assert "instance_count: must be at least 1, got 0" in found
-    assert any(issue.startswith("sagemaker_session: is a SageMaker SDK v2 argument") and "boto3" in issue for issue in found)
+    assert any(issue.startswith("rules: is a SageMaker SDK v2 argument") and "Debugger" in issue for issue in found)
     assert "scheduler: unknown scheduler 'locl' (did you mean 'local'?)" in found
     assert any("dataparallel and modelparallel cannot be used together" in issue for issue in found)
     assert "source_dir: directory 'missing' does not exist" in found
@@ -181,8 +181,10 @@ def test_logs_and_attach_without_a_job_explain_themselves(project):
         estimator().logs()
     with pytest.raises(SpecError, match="no local job 'nope'"):
         PyTorch.attach("local://nope")
-    with pytest.raises(SpecError, match="region"):
+    with pytest.raises(SpecError, match="no job named 'some-sagemaker-job' was submitted from this machine"):
         PyTorch.attach("some-sagemaker-job")
+    with pytest.raises(SpecError, match="region"):
+        PyTorch.attach("some-sagemaker-job", scheduler="sagemaker")
 
 
 def test_spec_survives_a_round_trip_through_its_record(project):
