@@ -121,9 +121,9 @@ def main() -> None:
 
 
 def _register() -> None:
-    from smddp_sdk.cli import cmd_jobs, cmd_run, cmd_setup
+    from smddp_sdk.cli import cmd_jobs, cmd_plan, cmd_run, cmd_setup
 
-    for module in (cmd_run, cmd_jobs, cmd_setup):
+    for module in (cmd_run, cmd_jobs, cmd_setup, cmd_plan):
         for command in module.COMMANDS:
             cli.add_command(command)
 
