@@ -118,7 +118,9 @@ def start(directory: str | os.PathLike[str]) -> Recorder:
     global _recorder
     if _recorder is None:
         _recorder = Recorder(Path(directory))
-        torch.optim.optimizer.register_optimizer_step_post_hook(lambda *_: step())
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        register_optimizer_step_post_hook(lambda *_: step())
         atexit.register(_recorder.save)
     return _recorder
 

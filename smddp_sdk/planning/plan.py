@@ -98,8 +98,9 @@ def _fmt(value: float | None, pattern: str) -> str:
 
 def render_table(plan: Plan) -> str:
     t = plan.topology
-    head = [f"{plan.instance_type}: {t.gpus} GPU(s)/host, network {t.network_gbit_s:g} Gbit/s, "
-            f"compute {plan.profile.compute_s * 1e3:.1f} ms/step, {plan.profile.bytes_per_step / 1e6:.1f} MB in "
+    moved = plan.profile.bytes_per_step
+    head = [f"{plan.instance_type}: {t.gpus} GPU(s)/host, network {t.network_gbit_s:.3g} Gbit/s, "
+            f"compute {plan.profile.compute_s * 1e3:.1f} ms/step, {moved / 1e6:.3g} MB in "
             f"{len(plan.profile.events)} collective(s)/step ({plan.profile.source or 'figures'})", ""]
     cols = f"{'hosts':>5} {'ranks':>5} {'library':<7} {'step':>10} {'exposed':>10} {'effic.':>7} {'samples/s':>10} {'$/hour':>8} {'epoch':>8} {'$/epoch':>8}"
     lines = [cols, "-" * len(cols)]

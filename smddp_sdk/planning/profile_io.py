@@ -96,7 +96,7 @@ def read_step_profile(path: str | Path) -> StepProfile:
 
 
 def _mb(nbytes: float) -> str:
-    return f"{nbytes / 1e6:.1f} MB"
+    return f"{nbytes / 1e6:.1f} MB" if nbytes >= 1e5 else f"{nbytes / 1e3:.1f} kB"
 
 
 def summary_lines(doc: dict, profile: StepProfile) -> list[str]:
