@@ -7,8 +7,7 @@ from pathlib import Path
 
 import click
 
-from smddp_sdk.errors import SpecError, SpecIssue
-from smddp_sdk.planning import batch_size_of, plan_job, plannable, step_profile
+from smddp_sdk.planning import plan_for_spec
 from smddp_sdk.planning.hardware import CATALOG
 from smddp_sdk.planning.plan import render_svg, render_table
 
@@ -36,17 +35,10 @@ def plan(job_file: str | None, instance_type: str | None, instances: str, profil
          price_per_hour: float | None, as_json: bool, svg: Path | None) -> None:
     """Predict, for JOB_FILE's step, the step time, scaling efficiency, throughput and cost on each instance
     count, for smddp and for the stock library (NCCL's ring; gloo on simulated hosts)."""
-    if job_file:
-        spec = _job_spec(job_file)
-        instance_type = instance_type or spec.instance_type
-        batch_size = batch_size if batch_size is not None else batch_size_of(spec.hyperparameters)
-    if not instance_type:
-        raise SpecError(SpecIssue("instance_type", "no instance type to plan for", "pass --instance-type or a job file"))
-    if not plannable(instance_type):
-        raise SpecError(SpecIssue("instance_type", f"the planner has no network figures for {instance_type!r}",
-                                  f"pass --instance-type, one of {', '.join(sorted(CATALOG))} (or sim:<rate>mbit)"))
-    step = step_profile(profile_path, compute_ms, gradient_mb, bucket_mb, batch_size)
-    result = plan_job(instance_type, instances, step, price_per_hour, samples_per_epoch)
+    spec = _job_spec(job_file) if job_file else None
+    result = plan_for_spec(spec, instances, instance_type=instance_type, profile=profile_path, compute_ms=compute_ms,
+                           gradient_mb=gradient_mb, bucket_mb=bucket_mb, batch_size=batch_size,
+                           samples_per_epoch=samples_per_epoch, price_per_hour=price_per_hour)
     if svg:
         svg.write_text(render_svg(result), encoding="utf-8")
     click.echo(json.dumps(result.as_dict(), indent=2) if as_json else render_table(result), nl=not as_json)

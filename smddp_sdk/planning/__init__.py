@@ -22,7 +22,7 @@ from smddp_sdk.planning.plan import Plan, make_plan, parse_counts
 from smddp_sdk.planning.profile_io import read_step_profile
 from smddp_sdk.planning.step import StepProfile, from_figures
 
-__all__ = ["Plan", "StepProfile", "plan_job", "step_profile"]
+__all__ = ["Plan", "StepProfile", "plan_for_spec", "plan_job", "step_profile"]
 
 BATCH_KEYS = ("batch-size", "batch_size", "per_device_train_batch_size", "train_batch_size")
 
@@ -75,3 +75,21 @@ def plan_job(instance_type: str, instances: str | Sequence[int], step: StepProfi
 
 def plannable(instance_type: str) -> bool:
     return instance_type in CATALOG or instance_type.startswith("sim:")
+
+
+def plan_for_spec(spec: Any, instances: str | Sequence[int] = "1,2,4,8,16,32", *, instance_type: str | None = None,
+                  profile: str | None = None, compute_ms: float | None = None, gradient_mb: float | None = None,
+                  bucket_mb: float = 25.0, batch_size: int | None = None, samples_per_epoch: int | None = None,
+                  price_per_hour: float | None = None) -> Plan:
+    """The plan for a job (a JobSpec, or None): its instance type and batch size unless given."""
+    if spec is not None:
+        instance_type = instance_type or spec.instance_type
+        batch_size = batch_size if batch_size is not None else batch_size_of(spec.hyperparameters)
+    if not instance_type:
+        raise SpecError(SpecIssue("instance_type", "no instance type to plan for", "pass --instance-type or a job file"))
+    if not plannable(instance_type):
+        raise SpecError(SpecIssue("instance_type", f"the planner has no network figures for {instance_type!r}",
+                                  f"pass --instance-type (instance_type=), one of {', '.join(sorted(CATALOG))}, "
+                                  "or sim:<rate>mbit"))
+    step = step_profile(profile, compute_ms, gradient_mb, bucket_mb, batch_size)
+    return plan_job(instance_type, instances, step, price_per_hour, samples_per_epoch)
