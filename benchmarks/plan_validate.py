@@ -43,13 +43,15 @@ from smddp_sdk.planning.step import from_figures, predict  # noqa: E402
 OPS = {"allreduce": "all_reduce", "allgather": "all_gather"}
 
 
-def parse_configs(text: str) -> list[tuple[int, float]]:
+def parse_configs(text: str) -> list[tuple[int, float, int]]:
+    """"3x400" (3 hosts, 400 mbit links, one rank each) or "2x400x2" (two ranks per host)."""
     configs = []
     for item in text.split(","):
-        hosts, _, rate = item.partition("x")
-        if not hosts.isdigit() or not rate.replace(".", "", 1).isdigit() or int(hosts) < 2:
-            raise SystemExit(f"--configs: {item!r} is not HOSTSxMBIT with 2 or more hosts (like 3x400)")
-        configs.append((int(hosts), float(rate)))
+        parts = item.split("x")
+        ok = len(parts) in (2, 3) and parts[0].isdigit() and int(parts[0]) >= 2 and parts[1].replace(".", "", 1).isdigit()
+        if not ok or (len(parts) == 3 and not parts[2].isdigit()):
+            raise SystemExit(f"--configs: {item!r} is not HOSTSxMBIT[xRANKS] with 2 or more hosts (like 3x400 or 2x400x2)")
+        configs.append((int(parts[0]), float(parts[1]), int(parts[2]) if len(parts) == 3 else 1))
     return configs
 
 
@@ -60,26 +62,26 @@ def load_note() -> str:
 # ------------------------------------------------------------------------------------------ collectives
 def run_collectives(args: argparse.Namespace) -> list[dict]:
     results = []
-    for hosts, rate in parse_configs(args.configs):
+    for hosts, rate, ranks in parse_configs(args.configs):
         sizes = args.sizes or ("64K,256K,1M,4M" if rate < 200 else "64K,256K,1M,4M,16M")
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "link.json"
             note = load_note()
             cmd = [sys.executable, str(ROOT / "benchmarks/link_bench.py"), "--hosts", str(hosts), "--rate-mbit", f"{rate:g}",
-                   "--sizes", sizes, "--repeats", "3", "--seconds", "0.5", "--json", str(out)]
+                   "--ranks-per-host", str(ranks), "--sizes", sizes, "--repeats", "3", "--seconds", "0.5", "--json", str(out)]
             run = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, check=False)
             if run.returncode != 0:
                 raise SystemExit(f"link_bench failed for {hosts}x{rate:g}:\n{run.stdout}\n{run.stderr}")
             rows = json.loads(out.read_text())
-        topo = topology(f"sim:{rate:g}mbit")
+        topo = topology(f"sim:{rate:g}mbit" + (f"x{ranks}" if ranks > 1 else ""))
         for row in rows:
             for backend, library in (("smddp", "smddp"), ("gloo", "stock")):
                 predicted = collective_seconds(OPS[row["op"]], row["size"], hosts, topo, library)
                 measured = row[backend]["time_s"]
-                results.append({"kind": "collective", "hosts": hosts, "rate_mbit": rate, "op": OPS[row["op"]],
+                results.append({"kind": "collective", "hosts": hosts, "rate_mbit": rate, "ranks_per_host": ranks, "op": OPS[row["op"]],
                                 "bytes": row["size"], "backend": backend, "measured_s": measured, "predicted_s": predicted,
                                 "error": (predicted - measured) / measured, "load": note})
-                print(f"{hosts}x{rate:g} {row['op']:>9} {row['size']:>9} {backend:>5}: measured {measured * 1e3:8.2f} ms, "
+                print(f"{hosts}x{rate:g}x{ranks} {row['op']:>9} {row['size']:>9} {backend:>5}: measured {measured * 1e3:8.2f} ms, "
                       f"predicted {predicted * 1e3:8.2f} ms ({(predicted - measured) / measured:+.1%})", flush=True)
     return results
 
@@ -138,7 +140,7 @@ def ddp_once(args: argparse.Namespace, hosts: int, rate: float | None, profile_d
 def run_ddp(args: argparse.Namespace) -> list[dict]:
     results = []
     params = sum(p.numel() for p in build_model(args.hidden, args.layers).parameters())
-    for hosts, rate in parse_configs(args.configs):
+    for hosts, rate, _ranks in parse_configs(args.configs):  # one rank per host
         with tempfile.TemporaryDirectory() as tmp:
             before, shaped, after = Path(tmp) / "before", Path(tmp) / "shaped", Path(tmp) / "after"
             note = load_note()
@@ -223,9 +225,9 @@ def report(path: str) -> None:
     rows = json.loads(Path(path).read_text())
     coll = [r for r in rows if r["kind"] == "collective"]
     if coll:
-        print("| hosts x mbit | op | size | backend | measured | predicted | error | load |\n|---|---|---|---|---|---|---|---|")
+        print("| hosts x mbit x ranks | op | size | backend | measured | predicted | error | load |\n|---|---|---|---|---|---|---|---|")
         for r in coll:
-            print(f"| {r['hosts']}x{r['rate_mbit']:g} | {r['op']} | {r['bytes'] >> 10} KiB | {r['backend']} | "
+            print(f"| {r['hosts']}x{r['rate_mbit']:g}x{r.get('ranks_per_host', 1)} | {r['op']} | {r['bytes'] >> 10} KiB | {r['backend']} | "
                   f"{r['measured_s'] * 1e3:.2f} ms | {r['predicted_s'] * 1e3:.2f} ms | {r['error']:+.1%} | {r['load']} |")
         big = [abs(r["error"]) for r in coll if r["bytes"] >= 1 << 20]
         print(f"\n|error| over all {len(coll)} cells: median {statistics.median(abs(r['error']) for r in coll):.1%}, "

@@ -18,7 +18,9 @@ from smddp_sdk.errors import SpecError, SpecIssue
 
 EC2_ACCELERATED = "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/accelerated-computing-instances.html"
 EC2_TYPES = "https://aws.amazon.com/ec2/instance-types/"
-CHECKED = "2026-11-24"
+EFA_MULTI_CARD = "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/p5-efa.html"
+CHECKED = "2026-11-24"  # re-read in AWS's documentation on this date
+NOT_RECHECKED = "published figure, not re-read"
 
 # TCP over Ethernet (MTU 1500, timestamps on): 1448 payload bytes in a 1514-byte frame, as the token bucket
 # counts it. The ceiling this project's link benchmark reaches (docs/performance.md: 95-96%).
@@ -38,7 +40,7 @@ class Topology:
     intra_alpha_s: float
     efa: bool
     source: str
-    checked: str = CHECKED
+    checked: str = NOT_RECHECKED
     price_per_hour: float | None = None
     price_source: str = ""
 
@@ -60,12 +62,12 @@ CATALOG: dict[str, Topology] = {t.name: t for t in (
     Topology("ml.p3dn.24xlarge", 8, 150, 100, _EFA_ALPHA, _NVLINK_ALPHA, True, EC2_TYPES),
     Topology("ml.p4d.24xlarge", 8, 300, 400, _EFA_ALPHA, _NVLINK_ALPHA, True, EC2_ACCELERATED),
     Topology("ml.p4de.24xlarge", 8, 300, 400, _EFA_ALPHA, _NVLINK_ALPHA, True, EC2_ACCELERATED),
-    Topology("ml.p5.48xlarge", 8, 450, 3200, _EFA_ALPHA, _NVLINK_ALPHA, True, EC2_ACCELERATED),
-    Topology("ml.p5e.48xlarge", 8, 450, 3200, _EFA_ALPHA, _NVLINK_ALPHA, True, EC2_ACCELERATED),
+    Topology("ml.p5.48xlarge", 8, 450, 3200, _EFA_ALPHA, _NVLINK_ALPHA, True, EFA_MULTI_CARD, CHECKED),
+    Topology("ml.p5e.48xlarge", 8, 450, 3200, _EFA_ALPHA, _NVLINK_ALPHA, True, EFA_MULTI_CARD, CHECKED),
     Topology("ml.p5en.48xlarge", 8, 450, 3200, _EFA_ALPHA, _NVLINK_ALPHA, True, EC2_ACCELERATED),
     Topology("ml.g5.12xlarge", 4, 25, 40, _ENA_ALPHA, 10e-6, False, EC2_ACCELERATED),
     Topology("ml.g5.48xlarge", 8, 25, 100, _EFA_ALPHA, 10e-6, True, EC2_ACCELERATED),
-    Topology("ml.g6e.48xlarge", 8, 25, 400, _EFA_ALPHA, 10e-6, True, EC2_ACCELERATED),
+    Topology("ml.g6e.48xlarge", 8, 25, 400, _EFA_ALPHA, 10e-6, True, EFA_MULTI_CARD, CHECKED),
 )}
 
 _SIM = re.compile(r"^sim:(?P<rate>\d+(\.\d+)?)mbit(x(?P<ranks>\d+))?$")
@@ -78,7 +80,7 @@ def simulated(rate_mbit: float, ranks_per_host: int = 1) -> Topology:
     """A simulated host of this project: a veth shaped to ``rate_mbit`` each way, TCP on top."""
     return Topology(f"sim:{rate_mbit:g}mbit" + (f"x{ranks_per_host}" if ranks_per_host > 1 else ""),
                     ranks_per_host, SIM_INTRA_GBYTES_S, rate_mbit / 1000 * TCP_PAYLOAD_SHARE, SIM_ALPHA_S,
-                    SIM_INTRA_ALPHA_S, False, "benchmarks/simhosts.py (tbf rate x TCP payload share)")
+                    SIM_INTRA_ALPHA_S, False, "benchmarks/simhosts.py (tbf rate x TCP payload share)", CHECKED)
 
 
 def topology(name: str, price_per_hour: float | None = None) -> Topology:
