@@ -96,18 +96,26 @@ def _fmt(value: float | None, pattern: str) -> str:
     return "n/a" if value is None else pattern.format(value)
 
 
+def _hours(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    if value >= 1:
+        return f"{value:.2f} h"
+    return f"{value * 60:.1f} min" if value * 60 >= 1 else f"{value * 3600:.1f} s"
+
+
 def render_table(plan: Plan) -> str:
     t = plan.topology
     moved = plan.profile.bytes_per_step
     head = [f"{plan.instance_type}: {t.gpus} GPU(s)/host, network {t.network_gbit_s:.3g} Gbit/s, "
             f"compute {plan.profile.compute_s * 1e3:.1f} ms/step, {moved / 1e6:.3g} MB in "
             f"{len(plan.profile.events)} collective(s)/step ({plan.profile.source or 'figures'})", ""]
-    cols = f"{'hosts':>5} {'ranks':>5} {'library':<7} {'step':>10} {'exposed':>10} {'effic.':>7} {'samples/s':>10} {'$/hour':>8} {'epoch':>8} {'$/epoch':>8}"
+    cols = f"{'hosts':>5} {'ranks':>5} {'library':<7} {'step':>10} {'exposed':>10} {'effic.':>7} {'samples/s':>10} {'$/hour':>8} {'epoch':>9} {'$/epoch':>8}"
     lines = [cols, "-" * len(cols)]
     for r in plan.rows:
         lines.append(f"{r.instances:>5} {r.ranks:>5} {r.library:<7} {r.step_s * 1e3:>7.1f} ms {r.exposed_s * 1e3:>7.1f} ms "
                      f"{r.efficiency:>6.0%} {_fmt(r.samples_per_s, '{:.0f}'):>10} {_fmt(r.cost_per_hour, '{:.2f}'):>8} "
-                     f"{_fmt(r.epoch_hours, '{:.2f} h'):>8} {_fmt(r.cost_per_epoch, '{:.2f}'):>8}")
+                     f"{_hours(r.epoch_hours):>9} {_fmt(r.cost_per_epoch, '{:.2f}'):>8}")
     return "\n".join(head + lines + [""] + [f"note: {n}" for n in plan.notes]) + "\n"
 
 
