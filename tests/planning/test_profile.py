@@ -12,6 +12,8 @@ from smddp_sdk.errors import SpecError
 from smddp_sdk.planning.profile_io import load, read_step_profile, steps_of
 from tests.collectives.cluster import PROJECT_ROOT
 
+pytestmark = pytest.mark.integration
+
 PARAM_BYTES = (256 * 512 + 512 + 512 * 256 + 256) * 4
 
 
