@@ -1,5 +1,7 @@
 """One rank of the profile test: DDP steps over smddp with SMDDP_PROFILE on, plus FSDP-style collectives."""
 
+import sys
+
 import torch
 import torch.distributed as dist
 
@@ -10,8 +12,13 @@ def main() -> None:
     torch.set_num_threads(1)
     dist.init_process_group("smddp")
     torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256))
-    model = torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=0.25)
+    net = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 256))
+    if sys.argv[1:] == ["smddp"]:  # smddp's own DDP: shared-memory buckets reduced with allreduce_shared
+        from smddp_sdk.collectives.ddp import DistributedDataParallel
+
+        model = DistributedDataParallel(net, bucket_cap_mb=0.25)
+    else:
+        model = torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=0.25)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for _ in range(5):
         opt.zero_grad()
