@@ -17,7 +17,7 @@ network carries 2(N-1)/N·S per host (the within-host reduction does not shrink 
 
     ring      2(N-1)/N·S / B + latency,   latency = 2(N-1)α for gloo; NCCL's trees cut it to 2⌈log2 N⌉α
 
-all_gather (S = gathered size): smddp all-to-all between hosts, (H-1)α + (H-1)/H·S/B (+ (G-1)/G·S/B_i within);
+all_gather (S = gathered size; broadcast is costed the same): smddp all-to-all between hosts, (H-1)α + (H-1)/H·S/B (+ (G-1)/G·S/B_i within);
 stock ring (N-1)/N·S/B + (N-1)α. reduce_scatter (S = input size): the first half of each all_reduce.
 """
 
@@ -36,15 +36,15 @@ PIPELINE_CHUNK = 16 << 20
 # ("Optimal bandwidth use with EFA", docs.aws.amazon.com/sagemaker/latest/dg/data-parallel-intro.html)
 # shows AllGather on 32 p4d.24xlarge near 90% of the link for SMDDP and near 80% for NCCL. On this
 # project's simulated hosts the topology's bandwidth already is the TCP payload rate, so both reach 1.
-EFA_LINK_EFFICIENCY = {"smddp": 0.90, "stock": 0.80}
-ENA_LINK_EFFICIENCY = {"smddp": 0.90, "stock": 0.80}
+# The same shares are assumed on ENA (TCP) hosts, for which no comparable figure is published.
+LINK_EFFICIENCY = {"smddp": 0.90, "stock": 0.80}
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 
 
 def link_efficiency(topo: Topology, library: str) -> float:
     if topo.name.startswith("sim:"):
         return 1.0
-    return (EFA_LINK_EFFICIENCY if topo.efa else ENA_LINK_EFFICIENCY)[library]
+    return LINK_EFFICIENCY[library]
 
 
 def _check(nbytes: float, hosts: int, library: str) -> None:

@@ -12,7 +12,7 @@ shaped veth link, benchmarks/simhosts.py): that is what the planner's prediction
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from smddp_sdk.errors import SpecError, SpecIssue
 
@@ -98,7 +98,7 @@ def topology(name: str, price_per_hour: float | None = None) -> Topology:
         return found
     if price_per_hour <= 0:
         raise SpecError(SpecIssue("price_per_hour", f"must be a positive number of dollars per instance-hour, got {price_per_hour}"))
-    return Topology(**{**found.__dict__, "price_per_hour": price_per_hour, "price_source": "given by the user"})
+    return replace(found, price_per_hour=price_per_hour, price_source="given by the user")
 
 
 def markdown_table() -> str:
