@@ -196,6 +196,13 @@ class Estimator:
             raise SpecError(issues)
         return scheduler.dryrun(spec)
 
+    def plan(self, instances: Any = "1,2,4,8,16,32", **options: Any) -> Any:
+        """Predicted step time, scaling efficiency and cost per instance count, as ``smddp-launch plan``
+        (options: profile, compute_ms, gradient_mb, instance_type, price_per_hour, ...; docs/planning.md)."""
+        from smddp_sdk.planning import plan_for_spec
+
+        return plan_for_spec(self.spec, instances, **options)
+
     def fit(self, inputs: Any = None, wait: bool = True, logs: bool | str = True, job_name: str | None = None,
             experiment_config: Mapping[str, str] | None = None) -> None:
         """Run the job. ``inputs``: a location, a ``TrainingInput`` (the ``training`` channel) or ``{channel:

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from smddp_sdk.collectives import sagemaker_compat
+from smddp_sdk.collectives import profile, sagemaker_compat
 from smddp_sdk.collectives.communicator import Communicator
 from smddp_sdk.collectives.errors import CollectiveError
 from smddp_sdk.collectives.local import OwnSource, shard_bounds
@@ -150,6 +150,7 @@ class SmddpProcessGroup(dist.ProcessGroup):
     # execution ----------------------------------------------------------------------------------------
     def _submit(self, what: str, job: Callable[[], None], value: object, opts: object) -> dist.Work:
         self._comm.check_usable(what)
+        job = profile.wrap(what, value, job, self.size())  # SMDDP_PROFILE: sizes and timings (the job itself when off)
         if not getattr(opts, "asyncOp", True):
             with self._state:
                 inline = self._pending == 0
