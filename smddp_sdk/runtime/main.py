@@ -23,10 +23,9 @@ from types import FrameType
 
 from smddp_sdk.errors import EXIT_JOB_FAILED, ContractError, SmddpError, UnavailableError
 from smddp_sdk.runtime import env as rank_env
-from smddp_sdk.runtime import optml_mount
+from smddp_sdk.runtime import optml_mount, usercode
 from smddp_sdk.runtime import plan as planning
 from smddp_sdk.runtime import store as rendezvous_store
-from smddp_sdk.runtime import usercode
 from smddp_sdk.runtime.coordination import Coordinator, CoordinatorClient
 from smddp_sdk.runtime.failures import RankFailure, console_summary, failure_reason, rank_failure, root_cause
 from smddp_sdk.runtime.logs import Console

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from smddp_sdk.errors import SpecIssue, SmddpError
+from smddp_sdk.errors import SmddpError, SpecIssue
 from smddp_sdk.schedulers import stores
 from smddp_sdk.specs.job import JobSpec
 

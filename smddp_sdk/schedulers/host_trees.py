@@ -16,7 +16,7 @@ After the job, ``collect_artifacts`` merges every host's ``model`` and ``output/
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any

@@ -3,7 +3,6 @@
 import json
 import shutil
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner

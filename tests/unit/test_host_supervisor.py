@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from smddp_sdk.schedulers.hosts.backend import HostBackend, HostExit, Output
 from smddp_sdk.schedulers.hosts.supervisor import Supervisor
 from smddp_sdk.schedulers.local_job import JobDir

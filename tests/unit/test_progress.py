@@ -37,7 +37,7 @@ def test_enabled_follows_the_setting_and_the_terminal(setting: str, expected: bo
 
 def test_build_steps_become_a_bar_and_other_lines_pass_through(tmp_path: Path) -> None:
     (tmp_path / "steps.py").write_text(STEPS)
-    code = f"from smddp_sdk import progress; import sys; sys.exit(progress.run_with_steps([sys.executable, 'steps.py'], 'building'))"
+    code = "from smddp_sdk import progress; import sys; sys.exit(progress.run_with_steps([sys.executable, 'steps.py'], 'building'))"
     shown = run_python(code, "1", tmp_path)
     assert shown.returncode == 0 and shown.stdout == "my/image:1\n"
     assert "building" in shown.stderr and "3/3" in shown.stderr and "Step 1/3" not in shown.stderr and "==> built" in shown.stderr

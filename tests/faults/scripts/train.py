@@ -15,10 +15,9 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+import smdistributed.dataparallel.torch.torch_smddp  # noqa: F401 - registers "smddp", as AWS scripts do
 import torch
 import torch.distributed as dist
-
-import smdistributed.dataparallel.torch.torch_smddp  # noqa: F401 - registers "smddp", as AWS scripts do
 
 
 def main() -> None:
