@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from pathlib import Path
 from collections import defaultdict
+from pathlib import Path
 
 from collectives_bench import human
 

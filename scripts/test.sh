@@ -14,6 +14,15 @@ bash scripts/setup.sh
 bash scripts/setup-sagemaker-oracle.sh || echo "warning: the SageMaker SDK v2 oracle could not be installed; the parity tests will skip"
 
 rc=0
+# Lint first: it takes a second and its findings are worth reading before a long run. The format check
+# reports files the formatter would change; it fails the run only with SMDDP_STRICT_FORMAT=1.
+echo "==> ruff"
+python3 -m ruff check . || rc=1
+if ! python3 -m ruff format --check --quiet . >/dev/null 2>&1; then
+  echo "note: some files are not formatted (python3 -m ruff format --check . lists them; ruff format . fixes them)"
+  [[ ${SMDDP_STRICT_FORMAT:-0} == 1 ]] && rc=1
+fi
+
 if [[ ${SMDDP_SKIP_DOCKER:-0} != 1 ]]; then
   echo "==> docker tests"
   started=0
@@ -41,7 +50,18 @@ if [[ ${SMDDP_SKIP_DOCKER:-0} != 1 ]]; then
   [[ $drc == 0 || $drc == 5 ]] || rc=$drc
   if [[ $started == 1 ]]; then bash scripts/docker-engine.sh stop; trap - EXIT; unset DOCKER_HOST; fi
 fi
+# Fault injection into running local jobs (kills, hangs, a frozen supervisor): culprit named, nothing left.
+echo "==> fault-injection tests"
+frc=0
+python3 -m pytest -m faults "$@" || frc=$?
+[[ $frc == 0 || $frc == 5 ]] || rc=$frc  # 5: no test collected (torch missing), not a failure
 # The rest of the suite last, so that its summary closes the output.
 echo "==> running the tests"
-python3 -m pytest -m "not docker" "$@" || rc=$?
+python3 -m pytest -m "not docker and not faults and not hostile" "$@" || rc=$?
+# The hostile-input suite (bad job files and arguments, hostile tarballs and connections) on its own, so
+# its summary stands apart. pytest exits 5 when "$@" selects none of it, which is not a failure.
+echo "==> hostile-input tests"
+hrc=0
+python3 -m pytest -m hostile -q "$@" || hrc=$?
+[[ $hrc == 0 || $hrc == 5 ]] || rc=$hrc
 exit "$rc"

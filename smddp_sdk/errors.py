@@ -86,11 +86,15 @@ class NotOfferedAttributeError(NotOfferedError, AttributeError):
 
 
 class JobFailedError(SmddpError):
-    """The job ran and failed; ``exit_code`` is the root-cause rank's code (1 when it has none)."""
+    """The job ran and failed (or was cancelled). ``exit_code`` is always 1: a rank's own code 2 or 3
+    must not read as "bad job file" or "unavailable". The rank's code is ``rank_exit_code`` (None when
+    no rank is to blame) and is named in the message and in ``status``."""
 
-    def __init__(self, message: str, exit_code: int = EXIT_JOB_FAILED, failure: object = None) -> None:
+    exit_code = EXIT_JOB_FAILED
+
+    def __init__(self, message: str, rank_exit_code: int | None = None, failure: object = None) -> None:
         super().__init__(message)
-        self.exit_code = exit_code if 0 < exit_code < 126 else EXIT_JOB_FAILED
+        self.rank_exit_code = rank_exit_code
         self.failure = failure
 
 

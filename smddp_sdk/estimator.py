@@ -32,7 +32,7 @@ from smddp_sdk.errors import JobFailedError, NotOfferedAttributeError, SpecError
 from smddp_sdk.inputs import normalise_inputs
 from smddp_sdk.schedulers import get_scheduler, infer_scheduler
 from smddp_sdk.schedulers.base import DryRun, Scheduler
-from smddp_sdk.specs import contract, v2_arguments
+from smddp_sdk.specs import contract, limits, v2_arguments
 from smddp_sdk.specs.distribution import parse_distribution
 from smddp_sdk.specs.job import JobSpec, TrainingInput
 from smddp_sdk.specs.status import SCHEDULER_NAMES, JobHandle, JobState, JobStatus
@@ -93,6 +93,8 @@ class Estimator:
                 issues.append(SpecIssue(name, "unknown argument", did_you_mean(name, known)))
         if scheduler_options is not None and not isinstance(scheduler_options, Mapping):
             issues.append(SpecIssue("scheduler_options", f"must be a mapping of option names to values, got {type(scheduler_options).__name__}"))
+        elif isinstance(scheduler_options, Mapping):
+            issues += limits.scheduler_option_issues(scheduler_options)
         return issues
 
     def _spec_arguments(self, **overrides: Any) -> dict[str, Any]:
@@ -193,6 +195,13 @@ class Estimator:
         if issues:
             raise SpecError(issues)
         return scheduler.dryrun(spec)
+
+    def plan(self, instances: Any = "1,2,4,8,16,32", **options: Any) -> Any:
+        """Predicted step time, scaling efficiency and cost per instance count, as ``smddp-launch plan``
+        (options: profile, compute_ms, gradient_mb, instance_type, price_per_hour, ...; docs/planning.md)."""
+        from smddp_sdk.planning import plan_for_spec
+
+        return plan_for_spec(self.spec, instances, **options)
 
     def fit(self, inputs: Any = None, wait: bool = True, logs: bool | str = True, job_name: str | None = None,
             experiment_config: Mapping[str, str] | None = None) -> None:

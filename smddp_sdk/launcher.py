@@ -21,10 +21,10 @@ from typing import TextIO
 from smddp_sdk import job_index
 from smddp_sdk.errors import JobFailedError, SmddpError, UnavailableError
 from smddp_sdk.schedulers.base import DryRun, Scheduler
+from smddp_sdk.specs.failure import FailureRecord, render_summary
 from smddp_sdk.specs.status import JobHandle, JobState, JobStatus, LogLine
 
 _RULE_WIDTH = 60
-_TRACEBACK_TAIL = 20
 _HOST_COLOURS = ("36", "33", "35", "32", "34", "91", "96", "93")  # cyan, yellow, magenta, green, blue, ...
 _RESET = "\033[0m"
 
@@ -142,50 +142,14 @@ def _remaining(scheduler: Scheduler, handle: JobHandle, hosts: Sequence[str] | N
 
 
 def failure_summary(status: JobStatus) -> str:
-    """A failed job in the torchrun style: other failures first, the root cause last, then where the logs are."""
-    rule, thin = "=" * _RULE_WIDTH, "-" * _RULE_WIDTH
-    lines = [rule, f"{status.handle.job_id} {status.state.value}", thin]
-    others = status.details.get("other_failures") or []
-    lines.append("Other failures:" if others else "Other failures: <none observed>")
-    for other in others:
-        where = _where(other.get("host", "?"), other.get("rank"))
-        lines.append(f"  {where} exit code {other.get('exit_code')}: {other.get('error_type') or ''}{': ' if other.get('error_type') else ''}{other.get('message', '')}")
-    lines += [thin, "Root cause (first observed failure):"]
-    failure = status.failure
-    if failure is None:
-        lines.append(f"  {status.message or 'no failure was recorded'}")
-    else:
-        lines += [
-            f"  time      : {_when(failure.timestamp)}",
-            f"  host      : {failure.host}",
-            f"  rank      : {failure.rank if failure.rank is not None else '<runtime, no rank>'}",
-            f"  exit code : {failure.exit_code}",
-            f"  error     : {failure.message}",
-        ]
-        lines += _traceback_lines(failure.traceback)
-    lines.append(rule)
-    lines += _log_hints(status)
-    return "\n".join(lines)
-
-
-def _where(host: str, rank: int | None) -> str:
-    return f"{host}/rank{rank}" if rank is not None else host
-
-
-def _when(timestamp: float | None) -> str:
-    if timestamp is None:
-        return "<unknown>"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
-
-
-def _traceback_lines(traceback: str) -> list[str]:
-    body = [line for line in traceback.rstrip().splitlines() if line.strip()]
-    if not body:
-        return []
-    if len(body) > _TRACEBACK_TAIL:
-        body = [f"... ({len(body) - _TRACEBACK_TAIL} lines above)", *body[-_TRACEBACK_TAIL:]]
-    indent = " " * 14
-    return [f"  traceback : {body[0]}", *(indent + line for line in body[1:])]
+    """A failed job in the torchrun style (``specs.failure.render_summary``): other failures first, the
+    root cause last, then where the logs are."""
+    others = [FailureRecord.from_json(other) for other in status.details.get("other_failures") or [] if isinstance(other, dict)]
+    title = f"{status.handle.job_id} {status.state.value}"
+    if status.failure is None:
+        rule = "=" * _RULE_WIDTH
+        return "\n".join([rule, title, f"  {status.message or 'no failure was recorded'}", rule, *_log_hints(status)])
+    return render_summary(status.failure, others, title=title, hints=_log_hints(status))
 
 
 def _log_hints(status: JobStatus) -> list[str]:
@@ -203,8 +167,8 @@ def _log_hints(status: JobStatus) -> list[str]:
 def raise_for_status(status: JobStatus) -> JobStatus:
     """Return a succeeded job's status; raise ``JobFailedError`` for any other end.
 
-    The error names the root-cause host and rank, and its ``exit_code`` is that rank's exit code
-    (1 when there is none, or when the code is a signal's), so the CLI can exit with it.
+    The error names the root-cause host, rank and exit code; its ``exit_code`` is 1 (the launcher's
+    code for a failed job) and ``rank_exit_code`` is the rank's own.
     """
     if status.state is JobState.SUCCEEDED:
         return status
@@ -215,8 +179,8 @@ def raise_for_status(status: JobStatus) -> JobStatus:
         raise JobFailedError(f"job {status.handle} ended {status.state.value}: {status.message or 'no reason was recorded'}")
     where = f"rank {failure.rank} on host {failure.host}" if failure.rank is not None else f"host {failure.host} (its runtime)"
     raise JobFailedError(
-        f"job {status.handle} failed: {where} exited with code {failure.exit_code}: {failure.message}",
-        exit_code=failure.exit_code,
+        f"job {status.handle} failed: {where} exited with code {failure.exit_code}: {failure.error}",
+        rank_exit_code=failure.exit_code,
         failure=failure,
     )
 

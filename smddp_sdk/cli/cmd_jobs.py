@@ -40,7 +40,7 @@ def complete_jobs(ctx: click.Context, param: click.Parameter, incomplete: str) -
             names = sorted({entry.handle for entry in job_index.entries()} | {f"local://{name}" for name in job_index.known_names()})
         else:
             names = job_index.known_names()
-    except Exception:  # completion must never print a traceback into the user's shell
+    except Exception:  # noqa: BLE001 - completion must never print a traceback into the user's shell
         return []
     return [CompletionItem(name) for name in names if name.startswith(incomplete)]
 

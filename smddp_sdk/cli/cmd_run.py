@@ -10,6 +10,7 @@ from typing import Any
 import click
 from click.shell_completion import CompletionItem
 
+from smddp_sdk import launcher
 from smddp_sdk.cli.common import (
     build_scheduler,
     check_with_scheduler,
@@ -20,7 +21,6 @@ from smddp_sdk.cli.common import (
     resolve_from_cli,
 )
 from smddp_sdk.cli.output import Console, color_enabled, render_resolved
-from smddp_sdk import launcher
 from smddp_sdk.cli.params import OUTPUT_GROUP, GroupedOption, JobCommand, job_options
 from smddp_sdk.config.job_file import JobFileError, LocatedIssue, ResolvedJob
 from smddp_sdk.config.yaml_io import YamlSyntaxError
@@ -61,8 +61,8 @@ def run(ctx: click.Context, job_file: str | None, dryrun: bool, detach: bool, ra
     logs until it ends; then print its status, duration, model location and the commands to look again.
 
     Everything is validated first: nothing is packaged, uploaded or started while any problem is left.
-    Exit code: 0 on success, the failing rank's exit code (or 1) when the job fails, 2 for a bad job
-    or command line, 3 when something needed is unavailable, 130 when interrupted.
+    Exit code: 0 on success, 1 when the job fails (the failing rank's own code is in the summary),
+    2 for a bad job or command line, 3 when something needed is unavailable, 130 when interrupted.
     """
     out = console(ctx)
     job_file = script_defaults(job_file, params)

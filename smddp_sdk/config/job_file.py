@@ -27,6 +27,7 @@ from smddp_sdk.config.layers import (
 from smddp_sdk.config.yaml_io import KEY_PROBLEMS, Mark, YamlDocument, load_yaml_file
 from smddp_sdk.errors import SpecError, SpecIssue, did_you_mean
 from smddp_sdk.schedulers import infer_scheduler, scheduler_class
+from smddp_sdk.specs import limits
 from smddp_sdk.specs.job import JobSpec
 from smddp_sdk.specs.status import SCHEDULER_NAMES
 
@@ -131,6 +132,7 @@ def resolve_job(
         problems += [(lookup_source(sources, issue.path), issue) for issue in err.issues]
     if scheduler:
         problems += [(lookup_source(sources, issue.path), issue) for issue in check_scheduler_options(scheduler, options)]
+    problems += [(lookup_source(sources, issue.path), issue) for issue in limits.scheduler_option_issues(options)]
     if problems or spec is None:
         missing = any(issue.message == "is required" for _, issue in problems)
         advice = "No job file was given: name one (smddp-launch run job.yaml), or set --entry-point and --instance-type." if missing and not document else ""

@@ -14,10 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from smddp_sdk.config.schema import EXTRA_KEYS, scalar_kind
-from smddp_sdk.config.yaml_io import Mark, YamlDocument
+from smddp_sdk.config.yaml_io import Mark, YamlDocument, YamlSyntaxError, parse_yaml
 from smddp_sdk.errors import SpecIssue
 from smddp_sdk.specs.job import JobSpec
 
@@ -98,7 +96,9 @@ def lookup_source(sources: Mapping[str, Source], path: str) -> Source:
 def document_layer(document: YamlDocument, kind: str, base_dir: Path) -> Layer:
     """A layer holding a parsed YAML mapping (job file or user config)."""
     source = Source(kind, document.name, document, base_dir)
-    layer = Layer(dict(document.data or {}), {"": source})
+    data = dict(document.data or {})
+    # Settings are named by text keys; `1: x` or `null: x` was reported while reading and is left out.
+    layer = Layer({key: value for key, value in data.items() if isinstance(key, str)}, {"": source})
     layer.issues += [(source, issue) for issue in document.issues]
     return layer
 
@@ -143,11 +143,15 @@ def parse_setting(key: str, raw: str) -> tuple[Any, str]:
     if scalar_kind(key) == "str":
         return (None, "") if raw in ("null", "~") else (raw, "")  # YAML's null unsets a string field too
     try:
-        return yaml.safe_load(raw), ""
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at column {mark.column + 1}" if mark else ""
-        return None, f"cannot read {raw!r} as YAML{where}: {getattr(err, 'problem', None) or err}"
+        return parse_yaml(raw, key or "value").data, ""  # bounded like a job file: no alias bombs from a flag
+    except YamlSyntaxError as err:
+        where = f" at column {err.mark.column}" if err.mark != Mark(1, 1) else ""
+        return None, f"cannot read {_short_text(raw)} as YAML{where}: {err.problem}"
+
+
+def _short_text(raw: str, limit: int = 60) -> str:
+    text = repr(raw)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def merge(layers: list[Layer]) -> tuple[dict[str, Any], dict[str, Source]]:

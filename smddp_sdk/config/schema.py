@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from smddp_sdk.specs import distribution as distribution_module
-from smddp_sdk.specs import instance_types
+from smddp_sdk.specs import instance_types, limits
 from smddp_sdk.specs import job as job_module
 from smddp_sdk.specs.job import JobSpec, TrainingInput
 from smddp_sdk.specs.status import SCHEDULER_NAMES
@@ -231,14 +231,15 @@ _SPECIAL_FIELDS = {
     "metric_definitions": lambda: _key_value_list("Name", "Regex", allow_mapping=False),
 }
 _CONSTRAINTS: dict[str, dict[str, Any]] = {
-    "instance_count": {"minimum": 1},
-    "max_run": {"minimum": 1},
-    "volume_size": {"minimum": 1},
-    "max_wait": {"minimum": 0},
+    "instance_count": {"minimum": 1, "maximum": limits.MAX_INSTANCE_COUNT},
+    "max_run": {"minimum": 1, "maximum": limits.MAX_RUN_SECONDS},
+    "volume_size": {"minimum": 1, "maximum": limits.MAX_VOLUME_SIZE_GB},
+    "max_wait": {"minimum": 0, "maximum": limits.MAX_RUN_SECONDS},
     "max_retry_attempts": {"minimum": 0},
     "keep_alive_period_in_seconds": {"minimum": 0},
     "input_mode": {"enum": list(job_module._INPUT_MODES)},
-    "job_name": {"pattern": job_module._JOB_NAME.pattern},
+    "job_name": {"pattern": limits.JOB_NAME.pattern},
+    "base_job_name": {"pattern": limits.JOB_NAME.pattern},
 }
 
 

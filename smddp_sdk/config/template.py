@@ -70,5 +70,5 @@ hyperparameters:
 
 def _quote(value: str) -> str:
     """A YAML scalar for a path or name: plain when safe, JSON-quoted otherwise."""
-    plain = value and all(ch.isalnum() or ch in "._/-+" for ch in value) and not value[0] in "-."
+    plain = value and all(ch.isalnum() or ch in "._/-+" for ch in value) and value[0] not in "-."
     return value if plain else json.dumps(value)

@@ -16,6 +16,13 @@ TRAINING_JOB_NAME, so runtimes of another job on a reused port are turned away. 
 clients give up connecting after ``connect_timeout`` (and carry on alone), a host that has not joined
 by then counts as failed, the coordinator decides the verdict at the latest ``verdict_timeout`` after
 the first failure, and a host whose connection drops before it reported counts as failed.
+
+The coordinator listens on the master host's own address when the scheduler maps hosts to addresses
+(loopback in local mode), else on every interface (a container network, SageMaker's VPC). Whoever can
+reach it cannot stall or kill it: lines are bounded (``MAX_LINE_BYTES``, ``MAX_HELLO_BYTES`` before
+the handshake), so is JSON nesting, a peer must finish the handshake within ``HANDSHAKE_TIMEOUT`` in
+all (not per byte), at most ``MAX_PENDING_HANDSHAKES`` strangers are heard at once, and a malformed
+message from a joined host is logged and dropped, never raised in the serving thread.
 """
 
 from __future__ import annotations
@@ -33,6 +40,10 @@ from typing import Any
 from smddp_sdk.runtime.failures import RankFailure, root_cause
 
 HANDSHAKE_TIMEOUT = 10.0
+MAX_LINE_BYTES = 1024 * 1024  # a failure record with its traceback is a few KB
+MAX_HELLO_BYTES = 4096
+MAX_JSON_DEPTH = 16
+MAX_PENDING_HANDSHAKES = 32
 Log = Callable[[str], None]
 
 
@@ -58,18 +69,15 @@ class _Channel:
                 return False
         return True
 
-    def receive(self) -> dict[str, Any] | None:
+    def receive(self, limit: int = MAX_LINE_BYTES) -> dict[str, Any] | None:
+        """The next message; None when the peer closed, broke the protocol or sent more than ``limit``."""
         try:
-            line = self._reader.readline()
-        except OSError:
+            line = self._reader.readline(limit + 1)
+        except (OSError, ValueError):  # ValueError: the reader was closed under us
             return None
-        if not line:
-            return None
-        try:
-            message = json.loads(line)
-        except ValueError:
-            return None
-        return message if isinstance(message, dict) else None
+        if not line or len(line) > limit or not line.endswith(b"\n"):
+            return None  # closed, or a line longer than any message: the connection is dropped
+        return decode_message(line)
 
     def close(self) -> None:
         # shutdown first: it wakes a thread blocked in receive(), which holds the reader's lock
@@ -80,12 +88,55 @@ class _Channel:
                 pass
 
 
+def decode_message(line: bytes) -> dict[str, Any] | None:
+    """A JSON object of bounded nesting, or None (nesting is counted before parsing: deep JSON would
+    otherwise reach the parser's recursion limit)."""
+    if _nesting(line) > MAX_JSON_DEPTH:
+        return None
+    try:
+        message = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return message if isinstance(message, dict) else None
+
+
+def _nesting(line: bytes) -> int:
+    """How deep brackets nest outside strings; stops counting past the limit."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in line:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > MAX_JSON_DEPTH:
+                return deepest
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
+
+
 def _keepalive(sock: socket.socket) -> None:
     """Notice a peer machine that vanished without closing its socket within about half a minute."""
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     for option, value in (("TCP_KEEPIDLE", 10), ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 3)):
         if hasattr(socket, option):
             sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
+
+
+def _close_quietly(sock: socket.socket) -> None:
+    try:
+        sock.close()
+    except OSError:
+        pass
 
 
 def _daemon_timer(seconds: float, action: Callable[[], None]) -> None:
@@ -104,6 +155,7 @@ class Coordinator:
         port: int,
         *,
         log: Log,
+        address: str = "",
         connect_timeout: float = 600.0,
         verdict_timeout: float = 15.0,
     ) -> None:
@@ -120,8 +172,9 @@ class Coordinator:
         self._stop_sent = False
         self._verdict: dict[str, Any] | None = None
         self.done = threading.Event()  # every host is final or gone, and the verdict (if any) was sent
-        self._server = socket.create_server(("", port), backlog=len(self.hosts) + 8)
+        self._server = socket.create_server((address, port), backlog=len(self.hosts) + 8)
         self._closed = False
+        self._pending = threading.BoundedSemaphore(MAX_PENDING_HANDSHAKES)
 
     def start(self) -> None:
         threading.Thread(target=self._accept_loop, name="coordinator", daemon=True).start()
@@ -147,25 +200,46 @@ class Coordinator:
                 sock, _ = self._server.accept()
             except OSError:
                 return
+            if not self._pending.acquire(blocking=False):  # a flood of strangers: hosts retry later
+                _close_quietly(sock)
+                continue
             threading.Thread(target=self._serve, args=(sock,), name="coordinator peer", daemon=True).start()
 
     def _serve(self, sock: socket.socket) -> None:
-        channel = _Channel(sock)
-        host = self._handshake(channel)
+        try:
+            channel = _Channel(sock)
+            host = self._timed_handshake(channel)
+        finally:
+            self._pending.release()
         if host is None:
             channel.close()
             return
         while (message := channel.receive()) is not None:
-            self._handle(host, message)
+            try:
+                self._handle(host, message)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                self._log(f"ignored a malformed {str(message.get('type'))[:40]!r} message from {host}: {type(exc).__name__}")
         self._on_gone(host)
+
+    def _timed_handshake(self, channel: _Channel) -> str | None:
+        """The handshake, cut off after HANDSHAKE_TIMEOUT in all (a peer trickling bytes cannot hold it)."""
+        timer = threading.Timer(HANDSHAKE_TIMEOUT, channel.close)
+        timer.daemon = True
+        timer.start()
+        try:
+            return self._handshake(channel)
+        finally:
+            timer.cancel()
 
     def _handshake(self, channel: _Channel) -> str | None:
         nonce = secrets.token_hex(16)
         channel.sock.settimeout(HANDSHAKE_TIMEOUT)
         channel.send({"type": "challenge", "nonce": nonce})
-        hello = channel.receive()
+        hello = channel.receive(MAX_HELLO_BYTES)
+        if hello is None:
+            return None  # silent, too long, not JSON, or cut off: nothing to answer
         channel.sock.settimeout(None)
-        host = str((hello or {}).get("host", ""))
+        host = str(hello.get("host", ""))[:255]
         reason = self._rejection(hello, host, nonce)
         if reason:
             channel.send({"type": "rejected", "reason": reason})
@@ -266,7 +340,7 @@ class Coordinator:
                 self._verdict = {
                     "type": "verdict",
                     "root_cause": cause.to_json(),
-                    "failures": [f.to_json() for f in sorted(failures, key=lambda f: f.timestamp)],
+                    "failures": [f.to_json() for f in sorted(failures, key=lambda f: f.timestamp or float("inf"))  # records without a time last],
                 }
             channels = list(self._channels.values())
             verdict = self._verdict
@@ -293,8 +367,11 @@ class CoordinatorClient:
         log: Log,
         on_stop: Callable[[RankFailure], None],
         connect_timeout: float = 600.0,
+        on_lost: Callable[[], None] | None = None,
     ) -> None:
         self.host = host
+        self._on_lost = on_lost
+        self._final_sent = False
         self._target = (address, port)
         self._token = token
         self._log = log
@@ -316,6 +393,7 @@ class CoordinatorClient:
         self._send({"type": "failure", "failure": failure.to_json()})
 
     def report_final(self, status: str, failures: Sequence[RankFailure]) -> None:
+        self._final_sent = True  # from now on the coordinator may close first: that is no loss
         self._send({"type": "final", "status": status, "failures": [f.to_json() for f in failures]})
 
     def wait_verdict(self, timeout: float) -> tuple[RankFailure, list[RankFailure]] | None:
@@ -352,12 +430,17 @@ class CoordinatorClient:
             self.gave_up.set()
             return
         while (message := channel.receive()) is not None:
-            self._handle(message)
+            try:
+                self._handle(message)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                self._log(f"ignored a malformed message from the coordinator: {type(exc).__name__}")
         with self._lock:
             closing = self._closing
         if not closing and not self.verdict_event.is_set():
             self._log(f"lost contact with the coordinator at {self._target[0]}:{self._target[1]}")
             self.gave_up.set()
+            if self._on_lost is not None and not self._final_sent:
+                self._on_lost()  # the coordinating host's runtime is gone: this host must not train headless
 
     def _connect(self) -> _Channel | None:
         deadline = time.monotonic() + self._connect_timeout

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from smddp_sdk.errors import SpecError, SpecIssue, did_you_mean
-from smddp_sdk.specs import instance_types
+from smddp_sdk.specs import instance_types, limits
+from smddp_sdk.specs.contract import RESERVED_HYPERPARAMETERS
 from smddp_sdk.specs.distribution import Distribution, parse_distribution
 from smddp_sdk.specs.v2_arguments import REFUSED_ARGUMENTS
 
 DEFAULT_BASE_JOB_NAME = "pytorch-training"
 _CHANNEL_NAME = re.compile(r"^[A-Za-z0-9\.\-_]{1,64}$")
-_JOB_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 _ENTRY_POINT = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._+-]*(/[A-Za-z0-9._+-]+)*$")
 _S3_DISTRIBUTIONS = ("FullyReplicated", "ShardedByS3Key")
 _S3_DATA_TYPES = ("S3Prefix", "ManifestFile", "AugmentedManifestFile")
@@ -224,12 +224,21 @@ class _Builder:
 
     def collections(self) -> None:
         self.values["hyperparameters"] = self.mapping("hyperparameters", value_check=None)
+        self.reserved_hyperparameters(self.values["hyperparameters"])
         self.values["environment"] = self.mapping("environment", value_check=str)
         self.values["dependencies"] = self.string_list("dependencies")
         self.values["subnets"] = self.string_list("subnets")
         self.values["security_group_ids"] = self.string_list("security_group_ids")
         self.values["tags"] = self.key_value_list("tags", ("Key", "Value"))
         self.values["metric_definitions"] = self.key_value_list("metric_definitions", ("Name", "Regex"))
+
+    def reserved_hyperparameters(self, hyperparameters: Mapping[str, Any]) -> None:
+        """Names the toolkit sets or consumes itself: a value given for one would be replaced or dropped
+        without a word, and never reach the script, so it is refused."""
+        for key in hyperparameters:
+            if str(key) in RESERVED_HYPERPARAMETERS:
+                self.issue(f"hyperparameters.{key}", "is reserved: the SageMaker toolkit sets or consumes it, so the script would never see this value",
+                           "rename it (names starting with sagemaker_ belong to the toolkit), or set the matching option instead (entry_point, source_dir, container_log_level, job_name)")
 
     def mapping(self, name: str, value_check: type | None) -> dict[str, Any]:
         value = self.data.get(name) or {}
@@ -311,8 +320,10 @@ class _Builder:
             self.issue("max_wait", "only applies to spot training", "set use_spot_instances: true or drop max_wait")
         if self.values.get("use_spot_instances") and self.values.get("max_wait") is None:
             self.issue("use_spot_instances", "needs max_wait", "set max_wait to at least max_run")
-        if (job_name := self.values.get("job_name")) and not _JOB_NAME.match(job_name):
-            self.issue("job_name", "must be 1-63 letters, digits and hyphens, starting with a letter or digit")
+        self.issues += limits.spec_issues(self.values)
+        distribution = self.values.get("distribution")
+        if distribution is not None:
+            self.issues += limits.processes_per_host_issues(distribution.mpi_processes_per_host, "distribution.mpi.processes_per_host")
 
     def resolve_output_path(self) -> None:
         """A relative local output path means relative to the job file (or cwd), like every other path."""

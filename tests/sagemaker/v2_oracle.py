@@ -92,7 +92,7 @@ def main() -> None:
         for case in json.load(sys.stdin):
             try:
                 results.append(_image(case) if "image" in case else _capture(case))
-            except Exception as exc:  # the oracle's own rejections are results too
+            except Exception as exc:  # noqa: BLE001 - the oracle's own rejections are results too
                 results.append({"error": f"{type(exc).__name__}: {exc}"})
     json.dump(results, sys.stdout, default=str)
 

@@ -146,11 +146,13 @@ def test_dryrun_without_distribution_runs_one_process_per_host(project):
 
 
 def test_local_scheduler_rejects_what_it_cannot_run(project):
-    job = estimator(use_spot_instances=True, max_wait=100, output_path="s3://bucket/out", checkpoint_s3_uri="s3://bucket/ckpt")
+    # S3 inputs and checkpoint_s3_uri are emulated (tests/fidelity); Pipe mode and outside-/opt/ml checkpoints are not.
+    job = estimator(use_spot_instances=True, max_wait=100, output_path="s3://bucket/out", checkpoint_s3_uri="s3://bucket/ckpt",
+                    checkpoint_local_path="/tmp/ckpt", input_mode="Pipe")
     with pytest.raises(SpecError) as info:
         job.dryrun(inputs={"train": "s3://bucket/train"})
     paths = [issue.path for issue in info.value.issues]
-    assert paths == ["inputs.train", "output_path", "use_spot_instances", "checkpoint_s3_uri"]
+    assert paths == ["output_path", "use_spot_instances", "input_mode", "checkpoint_local_path"]
 
 
 def test_modelparallel_is_translated_but_not_run_locally(project):
@@ -192,7 +194,7 @@ def test_spec_survives_a_round_trip_through_its_record(project):
 
 @pytest.mark.parametrize(
     "module",
-    ["smddp_sdk.estimator", "smddp_sdk.launcher", "smddp_sdk.schedulers.local", "smddp_sdk.schedulers.local_supervisor"],
+    ["smddp_sdk.estimator", "smddp_sdk.launcher", "smddp_sdk.schedulers.local", "smddp_sdk.schedulers.hosts.supervisor", "smddp_sdk.schedulers.docker"],
 )
 def test_client_side_modules_never_import_heavy_packages(module):
     blocked = ("torch", "boto3", "botocore", "click", "yaml", "docker")

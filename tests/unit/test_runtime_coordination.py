@@ -11,7 +11,6 @@ from smddp_sdk.runtime.coordination import Coordinator, CoordinatorClient
 from smddp_sdk.runtime.failures import RankFailure
 from smddp_sdk.schedulers.local_job import pick_free_ports
 
-
 HOSTS = ("algo-1", "algo-2", "algo-3")
 
 

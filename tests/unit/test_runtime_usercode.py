@@ -55,8 +55,8 @@ def test_a_clean_tarball_is_extracted(tmp_path):
         (file_member("../evil.py"), "'..'"),
         (file_member("pkg/../../evil.py"), "'..'"),
         (link_member("escape", "/etc/passwd"), "absolute path"),
-        (link_member("pkg/escape", "../../outside"), "outside the code directory"),
-        (link_member("hard", "../outside", tarfile.LNKTYPE), "outside the code directory"),
+        (link_member("pkg/escape", "../../outside"), "points outside the directory"),
+        (link_member("hard", "../outside", tarfile.LNKTYPE), "contains '..'"),
     ],
 )
 def test_unsafe_members_are_refused_before_anything_is_written(tmp_path, member, reason):

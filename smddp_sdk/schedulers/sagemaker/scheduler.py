@@ -239,7 +239,7 @@ class SageMakerScheduler(Scheduler):
             return  # finished, stopped or already stopping: nothing to do
         try:
             self.clients(region).sagemaker.stop_training_job(TrainingJobName=job_name)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001
             # It may have finished between the two calls; only a job still running is an error.
             if error_code(exc) != "ValidationException" or self.describe(handle).get("TrainingJobStatus") == "InProgress":
                 raise translate(exc, f"stop the training job {job_name}") from None

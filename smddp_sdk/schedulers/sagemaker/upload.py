@@ -83,7 +83,7 @@ def ensure_bucket(clients: AwsClients, bucket: str, *, account: str) -> bool:
     try:
         clients.s3.head_bucket(Bucket=bucket, ExpectedBucketOwner=account)
         return False
-    except Exception as exc:  # the client raises ClientError; its code tells what happened
+    except Exception as exc:  # noqa: BLE001 - the client raises ClientError; its code tells what happened
         code = error_code(exc)
         if code in ("403", "AccessDenied"):
             raise AwsError(f"the default bucket {bucket} exists but is not owned by account {account} (or this role may not read it)\n  what to do: pass bucket=... or set code_location and output_path to S3 locations you own", code=code, exit_code=3) from None
@@ -95,7 +95,7 @@ def ensure_bucket(clients: AwsClients, bucket: str, *, account: str) -> bool:
         params["CreateBucketConfiguration"] = {"LocationConstraint": region}
     try:
         clients.s3.create_bucket(**params)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001
         if error_code(exc) not in ("BucketAlreadyOwnedByYou", "OperationAborted"):  # a concurrent job made it
             raise translate(exc, f"create the default bucket {bucket}") from None
     return True

@@ -1,0 +1,133 @@
+"""The job's rendezvous store (torch's TCPStore), served by the master host's runtime on its own address.
+
+With ``env://`` rendezvous, torch makes rank 0 start the TCPStore server, and that server listens on
+every interface whatever MASTER_ADDR says. In local mode every simulated host is on this machine, so the
+store must be reachable on loopback only. Here the master host's runtime binds the listening socket
+itself (MASTER_ADDR:MASTER_PORT, the scheduler's address for the master host) and hands it to a small
+helper process that serves the store on it (TCPStore's ``master_listen_fd``). Every rank then gets
+``TORCHELASTIC_USE_AGENT_STORE=True``, torch's own switch for "an agent serves the store": all ranks,
+rank 0 included, connect as clients.
+
+The runtime stays stdlib only: the helper is ``python -c`` in the interpreter the ranks use, where
+torch lives. It exits when the runtime closes its stdin, so it never outlives the runtime, even when
+the runtime is SIGKILLed. Where torch is missing or the helper cannot start, the runtime says so and
+leaves the store to rank 0 as before; ranks on every host connect as clients either way, so hosts need
+not agree on who serves it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import select
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+AGENT_STORE_ENV = "TORCHELASTIC_USE_AGENT_STORE"
+READY = b"ready\n"
+START_TIMEOUT = 120.0  # importing torch on a busy machine
+
+# Runs in the helper: serve the store on the inherited socket, then wait for the runtime to go away.
+_SERVER = """
+import datetime, sys
+from torch.distributed import TCPStore
+fd, host, port = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+store = TCPStore(host, port, None, True, datetime.timedelta(days=30), wait_for_workers=False, master_listen_fd=fd, use_libuv=True)
+sys.stdout.buffer.write(b"ready\\n")
+sys.stdout.flush()
+sys.stdin.buffer.read()
+"""
+
+
+def wanted(bind_address: str, environ: Mapping[str, str]) -> bool:
+    """Serve the store here when listeners are bound to a mapped address (local mode), torch is
+    importable, and the user has not chosen for themselves."""
+    return bool(bind_address) and AGENT_STORE_ENV not in environ and importlib.util.find_spec("torch") is not None
+
+
+class RendezvousStore:
+    """The helper process serving the store; ``stop`` (or the runtime's exit) ends it."""
+
+    def __init__(self, process: subprocess.Popen[bytes], log_path: Path) -> None:
+        self.process = process
+        self._log_path = log_path
+
+    @classmethod
+    def start(cls, address: str, port: int, scratch: Path) -> RendezvousStore:
+        """Bind ``address:port`` and start the helper on it; OSError when the port is taken."""
+        listener = socket.create_server((address, port), backlog=1024)
+        log_path = scratch / "rendezvous-store.log"
+        try:
+            with open(log_path, "wb") as log:
+                process = subprocess.Popen(
+                    [sys.executable, "-c", _SERVER, str(listener.fileno()), address, str(port)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=log,
+                    pass_fds=(listener.fileno(),),
+                    start_new_session=True,
+                )
+        finally:
+            listener.close()  # the helper holds its own copy
+        return cls(process, log_path)
+
+    def wait_ready(self, timeout: float = START_TIMEOUT) -> str:
+        """ "" once the store serves, else why not (the helper is stopped then)."""
+        assert self.process.stdout is not None
+        deadline = time.monotonic() + timeout
+        received = b""
+        while time.monotonic() < deadline and not received.endswith(b"\n"):
+            readable, _, _ = select.select([self.process.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            if not readable:
+                break
+            chunk = os.read(self.process.stdout.fileno(), 64)
+            if not chunk:
+                break
+            received += chunk
+        if received == READY:
+            return ""
+        self.stop()
+        tail = self._log_path.read_text(errors="replace").strip().splitlines()[-3:]
+        return "; ".join(tail) or f"no answer within {timeout:.0f} s"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            try:
+                assert self.process.stdin is not None
+                self.process.stdin.close()  # the helper's signal to go
+                self.process.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                self.process.kill()
+                self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout):
+            if stream is not None and not stream.closed:
+                stream.close()
+
+
+def serve(address: str, port: int, environ: Mapping[str, str], say: Callable[[str], None], scratch: Path) -> RendezvousStore | None:
+    """Start and wait for the store on the master host; None (and a note) where rank 0 keeps serving it."""
+    if not wanted(address, environ):
+        return None
+    try:
+        store = RendezvousStore.start(address, port, scratch)
+    except OSError as exc:
+        say(f"cannot serve the rendezvous store on {address}:{port} ({exc.strerror}); rank 0 will serve it")
+        return None
+    problem = store.wait_ready()
+    if problem:
+        say(f"the rendezvous store did not start ({problem}); rank 0 will serve it")
+        return None
+    say(f"rendezvous store serving on {address}:{port}")
+    return store
+
+
+def rank_environment(address: str, environ: Mapping[str, str], *, is_master: bool, served: bool) -> dict[str, str]:
+    """What every rank of a host gets in local mode: connect to the store as a client. On the master host
+    only when its runtime serves the store; elsewhere always (those ranks are clients anyway)."""
+    if not address or AGENT_STORE_ENV in environ or (is_master and not served):
+        return {}
+    return {AGENT_STORE_ENV: str(True)}

@@ -1,0 +1,351 @@
+"""Tar archives that cannot reach outside their directory, in either direction.
+
+``safe_extract`` unpacks a code tarball (sourcedir.tar.gz) that anyone may have made. It does not trust
+path resolution on disk at all (CVE-2025-4517 passed Python's own ``data`` filter with a chain of
+symlinks whose resolved path exceeds PATH_MAX, so ``realpath`` stopped resolving). Instead it checks the
+whole archive first, as a tree of names, before writing a byte:
+
+- names are relative, without ``..``, NUL or repeats; only files, directories, symlinks and hard links;
+- no member lies beneath a symlink of the archive (a write through a link is how every escape works);
+- every symlink's target, resolved through the archive's own links (at most 40 hops, as the kernel
+  allows), stays inside the destination; a hard link names a regular file of the archive;
+- member count and total size are bounded (a gzip bomb is a few KB).
+
+Then it writes files and directories with ``O_NOFOLLOW``/``O_EXCL`` into a directory it checked is empty,
+copies hard links' contents, and makes the symlinks last, so no write ever passes through one.
+
+``write_archive`` packs directories (a job's model and output data) without following a link out of
+them: a symlink to a file inside the same directory is stored as that file's contents, anything else
+(links that leave the directory, links to directories, FIFOs, sockets, devices) is left out and
+reported, and files are opened with ``O_NOFOLLOW`` so a file swapped for a link meanwhile is not read.
+
+Stdlib only: the runtime uses it inside any image.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tarfile
+from collections.abc import Callable, Sequence
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO
+
+from smddp_sdk.errors import ContractError
+
+MAX_MEMBERS = 200_000
+MAX_EXTRACTED_BYTES = 16 * 1024**3
+MAX_LINK_HOPS = 40  # the kernel's own limit on symlinks in one path resolution
+_READ_CHUNK = 1024 * 1024
+
+
+class UnsafeArchiveError(ContractError):
+    """An archive member could land outside the destination, or the archive is past a bound."""
+
+
+# --- extracting ---------------------------------------------------------------------------------------
+
+
+def safe_extract(archive: Path, destination: Path) -> None:
+    """Extract ``archive`` into the empty (or new) directory ``destination``; nothing is written when
+    any member is unsafe. Raises ``UnsafeArchiveError`` naming the member, or ``ContractError`` when the
+    file is not a readable tar archive."""
+    destination.mkdir(parents=True, exist_ok=True)
+    if any(destination.iterdir()):
+        raise ContractError(f"{destination}: the directory to extract {archive.name} into is not empty")
+    try:
+        with tarfile.open(archive) as tar:
+            members = []
+            for member in tar:  # headers only; counted as read so a flood of members stops early
+                members.append(member)
+                if len(members) > MAX_MEMBERS:
+                    raise UnsafeArchiveError(f"{archive.name}: more than {MAX_MEMBERS} members")
+            plan = check_members(members, archive.name)
+            _write(tar, plan, destination)
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise ContractError(f"{archive}: cannot extract the archive: {exc}") from None
+
+
+def check_members(members: Sequence[tarfile.TarInfo], label: str) -> list[tuple[tarfile.TarInfo, tuple[str, ...]]]:
+    """Each member with its normalised name parts, or ``UnsafeArchiveError`` for the first unsafe one."""
+    if len(members) > MAX_MEMBERS:
+        raise UnsafeArchiveError(f"{label}: {len(members)} members; the limit is {MAX_MEMBERS}")
+    total = sum(member.size for member in members if member.isfile())
+    if total > MAX_EXTRACTED_BYTES:
+        raise UnsafeArchiveError(f"{label}: extracts to {total} bytes; the limit is {MAX_EXTRACTED_BYTES}")
+    plan: list[tuple[tarfile.TarInfo, tuple[str, ...]]] = []
+    kinds: dict[tuple[str, ...], tarfile.TarInfo] = {}
+    for member in members:
+        parts = _name_parts(member, label)
+        if not parts:
+            continue  # "." or "./": the destination itself
+        if parts in kinds:
+            raise _refuse(label, member, "the name appears twice in the archive")
+        if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+            raise _refuse(label, member, "device files, FIFOs and other special members are not allowed")
+        kinds[parts] = member
+        plan.append((member, parts))
+    links = {parts: member for parts, member in kinds.items() if member.issym()}
+    for member, parts in plan:
+        for depth in range(1, len(parts)):
+            if parts[:depth] in links:
+                raise _refuse(label, member, f"it lies beneath the symlink {'/'.join(parts[:depth])!r}")
+        if member.issym():
+            _check_symlink(member, parts, links, label)
+        elif member.islnk():
+            _check_hardlink(member, kinds, links, label)
+    return plan
+
+
+def _name_parts(member: tarfile.TarInfo, label: str) -> tuple[str, ...]:
+    name = member.name
+    if "\0" in name:
+        raise _refuse(label, member, "the name contains a NUL character")
+    if name.startswith(("/", "\\")) or PurePosixPath(name).is_absolute() or (len(name) > 1 and name[1] == ":"):
+        raise _refuse(label, member, "absolute path")
+    parts = tuple(part for part in name.replace("\\", "/").split("/") if part not in ("", "."))
+    if ".." in parts:
+        raise _refuse(label, member, "path contains '..'")
+    return parts
+
+
+def _check_symlink(member: tarfile.TarInfo, parts: tuple[str, ...], links: dict[tuple[str, ...], tarfile.TarInfo], label: str) -> None:
+    target = member.linkname
+    if not target or "\0" in target:
+        raise _refuse(label, member, "the link has an empty or invalid target")
+    if target.startswith("/") or PurePosixPath(target).is_absolute():
+        raise _refuse(label, member, f"link to absolute path {target!r}")
+    problem = _resolve(parts[:-1], target, links)
+    if problem:
+        raise _refuse(label, member, f"link {target!r} {problem}")
+
+
+def _resolve(directory: tuple[str, ...], target: str, links: dict[tuple[str, ...], tarfile.TarInfo]) -> str:
+    """Follow ``target`` from ``directory`` through the archive's own symlinks, as the kernel would once
+    everything is extracted; "" when it stays inside, else why not."""
+    pending = [part for part in target.split("/") if part not in ("", ".")]
+    current = list(directory)
+    hops = 0
+    while pending:
+        part = pending.pop(0)
+        if part == "..":
+            if not current:
+                return "points outside the directory"
+            current.pop()
+            continue
+        current.append(part)
+        link = links.get(tuple(current))
+        if link is None:
+            continue
+        hops += 1
+        if hops > MAX_LINK_HOPS:
+            return f"resolves through more than {MAX_LINK_HOPS} symlinks"
+        if link.linkname.startswith("/"):
+            return f"resolves through {'/'.join(current)!r}, a link to an absolute path"
+        current.pop()
+        pending = [p for p in link.linkname.split("/") if p not in ("", ".")] + pending
+    return ""
+
+
+def _check_hardlink(member: tarfile.TarInfo, kinds: dict[tuple[str, ...], tarfile.TarInfo], links: dict[tuple[str, ...], tarfile.TarInfo], label: str) -> None:
+    target = member.linkname
+    if target.startswith("/") or PurePosixPath(target).is_absolute():
+        raise _refuse(label, member, f"hard link to absolute path {target!r}")
+    parts = tuple(part for part in target.split("/") if part not in ("", "."))
+    if ".." in parts:
+        raise _refuse(label, member, f"hard link {target!r} contains '..'")
+    linked = kinds.get(parts)
+    if linked is None or not linked.isfile() or parts in links:
+        raise _refuse(label, member, f"hard link {target!r} does not name a regular file of the archive")
+
+
+def _refuse(label: str, member: tarfile.TarInfo, reason: str) -> UnsafeArchiveError:
+    return UnsafeArchiveError(f"{label}: refusing to extract member {member.name!r}: {reason}")
+
+
+def _write(tar: tarfile.TarFile, plan: list[tuple[tarfile.TarInfo, tuple[str, ...]]], destination: Path) -> None:
+    root = os.open(destination, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for member, parts in plan:
+            if member.isdir():
+                _make_dirs(root, parts)
+        for member, parts in plan:
+            if member.isfile() or member.islnk():
+                _write_file(tar, member, root, parts)
+        for member, parts in plan:
+            if member.issym():
+                parent = _make_dirs(root, parts[:-1])
+                try:
+                    os.symlink(member.linkname, parts[-1], dir_fd=parent)
+                finally:
+                    os.close(parent)
+        for member, parts in reversed(plan):  # deepest first, so a read-only directory is set last
+            if member.isdir():
+                os.chmod(os.path.join(destination, *parts), _mode(member.mode, directory=True))
+    finally:
+        os.close(root)
+
+
+def _make_dirs(root: int, parts: tuple[str, ...]) -> int:
+    """Open (creating as needed) ``parts`` under ``root`` without following any symlink; returns its fd."""
+    fd = os.dup(root)
+    for part in parts:
+        try:
+            os.mkdir(part, 0o700, dir_fd=fd)
+        except FileExistsError:
+            pass
+        try:
+            child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+        finally:
+            os.close(fd)
+        fd = child
+    return fd
+
+
+def _write_file(tar: tarfile.TarFile, member: tarfile.TarInfo, root: int, parts: tuple[str, ...]) -> None:
+    source = tar.extractfile(member)  # for a hard link, the linked file's data
+    if source is None:
+        raise UnsafeArchiveError(f"cannot read member {member.name!r}")
+    parent = _make_dirs(root, parts[:-1])
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        fd = os.open(parts[-1], flags, 0o600, dir_fd=parent)
+    finally:
+        os.close(parent)
+    with os.fdopen(fd, "wb") as out, source:
+        while chunk := source.read(_READ_CHUNK):
+            out.write(chunk)
+        os.fchmod(out.fileno(), _mode(member.mode, directory=False))
+        os.utime(out.fileno(), (member.mtime, member.mtime))
+
+
+def _mode(mode: int, *, directory: bool) -> int:
+    """The member's permissions without setuid/setgid/sticky or write for others; always owner-usable."""
+    mode = (mode & 0o755) | (0o700 if directory else 0o600)
+    return mode
+
+
+# --- reading one file a job wrote ------------------------------------------------------------------------
+
+
+def open_inside(root: Path, relative: str) -> BinaryIO | None:
+    """The regular file ``root/relative`` opened for reading, following no symlink on the way (a container
+    can make ``output/failure`` or a log file a link to a file of the machine); None when it is missing,
+    not a regular file, or reached through a link. For logs that are followed as they grow."""
+    parts = [part for part in relative.split("/") if part not in ("", ".")]
+    if not parts:
+        return None
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return None
+    try:
+        for part in parts[:-1]:
+            child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        leaf = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(os.fstat(leaf).st_mode):
+        os.close(leaf)
+        return None
+    return os.fdopen(leaf, "rb")
+
+
+def read_inside(root: Path, relative: str, limit: int) -> bytes | None:
+    """At most ``limit`` bytes of ``root/relative`` as ``open_inside`` finds it, or None."""
+    handle = open_inside(root, relative)
+    if handle is None:
+        return None
+    with handle:
+        return handle.read(limit)
+
+
+# --- archiving ------------------------------------------------------------------------------------------
+
+
+def write_archive(archive: Path, roots: Sequence[Path], *, on_skip: Callable[[str], None] | None = None) -> list[str]:
+    """One gzip tar of several directories laid over each other (the last root wins on equal names).
+
+    Returns what was left out, one line each (also passed to ``on_skip``); written to ``<archive>.partial``
+    first so a reader never sees half an archive.
+    """
+    skipped: list[str] = []
+
+    def skip(text: str) -> None:
+        skipped.append(text)
+        if on_skip is not None:
+            on_skip(text)
+
+    members: dict[str, tuple[Path, Path]] = {}
+    for root in roots:
+        if root.is_dir() and not root.is_symlink():
+            for name, path in _tree_files(root, skip):
+                members[name] = (root, path)
+    partial = archive.with_name(archive.name + ".partial")
+    with tarfile.open(partial, "w:gz") as tar:
+        for name, (root, path) in sorted(members.items()):
+            _add_file(tar, name, root, path, skip)
+    os.replace(partial, archive)
+    return skipped
+
+
+def _tree_files(root: Path, skip: Callable[[str], None]) -> list[tuple[str, Path]]:
+    """Regular files and in-tree file links under ``root``, never descending through a link."""
+    found = []
+    for directory, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in sorted(dirnames):
+            path = Path(directory, name)
+            if path.is_symlink():
+                skip(f"{path.relative_to(root).as_posix()}: a link to a directory is not archived")
+        for name in sorted(filenames):
+            path = Path(directory, name)
+            relative = path.relative_to(root).as_posix()
+            info = path.lstat()
+            if stat.S_ISREG(info.st_mode):
+                found.append((relative, path))
+            elif stat.S_ISLNK(info.st_mode):
+                if _link_stays_inside(path, root):
+                    found.append((relative, path))
+                else:
+                    skip(f"{relative}: a link to {os.readlink(path)!r}, outside the directory, is not archived")
+            else:
+                skip(f"{relative}: not a regular file (FIFO, socket or device), not archived")
+    return found
+
+
+def _link_stays_inside(path: Path, root: Path) -> bool:
+    try:
+        target = path.resolve(strict=True)
+        real_root = root.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return False  # dangling, a loop, or too long
+    return real_root in target.parents and target.is_file()
+
+
+def _add_file(tar: tarfile.TarFile, name: str, root: Path, path: Path, skip: Callable[[str], None]) -> None:
+    """Add one file by an fd opened without following links, so a swap for a link meanwhile is refused."""
+    target = path
+    if path.is_symlink():
+        if not _link_stays_inside(path, root):
+            skip(f"{name}: a link that now leaves the directory, not archived")
+            return
+        target = path.resolve()
+    try:
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        skip(f"{name}: cannot be read ({exc.strerror}), not archived")
+        return
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            skip(f"{name}: not a regular file, not archived")
+            return
+        member = tarfile.TarInfo(name)
+        member.size = info.st_size
+        member.mtime = int(info.st_mtime)
+        member.mode = stat.S_IMODE(info.st_mode) & 0o755
+        tar.addfile(member, handle)

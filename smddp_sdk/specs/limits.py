@@ -1,0 +1,235 @@
+"""Every bound on a job's input, in one place, checked before anything is written, uploaded or started.
+
+The job file, the environment, CLI flags and the estimator all end in ``JobSpec.from_mapping``, which
+calls ``spec_issues`` here; the numbers are documented in docs/job-file.md ("Limits"). A value past a
+bound is refused with what to change, never passed on to fail later as an OS error in a rank's
+``execve`` ("Argument list too long", "embedded null byte") or to grow a dry run without end.
+
+Stdlib only: ``specs`` must import nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from smddp_sdk.errors import SpecIssue
+
+# --- the numbers (docs/job-file.md lists the same) ---------------------------------------------------
+MAX_INSTANCE_COUNT = 1000  # hosts per job; one runtime, one coordinator peer per host
+MAX_PROCESSES_PER_HOST = 512  # ranks per host
+MAX_RUN_SECONDS = 28 * 24 * 3600  # SageMaker's own ceiling for MaxRuntimeInSeconds
+MAX_VOLUME_SIZE_GB = 16384
+MAX_HYPERPARAMETERS_BYTES = 128 * 1024  # a rank's argv: Linux refuses one argument above 128 KiB
+MAX_ENVIRONMENT_BYTES = 128 * 1024
+MAX_NAME_LENGTH = 63
+MAX_YAML_BYTES = 1024 * 1024
+MAX_YAML_DEPTH = 64
+MAX_YAML_NODES = 100_000  # with aliases expanded
+MAX_JSON_DEPTH = 32  # hyperparameter values
+
+# SageMaker's job-name rule; base_job_name follows it too, so it can never be a path.
+JOB_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Variables the schedulers set for the runtime; a user value would move or break the job's own tree.
+RESERVED_ENVIRONMENT = {
+    "SAGEMAKER_BASE_DIR": "it is where each host's /opt/ml tree lives; read it in the script instead",
+    "TRAINING_JOB_NAME": "it is set to the job's name",
+    "SMDDP_HOST_ADDRESSES": "the scheduler maps host names to addresses",
+    "SMDDP_JOB_TOKEN": "each job gets its own secret",
+    "SMDDP_ERROR_FILE": "the runtime sets one per rank",
+}
+
+
+def spec_issues(values: Mapping[str, Any]) -> list[SpecIssue]:
+    """Every bound the typed values of a job break (values that failed their type check are absent)."""
+    issues: list[SpecIssue] = []
+    issues += _number_issues(values)
+    issues += name_issues(values.get("job_name"), "job_name")
+    issues += name_issues(values.get("base_job_name"), "base_job_name")
+    issues += hyperparameter_issues(values.get("hyperparameters") or {})
+    issues += environment_issues(values.get("environment") or {})
+    return issues
+
+
+def _number_issues(values: Mapping[str, Any]) -> list[SpecIssue]:
+    bounds = {
+        "instance_count": (MAX_INSTANCE_COUNT, "split the work into several jobs"),
+        "max_run": (MAX_RUN_SECONDS, "28 days is SageMaker's maximum"),
+        "max_wait": (MAX_RUN_SECONDS, "28 days is SageMaker's maximum"),
+        "volume_size": (MAX_VOLUME_SIZE_GB, "SageMaker volumes hold at most 16384 GB"),
+    }
+    issues = []
+    for name, (bound, hint) in bounds.items():
+        value = values.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > bound:
+            issues.append(SpecIssue(name, f"must be at most {bound}, got {_short(value)}", hint))
+    return issues
+
+
+def processes_per_host_issues(value: Any, path: str) -> list[SpecIssue]:
+    """Ranks per host: a positive integer up to MAX_PROCESSES_PER_HOST (scheduler option or mpi setting)."""
+    if value is None:
+        return []
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return [SpecIssue(path, f"must be a positive integer, got {_short(value)}")]
+    if value > MAX_PROCESSES_PER_HOST:
+        return [SpecIssue(path, f"must be at most {MAX_PROCESSES_PER_HOST}, got {_short(value)}", "use more hosts (instance_count) instead")]
+    return []
+
+
+def scheduler_option_issues(options: Mapping[str, Any]) -> list[SpecIssue]:
+    """Bounds on the scheduler options every host-tree scheduler shares (checked before one is built)."""
+    return processes_per_host_issues(options.get("processes_per_host"), "scheduler_options.processes_per_host")
+
+
+def job_root_issues(source_dir: str | None, dependencies: Sequence[str], job_root: Path) -> list[SpecIssue]:
+    """Code directories must not contain the job root: the code snapshot is written under the job root,
+    so copying such a directory would copy itself without end."""
+    issues = []
+    root = job_root.expanduser().absolute()
+    for path, value in (("source_dir", source_dir), *((f"dependencies[{i}]", d) for i, d in enumerate(dependencies))):
+        if not value or "://" in value.removeprefix("file://"):
+            continue
+        code = Path(value.removeprefix("file://")).expanduser().absolute()
+        if _within(root, code):
+            issues.append(
+                SpecIssue(
+                    path,
+                    f"{value!r} contains the job root {str(root)!r}, where the job's own copy of the code is written",
+                    "move the code, or set scheduler_options.job_root (or SMDDP_JOB_ROOT) to a directory outside it",
+                )
+            )
+    return issues
+
+
+def _within(path: Path, directory: Path) -> bool:
+    """Whether ``path`` is ``directory`` or below it, through symlinks too."""
+    pairs = ((path, directory), (_resolved(path), _resolved(directory)))
+    return any(inner == outer or outer in inner.parents for inner, outer in pairs)
+
+
+def _resolved(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return path
+
+
+def name_issues(name: Any, path: str) -> list[SpecIssue]:
+    """job_name and base_job_name: SageMaker's rule (letters, digits, hyphens), so never a path."""
+    if not isinstance(name, str) or not name:
+        return []
+    if JOB_NAME.match(name):
+        return []
+    return [SpecIssue(path, f"must be 1-{MAX_NAME_LENGTH} letters, digits and hyphens, starting and ending with a letter or digit, got {_short(name)}")]
+
+
+def hyperparameter_issues(hyperparameters: Mapping[Any, Any]) -> list[SpecIssue]:
+    """Keys are text without NUL; values encode as JSON (as SageMaker does) without NUL; the total is bounded."""
+    issues = []
+    total = 0
+    for key, value in hyperparameters.items():
+        if not isinstance(key, str):
+            continue  # reported by the type check
+        path = f"hyperparameters.{key}"
+        if not key or "\0" in key:
+            issues.append(SpecIssue(path, f"name {key!r} must be non-empty text without NUL characters"))
+            continue
+        encoded, problem = encode_hyperparameter(value)
+        if problem:
+            hint = "pass large data as an input channel or a file in source_dir" if problem.startswith("holds") else "use strings, numbers, booleans, null, lists and mappings of them"
+            issues.append(SpecIssue(path, problem, hint))
+            continue
+        if "\\u0000" in encoded:  # JSON escapes NUL; the runtime decodes it back into a rank's argv
+            issues.append(SpecIssue(path, "contains a NUL character, which cannot be passed to a process", "remove it"))
+            continue
+        total += len(key.encode()) + len(encoded.encode()) + 4  # "--key value" as two argv strings
+    if total > MAX_HYPERPARAMETERS_BYTES:
+        issues.append(SpecIssue("hyperparameters", f"encode to {total} bytes; the limit is {MAX_HYPERPARAMETERS_BYTES}", "pass large data as an input channel or a file in source_dir"))
+    return issues
+
+
+def encode_hyperparameter(value: Any) -> tuple[str, str]:
+    """The JSON text SageMaker stores for a value, or "" and why it has none."""
+    depth, count = _json_shape(value)
+    if depth > MAX_JSON_DEPTH:
+        return "", f"nests deeper than {MAX_JSON_DEPTH} levels (or contains itself)"
+    if count > MAX_HYPERPARAMETERS_BYTES:
+        return "", f"holds more than {MAX_HYPERPARAMETERS_BYTES} values; hyperparameters are limited to {MAX_HYPERPARAMETERS_BYTES} bytes in all"
+    try:
+        return json.dumps(value, allow_nan=False), ""
+    except ValueError:
+        return "", "NaN and infinity are not JSON; pass them as strings"
+    except TypeError:
+        return "", f"a value of type {type(_unencodable(value)).__name__} is not JSON"
+
+
+def environment_issues(environment: Mapping[Any, Any]) -> list[SpecIssue]:
+    """Names as in a shell (no '=', no NUL), values without NUL, none reserved, a bounded total."""
+    issues = []
+    total = 0
+    for key, value in environment.items():
+        if not isinstance(key, str):
+            continue  # reported by the type check
+        path = f"environment.{key}"
+        if not ENV_NAME.match(key):
+            issues.append(SpecIssue(path, f"{_short(key)} is not a valid variable name", "use letters, digits and '_', not starting with a digit; no '=', spaces or NUL"))
+        elif key in RESERVED_ENVIRONMENT:
+            issues.append(SpecIssue(path, "is set by smddp-sdk and cannot be overridden", RESERVED_ENVIRONMENT[key]))
+        if isinstance(value, str):
+            if "\0" in value:
+                issues.append(SpecIssue(path, "contains a NUL character, which cannot be passed to a process", "remove it"))
+            total += len(key.encode()) + len(value.encode("utf-8", "surrogatepass")) + 2
+    if total > MAX_ENVIRONMENT_BYTES:
+        issues.append(SpecIssue("environment", f"takes {total} bytes; the limit is {MAX_ENVIRONMENT_BYTES}", "pass large values in a file in source_dir"))
+    return issues
+
+
+def _json_shape(value: Any) -> tuple[int, int]:
+    """Nesting depth and number of values (repeats counted), iteratively, stopping just past either bound.
+
+    Values shared between places (``x = [y] * 10`` nested, or a list holding itself) count every time, as
+    JSON would write them; each takes at least a byte, so more values than the byte limit cannot fit.
+    """
+    deepest = count = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        count += 1
+        if count > MAX_HYPERPARAMETERS_BYTES:
+            break
+        if not isinstance(item, (Mapping, list, tuple)):
+            continue
+        deepest = max(deepest, depth)
+        if deepest > MAX_JSON_DEPTH:
+            break
+        children = item.values() if isinstance(item, Mapping) else item
+        stack.extend((child, depth + 1) for child in children)
+    return deepest, count
+
+
+def _unencodable(value: Any) -> Any:
+    """The first value json cannot encode, to name its type."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            bad = [k for k in item if not isinstance(k, (str, int, float, bool)) and k is not None]
+            if bad:
+                return bad[0]
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif not isinstance(item, (str, int, float, bool)) and item is not None:
+            return item
+    return value
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    """A value as the message shows it: its repr, cut short (a 1e23 count or a 100 KiB name)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,56 @@
+"""Local-mode listeners bind loopback only: the rendezvous store (served by the master host's runtime,
+not by rank 0 on every interface) and the runtime coordinator. A real 2-host x 2-rank job records every
+socket listening on MASTER_PORT from inside a rank, after rendezvous."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+
+from smddp_sdk.runtime import store as rendezvous_store
+from smddp_sdk.schedulers.local_job import pick_free_ports
+from tests.integration.runtime_job import make_job, wait_all
+
+LOOPBACK_HEX = "0100007F"  # 127.0.0.1 as /proc/net/tcp writes it
+SCRIPTS = Path(__file__).parent / "scripts"
+
+pytest.importorskip("torch")
+
+
+def test_the_store_and_coordinator_listen_on_loopback_only(tmp_path: Path) -> None:
+    code = tmp_path / "code"
+    code.mkdir()
+    shutil.copy(SCRIPTS / "listeners.py", code / "train.py")
+    job = make_job(tmp_path / "job", code, ["algo-1", "algo-2"], {"sagemaker_distributed_dataparallel_enabled": True}, num_gpus=2)
+    results = wait_all(job.start(), timeout=180)
+    for host, (code_, out) in results.items():
+        assert code_ == 0, f"{host}:\n{out}"
+    assert "rendezvous store serving on 127.0.0.1" in results["algo-1"][1]
+    reports = [json.loads(p.read_text()) for p in sorted((tmp_path / "job").rglob("listeners-*.json"))]
+    assert len(reports) == 4 and all(r["sum"] == 4 for r in reports), reports
+    assert all(r["agent_store"] == "True" for r in reports)
+    for report in reports:
+        assert report["listening"] == [LOOPBACK_HEX], report  # one listener, on loopback; none on 0.0.0.0 or ::
+
+
+def test_store_helper_stops_with_its_runtime(tmp_path: Path) -> None:
+    port = pick_free_ports(1)[0]
+    store = rendezvous_store.RendezvousStore.start("127.0.0.1", port, tmp_path)
+    assert store.wait_ready() == ""
+    with socket.create_connection(("127.0.0.1", port), timeout=5):
+        pass
+    store.stop()
+    assert store.process.returncode is not None
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+def test_store_is_not_served_where_not_wanted() -> None:
+    assert not rendezvous_store.wanted("", {})  # docker and SageMaker: rank 0 serves, as torch does
+    assert not rendezvous_store.wanted("127.0.0.1", {"TORCHELASTIC_USE_AGENT_STORE": "False"})
+    assert rendezvous_store.rank_environment("127.0.0.1", {}, is_master=True, served=False) == {}
+    assert rendezvous_store.rank_environment("127.0.0.1", {}, is_master=False, served=False) == {"TORCHELASTIC_USE_AGENT_STORE": "True"}
