@@ -269,7 +269,7 @@ class Estimator:
         estimator._scheduler = None
         estimator._spec = None
         job_scheduler = estimator._get_scheduler()
-        spec_dict = _attached_spec(job_scheduler, handle)
+        spec_dict = job_arguments(job_scheduler, handle)
         if spec_dict is not None and entry is not None and entry.metric_definitions:
             spec_dict["metric_definitions"] = [dict(item) for item in entry.metric_definitions]  # as submitted from here
         if spec_dict is not None:
@@ -414,7 +414,7 @@ def _resolve_handle(name: str, scheduler: str | None, options: Mapping[str, Any]
         raise
 
 
-def _attached_spec(scheduler: Scheduler, handle: JobHandle) -> dict[str, Any] | None:
+def job_arguments(scheduler: Scheduler, handle: JobHandle) -> dict[str, Any] | None:
     """The attached job's own arguments (``JobSpec.as_dict()`` shape): the record a local or docker job
     keeps, or SageMaker's DescribeTrainingJob read back into v2's argument names."""
     record = getattr(scheduler, "job_record", None)
@@ -539,4 +539,4 @@ def _shape(dryrun: DryRun | None) -> str:
     return f" ({hosts} host{'s' if hosts != 1 else ''} x {per_host} rank{'s' if per_host != 1 else ''}, {dryrun.scheduler} scheduler)"
 
 
-__all__ = ["Estimator", "PyTorch", "TrainingJob", "JobFailedError"]
+__all__ = ["Estimator", "PyTorch", "TrainingJob", "JobFailedError", "job_arguments", "spec_dict_from_description"]

@@ -71,9 +71,9 @@ def metrics(ctx: click.Context, job: str, options: list[tuple[str, str]], define
 
 
 def _job_definitions(scheduler: Any, handle: Any) -> list[dict[str, str]]:
-    from smddp_sdk.estimator import _attached_spec
+    from smddp_sdk.estimator import job_arguments
 
-    spec = _attached_spec(scheduler, handle) or {}
+    spec = job_arguments(scheduler, handle) or {}
     return [dict(item) for item in spec.get("metric_definitions") or ()]
 
 

@@ -177,7 +177,9 @@ def process_env(
 ) -> dict[str, str]:
     """The complete environment of one rank: inherited variables, SM_*, rank variables, PYTHONPATH."""
     # Inherited launcher state would mislead the ranks (a shell inside torchrun, a runtime's own tree path).
-    merged = {key: value for key, value in base.items() if key != contract.ERROR_FILE_ENV and not key.startswith("TORCHELASTIC_")}
+    # TORCHELASTIC_USE_AGENT_STORE is this runtime's own (runtime/store.py serves the store), so it stays.
+    merged = {key: value for key, value in base.items()
+              if key != contract.ERROR_FILE_ENV and (not key.startswith("TORCHELASTIC_") or key == "TORCHELASTIC_USE_AGENT_STORE")}
     if env.visible_base is not None:  # the script sees its tree at /opt/ml, as on SageMaker (no base dir set)
         merged.pop(contract.BASE_DIR_ENV, None)
     merged.update(sm_env(env, plan))

@@ -24,7 +24,7 @@ PAGES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if 
 JOB = "doc-job"
 PLACEHOLDERS = {
     r"<job name>": JOB, r"<job>": JOB, r"<handle>": f"local://{JOB}", r"<scheduler>": "local",
-    r"cnn-example-\d{4}-\d\d-\d\d-\d\d-\d\d-\d\d-\d{3}": JOB,
+    r"cnn-example-\d{4}-\d\d-\d\d-\d\d-\d\d-\d\d-\d{3}": JOB, r"<your region's price>": "32.77",
 }
 # Commands that are parsed but not run here, and why.
 PARSE_ONLY = {
@@ -41,16 +41,24 @@ def doc_commands() -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
     for page in PAGES:
         in_code = False
+        pending = ""  # a shell command continued with a trailing backslash
         for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), start=1):
             if line.lstrip().startswith("```"):
                 in_code = not in_code
                 continue
             where = f"{page.relative_to(ROOT)}:{number}"
             stripped = line.strip().removeprefix("$ ")
-            if in_code and stripped.startswith("smddp-launch "):
-                found.append((where, stripped.split("  #")[0].split(" # ")[0].strip()))
+            if in_code and (pending or stripped.startswith("smddp-launch ")):
+                command = pending + stripped.split("  #")[0].split(" # ")[0].strip()
+                if command.endswith("\\"):
+                    pending = command[:-1] + " "
+                    continue
+                pending = ""
+                found.append((where, command))
             elif not in_code:
-                found += [(where, span) for span in re.findall(r"`(smddp-launch [^`]*)`", line)]
+                # a bare `smddp-launch <command>` in prose names the command: its --help must work
+                found += [(where, span if " " in span.strip()[len("smddp-launch "):] else f"{span} --help")
+                          for span in re.findall(r"`(smddp-launch [^`]*)`", line)]
     return found
 
 
@@ -95,12 +103,15 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the examples, a job.yaml, and a finished local job named doc-job (one short epoch)."""
     from click.testing import CliRunner
 
-    root = tmp_path_factory.mktemp("docs-sandbox")
+    root = tmp_path_factory.mktemp("docs-sandbox") / "work"  # the job root lives beside it, not inside the code
+    root.mkdir()
     shutil.copytree(ROOT / "examples", root / "examples")
+    if (ROOT / "docs" / "data").is_dir():
+        shutil.copytree(ROOT / "docs" / "data", root / "docs" / "data")  # inputs some pages' commands read
     shutil.copy(ROOT / "examples" / "cnn" / "job.yaml", root / "job.yaml")
     (root / "train.py").write_text("import os\nprint(f\"rank {os.environ['RANK']} loss 0.5\", flush=True)\n")
     patch = pytest.MonkeyPatch()
-    patch.setenv("SMDDP_JOB_ROOT", str(root / "jobs"))
+    patch.setenv("SMDDP_JOB_ROOT", str(root.parent / "jobs"))
     patch.setenv("HOME", str(root))
     patch.chdir(root)
     metrics = "metric_definitions=[{Name: loss, Regex: 'loss ([0-9.]+)'}]"
@@ -127,5 +138,5 @@ def test_every_documented_command_that_can_run_here_runs(where: str, command: st
         args.append("--dryrun")
     if args[:1] == ["init"]:
         args.append("--force")
-    result = CliRunner().invoke(cli, args, catch_exceptions=False, env={"SMDDP_JOB_ROOT": str(sandbox / "jobs")})
+    result = CliRunner().invoke(cli, args, catch_exceptions=False, env={"SMDDP_JOB_ROOT": str(sandbox.parent / "jobs")})
     assert result.exit_code == 0, f"{where}: `{command}` exited {result.exit_code}:\n{result.output}"

@@ -16,7 +16,8 @@ from smddp_sdk import image
 from smddp_sdk.cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[2]
-COPIES = {"Dockerfile": "Dockerfile", "train": "container/train", "build-image.sh": "scripts/build-image.sh", "dockerignore": ".dockerignore"}
+COPIES = {"Dockerfile": "Dockerfile", "train": "container/train", "build-image.sh": "scripts/build-image.sh", "dockerignore": ".dockerignore",
+          "image-requirements.txt": "container/image-requirements.txt"}
 
 
 @pytest.mark.parametrize(("shipped", "original"), COPIES.items())
@@ -38,6 +39,7 @@ def test_the_context_of_an_installed_package_builds_a_wheel_with_the_image_files
     context = Path(result.stdout.strip())
     assert {p.name for p in context.iterdir()} >= {"Dockerfile", ".dockerignore", "container", "scripts", "smddp_sdk", "pyproject.toml"}
     assert os.access(context / "scripts" / "build-image.sh", os.X_OK) and os.access(context / "container" / "train", os.X_OK)
+    assert (context / "container" / "image-requirements.txt").is_file()
     done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "out"), "."],
                           cwd=context, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
