@@ -29,6 +29,7 @@ MAX_NAME_LENGTH = 63
 MAX_YAML_BYTES = 1024 * 1024
 MAX_YAML_DEPTH = 64
 MAX_YAML_NODES = 100_000  # with aliases expanded
+MAX_INT_DIGITS = 1000  # integers written in a job file (Python reads at most 4300 digits at all)
 MAX_JSON_DEPTH = 32  # hyperparameter values
 
 # SageMaker's job-name rule; base_job_name follows it too, so it can never be a path.
@@ -162,7 +163,9 @@ def encode_hyperparameter(value: Any) -> tuple[str, str]:
         return "", f"holds more than {MAX_HYPERPARAMETERS_BYTES} values; hyperparameters are limited to {MAX_HYPERPARAMETERS_BYTES} bytes in all"
     try:
         return json.dumps(value, allow_nan=False), ""
-    except ValueError:
+    except ValueError as err:
+        if "integer string conversion" in str(err):
+            return "", "contains an integer too long to write (over 4300 digits); pass it as a string"
         return "", "NaN and infinity are not JSON; pass them as strings"
     except TypeError:
         return "", f"a value of type {type(_unencodable(value)).__name__} is not JSON"
@@ -231,5 +234,10 @@ def _unencodable(value: Any) -> Any:
 
 def _short(value: Any, limit: int = 40) -> str:
     """A value as the message shows it: its repr, cut short (a 1e23 count or a 100 KiB name)."""
+    if isinstance(value, int) and value.bit_length() > 256:
+        try:
+            return f"a number of {len(str(abs(value)))} digits"
+        except ValueError:  # Python refuses to write ints past 4300 digits
+            return "a number of more than 4300 digits"
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."

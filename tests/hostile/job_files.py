@@ -102,8 +102,10 @@ CASES: list[Case] = [
     (
         "instance_count huge",
         HEAD + "instance_count: " + "9" * 80 + "\n",
-        ["job.yaml:3:17: instance_count: must be at most 1000, got 9999999999999999999999999999999999999... (split the work into several jobs)"],
+        ["job.yaml:3:17: instance_count: must be at most 1000, got a number of 80 digits (split the work into several jobs)"],
     ),
+    ("instance_count 5000 digits", lambda: HEAD + "instance_count: " + "9" * 5000 + "\n", ["job.yaml:3:17: YAML syntax error: a number of 5000 digits is too long (at most 1000)"]),
+    ("hp 2000-digit integer", lambda: HEAD + "hyperparameters:\n  seed: " + "1" * 2000 + "\n", ["job.yaml:4:9: YAML syntax error: a number of 2000 digits is too long (at most 1000)"]),
     ("instance_count float", HEAD + "instance_count: 1.0e+23\n", ["job.yaml:3:17: instance_count: must be an integer, got 1e+23"]),
     ("instance_count text", HEAD + "instance_count: two\n", ["job.yaml:3:17: instance_count: must be an integer, got 'two'"]),
     ("instance_count bool", HEAD + "instance_count: yes\n", ["job.yaml:3:17: instance_count: must be an integer, got True"]),
