@@ -53,7 +53,30 @@ def spec_issues(values: Mapping[str, Any]) -> list[SpecIssue]:
     issues += name_issues(values.get("base_job_name"), "base_job_name")
     issues += hyperparameter_issues(values.get("hyperparameters") or {})
     issues += environment_issues(values.get("environment") or {})
+    checked = ("hyperparameters", "environment", "job_name", "base_job_name")  # their own rules cover NUL
+    issues += nul_issues({k: v for k, v in values.items() if k not in checked})
     return issues
+
+
+def nul_issues(values: Mapping[str, Any]) -> list[SpecIssue]:
+    """Any other text with a NUL character: no path, URI, name or tag can hold one, and the OS refuses
+    it later with a traceback ("embedded null byte")."""
+    issues = []
+    stack: list[tuple[str, Any]] = list(values.items())
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            if "\0" in value:
+                issues.append(SpecIssue(path, "contains a NUL character", "remove it"))
+        elif isinstance(value, Mapping):
+            stack += [(f"{path}.{key}", item) for key, item in value.items()]
+        elif isinstance(value, (list, tuple)):
+            stack += [(f"{path}[{index}]", item) for index, item in enumerate(value)]
+        elif hasattr(value, "__dataclass_fields__"):  # TrainingInput, Distribution: their given values
+            given = getattr(value, "given", None)
+            fields = given if isinstance(given, Mapping) else {name: getattr(value, name) for name in value.__dataclass_fields__}
+            stack += [(f"{path}.{key}", item) for key, item in fields.items()]
+    return sorted(issues, key=lambda issue: issue.path)
 
 
 def _number_issues(values: Mapping[str, Any]) -> list[SpecIssue]:

@@ -103,13 +103,15 @@ def test_p5_with_smddp_needs_torch_distributed_before_upload(make_spec) -> None:
 
 
 def test_api_limits_are_checked_before_upload(make_spec) -> None:
-    spec = make_spec(hyperparameters={"blob": "x" * 3000, "path": Path("data")}, environment={"E": "y" * 600})
+    spec = make_spec(hyperparameters={"blob": "x" * 3000}, environment={"E": "y" * 600})
     with pytest.raises(SpecError) as caught:
         scheduler().dryrun(spec)
     paths = issue_paths(caught.value)
     assert "SageMaker allows 2500" in paths["hyperparameters.blob"]
-    assert "PosixPath values cannot be sent to SageMaker" in paths["hyperparameters.path"]
     assert "SageMaker allows 512" in paths["environment.E"]
+    with pytest.raises(SpecError) as caught:  # values that are not JSON are refused for every scheduler
+        make_spec(hyperparameters={"path": Path("data")})
+    assert "a value of type PosixPath is not JSON" in issue_paths(caught.value)["hyperparameters.path"]
 
 
 def test_api_ranges_are_checked_before_upload(make_spec) -> None:
