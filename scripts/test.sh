@@ -50,9 +50,14 @@ if [[ ${SMDDP_SKIP_DOCKER:-0} != 1 ]]; then
   [[ $drc == 0 || $drc == 5 ]] || rc=$drc
   if [[ $started == 1 ]]; then bash scripts/docker-engine.sh stop; trap - EXIT; unset DOCKER_HOST; fi
 fi
+# Fault injection into running local jobs (kills, hangs, a frozen supervisor): culprit named, nothing left.
+echo "==> fault-injection tests"
+frc=0
+python3 -m pytest -m faults "$@" || frc=$?
+[[ $frc == 0 || $frc == 5 ]] || rc=$frc  # 5: no test collected (torch missing), not a failure
 # The rest of the suite last, so that its summary closes the output.
 echo "==> running the tests"
-python3 -m pytest -m "not docker and not hostile" "$@" || rc=$?
+python3 -m pytest -m "not docker and not faults and not hostile" "$@" || rc=$?
 # The hostile-input suite (bad job files and arguments, hostile tarballs and connections) on its own, so
 # its summary stands apart. pytest exits 5 when "$@" selects none of it, which is not a failure.
 echo "==> hostile-input tests"

@@ -70,12 +70,31 @@ class UnavailableError(SmddpError):
     exit_code = EXIT_UNAVAILABLE
 
 
-class JobFailedError(SmddpError):
-    """The job ran and failed; ``exit_code`` is the root-cause rank's code (1 when it has none)."""
+class NotOfferedError(SmddpError, NotImplementedError):
+    """A SageMaker SDK v2 feature this project does not offer; the message says what to use instead."""
 
-    def __init__(self, message: str, exit_code: int = EXIT_JOB_FAILED, failure: object = None) -> None:
+    exit_code = EXIT_SPEC
+
+    def __init__(self, feature: str, instead: str) -> None:
+        super().__init__(f"{feature} is a SageMaker SDK v2 feature smddp-sdk does not offer; {instead}")
+        self.feature = feature
+        self.instead = instead
+
+
+class NotOfferedAttributeError(NotOfferedError, AttributeError):
+    """A v2 method or attribute that is not offered: ``hasattr()`` says False, using it says why."""
+
+
+class JobFailedError(SmddpError):
+    """The job ran and failed (or was cancelled). ``exit_code`` is always 1: a rank's own code 2 or 3
+    must not read as "bad job file" or "unavailable". The rank's code is ``rank_exit_code`` (None when
+    no rank is to blame) and is named in the message and in ``status``."""
+
+    exit_code = EXIT_JOB_FAILED
+
+    def __init__(self, message: str, rank_exit_code: int | None = None, failure: object = None) -> None:
         super().__init__(message)
-        self.exit_code = exit_code if 0 < exit_code < 126 else EXIT_JOB_FAILED
+        self.rank_exit_code = rank_exit_code
         self.failure = failure
 
 

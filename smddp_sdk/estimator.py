@@ -19,48 +19,28 @@ imports torch or boto3: schedulers are looked up by name.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from smddp_sdk import launcher
-from smddp_sdk.errors import JobFailedError, SpecError, SpecIssue, did_you_mean
+from smddp_sdk import job_index, launcher
+from smddp_sdk.errors import JobFailedError, NotOfferedAttributeError, SpecError, SpecIssue, did_you_mean
+from smddp_sdk.inputs import normalise_inputs
 from smddp_sdk.schedulers import get_scheduler, infer_scheduler
 from smddp_sdk.schedulers.base import DryRun, Scheduler
-from smddp_sdk.specs import contract, limits
+from smddp_sdk.specs import contract, limits, v2_arguments
 from smddp_sdk.specs.distribution import parse_distribution
 from smddp_sdk.specs.job import JobSpec, TrainingInput
 from smddp_sdk.specs.status import SCHEDULER_NAMES, JobHandle, JobState, JobStatus
 
 _OWN_ARGUMENTS = ("scheduler", "scheduler_options")
-# v2 arguments that have no meaning here, each with what to do instead.
-_UNSUPPORTED_V2_ARGUMENTS = {
-    "sagemaker_session": "not needed: the sagemaker scheduler makes its own boto3 client; set the region with scheduler_options={'region': ...} or AWS_REGION",
-    "instance_groups": "heterogeneous clusters are not supported; use instance_type and instance_count",
-    "rules": "SageMaker Debugger rules are not supported",
-    "profiler_config": "the profiler is not supported; disable_profiler=True is accepted",
-    "tensorboard_output_config": "TensorBoard output sync is not supported; write event files to SM_OUTPUT_DATA_DIR",
-    "git_config": "clone the repository yourself and pass its directory as source_dir",
-    "model_uri": "pass the model as an input channel instead: fit(inputs={'model': <location>})",
-    "model_channel_name": "pass the model as an input channel instead: fit(inputs={'model': <location>})",
-    "compiler_config": "SageMaker Training Compiler is not supported",
-    "training_recipe": "HyperPod recipes are not supported; use entry_point",
-    "recipe_overrides": "HyperPod recipes are not supported; use entry_point",
-    "container_entry_point": "the container runs the smddp runtime (`train`); use entry_point and hyperparameters",
-    "container_arguments": "the container runs the smddp runtime (`train`); use entry_point and hyperparameters",
-    "disable_output_compression": "model.tar.gz is always compressed",
-    "enable_remote_debug": "remote debugging is not supported",
-    "enable_session_tag_chaining": "session tag chaining is not supported",
-    "training_plan": "SageMaker training plans are not supported",
-    "instance_placement_config": "instance placement is not supported",
-    "enable_infra_check": "infrastructure checks are not supported",
-    "training_repository_access_mode": "private image repositories are not supported; push the image to ECR",
-    "training_repository_credentials_provider_arn": "private image repositories are not supported; push the image to ECR",
-    "volume_kms_key": "KMS keys are not supported yet",
-    "output_kms_key": "KMS keys are not supported yet",
-}
+# v2 arguments that have no meaning here, each with what to do instead (one table: specs/v2_arguments.py).
+_UNSUPPORTED_V2_ARGUMENTS = v2_arguments.REFUSED_ARGUMENTS
+_EXPERIMENT_KEYS = ("ExperimentName", "TrialName", "TrialComponentDisplayName", "RunName")
 _LOG_CHOICES = {True: True, False: False, "All": True, "Training": True, "Rules": True, "None": False}
 _DESCRIBE_STATUS = {
     JobState.PENDING: "InProgress", JobState.STARTING: "InProgress", JobState.RUNNING: "InProgress",
@@ -79,6 +59,7 @@ class Estimator:
         scheduler_options: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        self.sagemaker_session = kwargs.pop("sagemaker_session", None)
         arguments = {"entry_point": entry_point, **kwargs}
         self._arguments = {key: value for key, value in arguments.items() if value is not None}
         self._base_dir = Path.cwd()
@@ -90,6 +71,9 @@ class Estimator:
         except SpecError as error:
             issues += error.issues
         self.scheduler: str = scheduler or infer_scheduler(str(self._arguments.get("instance_type", "")))
+        if self.sagemaker_session is not None and self.scheduler == "sagemaker":
+            # v2 takes region and credentials from its session; so does this estimator (explicit options win).
+            self.scheduler_options = {**_session_options(self.sagemaker_session), **self.scheduler_options}
         if self.scheduler not in SCHEDULER_NAMES:
             issues.append(SpecIssue("scheduler", f"unknown scheduler {self.scheduler!r}", did_you_mean(str(self.scheduler), SCHEDULER_NAMES) or f"expected one of {', '.join(SCHEDULER_NAMES)}"))
         if issues:
@@ -130,6 +114,8 @@ class Estimator:
 
     def __getattr__(self, name: str) -> Any:
         # v2 exposes its constructor arguments as attributes (estimator.instance_type, ...).
+        if name in v2_arguments.REFUSED_METHODS:
+            raise NotOfferedAttributeError(f"Estimator.{name}", v2_arguments.REFUSED_METHODS[name])
         if name.startswith("_") or name not in JobSpec.field_names():
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         return getattr(self.spec, name)
@@ -137,6 +123,52 @@ class Estimator:
     def hyperparameters(self) -> dict[str, str]:
         """The user's hyperparameters JSON-encoded as v2 sends them."""
         return contract.encode_hyperparameters(self.spec.hyperparameters)
+
+    def set_hyperparameters(self, **kwargs: Any) -> None:
+        """Add or replace hyperparameters (v2's ``set_hyperparameters``); checked at once like the constructor's."""
+        merged = {**dict(self.spec.hyperparameters), **kwargs}
+        self._spec = JobSpec.from_mapping(self._spec_arguments(hyperparameters=merged), base_dir=self._base_dir)
+        self._arguments["hyperparameters"] = merged
+
+    def enable_network_isolation(self) -> bool:
+        """Whether the job runs without network access (v2 exposes the argument as this method)."""
+        return bool(self.spec.enable_network_isolation)
+
+    def get_vpc_config(self, vpc_config_override: Any = "VPC_CONFIG_DEFAULT") -> dict[str, list[str]] | None:
+        """``{"Subnets": [...], "SecurityGroupIds": [...]}`` as sent to SageMaker, or None without a VPC."""
+        if vpc_config_override != "VPC_CONFIG_DEFAULT":
+            return dict(vpc_config_override) if vpc_config_override else None
+        if not self.spec.subnets and not self.spec.security_group_ids:
+            return None
+        return {"Subnets": list(self.spec.subnets), "SecurityGroupIds": list(self.spec.security_group_ids)}
+
+    def training_image_uri(self) -> str | None:
+        """The image the job runs in: ``image_uri``, the docker scheduler's image, or the SageMaker DLC for
+        ``framework_version``/``py_version``. Local jobs run no image: None."""
+        if self.spec.image_uri:
+            return self.spec.image_uri
+        if self.scheduler == "local":
+            return None
+        if self.scheduler == "sagemaker":
+            from smddp_sdk.schedulers.sagemaker import request as sagemaker_request
+
+            scheduler = self._get_scheduler()
+            image, issues = sagemaker_request.resolve_image(self.spec, scheduler.resolved_region())  # type: ignore[attr-defined]
+            if issues:
+                raise SpecError(issues)
+            return image
+        request = self.dryrun().request
+        return str(request["image"]) if isinstance(request, Mapping) and "image" in request else None
+
+    @property
+    def training_job_analytics(self) -> Any:
+        """The latest job's metrics (``metric_definitions`` applied to its logs), as v2's
+        ``TrainingJobAnalytics``: ``.dataframe()`` (pandas) or ``.rows()`` (no pandas needed)."""
+        from smddp_sdk.metrics import TrainingJobAnalytics
+
+        job = self._require_job()
+        definitions = job.spec.metric_definitions if job.spec is not None else ()
+        return TrainingJobAnalytics(job.scheduler, job.handle, definitions)
 
     @property
     def model_data(self) -> str | None:
@@ -152,7 +184,7 @@ class Estimator:
         spec = self.spec  # raises for an attached job whose arguments are unknown
         if inputs is None and job_name is None:
             return spec
-        return JobSpec.from_mapping(self._spec_arguments(inputs=inputs, job_name=job_name), base_dir=self._base_dir)
+        return JobSpec.from_mapping(self._spec_arguments(inputs=normalise_inputs(inputs), job_name=job_name), base_dir=self._base_dir)
 
     def dryrun(self, inputs: Any = None, job_name: str | None = None) -> DryRun:
         """The exact request ``fit`` would make (pure: nothing written, started or uploaded; nothing printed).
@@ -164,13 +196,29 @@ class Estimator:
             raise SpecError(issues)
         return scheduler.dryrun(spec)
 
-    def fit(self, inputs: Any = None, wait: bool = True, logs: bool | str = True, job_name: str | None = None) -> None:
-        """Run the job. ``inputs``: a location or ``{channel: location or TrainingInput}``; local paths and
+    def plan(self, instances: Any = "1,2,4,8,16,32", **options: Any) -> Any:
+        """Predicted step time, scaling efficiency and cost per instance count, as ``smddp-launch plan``
+        (options: profile, compute_ms, gradient_mb, instance_type, price_per_hour, ...; docs/planning.md)."""
+        from smddp_sdk.planning import plan_for_spec
+
+        return plan_for_spec(self.spec, instances, **options)
+
+    def fit(self, inputs: Any = None, wait: bool = True, logs: bool | str = True, job_name: str | None = None,
+            experiment_config: Mapping[str, str] | None = None) -> None:
+        """Run the job. ``inputs``: a location, a ``TrainingInput`` (the ``training`` channel) or ``{channel:
+        location or TrainingInput}``, v2's ``sagemaker.inputs.TrainingInput`` included; local paths and
         ``file://`` work locally. With ``wait`` it streams the logs (``logs``) until the job ends and raises
-        ``JobFailedError`` naming the root-cause host and rank if it fails; Ctrl-C cancels local jobs."""
+        ``JobFailedError`` naming the root-cause host and rank if it fails; Ctrl-C cancels local jobs.
+        ``experiment_config`` goes to SageMaker as ``ExperimentConfig``; local and docker jobs record it."""
         show_logs = _log_choice(logs)
-        dryrun = self.dryrun(inputs, job_name)
-        handle = launcher.schedule(self._get_scheduler(), dryrun, attached=wait)
+        experiment = _experiment_config(experiment_config)
+        try:
+            dryrun = self.dryrun(inputs, job_name)
+            if experiment:
+                dryrun = _with_experiment(dryrun, experiment)
+            handle = launcher.schedule(self._get_scheduler(), dryrun, attached=wait)
+        except ModuleNotFoundError as err:
+            raise launcher.missing_package(err) or err from None
         self.latest_training_job = TrainingJob(self._get_scheduler(), handle, dryrun, dryrun.spec)
         if wait:
             self.latest_training_job.wait(logs=show_logs)
@@ -204,21 +252,27 @@ class Estimator:
         scheduler: str | None = None,
         scheduler_options: Mapping[str, Any] | None = None,
     ) -> Estimator:
-        """An estimator bound to an existing job: a handle (``local://<job>``, ``sagemaker://<region>/<job>``)
-        or a bare job name (looked up in the local job root, else on SageMaker unless ``scheduler`` says)."""
-        if sagemaker_session is not None:
-            raise SpecError(SpecIssue("sagemaker_session", "is a SageMaker SDK v2 argument smddp-sdk does not support", _UNSUPPORTED_V2_ARGUMENTS["sagemaker_session"]))
+        """An estimator bound to an existing job, on any scheduler: a handle (``local://<job>``,
+        ``docker://<job>``, ``sagemaker://<region>/<job>``) or the bare job name ``fit``/``run`` printed
+        (looked up in this machine's job index; a SageMaker job submitted elsewhere needs a region:
+        ``scheduler_options={'region': ...}`` or a ``sagemaker_session``). Its arguments are the job's own."""
         options = dict(scheduler_options or {})
-        handle = _resolve_handle(training_job_name, scheduler, options)
+        if sagemaker_session is not None:
+            options = {**_session_options(sagemaker_session), **options}
+        handle, entry = _resolve_handle(training_job_name, scheduler, options)
+        if entry is not None:
+            options = {**entry.options, **options}
         estimator = cls.__new__(cls)
         estimator._arguments, estimator._base_dir = {}, Path.cwd()
         estimator.scheduler, estimator.scheduler_options = handle.scheduler, options
+        estimator.sagemaker_session = sagemaker_session
         estimator._scheduler = None
         estimator._spec = None
         job_scheduler = estimator._get_scheduler()
-        record = getattr(job_scheduler, "job_record", None)
-        if record is not None:  # the local scheduler keeps the spec it ran
-            spec_dict = record(handle)["spec"]
+        spec_dict = _attached_spec(job_scheduler, handle)
+        if spec_dict is not None and entry is not None and entry.metric_definitions:
+            spec_dict["metric_definitions"] = [dict(item) for item in entry.metric_definitions]  # as submitted from here
+        if spec_dict is not None:
             estimator._spec = spec_from_dict(spec_dict)
             estimator._arguments = {key: value for key, value in spec_dict.items() if value not in (None, (), [], {})}
         estimator.latest_training_job = TrainingJob(job_scheduler, handle, None, estimator._spec)
@@ -308,7 +362,8 @@ class TrainingJob:
             self._interrupted()
             raise
         if _log_choice(logs):
-            print(f"smddp: {self.handle} {status.state.value} after {time.monotonic() - started:.1f} s", flush=True)
+            for line in launcher.end_summary(status, time.monotonic() - started):
+                print(f"smddp: {line}", flush=True)
         if check and status.state is not JobState.SUCCEEDED:
             if status.state is JobState.FAILED:
                 print(launcher.failure_summary(status), file=sys.stderr, flush=True)
@@ -339,22 +394,135 @@ def spec_from_dict(data: Mapping[str, Any]) -> JobSpec:
     return JobSpec(**{key: value for key, value in values.items() if key in known})
 
 
-def _resolve_handle(name: str, scheduler: str | None, options: Mapping[str, Any]) -> JobHandle:
+def _resolve_handle(name: str, scheduler: str | None, options: Mapping[str, Any]) -> tuple[JobHandle, job_index.IndexEntry | None]:
+    """A handle and index entry for a handle or job name; a name known nowhere here is a SageMaker job when
+    a region is given, else an error with the closest known names."""
     if "://" in name:
-        handle = JobHandle.parse(name)
-        if scheduler is not None and scheduler != handle.scheduler:
-            raise SpecError(SpecIssue("scheduler", f"{name!r} is a {handle.scheduler} job, not a {scheduler} one"))
-        return handle
-    if scheduler is None:
-        local = get_scheduler("local", **{k: v for k, v in options.items() if k == "job_root"})
-        has_job = getattr(local, "has_job", None)
-        scheduler = "local" if has_job is not None and has_job(name) else "sagemaker"
-    if scheduler == "sagemaker":
+        return job_index.resolve(name, scheduler=scheduler)
+    root = Path(options["job_root"]).expanduser() if scheduler == "local" and options.get("job_root") else None
+    if root is not None and (root / name / "job.json").is_file():
+        return JobHandle("local", name), None
+    try:
+        return job_index.resolve(name, scheduler=scheduler)
+    except SpecError:
         region = options.get("region")
-        if not region:
-            raise SpecError(SpecIssue("training_job_name", f"cannot tell which region {name!r} runs in", "pass sagemaker://<region>/<job> or scheduler_options={'region': ...}"))
-        return JobHandle("sagemaker", f"{region}/{name}")
-    return JobHandle.parse(f"{scheduler}://{name}")
+        if scheduler in (None, "sagemaker") and region:
+            return JobHandle("sagemaker", f"{region}/{name}"), None
+        if scheduler == "sagemaker":
+            raise SpecError(SpecIssue("training_job_name", f"cannot tell which region {name!r} runs in",
+                                      "pass sagemaker://<region>/<job>, scheduler_options={'region': ...} or a sagemaker_session")) from None
+        raise
+
+
+def _attached_spec(scheduler: Scheduler, handle: JobHandle) -> dict[str, Any] | None:
+    """The attached job's own arguments (``JobSpec.as_dict()`` shape): the record a local or docker job
+    keeps, or SageMaker's DescribeTrainingJob read back into v2's argument names."""
+    record = getattr(scheduler, "job_record", None)
+    if record is not None:
+        return dict(record(handle)["spec"])
+    job_root = getattr(scheduler, "job_root", None)
+    if job_root is not None:
+        record_file = Path(job_root) / handle.job_id / "job.json"
+        if not record_file.is_file():
+            scheduler.status(handle)  # raises the scheduler's own "no such job" error
+            return None
+        return dict(json.loads(record_file.read_text(encoding="utf-8"))["spec"])
+    describe = getattr(scheduler, "describe", None)
+    return spec_dict_from_description(describe(handle)) if describe is not None else None
+
+
+_DISTRIBUTION_FLAGS = (
+    ("sagemaker_distributed_dataparallel_enabled", {"smdistributed": {"dataparallel": {"enabled": True}}}),
+    ("sagemaker_torch_distributed_enabled", {"torch_distributed": {"enabled": True}}),
+    ("sagemaker_pytorch_ddp_enabled", {"pytorchddp": {"enabled": True}}),
+    ("sagemaker_mpi_enabled", {"mpi": {"enabled": True}}),
+)
+
+
+def spec_dict_from_description(described: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``DescribeTrainingJob`` answer as estimator arguments (what ``attach`` exposes)."""
+    decoded = contract.decode_hyperparameters(described.get("HyperParameters") or {})
+    user, framework = contract.split_hyperparameters(decoded)
+    algorithm = described.get("AlgorithmSpecification") or {}
+    resources = described.get("ResourceConfig") or {}
+    stopping = described.get("StoppingCondition") or {}
+    vpc = described.get("VpcConfig") or {}
+    checkpoint = described.get("CheckpointConfig") or {}
+    distribution = next((value for key, value in _DISTRIBUTION_FLAGS if framework.get(key) is True), None)
+    inputs = {}
+    for channel in described.get("InputDataConfig") or []:
+        source = (channel.get("DataSource") or {}).get("S3DataSource") or {}
+        inputs[channel["ChannelName"]] = {
+            "s3_data": source.get("S3Uri", ""), "distribution": source.get("S3DataDistributionType", "FullyReplicated"),
+            "s3_data_type": source.get("S3DataType", "S3Prefix"), "content_type": channel.get("ContentType"),
+            "input_mode": channel.get("InputMode"), "compression": channel.get("CompressionType"), "record_wrapping": channel.get("RecordWrapperType"),
+        }
+    return {
+        "entry_point": framework.get("sagemaker_program") or decoded.get("sagemaker_program") or "",
+        "source_dir": framework.get("sagemaker_submit_directory") or decoded.get("sagemaker_submit_directory"),
+        "instance_type": resources.get("InstanceType", ""),
+        "instance_count": resources.get("InstanceCount", 1),
+        "volume_size": resources.get("VolumeSizeInGB", 30),
+        "hyperparameters": {key: value for key, value in user.items() if key != "mp_parameters"},
+        "distribution": distribution,
+        "inputs": inputs,
+        "environment": dict(described.get("Environment") or {}),
+        "role": described.get("RoleArn"),
+        "image_uri": algorithm.get("TrainingImage"),
+        "input_mode": algorithm.get("TrainingInputMode", "File"),
+        "metric_definitions": [dict(item) for item in algorithm.get("MetricDefinitions") or []],
+        "output_path": (described.get("OutputDataConfig") or {}).get("S3OutputPath"),
+        "job_name": described.get("TrainingJobName"),
+        "max_run": stopping.get("MaxRuntimeInSeconds", 86_400),
+        "max_wait": stopping.get("MaxWaitTimeInSeconds"),
+        "use_spot_instances": bool(described.get("EnableManagedSpotTraining", False)),
+        "checkpoint_s3_uri": checkpoint.get("S3Uri"),
+        "checkpoint_local_path": checkpoint.get("LocalPath"),
+        "subnets": list(vpc.get("Subnets") or []),
+        "security_group_ids": list(vpc.get("SecurityGroupIds") or []),
+        "enable_network_isolation": bool(described.get("EnableNetworkIsolation", False)),
+        "encrypt_inter_container_traffic": bool(described.get("EnableInterContainerTrafficEncryption", False)),
+        "container_log_level": framework.get("sagemaker_container_log_level", 20),
+    }
+
+
+def _session_options(session: Any) -> dict[str, Any]:
+    """Scheduler options from a Session (ours, or v2's own ``sagemaker.Session``)."""
+    own = getattr(type(session), "scheduler_options", None)
+    if callable(own):
+        return dict(session.scheduler_options())
+    options: dict[str, Any] = {}
+    if getattr(session, "local_mode", False):
+        return options
+    region = getattr(session, "boto_region_name", None)
+    if region:
+        options["region"] = region
+    if getattr(session, "boto_session", None) is not None:
+        options["session"] = session.boto_session
+    return options
+
+
+def _experiment_config(config: Mapping[str, str] | None) -> dict[str, str]:
+    if config is None:
+        return {}
+    if not isinstance(config, Mapping):
+        raise SpecError(SpecIssue("experiment_config", f"must be a mapping, got {type(config).__name__}", f"keys: {', '.join(_EXPERIMENT_KEYS)}"))
+    issues = [SpecIssue(f"experiment_config.{key}", "unknown key", did_you_mean(str(key), _EXPERIMENT_KEYS) or f"expected one of {', '.join(_EXPERIMENT_KEYS)}")
+              for key in config if key not in _EXPERIMENT_KEYS]
+    issues += [SpecIssue(f"experiment_config.{key}", f"must be a string, got {value!r}") for key, value in config.items() if not isinstance(value, str)]
+    if issues:
+        raise SpecError(issues)
+    return dict(config)
+
+
+def _with_experiment(dryrun: DryRun, experiment: Mapping[str, str]) -> DryRun:
+    """SageMaker gets ``ExperimentConfig`` as v2 sends it; local and docker jobs keep it in their record."""
+    if not isinstance(dryrun.request, Mapping):
+        return dryrun
+    if dryrun.scheduler == "sagemaker":
+        return dataclasses.replace(dryrun, request={**dryrun.request, "ExperimentConfig": dict(experiment)})
+    note = "experiment_config is recorded with the job; SageMaker Experiments is not emulated off SageMaker"
+    return dataclasses.replace(dryrun, request={**dryrun.request, "experiment_config": dict(experiment)}, notes=(*dryrun.notes, note))
 
 
 def _log_choice(logs: bool | str) -> bool:

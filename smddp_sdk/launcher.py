@@ -15,15 +15,16 @@ import inspect
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TextIO
 
-from smddp_sdk.errors import JobFailedError
+from smddp_sdk import job_index
+from smddp_sdk.errors import JobFailedError, SmddpError, UnavailableError
 from smddp_sdk.schedulers.base import DryRun, Scheduler
+from smddp_sdk.specs.failure import FailureRecord, render_summary
 from smddp_sdk.specs.status import JobHandle, JobState, JobStatus, LogLine
 
 _RULE_WIDTH = 60
-_TRACEBACK_TAIL = 20
 _HOST_COLOURS = ("36", "33", "35", "32", "34", "91", "96", "93")  # cyan, yellow, magenta, green, blue, ...
 _RESET = "\033[0m"
 
@@ -32,8 +33,21 @@ def schedule(scheduler: Scheduler, dryrun: DryRun, *, attached: bool) -> JobHand
     """Start the job. ``attached`` jobs end with the calling process on schedulers that can do that
     (the local one: ``owner_pid``); remote jobs always outlive their caller."""
     if attached and "owner_pid" in inspect.signature(scheduler.schedule).parameters:
-        return scheduler.schedule(dryrun, owner_pid=os.getpid())  # type: ignore[call-arg]
-    return scheduler.schedule(dryrun)
+        handle = scheduler.schedule(dryrun, owner_pid=os.getpid())  # type: ignore[call-arg]
+    else:
+        handle = scheduler.schedule(dryrun)
+    _index(scheduler, dryrun, handle)
+    return handle
+
+
+def _index(scheduler: Scheduler, dryrun: DryRun, handle: JobHandle) -> None:
+    """Remember the job by name (``smddp-launch status <name>``); a failure to write only warns."""
+    options = {key: getattr(scheduler, key, None) for key in ("job_root", "profile")}
+    try:
+        job_index.record(handle, name=handle.job_id.rsplit("/", 1)[-1], options=job_index.plain_options(options),
+                         metric_definitions=dryrun.spec.metric_definitions, entry_point=dryrun.spec.entry_point)
+    except OSError as err:
+        print(f"smddp: warning: could not add {handle} to the job index ({err}); use its handle to find it", file=sys.stderr)
 
 
 def use_colour(out: TextIO, color: bool | None = None) -> bool:
@@ -77,57 +91,65 @@ def follow(
     """
     out = sys.stdout if out is None else out
     colour = use_colour(out, color)
-    for line in scheduler.logs(handle, hosts=hosts, ranks=ranks, follow=True):
+    for line in follow_lines(scheduler, handle, hosts=hosts, ranks=ranks):
         out.write(format_line(line, colour=colour) + "\n")
         out.flush()
     return scheduler.wait(handle, poll=0.2)
 
 
+def follow_lines(
+    scheduler: Scheduler,
+    handle: JobHandle,
+    *,
+    hosts: Sequence[str] | None = None,
+    ranks: Sequence[int] | None = None,
+    skip: int = 0,
+    retries: int = 5,
+    pause: float = 1.0,
+) -> Iterator[LogLine]:
+    """The job's lines until it ends, reconnecting when the stream stops early or breaks (a docker logs
+    process killed, a network error): each reconnect skips the lines already yielded. ``skip`` lines
+    at the start are not yielded (the caller printed them already)."""
+    seen, failures = skip, 0
+    while True:
+        count = 0
+        try:
+            for line in scheduler.logs(handle, hosts=hosts, ranks=ranks, follow=True):
+                count += 1
+                if count > seen:
+                    seen += 1
+                    failures = 0
+                    yield line
+        except (OSError, SmddpError) as err:
+            failures += 1
+            if failures > retries:
+                raise
+            print(f"smddp: log stream of {handle} broke ({err}); reconnecting", file=sys.stderr, flush=True)
+        if scheduler.status(handle).state.is_terminal:
+            if count < seen or failures:  # the ended job's last lines may have come after the break
+                yield from _remaining(scheduler, handle, hosts, ranks, seen)
+            return
+        failures += 1 if count <= seen else 0
+        if failures > retries:
+            return
+        time.sleep(pause)
+
+
+def _remaining(scheduler: Scheduler, handle: JobHandle, hosts: Sequence[str] | None, ranks: Sequence[int] | None, seen: int) -> Iterator[LogLine]:
+    for index, line in enumerate(scheduler.logs(handle, hosts=hosts, ranks=ranks, follow=False), start=1):
+        if index > seen:
+            yield line
+
+
 def failure_summary(status: JobStatus) -> str:
-    """A failed job in the torchrun style: other failures first, the root cause last, then where the logs are."""
-    rule, thin = "=" * _RULE_WIDTH, "-" * _RULE_WIDTH
-    lines = [rule, f"{status.handle.job_id} {status.state.value}", thin]
-    others = status.details.get("other_failures") or []
-    lines.append("Other failures:" if others else "Other failures: <none observed>")
-    for other in others:
-        where = _where(other.get("host", "?"), other.get("rank"))
-        lines.append(f"  {where} exit code {other.get('exit_code')}: {other.get('error_type') or ''}{': ' if other.get('error_type') else ''}{other.get('message', '')}")
-    lines += [thin, "Root cause (first observed failure):"]
-    failure = status.failure
-    if failure is None:
-        lines.append(f"  {status.message or 'no failure was recorded'}")
-    else:
-        lines += [
-            f"  time      : {_when(failure.timestamp)}",
-            f"  host      : {failure.host}",
-            f"  rank      : {failure.rank if failure.rank is not None else '<runtime, no rank>'}",
-            f"  exit code : {failure.exit_code}",
-            f"  error     : {failure.message}",
-        ]
-        lines += _traceback_lines(failure.traceback)
-    lines.append(rule)
-    lines += _log_hints(status)
-    return "\n".join(lines)
-
-
-def _where(host: str, rank: int | None) -> str:
-    return f"{host}/rank{rank}" if rank is not None else host
-
-
-def _when(timestamp: float | None) -> str:
-    if timestamp is None:
-        return "<unknown>"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
-
-
-def _traceback_lines(traceback: str) -> list[str]:
-    body = [line for line in traceback.rstrip().splitlines() if line.strip()]
-    if not body:
-        return []
-    if len(body) > _TRACEBACK_TAIL:
-        body = [f"... ({len(body) - _TRACEBACK_TAIL} lines above)", *body[-_TRACEBACK_TAIL:]]
-    indent = " " * 14
-    return [f"  traceback : {body[0]}", *(indent + line for line in body[1:])]
+    """A failed job in the torchrun style (``specs.failure.render_summary``): other failures first, the
+    root cause last, then where the logs are."""
+    others = [FailureRecord.from_json(other) for other in status.details.get("other_failures") or [] if isinstance(other, dict)]
+    title = f"{status.handle.job_id} {status.state.value}"
+    if status.failure is None:
+        rule = "=" * _RULE_WIDTH
+        return "\n".join([rule, title, f"  {status.message or 'no failure was recorded'}", rule, *_log_hints(status)])
+    return render_summary(status.failure, others, title=title, hints=_log_hints(status))
 
 
 def _log_hints(status: JobStatus) -> list[str]:
@@ -145,8 +167,8 @@ def _log_hints(status: JobStatus) -> list[str]:
 def raise_for_status(status: JobStatus) -> JobStatus:
     """Return a succeeded job's status; raise ``JobFailedError`` for any other end.
 
-    The error names the root-cause host and rank, and its ``exit_code`` is that rank's exit code
-    (1 when there is none, or when the code is a signal's), so the CLI can exit with it.
+    The error names the root-cause host, rank and exit code; its ``exit_code`` is 1 (the launcher's
+    code for a failed job) and ``rank_exit_code`` is the rank's own.
     """
     if status.state is JobState.SUCCEEDED:
         return status
@@ -157,7 +179,48 @@ def raise_for_status(status: JobStatus) -> JobStatus:
         raise JobFailedError(f"job {status.handle} ended {status.state.value}: {status.message or 'no reason was recorded'}")
     where = f"rank {failure.rank} on host {failure.host}" if failure.rank is not None else f"host {failure.host} (its runtime)"
     raise JobFailedError(
-        f"job {status.handle} failed: {where} exited with code {failure.exit_code}: {failure.message}",
-        exit_code=failure.exit_code,
+        f"job {status.handle} failed: {where} exited with code {failure.exit_code}: {failure.error}",
+        rank_exit_code=failure.exit_code,
         failure=failure,
     )
+
+
+def end_summary(status: JobStatus, duration: float | None = None) -> list[str]:
+    """How a followed job ended: state and duration, where the model went, and the commands to look again."""
+    took = f" in {format_duration(duration)}" if duration is not None else ""
+    lines = [f"{status.handle} {status.state.value}{took}"]
+    if status.model_data:
+        lines.append(f"  model:   {status.model_data}")
+    name = status.handle.job_id.rsplit("/", 1)[-1]
+    lines += [f"  status:  smddp-launch status {name}", f"  logs:    smddp-launch logs {name}", f"  metrics: smddp-launch metrics {name}"]
+    return lines
+
+
+def format_duration(seconds: float) -> str:
+    """``42.0 s``, ``3 min 05 s``, ``2 h 01 min``."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+# Optional packages and the command that installs each (a missing one is exit 3, never a traceback).
+INSTALL_COMMANDS = {
+    "boto3": "pip install 'smddp-sdk[aws]'",
+    "botocore": "pip install 'smddp-sdk[aws]'",
+    "s3transfer": "pip install 'smddp-sdk[aws]'",
+    "pandas": "pip install pandas",
+    "matplotlib": "pip install matplotlib",
+}
+
+
+def missing_package(err: ModuleNotFoundError) -> UnavailableError | None:
+    """The UnavailableError for a missing optional package (None when ``err`` is about something else)."""
+    top = (err.name or "").split(".")[0]
+    if top not in INSTALL_COMMANDS:
+        return None
+    return UnavailableError(f"this needs the Python package {top!r}, which is not installed: {INSTALL_COMMANDS[top]}")
+

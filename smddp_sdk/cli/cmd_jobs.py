@@ -1,41 +1,52 @@
-"""Commands on a submitted job, named by its handle: ``status``, ``logs``, ``cancel``, ``list``."""
+"""Commands on submitted jobs, named by job name or handle: ``status``, ``logs``, ``cancel``, ``list``, ``clean``."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
+import shutil
+import subprocess
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import click
 from click.shell_completion import CompletionItem
 
-from smddp_sdk import launcher
+from smddp_sdk import job_index, launcher
 from smddp_sdk.cli.common import console, parse_hosts, parse_ranks, scheduler_named
 from smddp_sdk.cli.output import color_enabled, state_text
 from smddp_sdk.cli.params import key_value
-from smddp_sdk.errors import SpecError, SpecIssue
-from smddp_sdk.specs.status import SCHEDULER_NAMES, JobHandle, JobState, JobStatus
+from smddp_sdk.errors import SmddpError, SpecError, SpecIssue
+from smddp_sdk.schedulers.base import Scheduler
+from smddp_sdk.specs.status import SCHEDULER_NAMES, JobHandle, JobState, JobStatus, LogLine
 
-HANDLE_HELP = "HANDLE is what `run` printed: local://<job>, docker://<job> or sagemaker://<region>/<job>."
+JOB_HELP = ("JOB is the job name `run` printed, or its handle: local://<job>, docker://<job> or "
+            "sagemaker://<region>/<job>. Names are looked up in this machine's job index.")
+DOCKER_JOB_LABEL = "ai.smddp.job"  # the labels the docker scheduler puts on its containers and networks
+DOCKER_JOB_DIR_LABEL = "ai.smddp.job-dir"
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def _handle(ctx: click.Context, param: click.Parameter, value: str) -> JobHandle:
-    return JobHandle.parse(value)
-
-
-def complete_handles(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
-    """Handles of local jobs (the only ones listed without a network call); nothing when that fails."""
+def complete_jobs(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """Names of the jobs this machine knows (index and local job root); nothing when that fails."""
     try:
-        handles = [str(job.handle) for job in list_statuses("local", ())]
+        if "://" in incomplete:  # a handle being typed
+            names = sorted({entry.handle for entry in job_index.entries()} | {f"local://{name}" for name in job_index.known_names()})
+        else:
+            names = job_index.known_names()
     except Exception:  # noqa: BLE001 - completion must never print a traceback into the user's shell
         return []
-    return [CompletionItem(handle) for handle in handles if handle.startswith(incomplete)]
+    return [CompletionItem(name) for name in names if name.startswith(incomplete)]
 
 
-def handle_argument(func: Any) -> Any:
-    return click.argument("handle", callback=_handle, metavar="HANDLE", shell_complete=complete_handles)(func)
+def job_argument(func: Any) -> Any:
+    return click.argument("job", metavar="JOB", shell_complete=complete_jobs)(func)
 
 
 def scheduler_option(func: Any) -> Any:
@@ -43,14 +54,22 @@ def scheduler_option(func: Any) -> Any:
                         help="A scheduler option; repeatable (the user config's options apply too).")(func)
 
 
-@click.command(short_help="Show a job's state.", epilog=HANDLE_HELP)
-@handle_argument
+def job_target(job: str, options: Sequence[tuple[str, str]]) -> tuple[JobHandle, Scheduler]:
+    """The handle of JOB and a scheduler that can reach it (with the job root or profile it was run with)."""
+    handle, entry = job_index.resolve(job)
+    remembered = [(key, value) for key, value in (entry.options.items() if entry else ()) if key not in dict(options)]
+    return handle, scheduler_named(handle.scheduler, [*remembered, *options])
+
+
+@click.command(short_help="Show a job's state.", epilog=JOB_HELP)
+@job_argument
 @scheduler_option
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON (for scripts).")
 @click.pass_context
-def status(ctx: click.Context, handle: JobHandle, options: list[tuple[str, str]], as_json: bool) -> None:
-    """Show the state of HANDLE's job, its hosts and, when it failed, the root cause."""
-    job_status = scheduler_named(handle.scheduler, options).status(handle)
+def status(ctx: click.Context, job: str, options: list[tuple[str, str]], as_json: bool) -> None:
+    """Show the state of JOB, its hosts, where its model went and, when it failed, the root cause."""
+    handle, scheduler = job_target(job, options)
+    job_status = scheduler.status(handle)
     if as_json:
         click.echo(json.dumps(status_as_dict(job_status), indent=2, default=str))
         return
@@ -60,46 +79,146 @@ def status(ctx: click.Context, handle: JobHandle, options: list[tuple[str, str]]
         console(ctx).say(launcher.failure_summary(job_status))
 
 
-@click.command(short_help="Print a job's logs, or follow them.", epilog=HANDLE_HELP)
-@handle_argument
+@click.command(short_help="Print a job's logs, or follow them.", epilog=JOB_HELP)
+@job_argument
 @scheduler_option
-@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the job ends.")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the job ends (reconnects if the stream drops).")
 @click.option("--rank", "ranks", callback=parse_ranks, metavar="RANKS", help="Only these ranks, e.g. 0,3 or 8-11.")
 @click.option("--host", "hosts", callback=parse_hosts, metavar="HOSTS", help="Only these hosts, e.g. algo-2 or 1,2.")
+@click.option("-n", "--tail", type=click.IntRange(min=0), metavar="N", help="Only the last N lines (then new ones with --follow).")
+@click.option("--since", metavar="WHEN", help="Only lines since a time ago (30s, 10m, 2h, 1d) or a time (2026-01-31T12:00). Needs timestamped lines.")
+@click.option("--grep", "pattern", metavar="REGEX", help="Only lines whose text matches this regular expression.")
+@click.option("-t", "--timestamps", is_flag=True, help="Show each line's time, where the scheduler recorded one.")
 @click.pass_context
-def logs(ctx: click.Context, handle: JobHandle, options: list[tuple[str, str]], follow: bool,
-         ranks: list[int] | None, hosts: list[str] | None) -> None:
-    """Print HANDLE's logs with [host/rank] prefixes (coloured on a terminal unless NO_COLOR is set)."""
+def logs(ctx: click.Context, job: str, options: list[tuple[str, str]], follow: bool, ranks: list[int] | None,
+         hosts: list[str] | None, tail: int | None, since: str | None, pattern: str | None, timestamps: bool) -> None:
+    """Print JOB's logs with [host/rank] prefixes (coloured on a terminal unless NO_COLOR is set)."""
+    handle, scheduler = job_target(job, options)
+    keep = line_filter(ctx, since, pattern)
     stdout = click.get_text_stream("stdout")
     color = color_enabled(stdout, (ctx.find_root().obj or {}).get("color_mode", "auto"))
-    for line in scheduler_named(handle.scheduler, options).logs(handle, hosts=hosts, ranks=ranks, follow=follow):
-        click.echo(launcher.format_line(line, colour=color), color=color)
+    shown = 0
+    for line in select_lines(scheduler, handle, hosts=hosts, ranks=ranks, follow=follow, tail=tail, keep=keep):
+        stamp = f"{_clock(line.timestamp)} " if timestamps else ""
+        click.echo(stamp + launcher.format_line(line, colour=color), color=color)
+        shown += 1
+    if shown == 0 and (ranks or hosts):
+        _explain_empty_filter(scheduler, handle, hosts, ranks)
+    if since and keep.untimed:
+        console(ctx).say(f"note: --since left out {keep.untimed} line{'s' if keep.untimed != 1 else ''} that carry no time "
+                         f"({handle.scheduler} jobs do not record one per line); use --tail or --grep instead")
 
 
-@click.command(short_help="Stop a job.", epilog=HANDLE_HELP)
-@handle_argument
+def select_lines(scheduler: Scheduler, handle: JobHandle, *, hosts: list[str] | None, ranks: list[int] | None, follow: bool,
+                 tail: int | None, keep: Any) -> Iterator[LogLine]:
+    """The lines to print: filtered, the last ``tail`` of what exists, then (with ``follow``) new ones."""
+    seen = 0
+    if tail is not None or not follow:
+        last: deque[LogLine] | list[LogLine] = deque(maxlen=tail) if tail is not None else []
+        for line in scheduler.logs(handle, hosts=hosts, ranks=ranks, follow=False):
+            seen += 1
+            if keep(line):
+                last.append(line)
+        yield from last
+        if not follow:
+            return
+    for line in launcher.follow_lines(scheduler, handle, hosts=hosts, ranks=ranks, skip=seen):
+        if keep(line):
+            yield line
+
+
+def line_filter(ctx: click.Context, since: str | None, pattern: str | None) -> Any:
+    """A predicate for --since and --grep (bad values are usage errors, exit 2)."""
+    try:
+        regex = re.compile(pattern) if pattern else None
+    except re.error as err:
+        raise click.BadParameter(f"{pattern!r} is not a regular expression: {err}", ctx=ctx, param_hint="--grep") from None
+    start = parse_since(since) if since else None
+    if since and start is None:
+        raise click.BadParameter(f"{since!r} is neither a duration (30s, 10m, 2h, 1d) nor a time (2026-01-31T12:00)", ctx=ctx, param_hint="--since")
+
+    def keep(line: LogLine) -> bool:
+        if regex is not None and not regex.search(line.text):
+            return False
+        if start is not None and line.timestamp is None:
+            keep.untimed += 1  # type: ignore[attr-defined]
+            return False
+        return start is None or line.timestamp >= start  # type: ignore[operator]
+
+    keep.untimed = 0  # type: ignore[attr-defined]
+    return keep
+
+
+def parse_since(text: str, now: float | None = None) -> float | None:
+    """``10m`` -> ten minutes ago; an ISO time -> that time (local time zone when none is given)."""
+    now = time.time() if now is None else now
+    match = _DURATION.match(text.strip())
+    if match:
+        return now - float(match.group(1)) * _UNITS[match.group(2)]
+    try:
+        return datetime.fromisoformat(text.strip()).timestamp()
+    except ValueError:
+        return None
+
+
+def _clock(timestamp: float | None) -> str:
+    if timestamp is None:
+        return "-" * 23
+    return datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S.%f")[:23]
+
+
+def _explain_empty_filter(scheduler: Scheduler, handle: JobHandle, hosts: list[str] | None, ranks: list[int] | None) -> None:
+    """``logs --rank 9`` on a 4-rank job is a mistake: say which hosts and ranks the job has (exit 2)."""
+    all_lines = list(scheduler.logs(handle, follow=False))
+    if not all_lines:
+        return  # nothing written yet: an empty answer is the truth
+    known_hosts = sorted({line.host for line in all_lines})
+    known_ranks = sorted({line.rank for line in all_lines if line.rank is not None})
+    wanted = ", ".join(part for part in (f"hosts {','.join(hosts)}" if hosts else "", f"ranks {','.join(map(str, ranks))}" if ranks else "") if part)
+    raise SpecError(SpecIssue("logs", f"{handle} has no lines from {wanted}",
+                              f"its lines come from hosts {', '.join(known_hosts)} and ranks {_ranges(known_ranks) or 'none'}"))
+
+
+def _ranges(numbers: list[int]) -> str:
+    if not numbers:
+        return ""
+    parts, low, prev = [], numbers[0], numbers[0]
+    for number in numbers[1:] + [None]:  # type: ignore[list-item]
+        if number is not None and number == prev + 1:
+            prev = number
+            continue
+        parts.append(f"{low}-{prev}" if prev != low else str(low))
+        if number is not None:
+            low = prev = number
+    return ",".join(parts)
+
+
+@click.command(short_help="Stop a job.", epilog=JOB_HELP)
+@job_argument
 @scheduler_option
 @click.pass_context
-def cancel(ctx: click.Context, handle: JobHandle, options: list[tuple[str, str]]) -> None:
-    """Stop HANDLE's job. Cancelling a job that already ended does nothing."""
-    scheduler_named(handle.scheduler, options).cancel(handle)
+def cancel(ctx: click.Context, job: str, options: list[tuple[str, str]]) -> None:
+    """Stop JOB. Cancelling a job that already ended does nothing."""
+    handle, scheduler = job_target(job, options)
+    scheduler.cancel(handle)
     console(ctx).say(f"Cancel requested: {handle}")
 
 
 @click.command("list", short_help="List jobs, newest first.")
-@click.option("--scheduler", type=click.Choice(SCHEDULER_NAMES), default="local", show_default=True, help="Whose jobs to list.")
+@click.option("--scheduler", type=click.Choice(SCHEDULER_NAMES), help="Only this scheduler's jobs; for sagemaker, the region's whole listing (not only jobs from here).")
 @scheduler_option
 @click.option("-n", "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Show at most this many.")
 @click.option("--json", "as_json", is_flag=True, help="Print them as JSON (for scripts).")
 @click.pass_context
-def list_command(ctx: click.Context, scheduler: str, options: list[tuple[str, str]], limit: int, as_json: bool) -> None:
-    """List the jobs a scheduler knows, newest first (local jobs live under ~/.smddp/jobs or SMDDP_JOB_ROOT)."""
-    statuses = list_statuses(scheduler, options)[:limit]
+def list_command(ctx: click.Context, scheduler: str | None, options: list[tuple[str, str]], limit: int, as_json: bool) -> None:
+    """List jobs, newest first: by default every job submitted from this machine (local, docker and
+    SageMaker, from the job index under ~/.smddp/jobs or SMDDP_JOB_ROOT)."""
+    statuses = list_statuses(scheduler, options, limit)[:limit]
     if as_json:
         click.echo(json.dumps([status_as_dict(item) for item in statuses], indent=2, default=str))
         return
     if not statuses:
-        console(ctx).say(f"No {scheduler} jobs yet. Start one with: smddp-launch job.yaml")
+        console(ctx).say(f"No {scheduler + ' ' if scheduler else ''}jobs yet. Start one with: smddp-launch job.yaml")
         return
     color = color_enabled(click.get_text_stream("stdout"), (ctx.find_root().obj or {}).get("color_mode", "auto"))
     rows = [(str(item.handle), item.state, _started(item), item.message) for item in statuses]
@@ -109,13 +228,133 @@ def list_command(ctx: click.Context, scheduler: str, options: list[tuple[str, st
         click.echo(f"{handle.ljust(width)}  {state_text(state, color)}{' ' * (9 - len(state.value))}  {started.ljust(19)}  {message}".rstrip(), color=color)
 
 
-def list_statuses(scheduler: str, options: Sequence[tuple[str, str]]) -> list[JobStatus]:
-    instance = scheduler_named(scheduler, options)
-    lister = getattr(instance, "list_jobs", None)
-    if lister is None:
-        raise SpecError(SpecIssue("scheduler", f"the {scheduler} scheduler cannot list its jobs", "keep the handle `run --detach` printed"))
-    statuses: list[JobStatus] = lister()
+def list_statuses(scheduler: str | None, options: Sequence[tuple[str, str]], limit: int = 20) -> list[JobStatus]:
+    """``scheduler``'s jobs, or (None) every job this machine submitted and every local job, newest first."""
+    if scheduler == "local":
+        return list(scheduler_named("local", options).list_jobs())  # type: ignore[attr-defined]
+    if scheduler == "sagemaker":
+        return list(scheduler_named("sagemaker", options).list_jobs(limit=limit))  # type: ignore[attr-defined]
+    if scheduler == "docker":
+        return _docker_jobs(options)
+    found: dict[str, JobStatus] = {}
+    for item in scheduler_named("local", options).list_jobs():  # type: ignore[attr-defined]
+        found[str(item.handle)] = item
+    for entry in reversed(job_index.entries()):
+        if entry.handle in found or entry.scheduler == "local" or len(found) >= limit * 2:
+            continue
+        found[entry.handle] = _indexed_status(entry)
+    return sorted(found.values(), key=lambda item: item.details.get("started") or item.details.get("submitted") or 0, reverse=True)
+
+
+def _indexed_status(entry: job_index.IndexEntry) -> JobStatus:
+    """A remembered job's status; when its scheduler cannot answer, the reason (the listing goes on)."""
+    handle = entry.job_handle
+    try:
+        item = scheduler_named(handle.scheduler, list(entry.options.items())).status(handle)
+    except SmddpError as err:
+        return JobStatus(handle, JobState.UNKNOWN, str(err).splitlines()[0], details={"submitted": entry.submitted})
+    item.details.setdefault("started", entry.submitted)
+    return item
+
+
+def _docker_jobs(options: Sequence[tuple[str, str]]) -> list[JobStatus]:
+    sched = scheduler_named("docker", options)
+    root = Path(sched.job_root)  # type: ignore[attr-defined]
+    dirs = sorted((p for p in root.iterdir() if (p / "job.json").is_file()), key=lambda p: p.stat().st_mtime, reverse=True) if root.is_dir() else []
+    statuses = []
+    for path in dirs:
+        handle = JobHandle("docker", path.name)
+        try:
+            statuses.append(sched.status(handle))
+        except SmddpError as err:
+            statuses.append(JobStatus(handle, JobState.UNKNOWN, str(err).splitlines()[0]))
     return statuses
+
+
+@click.command(short_help="Remove finished local and docker jobs and docker leftovers.")
+@click.argument("jobs", nargs=-1, metavar="[JOB]...", shell_complete=complete_jobs)
+@click.option("--older-than", "older_than", default="0s", show_default=True, metavar="AGE",
+              help="Only jobs that ended at least this long ago (30m, 12h, 7d).")
+@click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
+@click.pass_context
+def clean(ctx: click.Context, jobs: tuple[str, ...], older_than: str, dry_run: bool) -> None:
+    """Remove finished local and docker jobs (their directories, logs and outputs under the job root), stopped
+    containers and unused networks docker jobs left behind, and their index entries. Running jobs are kept;
+    SageMaker jobs are never touched. With JOB names only those jobs; default all finished ones."""
+    match = _DURATION.match(older_than.strip())
+    if not match:
+        raise click.BadParameter(f"{older_than!r} is not an age like 30m, 12h or 7d", ctx=ctx, param_hint="--older-than")
+    cutoff = time.time() - float(match.group(1)) * _UNITS[match.group(2)]
+    out = console(ctx)
+    targets = _clean_targets(jobs, cutoff)
+    removed = []
+    for status_, path in targets:
+        out.say(f"{'would remove' if dry_run else 'removing'} {status_.handle} ({status_.state.value}) {path}")
+        if not dry_run:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(str(status_.handle))
+    if removed:
+        job_index.forget(removed)
+    docker_root = Path(scheduler_named("docker").job_root)  # type: ignore[attr-defined]
+    leftovers = _docker_leftovers(docker_root.absolute(), {s.handle.job_id for s, _ in targets if s.handle.scheduler == "docker"}, dry_run, out)
+    out.say(f"{'Would remove' if dry_run else 'Removed'} {len(targets)} job{'s' if len(targets) != 1 else ''}"
+            f"{f' and {leftovers} docker leftover' + ('s' if leftovers != 1 else '') if leftovers else ''}.")
+
+
+def _clean_targets(jobs: tuple[str, ...], cutoff: float) -> list[tuple[JobStatus, Path]]:
+    """(status, directory) of every finished local/docker job to remove."""
+    candidates: list[JobHandle] = []
+    if jobs:
+        candidates = [job_index.resolve(job)[0] for job in jobs]
+        for handle in candidates:
+            if handle.scheduler == "sagemaker":
+                raise SpecError(SpecIssue("job", f"{handle} runs on SageMaker; clean removes only local and docker jobs"))
+    else:
+        candidates = [item.handle for item in list_statuses("local", ())]
+        candidates += [item.handle for item in _docker_jobs(())]
+    targets = []
+    for handle in candidates:
+        sched = scheduler_named(handle.scheduler)
+        item = sched.status(handle)
+        if not item.state.is_terminal:
+            if jobs:
+                raise SpecError(SpecIssue("job", f"{handle} is {item.state.value}", f"cancel it first: smddp-launch cancel {handle.job_id}"))
+            continue
+        path = Path(sched.job_root) / handle.job_id  # type: ignore[attr-defined]
+        ended = item.details.get("ended") or (path.stat().st_mtime if path.exists() else 0)
+        if isinstance(ended, (int, float)) and ended <= cutoff and path.is_dir():
+            targets.append((item, path))
+    return targets
+
+
+def _docker_leftovers(docker_root: Path, removed: set[str], dry_run: bool, out: Any) -> int:
+    """Stopped containers, and networks without running containers, of docker jobs from this job root whose
+    directory is gone or being removed. Other job roots' containers (another user's, a test's) are left alone."""
+    docker = shutil.which("docker")
+    if docker is None:
+        return 0
+
+    def run(*args: str) -> list[str]:
+        try:
+            done = subprocess.run([docker, *args], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            return []
+        return done.stdout.splitlines() if done.returncode == 0 else []
+
+    template = f'{{{{.ID}}}} {{{{.State}}}} {{{{.Label "{DOCKER_JOB_LABEL}"}}}} {{{{.Label "{DOCKER_JOB_DIR_LABEL}"}}}}'
+    rows = [line.split(" ", 3) for line in run("ps", "-a", "--filter", f"label={DOCKER_JOB_LABEL}", "--format", template)]
+    mine = [row for row in rows if len(row) == 4 and Path(row[3]).parent == docker_root]
+    gone = {row[2] for row in mine if row[2] in removed or not Path(row[3]).is_dir()}
+    containers = [row[0] for row in mine if row[2] in gone and row[1] in ("exited", "created", "dead")]
+    live_jobs = {row[2] for row in rows if len(row) == 4 and row[1] == "running"}
+    networks = [line.split(" ", 1) for line in run("network", "ls", "--filter", f"label={DOCKER_JOB_LABEL}", "--format", f'{{{{.ID}}}} {{{{.Label "{DOCKER_JOB_LABEL}"}}}}')]
+    idle_networks = [item[0] for item in networks if len(item) == 2 and item[1] in gone and item[1] not in live_jobs]
+    for kind, ids in (("container", containers), ("network", idle_networks)):
+        if ids:
+            out.say(f"{'would remove' if dry_run else 'removing'} {len(ids)} docker {kind}{'s' if len(ids) != 1 else ''}")
+            if not dry_run:
+                run(*(["rm", "-f"] if kind == "container" else ["network", "rm"]), *ids)
+    return len(containers) + len(idle_networks)
 
 
 def _started(job_status: JobStatus) -> str:
@@ -141,4 +380,4 @@ def status_as_dict(job_status: JobStatus) -> dict[str, Any]:
     return out
 
 
-COMMANDS = (status, logs, cancel, list_command)
+COMMANDS = (status, logs, cancel, list_command, clean)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 from typing import Any
 
 import click
+from click.shell_completion import CompletionItem
 
 from smddp_sdk import launcher
 from smddp_sdk.cli.common import (
@@ -21,11 +24,16 @@ from smddp_sdk.cli.output import Console, color_enabled, render_resolved
 from smddp_sdk.cli.params import OUTPUT_GROUP, GroupedOption, JobCommand, job_options
 from smddp_sdk.config.job_file import JobFileError, LocatedIssue, ResolvedJob
 from smddp_sdk.config.yaml_io import YamlSyntaxError
-from smddp_sdk.errors import EXIT_INTERRUPTED, JobFailedError, SpecError, UnavailableError
+from smddp_sdk.errors import EXIT_INTERRUPTED, JobFailedError, SpecError, SpecIssue, UnavailableError
 from smddp_sdk.schedulers.base import DryRun, Scheduler
 from smddp_sdk.specs.status import JobHandle, JobStatus
 
 LOCAL_SCHEDULERS = ("local", "docker")  # Ctrl-C cancels these; remote jobs keep running
+
+def complete_files(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """Let the shell complete file names (job files and scripts)."""
+    return [CompletionItem(incomplete, type="file")]
+
 
 RUN_EPILOG = """\b
 Examples:
@@ -33,6 +41,7 @@ Examples:
   smddp-launch run job.yaml --dryrun
   smddp-launch run job.yaml --instance-count 4 -H epochs=3 -- --lr 0.1
   smddp-launch run job.yaml --scheduler sagemaker --detach
+  smddp-launch --hosts 2 --nproc-per-host 2 train.py --epochs 3   # a script, torchrun-style
 \b
 Arguments after -- reach the training script as --name value pairs (SageMaker hyperparameters).
 Precedence: defaults < user config < job file < SMDDP_* variables < flags; --dryrun shows each
@@ -40,7 +49,7 @@ value's source."""
 
 
 @click.command(cls=JobCommand, epilog=RUN_EPILOG, short_help="Run a job and follow its logs (the default command).")
-@click.argument("job_file", required=False, metavar="[JOB_FILE]")
+@click.argument("job_file", required=False, metavar="[JOB_FILE]", shell_complete=complete_files)
 @job_options
 @click.option("--dryrun", is_flag=True, cls=GroupedOption, help_group=OUTPUT_GROUP, help="Print the resolved job and the exact request on stdout; start nothing.")
 @click.option("-d", "--detach", is_flag=True, cls=GroupedOption, help_group=OUTPUT_GROUP, help="Return after submitting: the handle on stdout, next steps on stderr.")
@@ -48,13 +57,15 @@ value's source."""
 @click.option("--host", "hosts", callback=parse_hosts, metavar="HOSTS", cls=GroupedOption, help_group=OUTPUT_GROUP, help="Show only these hosts' logs, e.g. algo-2 or 1,2.")
 @click.pass_context
 def run(ctx: click.Context, job_file: str | None, dryrun: bool, detach: bool, ranks: list[int] | None, hosts: list[str] | None, **params: Any) -> None:
-    """Run JOB_FILE (a job.yaml) and follow its logs until it ends.
+    """Run JOB_FILE (a job.yaml, or a training script: `smddp-launch train.py --lr 0.1`) and follow its
+    logs until it ends; then print its status, duration, model location and the commands to look again.
 
     Everything is validated first: nothing is packaged, uploaded or started while any problem is left.
-    Exit code: 0 on success, the failing rank's exit code (or 1) when the job fails, 2 for a bad job
-    or command line, 3 when something needed is unavailable, 130 when interrupted.
+    Exit code: 0 on success, 1 when the job fails (the failing rank's own code is in the summary),
+    2 for a bad job or command line, 3 when something needed is unavailable, 130 when interrupted.
     """
     out = console(ctx)
+    job_file = script_defaults(job_file, params)
     job, scheduler, plan = prepare(ctx, out, job_file, params)
     if dryrun:
         click.echo(render_dryrun(job, plan))
@@ -71,8 +82,28 @@ def run(ctx: click.Context, job_file: str | None, dryrun: bool, detach: bool, ra
     ctx.exit(follow_job(ctx, out, scheduler, handle, hosts=hosts, ranks=ranks))
 
 
+def script_defaults(job_file: str | None, params: dict[str, Any]) -> str | None:
+    """``run train.py``: the script is the entry point; only it is shipped unless ``--source-dir`` names a
+    directory (as v2 does without source_dir; a whole working directory may hold data or the job root).
+    Unless flags say otherwise it runs here (instance_type local) with torch_distributed, as torchrun
+    would. Returns the job file left to read (None for a script)."""
+    if job_file is None or not job_file.endswith(".py"):
+        return job_file
+    script = Path(job_file)
+    if not script.is_file():
+        raise SpecError(SpecIssue("entry_point", f"script {job_file!r} does not exist", "give the path of a training script, or a job.yaml"))
+    if params.get("source_dir"):
+        params["entry_point"] = params.get("entry_point") or str(script.resolve().relative_to(Path(params["source_dir"]).resolve()))
+    else:
+        params["entry_point"] = params.get("entry_point") or job_file
+    params["instance_type"] = params.get("instance_type") or "local"
+    params["distribution_kind"] = params.get("distribution_kind") or "torch_distributed"
+    params["base_job_name"] = params.get("base_job_name") or script.stem.replace("_", "-")
+    return None
+
+
 @click.command(cls=JobCommand, short_help="Check a job file without running it.")
-@click.argument("job_file", required=False, metavar="[JOB_FILE]")
+@click.argument("job_file", required=False, metavar="[JOB_FILE]", shell_complete=complete_files)
 @job_options
 @click.option("--json", "as_json", is_flag=True, cls=GroupedOption, help_group=OUTPUT_GROUP,
               help="Print the result as JSON on stdout (problems with file, line and column), for editors and CI.")
@@ -155,6 +186,7 @@ def follow_job(ctx: click.Context, out: Console, scheduler: Scheduler, handle: J
     """
     stdout = click.get_text_stream("stdout")
     color = color_enabled(stdout, (ctx.find_root().obj or {}).get("color_mode", "auto"))
+    started = time.monotonic()
     try:
         status: JobStatus = launcher.follow(scheduler, handle, out=stdout, hosts=hosts, ranks=ranks, color=color)
     except KeyboardInterrupt:
@@ -165,7 +197,10 @@ def follow_job(ctx: click.Context, out: Console, scheduler: Scheduler, handle: J
     except JobFailedError as err:
         out.say(launcher.failure_summary(status))
         return err.exit_code
-    out.say(f"{out.style('✓', fg='green')} {handle} {status.state.value}")
+    first, *rest = launcher.end_summary(status, time.monotonic() - started)
+    out.say(f"{out.style('✓', fg='green')} {first}")
+    for line in rest:
+        out.say(line)
     return 0
 
 

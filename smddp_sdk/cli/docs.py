@@ -39,8 +39,8 @@ _INTRO = """\
 hosts, in Docker, or on SageMaker, and then follows it: `status`, `logs`, `cancel`, `list`.
 `smddp-launch job.yaml` is short for `smddp-launch run job.yaml`.
 
-Exit codes ([exit-codes.md](exit-codes.md)): 0 success; the root-cause rank's exit code (or 1) when the
-job fails; 2 a bad job file or command line (every problem listed, compiler style, no traceback unless
+Exit codes ([exit-codes.md](exit-codes.md)): 0 success; 1 when the job fails (the root-cause rank's
+own code is in the summary and in `status`); 2 a bad job file or command line (every problem listed, compiler style, no traceback unless
 `--debug`); 3 something needed is unavailable (a Docker engine, AWS credentials, a scheduler's package);
 130 interrupted (Ctrl-C cancels local and docker jobs first; SageMaker jobs keep running and the command
 to reattach is printed).

@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from smddp_sdk import __version__
+from smddp_sdk import __version__, launcher
 from smddp_sdk.cli.output import Console
 from smddp_sdk.config.job_file import JobFileError
 from smddp_sdk.config.yaml_io import YamlSyntaxError
@@ -47,8 +47,49 @@ class LaunchGroup(click.Group):
         return code
 
 
+# torchrun's spellings, accepted before a script: smddp-launch --nnodes 2 --nproc-per-node 4 train.py ...
+_SCRIPT_FLAGS = {"--hosts": "--instance-count", "--nnodes": "--instance-count", "--nproc-per-host": "processes_per_host",
+                 "--nproc-per-node": "processes_per_host", "--nproc_per_node": "processes_per_host"}
+
+
+def script_mode(args: list[str], commands: dict[str, click.Command]) -> list[str] | None:
+    """``smddp-launch [flags] train.py [script args]`` (the torchrun habit) as ``run`` arguments: the flags
+    before the script are smddp-launch's, everything after it is the script's (``--name value`` pairs)."""
+    index = next((i for i, arg in enumerate(args) if arg.endswith(".py") and not arg.startswith("-")), None)
+    if index is None or "--" in args[:index] or any(arg in commands for arg in args[:index]):
+        return None
+    before, script, after = args[:index], args[index], args[index + 1:]
+    leading: list[str] = []
+    flags: list[str] = []
+    position = 0
+    while position < len(before):
+        arg = before[position]
+        name, has_value, value = arg.partition("=")
+        if arg == "--debug" or arg.startswith("--color="):
+            leading.append(arg)
+        elif arg == "--color" and position + 1 < len(before):
+            leading += [arg, before[position + 1]]
+            position += 1
+        elif name in _SCRIPT_FLAGS:
+            if not has_value:
+                if position + 1 >= len(before):
+                    raise click.UsageError(f"{arg} needs a number, e.g. {arg} 2")
+                value = before[position + 1]
+                position += 1
+            target = _SCRIPT_FLAGS[name]
+            flags += ["-o", f"processes_per_host={value}"] if target == "processes_per_host" else [target, value]
+        else:
+            flags.append(arg)
+        position += 1
+    return [*leading, "run", *flags, script, "--", *after]
+
+
 def insert_default_command(args: list[str], commands: dict[str, click.Command]) -> list[str]:
-    """``smddp-launch job.yaml ...`` means ``smddp-launch run job.yaml ...``."""
+    """``smddp-launch job.yaml ...`` means ``smddp-launch run job.yaml ...``; ``smddp-launch train.py ...``
+    runs the script (see ``script_mode``)."""
+    scripted = script_mode(args, commands)
+    if scripted is not None:
+        return scripted
     for index, arg in enumerate(args):
         if arg in _GLOBAL_FLAGS or arg.startswith("--color"):
             continue
@@ -78,6 +119,14 @@ def run_guarded(call: Any, debug: bool) -> int:
             traceback.print_exc()
         report_error(console, err)
         return err.exit_code
+    except ModuleNotFoundError as err:
+        unavailable = launcher.missing_package(err)
+        if unavailable is None:
+            raise
+        if debug:
+            traceback.print_exc()
+        report_error(console, unavailable)
+        return unavailable.exit_code
     except BrokenPipeError:  # `smddp-launch logs ... | head`
         sys.stderr.close()
         return 0
@@ -109,6 +158,8 @@ def cli(ctx: click.Context, debug: bool, color_mode: str) -> None:
 
     \b
     smddp-launch job.yaml                 run it and follow its logs (same as `run job.yaml`)
+    smddp-launch --hosts 2 train.py       run a script on 2 simulated hosts, torchrun-style
+    smddp-launch logs JOB --tail 20       a job by the name run printed (also status, cancel, metrics)
     smddp-launch run job.yaml --dryrun    show the resolved job and the exact request; start nothing
     smddp-launch init                     write a commented job.yaml to start from
     """
@@ -121,9 +172,9 @@ def main() -> None:
 
 
 def _register() -> None:
-    from smddp_sdk.cli import cmd_jobs, cmd_run, cmd_setup
+    from smddp_sdk.cli import cmd_image, cmd_jobs, cmd_metrics, cmd_plan, cmd_run, cmd_setup
 
-    for module in (cmd_run, cmd_jobs, cmd_setup):
+    for module in (cmd_run, cmd_jobs, cmd_metrics, cmd_image, cmd_setup, cmd_plan):
         for command in module.COMMANDS:
             cli.add_command(command)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
+from smddp_sdk.collectives import sagemaker_compat
 from smddp_sdk.collectives.errors import CollectiveError
 from smddp_sdk.collectives.process_group import BACKEND_NAME, SmddpProcessGroup
 
@@ -17,6 +18,8 @@ __all__ = ["BACKEND_NAME", "CollectiveError", "SmddpProcessGroup", "is_registere
 
 
 def _create(store: dist.Store, rank: int, size: int, timeout) -> SmddpProcessGroup:
+    if dist.is_initialized():  # the default group exists, so this is a subgroup (AWS's SMDDP has none)
+        sagemaker_compat.check_subgroup(size)
     return SmddpProcessGroup(store, rank, size, timeout)
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from smddp_sdk.collectives import profile, sagemaker_compat
 from smddp_sdk.collectives.communicator import Communicator
 from smddp_sdk.collectives.errors import CollectiveError
 from smddp_sdk.collectives.local import OwnSource, shard_bounds
@@ -76,6 +77,7 @@ def cuda_goes_to_nccl(method: Callable[..., dist.Work]) -> Callable[..., dist.Wo
     @functools.wraps(method)
     def dispatch(self: SmddpProcessGroup, *args: Any, **kwargs: Any) -> dist.Work:
         tensors = _tensors_in(args)
+        sagemaker_compat.check_call(method.__name__, tensors, args)  # would AWS's SMDDP accept it?
         if any(t.device.type == "cuda" for t in tensors):
             return getattr(self._nccl(), method.__name__)(*args, **kwargs)
         for tensor in tensors:
@@ -148,6 +150,7 @@ class SmddpProcessGroup(dist.ProcessGroup):
     # execution ----------------------------------------------------------------------------------------
     def _submit(self, what: str, job: Callable[[], None], value: object, opts: object) -> dist.Work:
         self._comm.check_usable(what)
+        job = profile.wrap(what, value, job, self.size())  # SMDDP_PROFILE: sizes and timings (the job itself when off)
         if not getattr(opts, "asyncOp", True):
             with self._state:
                 inline = self._pending == 0

@@ -141,7 +141,7 @@ def misspelt_variables(environ: Mapping[str, str]) -> list[str]:
 def parse_setting(key: str, raw: str) -> tuple[Any, str]:
     """A value given as text (environment, ``--set``): strings stay verbatim, the rest is read as YAML."""
     if scalar_kind(key) == "str":
-        return raw, ""
+        return (None, "") if raw in ("null", "~") else (raw, "")  # YAML's null unsets a string field too
     try:
         return parse_yaml(raw, key or "value").data, ""  # bounded like a job file: no alias bombs from a flag
     except YamlSyntaxError as err:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import runpy
+import signal
 import sys
 import time
 import traceback
@@ -21,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from smddp_sdk.specs.contract import ERROR_FILE_ENV
+from smddp_sdk.specs.contract import ERROR_FILE_ENV, PARENT_PID_ENV
 
 # Frames of ours to hide from user tracebacks (runpy is "<frozen runpy>" on Python 3.11+).
 _OWN_FILES = {os.path.abspath(__file__), os.path.abspath(runpy.__file__), "<frozen runpy>"}
@@ -31,6 +32,7 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__, file=sys.stderr)
         return 2
+    _die_with_runtime()
     try:
         _run(argv)
     except SystemExit as stop:
@@ -45,6 +47,13 @@ def main(argv: list[str]) -> int:
         _record(code, type(exc).__name__, str(exc), trace)
         return code
     return 0
+
+
+def _die_with_runtime() -> None:
+    """A rank must not outlive its runtime, however the runtime dies (SIGKILL included)."""
+    from smddp_sdk.runtime.procs import die_with_parent
+
+    die_with_parent(signal.SIGKILL, os.environ.get(PARENT_PID_ENV))
 
 
 def _run(argv: list[str]) -> None:

@@ -340,7 +340,7 @@ class Coordinator:
                 self._verdict = {
                     "type": "verdict",
                     "root_cause": cause.to_json(),
-                    "failures": [f.to_json() for f in sorted(failures, key=lambda f: f.timestamp)],
+                    "failures": [f.to_json() for f in sorted(failures, key=lambda f: f.timestamp or float("inf"))  # records without a time last],
                 }
             channels = list(self._channels.values())
             verdict = self._verdict
@@ -367,8 +367,11 @@ class CoordinatorClient:
         log: Log,
         on_stop: Callable[[RankFailure], None],
         connect_timeout: float = 600.0,
+        on_lost: Callable[[], None] | None = None,
     ) -> None:
         self.host = host
+        self._on_lost = on_lost
+        self._final_sent = False
         self._target = (address, port)
         self._token = token
         self._log = log
@@ -390,6 +393,7 @@ class CoordinatorClient:
         self._send({"type": "failure", "failure": failure.to_json()})
 
     def report_final(self, status: str, failures: Sequence[RankFailure]) -> None:
+        self._final_sent = True  # from now on the coordinator may close first: that is no loss
         self._send({"type": "final", "status": status, "failures": [f.to_json() for f in failures]})
 
     def wait_verdict(self, timeout: float) -> tuple[RankFailure, list[RankFailure]] | None:
@@ -435,6 +439,8 @@ class CoordinatorClient:
         if not closing and not self.verdict_event.is_set():
             self._log(f"lost contact with the coordinator at {self._target[0]}:{self._target[1]}")
             self.gave_up.set()
+            if self._on_lost is not None and not self._final_sent:
+                self._on_lost()  # the coordinating host's runtime is gone: this host must not train headless
 
     def _connect(self) -> _Channel | None:
         deadline = time.monotonic() + self._connect_timeout

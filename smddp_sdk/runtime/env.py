@@ -7,10 +7,12 @@ they are, None as "", anything else as sorted-key compact JSON.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from smddp_sdk.runtime.plan import RankPlan, RankSlot
+from smddp_sdk.runtime.plan import LaunchShape, RankPlan, RankSlot
 from smddp_sdk.runtime.training_env import TrainingEnv
 from smddp_sdk.specs import contract
 
@@ -30,21 +32,22 @@ def encode_env_value(value: Any) -> str:
 
 
 def hyperparameter_argv(hyperparameters: Mapping[str, Any]) -> list[str]:
-    """The toolkit's argv rendering: sorted keys, ``-k`` for one-letter keys, ``a=1,b=c`` for dicts, str() otherwise."""
+    """The toolkit's argv rendering: sorted keys, ``-k`` for one-letter keys, ``a=1,b=c`` (sorted) for dicts, str() otherwise."""
     argv: list[str] = []
     for key in sorted(hyperparameters):
         value = hyperparameters[key]
         argv.append(f"-{key}" if len(key) == 1 else f"--{key}")
         if isinstance(value, dict):
-            argv.append(",".join(f"{k}={v}" for k, v in value.items()))
+            argv.append(",".join(f"{k}={v}" for k, v in sorted(value.items())))
         else:
             argv.append(str(value))
     return argv
 
 
 def training_env_dict(env: TrainingEnv, plan: RankPlan) -> dict[str, Any]:
-    """The toolkit's ``SM_TRAINING_ENV`` document (the keys it has, with our host order for the master)."""
-    opt_ml = env.opt_ml
+    """The toolkit's ``SM_TRAINING_ENV`` document (the keys it has, with our host order for the master).
+    Paths are where the ranks see them (/opt/ml when the runtime bound the host's tree there)."""
+    opt_ml = env.rank_opt_ml
     return {
         "additional_framework_parameters": dict(env.framework_params),
         "channel_input_dirs": {name: str(opt_ml.channel_dir(name)) for name in env.channels},
@@ -62,7 +65,7 @@ def training_env_dict(env: TrainingEnv, plan: RankPlan) -> dict[str, Any]:
         "input_dir": str(opt_ml.input_dir),
         "instance_groups": [group.name for group in env.instance_groups],
         "instance_groups_dict": {group.name: group.as_dict() for group in env.instance_groups},
-        "is_hetero": env.is_hetero,
+        "is_hetero": len(env.instance_groups) > 1,  # the toolkit's rule (groups, not instance types)
         "is_master": env.is_master,
         "is_modelparallel_enabled": env.is_modelparallel_enabled,
         "is_smddpmprun_installed": env.is_smddpmprun_installed,
@@ -81,13 +84,13 @@ def training_env_dict(env: TrainingEnv, plan: RankPlan) -> dict[str, Any]:
         "output_dir": str(opt_ml.output_dir),
         "output_intermediate_dir": str(opt_ml.intermediate_dir),
         "resource_config": dict(env.resource_config),
-        "topology": env.topology,
+        "topology": env.topology if env.topology is not None else [],
         "user_entry_point": env.user_entry_point,
     }
 
 
 def sm_env(env: TrainingEnv, plan: RankPlan) -> dict[str, str]:
-    """Every ``SM_*`` variable the toolkit exports to the user process, plus the host-rank extras."""
+    """Every ``SM_*`` variable the toolkit exports to the user process (its ``to_env_vars()``), and no other."""
     training = training_env_dict(env, plan)
     table: dict[str, Any] = {
         key: training[key]
@@ -108,14 +111,10 @@ def sm_env(env: TrainingEnv, plan: RankPlan) -> dict[str, str]:
         table[f"channel_{name}"] = path
     for name, value in env.hyperparameters.items():
         table[f"hp_{name}"] = value
-    if env.topology is not None:
+    if env.topology:  # the toolkit exports it only when the platform gave one
         table["topology"] = env.topology
-    # Beyond the toolkit: the job's host order made explicit, so scripts need not re-derive it.
-    if not plan.standalone:
-        table["host_count"] = len(plan.hosts)
-        table["current_host_rank"] = plan.node_rank
-    table["master_addr"] = env.address_of(env.master_hostname)
-    table["master_port"] = env.ports.master
+    # Nothing beyond the toolkit's names: a script that leaned on an extra SM_* variable here would
+    # fail on SageMaker.
     return {f"SM_{key.upper()}": encode_env_value(value) for key, value in table.items()}
 
 
@@ -148,6 +147,25 @@ def rank_env(env: TrainingEnv, plan: RankPlan, slot: RankSlot) -> dict[str, str]
     return {key: str(value) for key, value in values.items()}
 
 
+def torchelastic_env(env: TrainingEnv, plan: RankPlan, slot: RankSlot, error_file: str) -> dict[str, str]:
+    """What torchrun's agent gives each worker, for the torch_distributed launcher (SageMaker runs torchrun).
+
+    ``dist.is_torchelastic_launched()`` is True, and torch's ``@record`` writes its error file where the
+    runtime looks for a failed rank's cause. No agent store: the ranks rendezvous through MASTER_ADDR/PORT.
+    """
+    if plan.standalone or plan.shape is not LaunchShape.TORCH_DISTRIBUTED:
+        return {}
+    return {
+        "TORCHELASTIC_RUN_ID": env.job_name or "none",  # torchrun's default rdzv id is "none"
+        "TORCHELASTIC_RESTART_COUNT": "0",
+        "TORCHELASTIC_MAX_RESTARTS": "0",  # the runtime never restarts ranks (SageMaker retries whole jobs)
+        "TORCHELASTIC_ERROR_FILE": str(contract.torchelastic_error_file(Path(error_file))),
+        "ROLE_NAME": "default",
+        "ROLE_RANK": str(slot.rank),
+        "ROLE_WORLD_SIZE": str(plan.world_size),
+    }
+
+
 def process_env(
     base: Mapping[str, str],
     env: TrainingEnv,
@@ -158,11 +176,19 @@ def process_env(
     error_file: str,
 ) -> dict[str, str]:
     """The complete environment of one rank: inherited variables, SM_*, rank variables, PYTHONPATH."""
-    merged = {key: value for key, value in base.items() if key != contract.ERROR_FILE_ENV}
+    # Inherited launcher state would mislead the ranks (a shell inside torchrun, a runtime's own tree path).
+    merged = {key: value for key, value in base.items() if key != contract.ERROR_FILE_ENV and not key.startswith("TORCHELASTIC_")}
+    if env.visible_base is not None:  # the script sees its tree at /opt/ml, as on SageMaker (no base dir set)
+        merged.pop(contract.BASE_DIR_ENV, None)
     merged.update(sm_env(env, plan))
     merged.update(rank_env(env, plan, slot))
+    merged.update(torchelastic_env(env, plan, slot, error_file))
+    if "TORCHELASTIC_RUN_ID" in merged:
+        merged.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # torchrun's default for its workers
     merged["PYTHONPATH"] = ":".join(python_path)
     merged[contract.ERROR_FILE_ENV] = error_file
+    merged[contract.PARENT_PID_ENV] = str(os.getpid())  # the rank's bootstrap dies with this runtime
+    merged.pop(contract.LIFELINE_ENV, None)  # the runtime's to watch, not the ranks'
     merged.setdefault("PYTHONUNBUFFERED", "1")  # logs reach the console as they are written
     merged.setdefault("GLIBC_TUNABLES", MALLOC_KEEPS_MEMORY)
     if plan.local_world_size > 1 and "OMP_NUM_THREADS" not in base:

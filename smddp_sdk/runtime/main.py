@@ -6,8 +6,10 @@ fails; 128 + N when the runtime itself is stopped by signal N (SIGTERM: 143, SIG
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
+import shutil
 import signal
 import socket
 import sys
@@ -19,19 +21,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 
-from smddp_sdk.errors import EXIT_JOB_FAILED, ContractError, JobFailedError, SmddpError, UnavailableError
+from smddp_sdk.errors import EXIT_JOB_FAILED, ContractError, SmddpError, UnavailableError
 from smddp_sdk.runtime import env as rank_env
+from smddp_sdk.runtime import optml_mount
 from smddp_sdk.runtime import plan as planning
 from smddp_sdk.runtime import store as rendezvous_store
 from smddp_sdk.runtime import usercode
 from smddp_sdk.runtime.coordination import Coordinator, CoordinatorClient
 from smddp_sdk.runtime.failures import RankFailure, console_summary, failure_reason, rank_failure, root_cause
 from smddp_sdk.runtime.logs import Console
-from smddp_sdk.runtime.procs import RankProcess, reap_groups, spawn_rank, stop_ranks
+from smddp_sdk.runtime.procs import RankProcess, die_with_parent, reap_groups, spawn_rank, stop_ranks
 from smddp_sdk.runtime.pythonpath import rank_python_path
 from smddp_sdk.runtime.training_env import TrainingEnv, number_env, read_training_env
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.contract import OptMl
+from smddp_sdk.specs.failure import SOURCE_EARLY_EXIT, SOURCE_RUNTIME, SOURCE_STOPPED, FailureRecord
 
 DEFAULT_STOP_GRACE = 5.0
 DEFAULT_AGENT_TIMEOUT = 600.0  # hosts may start minutes apart (image pulls)
@@ -40,10 +44,21 @@ POLL_INTERVAL = 0.1
 
 def main(environ: Mapping[str, str] | None = None) -> int:
     environ = dict(os.environ if environ is None else environ)
+    # Under a host supervisor (local mode): stop, as on SIGTERM, when it dies.
+    die_with_parent(signal.SIGTERM, environ.get(contract.PARENT_PID_ENV))
     console = Console()
     opt_ml = OptMl.from_env(environ)
+    bound = None
+    if optml_mount.wanted(environ):  # first: a user namespace cannot be entered once threads run
+        try:
+            bound = optml_mount.bind_host_tree(opt_ml.base)
+        except optml_mount.OptMlUnavailable as exc:
+            return _fail_before_start(opt_ml, console, exc)
     try:
         env = read_training_env(environ)
+        if bound:
+            env = dataclasses.replace(env, visible_base=optml_mount.OPT_ML)
+            console.say(f"[{env.current_host}/runtime]: ", f"this host's tree {opt_ml.base} is its /opt/ml (private mount namespace, {bound})")
         grace = number_env(environ, contract.STOP_GRACE_ENV, DEFAULT_STOP_GRACE, float)
         agent_timeout = number_env(environ, contract.AGENT_TIMEOUT_ENV, DEFAULT_AGENT_TIMEOUT, float)
     except ContractError as exc:
@@ -80,7 +95,11 @@ class NodeRuntime:
         self.coordinator: Coordinator | None = None
         self.client: CoordinatorClient | None = None
         self.procs: list[RankProcess] = []
+        self.interpreter = usercode.Interpreter()
         self._signal_record: RankFailure | None = None
+        self.early_exits: list[FailureRecord] = []  # ranks that ended with 0 while others ran
+        self.supervisor_gone = False
+        self.supervised = bool(environ.get(contract.LIFELINE_ENV))
         self.store: rendezvous_store.RendezvousStore | None = None
         self.rank_environ: Mapping[str, str] = environ
 
@@ -91,15 +110,20 @@ class NodeRuntime:
 
     def run(self) -> int:
         self._install_signal_handlers()
+        self._watch_lifeline()
         try:
             self._join_job()  # first, so that even a planning error reaches the other hosts
             plan = self._plan()
         except SmddpError as exc:
             return self._finish_setup_failure(exc)
-        with tempfile.TemporaryDirectory(prefix="smddp-runtime-") as scratch:
+        scratch_root = self.environ.get(contract.SCRATCH_ENV) or None
+        if scratch_root:
+            Path(scratch_root).mkdir(parents=True, exist_ok=True)
+        _sweep_stale_scratch()
+        with tempfile.TemporaryDirectory(prefix=f"{_SCRATCH_PREFIX}{os.getpid()}-", dir=scratch_root) as scratch:
             try:
                 command = self._prepare_code()
-                python_path = rank_python_path(self.env.opt_ml.code_dir, self.environ, scratch=Path(scratch))
+                python_path = rank_python_path(self.env.rank_opt_ml.code_dir, self.environ, scratch=Path(scratch))
                 if self.signalled is None and self.remote_stop is None:
                     self._serve_store(Path(scratch))
                     self._start_ranks(plan, command, python_path)
@@ -111,7 +135,10 @@ class NodeRuntime:
                 reap_groups(self.procs)  # even if the runtime itself breaks, no rank outlives it
                 if self.store is not None:
                     self.store.stop()
-            return self._finish(local_failures)
+            code = self._finish(local_failures)
+        if scratch_root:
+            _remove_if_empty(Path(scratch_root))  # shared by the job's runtimes: the last one out removes it
+        return code
 
     def _serve_store(self, scratch: Path) -> None:
         """In local mode the master host serves the rendezvous store on its own address (runtime/store.py)."""
@@ -128,7 +155,7 @@ class NodeRuntime:
         env = self.env
         in_group = env.current_host in env.distribution_hosts
         shape = planning.launch_shape(env.framework_params, in_group)
-        per_host = planning.processes_per_host(shape, env.framework_params, env.num_gpus, env.num_neurons)
+        per_host = planning.processes_per_host(shape, env.framework_params, env.gpus_for_planning, env.num_neurons)
         plan = planning.plan_ranks(
             env.ordered_hosts, env.current_host, shape, per_host, planning.total_processes(shape, env.framework_params)
         )
@@ -136,7 +163,8 @@ class NodeRuntime:
             f"job {env.job_name or '-'}: launch shape {plan.shape.value}, hosts {list(plan.hosts)}, "
             f"{plan.processes_per_host} processes per host, world size {plan.world_size}, "
             f"this host node rank {plan.node_rank}, ranks {[s.rank for s in plan.local_slots]}, "
-            f"master {env.address_of(env.master_hostname)}:{env.ports.master}, GPUs {env.num_gpus}"
+            f"master {env.address_of(env.master_hostname)}:{env.ports.master}, SM_NUM_GPUS {env.num_gpus}"
+            + (f" (this machine has no GPU; ranks planned for {env.planned_gpus})" if env.planned_gpus is not None else "")
         )
         return plan
 
@@ -160,6 +188,7 @@ class NodeRuntime:
         self.client = CoordinatorClient(
             env.current_host, env.address_of(env.master_hostname), env.ports.agent, env.job_token,
             log=self.say, on_stop=self._on_remote_stop, connect_timeout=self.agent_timeout,
+            on_lost=None if env.is_master else self._on_lost_coordinator,
         )
         self.client.start()
 
@@ -169,9 +198,14 @@ class NodeRuntime:
             self.say(f"code from {env.submit_directory} unpacked into {code_dir}")
         kind = usercode.entry_point_kind(env.user_entry_point, code_dir)
         usercode.check_entry_point(env.user_entry_point, code_dir, kind)
-        usercode.install(code_dir, kind, lambda line: self.console.say(f"[{env.current_host}/setup]: ", line))
+        cache = self.environ.get(contract.ENV_CACHE_ENV, "").strip()
+        self.interpreter = usercode.install(
+            code_dir, kind, lambda line: self.console.say(f"[{env.current_host}/setup]: ", line),
+            cache=Path(cache) if cache else None, job_key=env.submit_directory or env.job_name or "",
+        )
         args = rank_env.hyperparameter_argv(env.hyperparameters)
-        return usercode.user_command(env.user_entry_point, kind, code_dir, args)
+        # The ranks start where SageMaker starts them: in /opt/ml/code when this host's tree is bound there.
+        return usercode.user_command(env.user_entry_point, kind, env.rank_opt_ml.code_dir, args, self.interpreter.python)
 
     def _start_ranks(self, plan: planning.RankPlan, command: usercode.UserCommand, python_path: list[str]) -> None:
         opt_ml = self.env.opt_ml
@@ -180,6 +214,7 @@ class NodeRuntime:
             process_env = rank_env.process_env(
                 self.rank_environ, self.env, plan, slot, python_path=python_path, error_file=str(error_file)
             )
+            self.interpreter.apply(process_env)
             self.procs.append(
                 spawn_rank(slot, command.argv, process_env, command.cwd, opt_ml.rank_log_file(slot.rank), error_file, self.console)
             )
@@ -205,7 +240,15 @@ class NodeRuntime:
     def _collect_exits(self) -> list[RankFailure]:
         failures = []
         for proc in self.procs:
-            if proc.poll() and proc.returncode != 0 and not proc.stopped:
+            if not proc.poll() or proc.stopped:
+                continue
+            if proc.returncode == 0:
+                slot = proc.slot
+                self.early_exits.append(FailureRecord(
+                    slot.host, slot.rank, 0, "", timestamp=proc.exited_at, source=SOURCE_EARLY_EXIT,
+                    local_rank=slot.local_rank, pid=proc.popen.pid,
+                ))
+            else:
                 slot = proc.slot
                 failures.append(
                     rank_failure(
@@ -239,18 +282,33 @@ class NodeRuntime:
         if self.signalled and not local_failures:
             local_failures = [self._signal_failure()]
         status = "failed" if local_failures else ("stopped" if self.remote_stop else "ok")
-        verdict = self._settle(status, local_failures)
+        # Without a supervisor there is nobody left to settle with: stop at once (the 10 s budget).
+        verdict = None if self.supervisor_gone else self._settle(status, local_failures)
         if status == "ok":
             contract.write_success(self.env.opt_ml)
             self.say("all ranks on this host finished successfully")
             return 0
         cause, others = verdict or (root_cause(local_failures) or self.remote_stop, local_failures)
         assert cause is not None
+        self._write_records([*local_failures, cause, *others])
         contract.write_failure(self.env.opt_ml, failure_reason(cause, others))
-        self.console.say(self.prefix, console_summary(cause, others))
+        if self.supervised:  # the supervisor prints the job's summary, once, for every host
+            self.say(f"this host failed; root cause: {cause.headline}")
+        else:
+            self.console.say(self.prefix, console_summary(cause, others))
         if self.signalled and cause.rank is None and cause.host == self.env.current_host:
             return 128 + int(self.signalled)
-        return JobFailedError(cause.headline, cause.exit_code).exit_code
+        return _job_exit_code(cause.exit_code)
+
+    def _write_records(self, records: list[FailureRecord]) -> None:
+        """output/failures.json: every record this host knows, for the supervisor's root-cause rule."""
+        unique: dict[tuple[object, ...], FailureRecord] = {}
+        for record in [*records, *self.early_exits, *([self.remote_stop] if self.remote_stop else [])]:
+            unique.setdefault((record.host, record.rank, record.error_type, record.message, record.source), record)
+        try:
+            contract.write_failure_records(self.env.opt_ml, [record.to_json() for record in unique.values()])
+        except OSError as exc:
+            self.say(f"could not write {self.env.opt_ml.failures_file}: {exc}")
 
     def _settle(self, status: str, failures: list[RankFailure]) -> tuple[RankFailure, list[RankFailure]] | None:
         """Report this host's result; when the job failed, learn the job-wide root cause."""
@@ -285,8 +343,9 @@ class NodeRuntime:
         code = exc.exit_code
         failure = RankFailure(
             host=self.env.current_host, rank=None, exit_code=code, error_type=type(exc).__name__,
-            message=str(exc), timestamp=time.time(),
+            message=str(exc), timestamp=time.time(), source=SOURCE_RUNTIME,
         )
+        self._write_records([failure])
         self.say(f"error: {exc}")
         if self.client:
             self.client.report_failure(failure)
@@ -312,6 +371,49 @@ class NodeRuntime:
             self.signalled = signal.Signals(signum)
         self.wake.set()
 
+    def _watch_lifeline(self) -> None:
+        """Under a host supervisor: read its FIFO until end-of-file, which means it died."""
+        path = self.environ.get(contract.LIFELINE_ENV)
+        if not path:
+            return
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # never blocks, writer or not
+        except OSError as exc:
+            self.say(f"cannot open the supervisor's lifeline {path} ({exc.strerror}); stopping")
+            self._on_supervisor_gone()
+            return
+        os.set_blocking(fd, True)  # a blocking read returns b"" once no writer is left
+        threading.Thread(target=self._read_lifeline, args=(fd,), name="lifeline", daemon=True).start()
+
+    def _read_lifeline(self, fd: int) -> None:
+        while True:
+            try:
+                if not os.read(fd, 64):
+                    break
+            except InterruptedError:
+                continue
+            except OSError:
+                break
+        os.close(fd)
+        self._on_supervisor_gone()
+
+    def _on_supervisor_gone(self) -> None:
+        self.supervisor_gone = True
+        if self.remote_stop is None:
+            self.remote_stop = FailureRecord(
+                self.env.current_host, None, 1, "the job's supervisor is gone; this host stopped its ranks",
+                timestamp=time.time(), error_type="SupervisorGone", source=SOURCE_STOPPED,
+            )
+        self.wake.set()
+
+    def _on_lost_coordinator(self) -> None:
+        """The coordinating host's runtime vanished: stop now rather than train headless, and say whose."""
+        master = self.env.master_hostname
+        self._on_remote_stop(FailureRecord(
+            master, None, 1, f"the runtime on {master}, which coordinates the job, disconnected (seen from {self.env.current_host})",
+            timestamp=time.time(), error_type="LostPeer", source=SOURCE_RUNTIME,
+        ))
+
     def _on_remote_stop(self, failure: RankFailure) -> None:
         if self.remote_stop is None:
             self.remote_stop = failure
@@ -325,6 +427,48 @@ class NodeRuntime:
                 message=f"the runtime received {self.signalled.name} and stopped its ranks", timestamp=time.time(),
             )
         return self._signal_record
+
+
+def _job_exit_code(code: int) -> int:
+    """The root-cause rank's code as the runtime's own (SageMaker's contract); 1 for signals and odd codes."""
+    return code if 0 < code < 126 else EXIT_JOB_FAILED
+
+
+_SCRATCH_PREFIX = "smddp-runtime-"
+
+
+def _sweep_stale_scratch() -> None:
+    """Remove scratch directories of runtimes that were killed before they could (SIGKILL, OOM)."""
+    root = Path(tempfile.gettempdir())
+    try:
+        entries = list(root.glob(f"{_SCRATCH_PREFIX}*-*"))
+    except OSError:
+        return
+    for entry in entries:
+        pid = entry.name[len(_SCRATCH_PREFIX):].split("-", 1)[0]
+        try:
+            if not pid.isdigit() or entry.stat().st_uid != os.getuid() or _alive(int(pid)):
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+
+
+def _remove_if_empty(path: Path) -> None:
+    try:
+        path.rmdir()
+    except OSError:
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _settled_tail(proc: RankProcess) -> str:

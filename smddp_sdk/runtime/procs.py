@@ -18,6 +18,7 @@ from typing import Any
 
 from smddp_sdk.runtime.logs import Console, LogPump, rank_prefix
 from smddp_sdk.runtime.plan import RankSlot
+from smddp_sdk.specs.contract import torchelastic_error_file
 
 
 @dataclass
@@ -58,6 +59,8 @@ def spawn_rank(
     console: Console,
 ) -> RankProcess:
     error_file.unlink(missing_ok=True)  # a stale record from an earlier run must not be mistaken for this one
+    torchelastic_error_file(error_file).unlink(missing_ok=True)
+    error_file.parent.mkdir(parents=True, exist_ok=True)  # torch's @record writes without creating it
     popen = subprocess.Popen(
         list(argv),
         cwd=cwd,
@@ -92,6 +95,7 @@ def stop_ranks(procs: Sequence[RankProcess], grace: float, sig: signal.Signals =
     for proc in alive:
         proc.stopped = True
     signal_groups(alive, sig)
+    signal_groups(alive, signal.SIGCONT)  # a frozen rank (SIGSTOP, a debugger) must get it now, not at SIGKILL
     deadline = time.monotonic() + grace
     while any(p.running for p in alive) and time.monotonic() < deadline:
         for proc in alive:
@@ -126,3 +130,28 @@ def reap_orphans() -> None:
             return
         if pid == 0:
             return
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int, expected_parent: str | None) -> bool:
+    """Ask Linux to send us ``sig`` when our parent dies (PR_SET_PDEATHSIG), if our parent is the
+    process ``expected_parent`` names -- so that nothing outlives the process that started it.
+
+    The parent may have died before the call; the pid check afterwards closes that gap. Elsewhere
+    (macOS, no libc) this does nothing and the lifeline and session sweeps still apply.
+    """
+    if not expected_parent or not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    if str(os.getppid()) != expected_parent:  # it died before the request took effect
+        os.kill(os.getpid(), sig)
+    return True

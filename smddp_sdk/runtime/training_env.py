@@ -15,6 +15,7 @@ import shutil
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 from smddp_sdk.errors import ContractError
@@ -88,7 +89,20 @@ class TrainingEnv:
     job_token: str = ""
     is_smddprun_installed: bool = False
     is_smddpmprun_installed: bool = False
-    is_modelparallel_enabled: bool = False
+    is_modelparallel_enabled: bool | str | None = None  # the toolkit's ``mp and mp != "{}"``, value for value
+    # Where the rank processes see this host's tree: /opt/ml when the runtime bound it there (local mode),
+    # else None (the tree is where SAGEMAKER_BASE_DIR says, /opt/ml itself in a container).
+    visible_base: Path | None = None
+    planned_gpus: int | None = None  # GPUs to plan ranks for when they differ from what SM_NUM_GPUS reports
+
+    @property
+    def rank_opt_ml(self) -> OptMl:
+        """The /opt/ml paths as the user's script sees them (SM_MODEL_DIR, SM_CHANNEL_*, its cwd)."""
+        return OptMl(self.visible_base) if self.visible_base is not None else self.opt_ml
+
+    @property
+    def gpus_for_planning(self) -> int:
+        return self.num_gpus if self.planned_gpus is None else self.planned_gpus
 
     @property
     def channels(self) -> tuple[str, ...]:
@@ -166,6 +180,7 @@ def read_training_env(environ: Mapping[str, str] | None = None) -> TrainingEnv:
     user_hps, framework = contract.split_hyperparameters(decoded)
     topology = _read_topology(opt_ml, resource)
     entry_point = _entry_point(opt_ml, decoded, environ)
+    num_gpus, planned_gpus = _gpu_counts(environ)
     return TrainingEnv(
         opt_ml=opt_ml,
         **topology,
@@ -177,7 +192,8 @@ def read_training_env(environ: Mapping[str, str] | None = None) -> TrainingEnv:
         submit_directory=_optional_str(opt_ml, decoded, "sagemaker_submit_directory"),
         job_name=environ.get("TRAINING_JOB_NAME") or _optional_str(opt_ml, decoded, "sagemaker_job_name"),
         log_level=_log_level(opt_ml, decoded),
-        num_gpus=_num_gpus(environ),
+        num_gpus=num_gpus,
+        planned_gpus=planned_gpus,
         num_cpus=os.cpu_count() or 1,
         framework_module=environ.get("SAGEMAKER_TRAINING_MODULE", ""),
         host_addresses=_host_addresses(environ, topology["hosts"]),
@@ -189,8 +205,13 @@ def read_training_env(environ: Mapping[str, str] | None = None) -> TrainingEnv:
         job_token=environ.get(contract.JOB_TOKEN_ENV) or _derived_token(opt_ml, topology["hosts"], environ),
         is_smddprun_installed=shutil.which("smddprun") is not None,
         is_smddpmprun_installed=shutil.which("smddpmprun") is not None,
-        is_modelparallel_enabled=bool(environ.get("SM_HP_MP_PARAMETERS")),
+        is_modelparallel_enabled=_modelparallel_enabled(environ.get("SM_HP_MP_PARAMETERS")),
     )
+
+
+def _modelparallel_enabled(mp_parameters: str | None) -> bool | str | None:
+    """The toolkit's expression, kept as it is so SM_TRAINING_ENV matches it (null when unset)."""
+    return mp_parameters and mp_parameters != "{}"
 
 
 def validate_entry_point(name: str) -> str | None:
@@ -290,10 +311,20 @@ def _require_object(path: Any, value: Any) -> None:
 # --- environment knobs ------------------------------------------------------------------------------
 
 
-def _num_gpus(environ: Mapping[str, str]) -> int:
-    if environ.get(contract.NUM_GPUS_ENV, "").strip():
-        return _int_env(environ, contract.NUM_GPUS_ENV, 0)
-    return probe_gpu_count()
+def _gpu_counts(environ: Mapping[str, str]) -> tuple[int, int | None]:
+    """(SM_NUM_GPUS, GPUs to plan ranks for, None when the same).
+
+    Without SMDDP_NUM_GPUS both are this machine's GPUs. With it (a simulated instance type), ranks are
+    planned for that many GPUs, and SM_NUM_GPUS reports it only where this machine has GPUs at all: on a
+    CPU-only machine it is 0, so scripts that pick their device from it (``use_cuda = num_gpus > 0``) take
+    their CPU path instead of failing in ``torch.cuda``.
+    """
+    if not environ.get(contract.NUM_GPUS_ENV, "").strip():
+        found = probe_gpu_count()
+        return found, None
+    simulated = _int_env(environ, contract.NUM_GPUS_ENV, 0)
+    reported = simulated if simulated and probe_gpu_count() > 0 else 0
+    return reported, (simulated if simulated != reported else None)
 
 
 def probe_gpu_count() -> int:

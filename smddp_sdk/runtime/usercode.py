@@ -8,13 +8,16 @@ refused before anything is written.
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -129,13 +132,15 @@ def check_entry_point(entry_point: str, code_dir: Path, kind: EntryPointKind) ->
     )
 
 
-def user_command(entry_point: str, kind: EntryPointKind, code_dir: Path, args: Sequence[str]) -> UserCommand:
+def user_command(
+    entry_point: str, kind: EntryPointKind, code_dir: Path, args: Sequence[str], python: str = sys.executable
+) -> UserCommand:
     """The argv of one rank. Python runs through the bootstrap; nothing goes through a shell."""
     if kind is EntryPointKind.PYTHON_PROGRAM:
-        argv = [sys.executable, "-m", BOOTSTRAP_MODULE, entry_point, *args]
+        argv = [python, "-m", BOOTSTRAP_MODULE, entry_point, *args]
     elif kind is EntryPointKind.PYTHON_PACKAGE:
         module = entry_point[: -len(".py")] if entry_point.endswith(".py") else entry_point
-        argv = [sys.executable, "-m", BOOTSTRAP_MODULE, "--module", module.replace("/", "."), *args]
+        argv = [python, "-m", BOOTSTRAP_MODULE, "--module", module.replace("/", "."), *args]
     else:
         script = code_dir / entry_point
         script.chmod(script.stat().st_mode | 0o111)
@@ -148,17 +153,97 @@ def user_command(entry_point: str, kind: EntryPointKind, code_dir: Path, args: S
 
 # --- installing -------------------------------------------------------------------------------------
 
+_COMPLETE = ".smddp-complete"  # written last: a virtualenv without it is a broken attempt
 
-def install(code_dir: Path, kind: EntryPointKind, emit: Callable[[str], None]) -> None:
-    """pip-install requirements.txt (and the package itself for a setup.py entry point) into this interpreter."""
+
+@dataclass(frozen=True)
+class Interpreter:
+    """The Python the ranks run: this one, or a virtualenv over its site-packages made for the job."""
+
+    python: str = sys.executable
+    venv: Path | None = None
+
+    def apply(self, environ: dict[str, str]) -> None:
+        """What activating the virtualenv does, for a rank's environment (``python`` in scripts finds it)."""
+        if self.venv is not None:
+            environ["VIRTUAL_ENV"] = str(self.venv)
+            environ["PATH"] = os.pathsep.join(filter(None, [str(self.venv / "bin"), environ.get("PATH")]))
+
+
+def install(
+    code_dir: Path,
+    kind: EntryPointKind,
+    emit: Callable[[str], None],
+    *,
+    cache: Path | None = None,
+    job_key: str = "",
+) -> Interpreter:
+    """pip-install requirements.txt (and the package itself for a setup.py entry point).
+
+    Without ``cache`` (a container, as on SageMaker) into this interpreter. With it (local mode) into a
+    virtualenv under ``cache`` over this interpreter's site-packages, named by a hash of what is installed:
+    the first host of a job builds it under a file lock, the others (and later jobs with the same
+    requirements) reuse it, and the user's own interpreter is never changed.
+    """
     targets: list[str] = []
     if kind is EntryPointKind.PYTHON_PACKAGE:
         targets.append(".")
     if (code_dir / "requirements.txt").is_file():
         targets += ["-r", "requirements.txt"]
     if not targets:
-        return
-    command = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", *targets]
+        return Interpreter()
+    if cache is None:
+        _pip(code_dir, kind, [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", *targets], emit)
+        return Interpreter()
+    venv = cache / _environment_key(code_dir, kind, job_key)
+    with _locked(cache / f"{venv.name}.lock"):
+        if (venv / _COMPLETE).is_file():
+            emit(f"requirements already installed in {venv} (shared by the job's hosts and by jobs with the same file)")
+            return Interpreter(str(venv / "bin" / "python"), venv)
+        shutil.rmtree(venv, ignore_errors=True)  # a half-built one from an interrupted job
+        emit(f"creating {venv} (a virtualenv over this Python's packages, for requirements.txt)")
+        _run_quietly([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)])
+        python = str(venv / "bin" / "python")
+        command = [sys.executable, "-m", "pip", "--python", python, "install", "--disable-pip-version-check", *targets]
+        try:
+            _pip(code_dir, kind, command, emit)
+        except InstallError:
+            shutil.rmtree(venv, ignore_errors=True)
+            raise
+        (venv / _COMPLETE).touch()
+    return Interpreter(python, venv)
+
+
+def _environment_key(code_dir: Path, kind: EntryPointKind, job_key: str) -> str:
+    """Same requirements, same interpreter: same virtualenv. A setup.py package is the job's own code."""
+    digest = hashlib.sha256()
+    digest.update(os.path.realpath(sys.executable).encode())
+    digest.update(sys.version.encode())
+    requirements = code_dir / "requirements.txt"
+    digest.update(requirements.read_bytes() if requirements.is_file() else b"")
+    if kind is EntryPointKind.PYTHON_PACKAGE:
+        digest.update(f"package of job {job_key}".encode())
+    return "req-" + digest.hexdigest()[:16]
+
+
+@contextmanager
+def _locked(lock_file: Path) -> Iterator[None]:
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_file, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # the other hosts of the job wait here, then reuse the result
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _run_quietly(command: list[str]) -> None:
+    done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False)
+    if done.returncode != 0:
+        raise InstallError(f"{' '.join(command)} failed (exit {done.returncode}):\n{done.stdout}{done.stderr}")
+
+
+def _pip(code_dir: Path, kind: EntryPointKind, command: list[str], emit: Callable[[str], None]) -> None:
     emit("running " + " ".join(command))
     process = subprocess.Popen(
         command, cwd=code_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True

@@ -5,8 +5,8 @@ bind-mounted at ``/opt/ml`` in its container), so both hand the runtime the same
 
 - ``input/config/resourceconfig.json``, ``hyperparameters.json``, ``inputdataconfig.json`` through
   ``smddp_sdk.specs.contract``;
-- ``input/data/<channel>`` for every local input channel (a symlink to the user's data, like the bind
-  mount SageMaker local mode uses; the docker scheduler mounts instead);
+- ``input/data/<channel>`` for every input channel, as ``channels`` delivers it (FullyReplicated or
+  ShardedByS3Key; local, ``file://`` or ``s3://``), and the restored checkpoints (``checkpoints``);
 - the job's code, staged once as a snapshot (``stage_code``) and named by ``sagemaker_submit_directory``.
 
 After the job, ``collect_artifacts`` merges every host's ``model`` and ``output/data`` directories into
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from smddp_sdk.schedulers import channels, checkpoints
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.archives import write_archive
 from smddp_sdk.specs.contract import OptMl
@@ -92,32 +93,22 @@ def prepare_host_trees(
 
     ``submit_directory`` is what the runtime reads as ``sagemaker_submit_directory``: a ``file://`` URI
     of a staged code snapshot here, ``/opt/ml/code`` where the code is mounted into a container.
-    With ``link_inputs=False`` the caller provides ``input/data/<channel>`` itself (e.g. a bind mount).
+    Input channels are delivered by ``channels.deliver`` (links with ``link_inputs``; otherwise real
+    files, except local data every host sees whole, which the caller mounts: see
+    ``channels.bind_mount_source``), and ``checkpoint_s3_uri`` is restored into every host.
     """
     trees = []
     for host in hosts:
         tree = HostTree(host, OptMl(job_dir / host))
         files = config_files(spec, job_name=job_name, hosts=hosts, current_host=host, submit_directory=submit_directory, region=region)
         contract.write_config_files(tree.opt_ml, **files)
-        if link_inputs:
-            link_channels(tree.opt_ml, spec.inputs)
         trees.append(tree)
+    # Channels (sharded, downloaded from S3) and checkpoints restored before any host starts, as SageMaker does.
+    opt_mls = [tree.opt_ml for tree in trees]
+    channels.deliver(spec.inputs, opt_mls, job_dir / "inputs", style="symlink" if link_inputs else "copy", skip_mountable=not link_inputs)
+    if sync := checkpoints.for_job(spec.checkpoint_s3_uri, spec.checkpoint_local_path, [o.base for o in opt_mls]):
+        sync.restore()
     return trees
-
-
-def link_channels(opt_ml: OptMl, inputs: Mapping[str, TrainingInput]) -> None:
-    """Make each local channel visible at ``input/data/<channel>`` without copying the data."""
-    for name, channel in inputs.items():
-        source = channel.local_path
-        if source is None:
-            continue  # S3 channels are the SageMaker scheduler's business; validate() keeps them out of here
-        target = opt_ml.channel_dir(name)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if source.is_dir():
-            target.symlink_to(source.resolve(), target_is_directory=True)
-        else:  # a single file becomes the only file of its channel, as a one-object S3 prefix would
-            target.mkdir(parents=True, exist_ok=True)
-            (target / source.name).symlink_to(source.resolve())
 
 
 def stage_code(spec: JobSpec, dest: Path) -> Path:

@@ -1,11 +1,10 @@
 """The local scheduler: N simulated hosts as process trees on this machine, no Docker and no AWS.
 
+This module is the plan: ``dryrun`` computes every host's command, environment and config files, and
 ``schedule`` writes the job directory (see ``local_job``): a code snapshot and one ``/opt/ml`` tree per
-host with the config files SageMaker writes (``host_trees``). It then starts a small detached supervisor
-(``python -m smddp_sdk.schedulers.local_supervisor <job_dir>``) that picks free ports, starts the runtime
-once per host (``python -m smddp_sdk.runtime``, never imported), interleaves their output into
-``console.log``, stops everything on cancel, and collects ``model.tar.gz`` / ``output.tar.gz``. Because all
-state is on disk, ``status``, ``logs`` and ``cancel`` work from any process, later.
+host (``host_trees``). The run itself belongs to the one host-tree lifecycle (``hosts``): the detached
+supervisor starts the runtime once per host through the process backend (``python -m
+smddp_sdk.runtime``, never imported), and ``status``, ``logs`` and ``cancel`` come from ``hosts.jobs``.
 
 Options (``scheduler_options`` / ``get_scheduler("local", **options)``):
 
@@ -21,41 +20,30 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
-import subprocess
 import sys
-import time
-from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-import smddp_sdk
 from smddp_sdk.errors import SpecError, SpecIssue, did_you_mean
-from smddp_sdk.schedulers.base import DryRun, Scheduler
+from smddp_sdk.schedulers import fidelity
+from smddp_sdk.schedulers.base import DryRun
 from smddp_sdk.schedulers.host_trees import config_files, host_names, largest_entries, prepare_host_trees, stage_code
-from smddp_sdk.schedulers.local_job import (
-    JobDir,
-    default_job_root,
-    follow_lines,
-    is_supervisor_of,
-    parse_console_line,
-    pid_alive,
-    signal_session,
-)
+from smddp_sdk.schedulers.hosts.jobs import HostTreeScheduler, package_parent
+from smddp_sdk.schedulers.hosts.process_backend import PORT_PLACEHOLDER, TOKEN_PLACEHOLDER
+from smddp_sdk.schedulers.local_job import JobDir, default_job_root
 from smddp_sdk.specs import contract, limits
-from smddp_sdk.specs.job import JobSpec, make_job_name
-from smddp_sdk.specs.status import Failure, HostStatus, JobHandle, JobState, JobStatus, LogLine
+from smddp_sdk.specs.job import JobSpec, TrainingInput, make_job_name
+from smddp_sdk.specs.status import JobHandle
 
 LOOPBACK = "127.0.0.1"
 NUM_GPUS_ENV = contract.NUM_GPUS_ENV  # simulated GPUs per host (the runtime plans that many ranks per host)
 JOB_TOKEN_ENV = contract.JOB_TOKEN_ENV  # shared secret the runtimes of one job prove to each other
-PORT_PLACEHOLDER = "<free port, picked at start>"
-TOKEN_PLACEHOLDER = "<random, made at start>"
+BIND_OPT_ML_ENV = contract.BIND_OPT_ML_ENV  # each host's runtime binds its tree on a private /opt/ml
+ENV_CACHE_ENV = contract.ENV_CACHE_ENV  # requirements.txt virtualenvs, keyed by the file's hash
 _OPTIONS = ("job_root", "processes_per_host", "keep_job_dir", "stop_grace_period")
 
 
-class LocalScheduler(Scheduler):
+class LocalScheduler(HostTreeScheduler):
     """Runs a job as simulated hosts ``algo-1..N`` on this machine, each a runtime process tree."""
 
     name: ClassVar[str] = "local"
@@ -87,16 +75,13 @@ class LocalScheduler(Scheduler):
     # --- planning ---------------------------------------------------------------------------------
 
     def validate(self, spec: JobSpec) -> list[SpecIssue]:
-        """What this machine cannot run: S3 locations, spot/checkpoint sync, model parallelism, a name clash."""
-        return [*self._location_issues(spec), *self._feature_issues(spec)]
+        """What this machine cannot run: S3 code or output, spot, Pipe mode, model parallelism, a name clash."""
+        return [*self._location_issues(spec), *self._feature_issues(spec), *fidelity.issues(spec)]
 
     def _location_issues(self, spec: JobSpec) -> list[SpecIssue]:
         issues = []
         if spec.source_dir and spec.source_dir.startswith("s3://"):
             issues.append(SpecIssue("source_dir", "local mode runs code from this machine, not from S3", "give a local directory"))
-        for name, channel in spec.inputs.items():
-            if channel.is_s3:
-                issues.append(SpecIssue(f"inputs.{name}", f"{channel.s3_data!r} is in S3; local mode reads local paths and file:// URIs", "download the data first, or use scheduler='sagemaker'"))
         if spec.output_path and spec.output_path.startswith("s3://"):
             issues.append(SpecIssue("output_path", "local mode writes artifacts to this machine", "use a local path or file:// URI, or leave it unset"))
         elif problem := _unwritable(Path(_local(spec.output_path)) if spec.output_path else self.job_root):
@@ -111,8 +96,6 @@ class LocalScheduler(Scheduler):
         issues = []
         if spec.use_spot_instances:
             issues.append(SpecIssue("use_spot_instances", "spot training is not supported in local mode", "drop it, or use scheduler='sagemaker'"))
-        if spec.checkpoint_s3_uri:
-            issues.append(SpecIssue("checkpoint_s3_uri", "checkpoint sync to S3 is not supported in local mode", "drop it; checkpoints stay in each host's /opt/ml/checkpoints"))
         if spec.distribution.modelparallel is not None:
             issues.append(SpecIssue("distribution.smdistributed.modelparallel", "the bundled runtime cannot run SageMaker model parallelism (it needs AWS's SMP containers)", "use scheduler='sagemaker' with an AWS image"))
         return issues
@@ -133,13 +116,14 @@ class LocalScheduler(Scheduler):
             "code": {"source": spec.source_dir or spec.entry_point, "dependencies": list(spec.dependencies), "snapshot": str(job_dir.code_dir)},
             "hosts": [self._host_request(spec, job_dir, job_name, hosts, host, submit_directory, num_gpus) for host in hosts],
             "ranks": _rank_summary(spec, len(hosts), num_gpus),
-            "inputs": {name: {"source": str(channel.local_path), "target": f"input/data/{name}"} for name, channel in spec.inputs.items()},
+            "inputs": {name: _input_request(channel, name) for name, channel in spec.inputs.items()},
             "artifacts": {"model_data": str(artifacts / "model.tar.gz"), "output_data": str(artifacts / "output.tar.gz")},
+            "backend": "process",
             "max_run": spec.max_run,
             "stop_grace_period": self.stop_grace_period,
             "keep_job_dir": self.keep_job_dir,
         }
-        return DryRun(self.name, spec, job_name, request, _notes(spec))
+        return DryRun(self.name, spec, job_name, request, (*_notes(spec), *fidelity.notes(spec, self.name, len(hosts))))
 
     def _host_request(self, spec: JobSpec, job_dir: JobDir, job_name: str, hosts: list[str], host: str, submit_directory: str, num_gpus: int | None) -> dict[str, Any]:
         environment = {
@@ -150,11 +134,13 @@ class LocalScheduler(Scheduler):
             contract.SERVER_PORT_ENV: PORT_PLACEHOLDER,
             contract.AGENT_PORT_ENV: PORT_PLACEHOLDER,
             JOB_TOKEN_ENV: TOKEN_PLACEHOLDER,
+            BIND_OPT_ML_ENV: "1",  # each host's runtime puts its tree on /opt/ml (the job's environment may say 0)
+            ENV_CACHE_ENV: os.environ.get(ENV_CACHE_ENV) or str(self.job_root / ".envs"),  # requirements.txt venvs
             **({NUM_GPUS_ENV: str(num_gpus)} if num_gpus is not None else {}),
             **dict(spec.environment),
         }
         # The runtime must import smddp_sdk; the user's own PYTHONPATH (if any) comes after it.
-        environment["PYTHONPATH"] = os.pathsep.join(filter(None, [_package_parent(), spec.environment.get("PYTHONPATH")]))
+        environment["PYTHONPATH"] = os.pathsep.join(filter(None, [package_parent(), spec.environment.get("PYTHONPATH")]))
         return {
             "host": host,
             "base_dir": str(job_dir.host_dir(host)),
@@ -186,159 +172,15 @@ class LocalScheduler(Scheduler):
         issues = self.validate(dryrun.spec)
         if issues:
             raise SpecError(issues)
-        request = dryrun.request
-        job_dir = JobDir(Path(request["job_dir"]))
-        try:
-            self._write_job_dir(dryrun, job_dir, owner_pid)
-        except SpecError:
-            raise
-        except BaseException:
-            shutil.rmtree(job_dir.path, ignore_errors=True)  # no half-written job is left to confuse list/status
-            raise
-        self._start_supervisor(job_dir, owner_pid)
-        return JobHandle.parse(request["handle"])
+        fidelity.warn(dryrun.notes)
+        return self._start_job(dryrun, owner_pid)
 
-    def _write_job_dir(self, dryrun: DryRun, job_dir: JobDir, owner_pid: int | None) -> None:
-        try:
-            job_dir.path.mkdir(parents=True)
-        except FileExistsError:
-            raise SpecError(SpecIssue("job_name", f"a local job named {dryrun.job_name!r} already exists in {self.job_root}", "choose another job_name")) from None
+    def _write_job_dir(self, dryrun: DryRun, job_dir: JobDir) -> None:
         spec, request = dryrun.spec, dryrun.request
         stage_code(spec, job_dir.code_dir)
         _warn_if_large(job_dir.code_dir)
         hosts = [host["host"] for host in request["hosts"]]
         prepare_host_trees(spec, job_dir.path, dryrun.job_name, hosts, submit_directory=f"file://{job_dir.code_dir}")
-        job_dir.write_record({
-            "handle": request["handle"],
-            "job_name": dryrun.job_name,
-            "created": time.time(),
-            "owner_pid": owner_pid,
-            "job_root": str(self.job_root),
-            "spec": spec.as_dict(),
-            "request": request,
-        })
-        job_dir.write_state({"state": JobState.PENDING.value, "message": "starting the supervisor"})
-
-    def _start_supervisor(self, job_dir: JobDir, owner_pid: int | None) -> None:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_package_parent(), env.get("PYTHONPATH")]))
-        with open(job_dir.supervisor_log, "ab") as log:
-            # A session of its own: Ctrl-C in the caller's terminal reaches the caller, which decides
-            # whether to cancel; the job survives the caller only when nobody owns it.
-            process = subprocess.Popen(
-                [sys.executable, "-m", "smddp_sdk.schedulers.local_supervisor", str(job_dir.path)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                cwd=job_dir.path,
-            )
-        _CHILDREN.append(process)
-
-    def status(self, handle: JobHandle) -> JobStatus:
-        job_dir = self._job_dir(handle)
-        state = job_dir.read_state()
-        job_state = JobState(state.get("state", JobState.UNKNOWN.value))
-        message = state.get("message", "")
-        if not job_state.is_terminal and job_state is not JobState.PENDING and not is_supervisor_of(state.get("supervisor_pid"), job_dir.path):
-            job_state, message = JobState.FAILED, f"the job's supervisor (pid {state.get('supervisor_pid')}) is gone; see {job_dir.supervisor_log}"
-        elif job_state is JobState.PENDING and _stale(job_dir):
-            job_state, message = JobState.FAILED, f"the job's supervisor never started; see {job_dir.supervisor_log}"
-        _reap_finished_children()
-        failure = Failure(**state["failure"]) if state.get("failure") else None
-        hosts = tuple(HostStatus(name, JobState(host.get("state", "UNKNOWN")), host.get("exit_code")) for name, host in (state.get("hosts") or {}).items())
-        details = {
-            "job_dir": str(job_dir.path),
-            "console_log": str(job_dir.console_log),
-            "started": state.get("started"),
-            "ended": state.get("ended"),
-            "output_data": state.get("output_data"),
-            "other_failures": state.get("other_failures", []),
-            "rank_log": state.get("rank_log"),
-            "error_file": state.get("error_file"),
-        }
-        return JobStatus(handle, job_state, message, failure, hosts, state.get("model_data"), details)
-
-    def logs(
-        self,
-        handle: JobHandle,
-        *,
-        hosts: Sequence[str] | None = None,
-        ranks: Sequence[int] | None = None,
-        follow: bool = False,
-    ) -> Iterator[LogLine]:
-        """Every host's output in the order it arrived; ``ranks`` keeps only those ranks' lines."""
-        job_dir = self._job_dir(handle)
-        finished = (lambda: self.status(handle).state.is_terminal) if follow else (lambda: True)
-        for raw in follow_lines(job_dir.console_log, finished):
-            line = parse_console_line(raw)
-            if line.matches(hosts, ranks):
-                yield line
-
-    def cancel(self, handle: JobHandle) -> None:
-        """Stop every rank of the job (SIGTERM, then SIGKILL after the grace period) and wait for it.
-        Cancelling a job that has ended does nothing."""
-        job_dir = self._job_dir(handle)
-        if self.status(handle).state.is_terminal:
-            return
-        job_dir.request_cancel()  # seen by a supervisor that is only starting, or that missed the signal
-        grace = float(job_dir.read_record()["request"].get("stop_grace_period", self.stop_grace_period))
-        deadline = time.monotonic() + grace + 15
-        signalled = False
-        while time.monotonic() < deadline:
-            state = job_dir.read_state()
-            if JobState(state.get("state", "UNKNOWN")).is_terminal:
-                _reap_finished_children()
-                return
-            supervisor = state.get("supervisor_pid")
-            if supervisor is None and _stale(job_dir, limit=5.0):
-                break  # it never started
-            if supervisor is not None and not is_supervisor_of(supervisor, job_dir.path):
-                break  # it died
-            if supervisor is not None and not signalled:
-                os.kill(supervisor, signal.SIGTERM)
-                signalled = True
-            time.sleep(0.1)
-        self._kill_orphans(job_dir, job_dir.read_state())
-
-    def _kill_orphans(self, job_dir: JobDir, state: Mapping[str, Any]) -> None:
-        """The supervisor is gone (or stuck): stop the runtimes it left and record the cancellation."""
-        for host in (state.get("hosts") or {}).values():
-            if pid_alive(host.get("pid")):
-                signal_session(host["pid"], signal.SIGKILL)
-        if is_supervisor_of(state.get("supervisor_pid"), job_dir.path):
-            os.kill(state["supervisor_pid"], signal.SIGKILL)
-        job_dir.write_state({**state, "state": JobState.CANCELLED.value, "message": "cancelled (the supervisor did not answer)", "ended": time.time()})
-
-    # --- lookups ----------------------------------------------------------------------------------
-
-    def _job_dir(self, handle: JobHandle) -> JobDir:
-        if handle.scheduler != self.name:
-            raise SpecError(SpecIssue("handle", f"{handle} is not a local job", f"use get_scheduler({handle.scheduler!r})"))
-        job_dir = JobDir(self.job_root / handle.job_id)
-        if not job_dir.exists():
-            raise SpecError(SpecIssue("handle", f"no local job {handle.job_id!r} in {self.job_root}", "list jobs with LocalScheduler().list_jobs() or `smddp-launch list`; set job_root or SMDDP_JOB_ROOT if they live elsewhere"))
-        return job_dir
-
-    def has_job(self, job_name: str) -> bool:
-        return JobDir(self.job_root / job_name).exists()
-
-    def list_jobs(self) -> list[JobStatus]:
-        """Every job under the job root, newest first."""
-        if not self.job_root.is_dir():
-            return []
-        jobs = [JobDir(path) for path in self.job_root.iterdir() if JobDir(path).exists()]
-        jobs.sort(key=lambda job: job.record_file.stat().st_mtime, reverse=True)
-        return [self.status(JobHandle(self.name, job.path.name)) for job in jobs]
-
-    def job_record(self, handle: JobHandle) -> dict[str, Any]:
-        """What ``schedule`` wrote to ``job.json``: handle, spec (``JobSpec.as_dict()``), request, owner."""
-        return self._job_dir(handle).read_record()
-
-
-# Supervisors this process started: reaped once they end, so a long-lived notebook keeps no zombies.
-_CHILDREN: list[subprocess.Popen[bytes]] = []
-
-
-def _reap_finished_children() -> None:
-    _CHILDREN[:] = [child for child in _CHILDREN if child.poll() is None]
 
 
 LARGE_CODE_BYTES = 100 * 2**20
@@ -354,19 +196,6 @@ def _warn_if_large(code_dir: Path) -> None:
             "keep data out of source_dir and pass it with fit(inputs=...)",
             file=sys.stderr,
         )
-
-
-def _stale(job_dir: JobDir, limit: float = 60.0) -> bool:
-    """A job still PENDING long after it was written: its supervisor failed before its first word."""
-    try:
-        return time.time() - job_dir.state_file.stat().st_mtime > limit
-    except FileNotFoundError:
-        return False
-
-
-def _package_parent() -> str:
-    """The directory holding the ``smddp_sdk`` package, for the runtimes' PYTHONPATH."""
-    return str(Path(smddp_sdk.__file__).resolve().parent.parent)
 
 
 def _local(uri: str) -> str:
@@ -412,11 +241,12 @@ def _notes(spec: JobSpec) -> tuple[str, ...]:
     return tuple(notes)
 
 
+def _input_request(channel: TrainingInput, name: str) -> dict[str, str]:
+    source = str(channel.local_path) if channel.local_path is not None else channel.s3_data
+    sharded = {"distribution": channel.distribution} if channel.distribution != "FullyReplicated" else {}
+    return {"source": source, **sharded, "target": f"input/data/{name}"}
+
+
 def _json_compact(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"))
-
-
-def remove_host_trees(job_dir: JobDir, hosts: Sequence[str]) -> None:
-    """Drop what ``keep_job_dir=False`` does not keep: the per-host trees and the code snapshot."""
-    for path in [job_dir.code_dir, *(job_dir.host_dir(host) for host in hosts)]:
-        shutil.rmtree(path, ignore_errors=True)
+        fidelity.warn(dryrun.notes)

@@ -8,6 +8,8 @@ so a job started by one Python process can be watched or stopped from any other:
       state.json        where it is (rewritten atomically by the supervisor): state, pids, exit codes, failure
       cancel-requested  present once someone asked to cancel (survives a lost signal)
       supervisor.log    the supervisor's own messages
+      lifeline          a FIFO the supervisor holds open; runtimes stop when it reads end-of-file
+      heartbeat         touched every second by a live supervisor (cancel tells a frozen one by it)
       console.log       every host's runtime output in arrival order, each line prefixed [algo-N/rankR]:
       code/             snapshot of source_dir + dependencies (sagemaker_submit_directory)
       algo-1/ ...       one /opt/ml tree per simulated host (SAGEMAKER_BASE_DIR of that host's runtime)
@@ -20,7 +22,6 @@ import fcntl
 import json
 import os
 import random
-import re
 import socket
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -29,13 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from smddp_sdk.specs import contract
 from smddp_sdk.specs.status import JobState, LogLine
 
 DEFAULT_JOB_ROOT = "~/.smddp/jobs"
 JOB_ROOT_ENV = "SMDDP_JOB_ROOT"
-_RANK_PREFIX = re.compile(r"^\[(?P<host>[^\]/]+)/rank(?P<rank>\d+)\]: ?")
-# A host's own lines: "[algo-1]:" or the runtime's "[algo-1/runtime]:", "[algo-1/setup]:".
-_HOST_PREFIX = re.compile(r"^\[(?P<host>[^\]/]+)(?:/[a-z]+)?\]: ?")
 
 
 def default_job_root() -> Path:
@@ -104,7 +103,10 @@ class JobDir:
 def write_json_atomic(path: Path, obj: Any) -> None:
     """Readers in other processes see the old file or the new one, never half of one."""
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    partial.write_text(json.dumps(obj, indent=2, default=str) + "\n", encoding="utf-8")
+    # 0600: job files hold the spec, its environment and the job's paths; they are the caller's alone.
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(json.dumps(obj, indent=2, default=str) + "\n")
     os.replace(partial, path)
 
 
@@ -140,8 +142,8 @@ def is_supervisor_of(pid: int | None, job_dir: Path) -> bool:
     except OSError:
         return True  # no /proc (macOS): trust the pid
     args = [arg for arg in raw.split("\0") if arg]
-    # ... -m smddp_sdk.schedulers.local_supervisor <job dir>; the root may be spelt another way (a symlink)
-    return len(args) >= 2 and args[-2].endswith("local_supervisor") and Path(args[-1]).resolve() == job_dir.resolve()
+    # ... -m smddp_sdk.schedulers.hosts.supervisor <job dir>; the root may be spelt another way (a symlink)
+    return len(args) >= 2 and args[-2].endswith("supervisor") and Path(args[-1]).resolve() == job_dir.resolve()
 
 
 def session_members(session_id: int) -> list[int]:
@@ -246,23 +248,9 @@ def ports_of_live_jobs(job_root: Path, *, skip: Path | None = None) -> set[int]:
 
 
 def parse_console_line(raw: str, default_host: str = "") -> LogLine:
-    """Turn a ``[algo-2/rank3]: text`` (or ``[algo-2]: text``, ``[algo-2/runtime]: text``) console line
-    back into a LogLine; lines of a host's runtime have no rank."""
-    line = raw.rstrip("\n")
-    match = _RANK_PREFIX.match(line)
-    if match:
-        return LogLine(match["host"], line[match.end():], rank=int(match["rank"]))
-    match = _HOST_PREFIX.match(line)
-    if match:
-        return LogLine(match["host"], line[match.end():])
-    return LogLine(default_host, line)
-
-
-def host_prefixed(host: str, raw: str) -> str:
-    """A runtime's output line as console.log stores it: rank lines keep their prefix, others get the host's."""
-    if _RANK_PREFIX.match(raw) or _HOST_PREFIX.match(raw):
-        return raw
-    return f"[{host}]: {raw}"
+    """A console.log line as a LogLine (the one parser is ``contract.parse_console_line``)."""
+    parsed = contract.parse_console_line(raw, default_host)
+    return LogLine(parsed.host, parsed.text, rank=parsed.rank)
 
 
 def follow_lines(path: Path, finished: Any, *, poll: float = 0.1) -> Iterator[str]:

@@ -35,6 +35,13 @@ JOB_TOKEN_ENV = "SMDDP_JOB_TOKEN"  # shared secret the runtimes of one job prove
 ERROR_FILE_ENV = "SMDDP_ERROR_FILE"  # where a rank's bootstrap writes its error JSON (set per rank)
 STOP_GRACE_ENV = "SMDDP_STOP_GRACE"  # seconds between SIGTERM and SIGKILL when ranks are stopped (default 5)
 AGENT_TIMEOUT_ENV = "SMDDP_AGENT_TIMEOUT"  # seconds a runtime tries to reach the coordinator (default 600)
+# Set by the host supervisor (local and docker modes): a FIFO the supervisor holds open for writing.
+# When the supervisor dies, however it dies, the runtime reads end-of-file and stops its ranks.
+LIFELINE_ENV = "SMDDP_LIFELINE"
+PARENT_PID_ENV = "SMDDP_PARENT_PID"  # the process whose death stops this one (PR_SET_PDEATHSIG)
+SCRATCH_ENV = "SMDDP_SCRATCH_DIR"  # where the runtime keeps its scratch files (default: a temp dir)
+BIND_OPT_ML_ENV = "SMDDP_BIND_OPT_ML"  # "1": the runtime binds its tree on a private /opt/ml (local mode)
+ENV_CACHE_ENV = "SMDDP_ENV_CACHE"  # a folder: requirements.txt goes into a cached virtualenv there (local mode)
 DEFAULT_MASTER_PORT = 7777
 DEFAULT_SERVER_PORT = 7592
 DEFAULT_AGENT_PORT = 7778
@@ -115,6 +122,11 @@ class OptMl:
         return self.output_dir / "failure"
 
     @property
+    def failures_file(self) -> Path:
+        """Every failure record this host's runtime knows (``specs.failure.FailureRecord`` as JSON)."""
+        return self.output_dir / "failures.json"
+
+    @property
     def success_file(self) -> Path:
         return self.output_dir / "success"
 
@@ -140,6 +152,10 @@ class OptMl:
 
     def rank_error_file(self, rank: int) -> Path:
         return self.errors_dir / f"rank-{rank}.json"
+
+    def rank_torchelastic_error_file(self, rank: int) -> Path:
+        """Where torch's ``@record`` writes (TORCHELASTIC_ERROR_FILE) under the torch_distributed launcher."""
+        return torchelastic_error_file(self.rank_error_file(rank))
 
     def make_dirs(self) -> None:
         """Create the directories a container finds in place when SageMaker starts it."""
@@ -268,6 +284,71 @@ def read_failure(opt_ml: OptMl) -> str | None:
     return None if raw is None else raw.decode("utf-8", errors="replace")[:FAILURE_REASON_LIMIT]
 
 
+def write_failure_records(opt_ml: OptMl, records: Sequence[Mapping[str, Any]]) -> None:
+    """Write output/failures.json atomically (readers see all of it or none)."""
+    opt_ml.output_dir.mkdir(parents=True, exist_ok=True)
+    partial = opt_ml.failures_file.with_name(f".failures.json.{os.getpid()}")
+    partial.write_text(json.dumps(list(records), indent=1, default=str) + "\n", encoding="utf-8")
+    os.replace(partial, opt_ml.failures_file)
+
+
+def read_failure_records(opt_ml: OptMl) -> list[dict[str, Any]] | None:
+    """The records a runtime wrote, or None when it wrote none (killed, or an older runtime)."""
+    try:
+        data = json.loads(opt_ml.failures_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return [item for item in data if isinstance(item, dict)] if isinstance(data, list) else None
+
+
+def torchelastic_error_file(error_file: Path) -> Path:
+    return error_file.with_name(error_file.stem + ".torchelastic.json")
+
+
+def error_record(error_file: Path) -> tuple[Path, dict[str, Any]] | None:
+    """A failed rank's error record and the file it came from, or None when the rank left none.
+
+    The rank bootstrap's own file (``error_file``: error_type, message, traceback, timestamp) wins; else the
+    file torch's ``@record`` wrote beside it, in torchelastic's format
+    ``{"message": {"message": "Type: text", "extraInfo": {"py_callstack": ..., "timestamp": "<s>"}}}``
+    (or ``{"message": "text", "timestamp": ...}``), turned into the same keys.
+    """
+    own = _json_object(error_file)
+    if own is not None:
+        return error_file, own
+    torch_file = torchelastic_error_file(error_file)
+    raw = _json_object(torch_file)
+    if raw is None or "message" not in raw:
+        return None
+    return torch_file, _from_torchelastic(raw)
+
+
+def _from_torchelastic(raw: dict[str, Any]) -> dict[str, Any]:
+    message = raw["message"]
+    if isinstance(message, dict):
+        text = str(message.get("message") or "")
+        extra = message.get("extraInfo") or {}
+        trace, stamp = str(extra.get("py_callstack") or ""), extra.get("timestamp")
+    else:
+        text, trace, stamp = str(message), "", raw.get("timestamp")
+    error_type, _, rest = text.partition(": ")
+    if not rest or " " in error_type:  # not "Type: text"
+        error_type, rest = "Error", text
+    try:
+        timestamp = float(stamp) if stamp is not None else None
+    except (TypeError, ValueError):
+        timestamp = None
+    return {"error_type": error_type, "message": rest, "traceback": trace, "timestamp": timestamp, "source": "torchelastic"}
+
+
+def _json_object(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def write_success(opt_ml: OptMl) -> None:
     opt_ml.output_dir.mkdir(parents=True, exist_ok=True)
     opt_ml.success_file.touch()
@@ -313,6 +394,41 @@ def parse_root_cause(reason: str) -> RootCause | None:
     return RootCause(match["host"], int(rank) if rank is not None else None, int(match["code"]), match["message"] or "")
 
 
+# --- console lines -------------------------------------------------------------------------------
+
+# One log-line format everywhere (local console.log, container output, CloudWatch): ``[algo-2/rank3]: text``
+# for a rank, ``[algo-2]: text`` for the host's runtime. One parser reads all three back.
+_CONSOLE_PREFIX = re.compile(r"^\[(?P<host>[^\]/\s]+)(?:/(?:rank(?P<rank>\d+)|(?P<role>[a-z]+)))?\]: ?")
+
+
+@dataclass(frozen=True)
+class ConsoleLine:
+    host: str
+    rank: int | None
+    text: str
+
+
+def console_prefix(host: str, rank: int | None = None) -> str:
+    """``[algo-2/rank3]: `` for a rank's line, ``[algo-2]: `` for the runtime's own."""
+    return f"[{host}/rank{rank}]: " if rank is not None else f"[{host}]: "
+
+
+def parse_console_line(raw: str, default_host: str = "") -> ConsoleLine:
+    """A console line back into host, rank (None for the runtime's own lines) and text.
+
+    Older runtimes wrote ``[algo-1/runtime]:`` and ``[algo-1/setup]:``; they read as the host's lines.
+    A line with no prefix belongs to ``default_host`` (the container or stream it came from).
+    """
+    line = raw.rstrip("\r\n")
+    match = _CONSOLE_PREFIX.match(line)
+    if match is None:
+        return ConsoleLine(default_host, None, line)
+    rank = match["rank"]
+    return ConsoleLine(match["host"], int(rank) if rank is not None else None, line[match.end():])
+
+
+def has_console_prefix(raw: str) -> bool:
+    return _CONSOLE_PREFIX.match(raw) is not None
 def bind_address(host_addresses: Mapping[str, str], host: str) -> str:
     """Where a listener on ``host`` binds: the address the scheduler mapped the host to (loopback in local
     mode, so nothing off this machine can connect), or every interface ("") where hosts find each other

@@ -17,7 +17,9 @@ from typing import Any
 
 from smddp_sdk.errors import SpecError, SpecIssue, did_you_mean
 from smddp_sdk.specs import instance_types, limits
+from smddp_sdk.specs.contract import RESERVED_HYPERPARAMETERS
 from smddp_sdk.specs.distribution import Distribution, parse_distribution
+from smddp_sdk.specs.v2_arguments import REFUSED_ARGUMENTS
 
 DEFAULT_BASE_JOB_NAME = "pytorch-training"
 _CHANNEL_NAME = re.compile(r"^[A-Za-z0-9\.\-_]{1,64}$")
@@ -181,7 +183,8 @@ class _Builder:
         known = JobSpec.field_names()
         for key in self.data:
             if key not in known:
-                self.issue(str(key), "unknown field", did_you_mean(str(key), known))
+                refused = REFUSED_ARGUMENTS.get(str(key))  # v2 habits get v2's reason, as the estimator gives
+                self.issue(str(key), "unknown field", did_you_mean(str(key), known) or (f"a SageMaker SDK v2 argument not offered here: {refused}" if refused else ""))
         for name in ("entry_point", "instance_type"):
             if self.data.get(name) in (None, ""):
                 self.issue(name, "is required")
@@ -221,12 +224,21 @@ class _Builder:
 
     def collections(self) -> None:
         self.values["hyperparameters"] = self.mapping("hyperparameters", value_check=None)
+        self.reserved_hyperparameters(self.values["hyperparameters"])
         self.values["environment"] = self.mapping("environment", value_check=str)
         self.values["dependencies"] = self.string_list("dependencies")
         self.values["subnets"] = self.string_list("subnets")
         self.values["security_group_ids"] = self.string_list("security_group_ids")
         self.values["tags"] = self.key_value_list("tags", ("Key", "Value"))
         self.values["metric_definitions"] = self.key_value_list("metric_definitions", ("Name", "Regex"))
+
+    def reserved_hyperparameters(self, hyperparameters: Mapping[str, Any]) -> None:
+        """Names the toolkit sets or consumes itself: a value given for one would be replaced or dropped
+        without a word, and never reach the script, so it is refused."""
+        for key in hyperparameters:
+            if str(key) in RESERVED_HYPERPARAMETERS:
+                self.issue(f"hyperparameters.{key}", "is reserved: the SageMaker toolkit sets or consumes it, so the script would never see this value",
+                           "rename it (names starting with sagemaker_ belong to the toolkit), or set the matching option instead (entry_point, source_dir, container_log_level, job_name)")
 
     def mapping(self, name: str, value_check: type | None) -> dict[str, Any]:
         value = self.data.get(name) or {}

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from smddp_sdk.errors import SpecError, SpecIssue, did_you_mean
+from smddp_sdk.specs.failure import FailureRecord
 
 SCHEDULER_NAMES = ("local", "docker", "sagemaker")
 
@@ -47,20 +48,8 @@ class JobHandle:
         return f"{self.scheduler}://{self.job_id}"
 
 
-@dataclass(frozen=True)
-class Failure:
-    """The root cause of a failed job: where it happened and what the rank said."""
-
-    host: str
-    rank: int | None
-    exit_code: int
-    message: str
-    traceback: str = ""
-    timestamp: float | None = None
-
-    def summary(self) -> str:
-        where = f"{self.host}/rank{self.rank}" if self.rank is not None else self.host
-        return f"{where} exited with code {self.exit_code}: {self.message}"
+# The root cause of a failed job: the one failure record type (host, rank, exit code, message, ...).
+Failure = FailureRecord
 
 
 @dataclass(frozen=True)

@@ -98,11 +98,11 @@ def test_yaml_syntax_error_shows_the_line_and_a_caret(invoke, isolated):
     assert_golden("yaml_syntax_error.txt", result.stderr)
 
 
-def test_a_bad_handle_is_a_usage_error(invoke):
-    for command in ("status", "logs", "cancel"):
+def test_an_unknown_job_or_bad_handle_is_a_usage_error(invoke):
+    for command in ("status", "logs", "cancel", "metrics"):
         result = invoke(command, "pytorch-training-1")
         assert result.exit_code == 2
-        assert "'pytorch-training-1' is not a job handle" in result.stderr
+        assert "no job named 'pytorch-training-1' was submitted from this machine" in result.stderr
     result = invoke("status", "lcoal://job")
     assert result.exit_code == 2 and "did you mean 'local'?" in result.stderr
 
@@ -242,3 +242,31 @@ def test_an_unavailable_environment_is_exit_3_without_traceback(invoke, isolated
     assert result.stdout == ""
     assert "Traceback" not in result.output
     assert result.stderr.splitlines()[-1].startswith("error: ")
+
+
+@pytest.mark.parametrize("scheduler", ["local", "docker", "sagemaker"])
+def test_options_describe_every_option(invoke, scheduler):
+    result = invoke("options", scheduler)
+    assert result.exit_code == 0, result.output
+    header, *rows = [line for line in result.stdout.split("\n\n")[0].splitlines() if line]
+    assert header.split() == ["OPTION", "TYPE", "DEFAULT", "DESCRIPTION"]
+    from smddp_sdk.cli.cmd_setup import OPTION_HELP
+
+    for row in rows:
+        name = row.split()[0]
+        assert (scheduler, name) in OPTION_HELP and row.rstrip().endswith(OPTION_HELP[(scheduler, name)]), row
+
+
+def test_set_null_unsets_a_string_field(invoke, isolated):
+    (isolated / "train.py").write_text("")
+    result = invoke("run", "train.py", "--set", "output_path=null", "--set", "base_job_name=~", "--dryrun")
+    assert result.exit_code == 0, result.output
+    assert "output_path: null" in result.stdout and "'null'" not in result.stdout
+
+
+def test_job_files_give_v2s_reason_for_refused_fields(invoke, isolated):
+    (isolated / "train.py").write_text("")
+    (isolated / "job.yaml").write_text("entry_point: train.py\ninstance_type: local\ngit_config: {repo: x}\n")
+    result = invoke("validate", "job.yaml")
+    assert result.exit_code == 2
+    assert "job.yaml:3:1: unknown field 'git_config' (a SageMaker SDK v2 argument not offered here: clone the repository" in result.stderr

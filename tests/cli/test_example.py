@@ -33,5 +33,23 @@ def test_the_cnn_example_runs_locally_end_to_end(tmp_path: Path):
     assert "[algo-1/rank0]: training on 4 ranks, 512 images, 1 epochs" in lines  # 2 hosts x 2 simulated GPUs
     assert any(line.startswith("[algo-1/rank0]: epoch 1: loss") for line in lines)
     assert any(line.startswith("[algo-2]:") for line in lines), "the second host's runtime said nothing"
-    assert done.stderr.splitlines()[-1] == "✓ local://cnn-e2e SUCCEEDED"
+    summary = done.stderr.splitlines()[-5:]
+    assert summary[0].startswith("✓ local://cnn-e2e SUCCEEDED in ") and summary[0].endswith(" s")
+    assert summary[1].startswith("  model:   ") and summary[1].endswith("model.tar.gz")
+    assert summary[2:] == ["  status:  smddp-launch status cnn-e2e", "  logs:    smddp-launch logs cnn-e2e", "  metrics: smddp-launch metrics cnn-e2e"]
     assert list((tmp_path / "jobs").glob("cnn-e2e/**/model.tar.gz")), "the model artifact was not collected"
+
+    # The commands the summary shows work with the bare name, and metrics read the loss back from the logs.
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "smddp_sdk.cli", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+    status = cli("status", "cnn-e2e")
+    assert status.returncode == 0 and status.stdout.startswith("local://cnn-e2e  SUCCEEDED"), status.stderr
+    grep = cli("logs", "cnn-e2e", "--grep", "epoch 1: loss", "--rank", "0")
+    assert grep.returncode == 0 and len(grep.stdout.splitlines()) == 1, grep.stdout + grep.stderr
+    metrics = cli("metrics", "cnn-e2e", "-m", r"loss=loss ([0-9.]+)", "-m", r"accuracy=accuracy ([0-9.]+)", "--plot", "m.svg")
+    assert metrics.returncode == 0, metrics.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in metrics.stdout.splitlines()[1:]}
+    assert rows["loss"][0] == "1" and rows["accuracy"][0] == "1"  # one epoch, printed by rank 0
+    svg = (tmp_path / "m.svg").read_text()
+    assert svg.startswith("<svg") and "loss (last" in svg and "accuracy (last" in svg and svg.count("<circle") == 2  # one value each

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import os
 import subprocess
 import sys
@@ -137,7 +138,11 @@ def test_cancel_stops_and_removes_everything(smddp_image, source_dir, tmp_path):
     scheduler = DockerScheduler(job_root=tmp_path / "jobs", stop_grace_period=5, processes_per_host=2)
     handle = scheduler.submit(job_spec(source_dir, "docker-cancel", sleep=300))
     try:
-        assert scheduler.status(handle).state in (JobState.STARTING, JobState.RUNNING)
+        deadline = time.monotonic() + 120  # the supervisor creates and starts the containers
+        while scheduler.status(handle).state is not JobState.RUNNING and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert scheduler.status(handle).state is JobState.RUNNING
+        assert leftovers("docker-cancel")[0], "its containers should be running"
     finally:
         scheduler.cancel(handle)
     assert scheduler.status(handle).state is JobState.CANCELLED
@@ -253,6 +258,9 @@ def test_an_attached_job_ends_when_its_owner_is_killed(smddp_image, source_dir, 
     )
     try:
         assert owner.stdout is not None and owner.stdout.readline().strip() == "docker://docker-owner"
+        deadline = time.monotonic() + 120  # the supervisor creates and starts the containers
+        while not leftovers("docker-owner")[0] and time.monotonic() < deadline:
+            time.sleep(0.5)
         assert leftovers("docker-owner")[0], "the job should be running"
     finally:
         owner.kill()  # SIGKILL: the owner cannot clean up after itself
@@ -262,3 +270,38 @@ def test_an_attached_job_ends_when_its_owner_is_killed(smddp_image, source_dir, 
         time.sleep(1)
     assert leftovers("docker-owner") == ([], [])
     assert DockerScheduler(job_root=tmp_path / "jobs").status(JobHandle("docker", "docker-owner")).state is JobState.CANCELLED
+
+
+def test_containers_stop_when_the_supervisor_is_killed_and_cancel_cleans_up(smddp_image, source_dir, tmp_path):
+    """The lifeline: the runtime in each container stops once the supervisor holding the FIFO is gone."""
+    image = os.environ.get("SMDDP_TEST_LIFELINE_IMAGE", smddp_image)
+    scheduler = DockerScheduler(job_root=tmp_path / "jobs", stop_grace_period=5, processes_per_host=1, image=image)
+    handle = scheduler.submit(job_spec(source_dir, "docker-lifeline", sleep=300))
+    job_dir = tmp_path / "jobs" / "docker-lifeline"
+    try:
+        deadline = time.monotonic() + 120
+        while "started ranks" not in _text(job_dir / "console.log") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.0)  # both runtimes have opened the lifeline by now
+        supervisor = json.loads((job_dir / "state.json").read_text())["supervisor_pid"]
+        os.kill(supervisor, signal.SIGKILL)
+        killed = time.monotonic()
+        while _running_containers("docker-lifeline") and time.monotonic() - killed < 60:
+            time.sleep(0.2)
+        assert not _running_containers("docker-lifeline"), "the containers kept running without their supervisor"
+        assert time.monotonic() - killed < 15
+        assert scheduler.status(handle).state is JobState.FAILED  # recorded: it never stays RUNNING
+    finally:
+        scheduler.cancel(handle)
+    assert leftovers("docker-lifeline") == ([], [])
+
+
+def _running_containers(job: str) -> list[str]:
+    return subprocess.run(["docker", "ps", "-q", "--filter", f"label=ai.smddp.job={job}"], capture_output=True, text=True, check=True).stdout.split()
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""

@@ -32,12 +32,13 @@ class SimulatedJob:
     def opt_ml(self, host: str) -> OptMl:
         return OptMl(self.root / host)
 
-    def start(self, extra_env: Mapping[str, str] | None = None) -> dict[str, subprocess.Popen[str]]:
+    def start(self, extra_env: Mapping[str, str] | None = None, wrapper: Sequence[str] = ()) -> dict[str, subprocess.Popen[str]]:
+        """One runtime per host; ``wrapper`` (e.g. ``unshare --user``) goes in front of each command."""
         runtimes = {}
         for host in self.hosts:
             env = {**self.env, **(extra_env or {}), contract.BASE_DIR_ENV: str(self.opt_ml(host).base)}
             runtimes[host] = subprocess.Popen(
-                [sys.executable, "-m", "smddp_sdk.runtime"], env=env, cwd=self.root,
+                [*wrapper, sys.executable, "-m", "smddp_sdk.runtime"], env=env, cwd=self.root,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
             )
         return runtimes

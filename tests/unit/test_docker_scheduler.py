@@ -12,8 +12,8 @@ import pytest
 
 from smddp_sdk.errors import EXIT_UNAVAILABLE, SpecError, UnavailableError
 from smddp_sdk.schedulers import get_scheduler
-from smddp_sdk.schedulers.docker import DEFAULT_IMAGE, LABEL_HOST, LABEL_JOB, DockerScheduler, _parse_line
 from smddp_sdk.schedulers.local_job import JobDir
+from smddp_sdk.schedulers.docker import DEFAULT_IMAGE, LABEL_HOST, LABEL_JOB, DockerScheduler
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.job import JobSpec
 
@@ -74,7 +74,8 @@ def test_dryrun_plans_one_labelled_container_per_host_on_a_job_network(code_dir,
         assert f"{LABEL_JOB}=unit-job" in option_values(argv, "--label")
         assert f"{LABEL_HOST}={host}" in option_values(argv, "--label")
         job_dir = tmp_path / "jobs" / "unit-job"
-        assert option_values(argv, "-v") == [f"{job_dir / host}:/opt/ml", f"{job_dir / 'code'}:/opt/smddp/code:ro"]
+        assert option_values(argv, "-v") == [f"{job_dir / host}:/opt/ml", f"{job_dir / 'code'}:/opt/smddp/code:ro", f"{job_dir / 'lifeline'}:/opt/smddp/lifeline"]
+        assert "SMDDP_LIFELINE=/opt/smddp/lifeline" in option_values(argv, "-e")
         assert option_values(argv, "--user") == [f"{os.getuid()}:{os.getgid()}"]
         assert option_values(argv, "--shm-size") == ["2g"]
         assert "--gpus" not in argv
@@ -122,11 +123,23 @@ def test_local_input_channels_are_mounted_read_only(code_dir, tmp_path):
     assert f"{data.resolve()}:/opt/ml/input/data/train:ro" in option_values(argv, "-v")
 
 
-def test_s3_inputs_are_reported_by_validate(code_dir, tmp_path):
+def test_s3_inputs_are_downloaded_and_pipe_mode_is_refused(code_dir, tmp_path):
     spec = make_spec(code_dir, inputs={"train": "s3://bucket/prefix"})
-    issues = DockerScheduler(job_root=tmp_path).validate(spec)
-    assert [issue.path for issue in issues] == ["inputs.train"]
-    assert "local data only" in issues[0].message
+    scheduler = DockerScheduler(job_root=tmp_path)
+    assert scheduler.validate(spec) == []
+    plan = scheduler.dryrun(spec)
+    assert not any("/opt/ml/input/data/train" in v for v in option_values(argv_of(plan), "-v"))  # files in the tree
+    assert any("downloaded through boto3" in note for note in plan.notes)
+    issues = scheduler.validate(make_spec(code_dir, inputs={"train": {"s3_data": "s3://bucket/prefix", "input_mode": "Pipe"}}))
+    assert [issue.path for issue in issues] == ["inputs.train"] and "Pipe mode" in issues[0].message
+
+
+def test_sharded_local_channels_are_not_mounted_whole(code_dir, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    spec = make_spec(code_dir, inputs={"train": {"s3_data": str(data), "distribution": "ShardedByS3Key"}})
+    argv = argv_of(DockerScheduler(job_root=tmp_path).dryrun(spec))
+    assert not any("/opt/ml/input/data/train" in v for v in option_values(argv, "-v"))
 
 
 def test_bad_options_are_all_reported_with_suggestions(tmp_path):
@@ -151,11 +164,13 @@ def test_job_tree_has_every_host_config_code_and_mount_points(code_dir, tmp_path
     spec = make_spec(code_dir, inputs={"train": str(code_dir)})
     scheduler = DockerScheduler(job_root=tmp_path)
     dryrun = scheduler.dryrun(spec)
-    job_dir = JobDir(Path(dryrun.request["job_dir"]))
+    dryrun, job_dir = scheduler._claim_job_dir(dryrun)
+    assert job_dir == JobDir(Path(dryrun.request["job_dir"]))
+    assert job_dir.path.stat().st_mode & 0o777 == 0o700  # the job's files are the caller's alone
     scheduler._write_job_dir(dryrun, job_dir)
     assert (job_dir.code_dir / "train.py").read_text() == "print('hello')\n"
     assert not (job_dir.code_dir / "__pycache__").exists()
-    assert job_dir.read_record()["request"] == json.loads(json.dumps(dryrun.request))
+    assert (job_dir.path / "lifeline").is_fifo()
     for host in ("algo-1", "algo-2"):
         opt_ml = contract.OptMl(job_dir.host_dir(host))
         resource = json.loads(opt_ml.resource_config_file.read_text())
@@ -166,7 +181,7 @@ def test_job_tree_has_every_host_config_code_and_mount_points(code_dir, tmp_path
         assert opt_ml.channel_dir("train").is_dir() and not opt_ml.channel_dir("train").is_symlink()
         assert opt_ml.code_dir.is_dir() and opt_ml.output_dir.is_dir()
     with pytest.raises(SpecError, match="already exists"):
-        scheduler._write_job_dir(dryrun, job_dir)
+        scheduler._claim_job_dir(dryrun)
 
 
 def test_no_engine_is_unavailable_with_how_to_start_one(code_dir, tmp_path, monkeypatch):
@@ -190,12 +205,13 @@ def test_missing_docker_cli_is_unavailable(code_dir, tmp_path):
     ("raw", "host", "rank", "text"),
     [
         ("[algo-2/rank3]: loss 0.5\n", "algo-2", 3, "loss 0.5"),
-        ("[algo-1/runtime]: started ranks\n", "algo-1", None, "[algo-1/runtime]: started ranks"),
+        ("[algo-1/runtime]: started ranks\n", "algo-1", None, "started ranks"),
+        ("[algo-1]: started ranks\n", "algo-1", None, "started ranks"),
         ("plain line\n", "algo-1", None, "plain line"),
     ],
 )
-def test_log_lines_keep_the_runtime_rank_prefix(raw, host, rank, text):
-    line = _parse_line("algo-1", raw)
+def test_one_console_line_parser_for_every_mode(raw, host, rank, text):
+    line = contract.parse_console_line(raw, "algo-1")
     assert (line.host, line.rank, line.text) == (host, rank, text)
 
 

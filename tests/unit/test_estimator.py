@@ -44,14 +44,14 @@ def test_every_problem_is_reported_at_once(project):
     found = issues_of(
         instance_cout=2,
         instance_count=0,
-        sagemaker_session=object(),
+        rules=["a debugger rule"],
         scheduler="locl",
         distribution={"smdistributed": {"dataparallel": {"enabled": True}, "modelparallel": {"enabled": True}}},
         source_dir="missing",
     )
     assert "instance_cout: unknown argument (did you mean 'instance_count'?)" in found
     assert "instance_count: must be at least 1, got 0" in found
-    assert any(issue.startswith("sagemaker_session: is a SageMaker SDK v2 argument") and "boto3" in issue for issue in found)
+    assert any(issue.startswith("rules: is a SageMaker SDK v2 argument") and "Debugger" in issue for issue in found)
     assert "scheduler: unknown scheduler 'locl' (did you mean 'local'?)" in found
     assert any("dataparallel and modelparallel cannot be used together" in issue for issue in found)
     assert "source_dir: directory 'missing' does not exist" in found
@@ -146,11 +146,13 @@ def test_dryrun_without_distribution_runs_one_process_per_host(project):
 
 
 def test_local_scheduler_rejects_what_it_cannot_run(project):
-    job = estimator(use_spot_instances=True, max_wait=100, output_path="s3://bucket/out", checkpoint_s3_uri="s3://bucket/ckpt")
+    # S3 inputs and checkpoint_s3_uri are emulated (tests/fidelity); Pipe mode and outside-/opt/ml checkpoints are not.
+    job = estimator(use_spot_instances=True, max_wait=100, output_path="s3://bucket/out", checkpoint_s3_uri="s3://bucket/ckpt",
+                    checkpoint_local_path="/tmp/ckpt", input_mode="Pipe")
     with pytest.raises(SpecError) as info:
         job.dryrun(inputs={"train": "s3://bucket/train"})
     paths = [issue.path for issue in info.value.issues]
-    assert paths == ["inputs.train", "output_path", "use_spot_instances", "checkpoint_s3_uri"]
+    assert paths == ["output_path", "use_spot_instances", "input_mode", "checkpoint_local_path"]
 
 
 def test_modelparallel_is_translated_but_not_run_locally(project):
@@ -179,8 +181,10 @@ def test_logs_and_attach_without_a_job_explain_themselves(project):
         estimator().logs()
     with pytest.raises(SpecError, match="no local job 'nope'"):
         PyTorch.attach("local://nope")
-    with pytest.raises(SpecError, match="region"):
+    with pytest.raises(SpecError, match="no job named 'some-sagemaker-job' was submitted from this machine"):
         PyTorch.attach("some-sagemaker-job")
+    with pytest.raises(SpecError, match="region"):
+        PyTorch.attach("some-sagemaker-job", scheduler="sagemaker")
 
 
 def test_spec_survives_a_round_trip_through_its_record(project):
@@ -190,7 +194,7 @@ def test_spec_survives_a_round_trip_through_its_record(project):
 
 @pytest.mark.parametrize(
     "module",
-    ["smddp_sdk.estimator", "smddp_sdk.launcher", "smddp_sdk.schedulers.local", "smddp_sdk.schedulers.local_supervisor"],
+    ["smddp_sdk.estimator", "smddp_sdk.launcher", "smddp_sdk.schedulers.local", "smddp_sdk.schedulers.hosts.supervisor", "smddp_sdk.schedulers.docker"],
 )
 def test_client_side_modules_never_import_heavy_packages(module):
     blocked = ("torch", "boto3", "botocore", "click", "yaml", "docker")

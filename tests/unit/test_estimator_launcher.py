@@ -81,8 +81,8 @@ def test_failure_summary_puts_the_root_cause_last(finished_job):
     summary = launcher.failure_summary(scheduler.status(handle))
     lines = summary.splitlines()
     assert lines[1] == "j FAILED"
-    assert lines.index("Other failures:") < lines.index("Root cause (first observed failure):")
-    assert "  algo-1/rank0 exit code 130: KeyboardInterrupt" in summary
+    assert lines.index("Other failures:") < lines.index("Root cause (first failure in time):")
+    assert "  algo-1/rank0 exited with code 130: KeyboardInterrupt" in summary
     root = summary[summary.index("Root cause"):]
     for expected in ("host      : algo-2", "rank      : 3", "exit code : 7", "error     : ValueError: bad batch",
                      "traceback : Traceback (most recent call last):", "ValueError: bad batch"):
@@ -104,7 +104,8 @@ def test_raise_for_status_names_the_root_cause_host_and_rank(finished_job):
     scheduler, handle = finished_job
     with pytest.raises(JobFailedError) as info:
         launcher.raise_for_status(scheduler.status(handle))
-    assert info.value.exit_code == 7
+    assert info.value.exit_code == 1  # the launcher's code for a failed job; never a rank's 2 or 3
+    assert info.value.rank_exit_code == 7
     assert "rank 3 on host algo-2 exited with code 7: ValueError: bad batch" in str(info.value)
     assert info.value.failure.host == "algo-2"
 
@@ -119,7 +120,7 @@ def test_raise_for_status_passes_success_and_reports_other_ends():
     runtime_failure = Failure("algo-1", None, 2, "ContractError: bad resourceconfig.json")
     with pytest.raises(JobFailedError, match="host algo-1 \\(its runtime\\) exited with code 2") as info:
         launcher.raise_for_status(JobStatus(handle, JobState.FAILED, failure=runtime_failure))
-    assert info.value.exit_code == 2
+    assert (info.value.exit_code, info.value.rank_exit_code) == (1, 2)  # 2 is "bad job file" for the launcher
     with pytest.raises(JobFailedError) as info:
         launcher.raise_for_status(JobStatus(handle, JobState.FAILED, failure=Failure("algo-1", 0, 137, "killed")))
-    assert info.value.exit_code == 1  # signal deaths are not a rank's own code
+    assert (info.value.exit_code, info.value.rank_exit_code) == (1, 137)

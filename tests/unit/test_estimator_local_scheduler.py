@@ -11,7 +11,7 @@ from smddp_sdk.errors import SpecError
 from smddp_sdk.schedulers import get_scheduler
 from smddp_sdk.schedulers.host_trees import collect_artifacts, host_names, largest_entries, prepare_host_trees, stage_code
 from smddp_sdk.schedulers.local_job import JobDir, parse_console_line, pick_free_ports, ports_of_live_jobs
-from smddp_sdk.schedulers.local_supervisor import inherited_env, parse_failure_reason
+from smddp_sdk.schedulers.hosts.process_backend import inherited_env
 from smddp_sdk.specs.contract import OptMl, decode_hyperparameters
 from smddp_sdk.specs.job import JobSpec
 from smddp_sdk.specs.status import JobHandle, JobState
@@ -122,14 +122,6 @@ def test_console_lines_parse_back_into_log_lines():
     assert (line.host, line.rank, line.text, line.prefix) == ("algo-2", 3, "loss 0.1", "[algo-2/rank3]:")
     runtime = parse_console_line("[algo-1/runtime]: started ranks [0, 1]")
     assert (runtime.host, runtime.rank, runtime.text) == ("algo-1", None, "started ranks [0, 1]")
-
-
-def test_runtime_failure_reason_names_host_and_rank():
-    verdict = parse_failure_reason("Root cause: rank 3 on host algo-2 failed with exit code 7: ExitCode: exited with code 7\nExitCode 7\n")
-    assert (verdict["host"], verdict["rank"], verdict["exit_code"]) == ("algo-2", 3, 7)
-    runtime = parse_failure_reason("Root cause: the runtime on host algo-1 failed with exit code 2: ContractError: bad\n")
-    assert (runtime["host"], runtime["rank"], runtime["exit_code"]) == ("algo-1", None, 2)
-    assert parse_failure_reason("something else") is None
 
 
 def test_scheduler_options_are_checked(tmp_path):

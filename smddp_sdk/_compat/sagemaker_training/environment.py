@@ -33,6 +33,24 @@ _DEFAULTS: dict[str, Any] = {
 }
 
 
+# The training-environment keys the toolkit's to_env_vars() exports under their own name.
+_ENV_TABLE_KEYS = (
+    "hosts", "network_interface_name", "user_entry_point", "resource_config", "input_data_config",
+    "output_data_dir", "current_host", "current_instance_type", "current_instance_group",
+    "current_instance_group_hosts", "instance_groups", "instance_groups_dict", "distribution_instance_groups",
+    "is_hetero", "module_name", "log_level", "framework_module", "input_dir", "input_config_dir", "output_dir",
+    "num_cpus", "num_gpus", "num_neurons", "model_dir", "module_dir", "output_intermediate_dir",
+)
+
+
+def _encode(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
 def _decode(raw: str) -> Any:
     try:
         return json.loads(raw)
@@ -82,8 +100,8 @@ class Environment(Mapping[str, Any]):
     def __len__(self) -> int:
         return len(self._values)
 
-    @property
     def properties(self) -> list[str]:
+        """The public property names, as the toolkit's ``Environment.properties()`` lists them."""
         return sorted(self._values)
 
     def to_cmd_args(self) -> list[str]:
@@ -91,11 +109,24 @@ class Environment(Mapping[str, Any]):
         return list(self._user_args) if isinstance(self._user_args, list) else []
 
     def to_env_vars(self) -> dict[str, str]:
-        """The SM_* variables for these values (str as-is, everything else JSON)."""
-        def encode(value: Any) -> str:
-            return value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-        return {"SM_" + key.upper(): encode(value) for key, value in self._values.items()}
+        """The toolkit's ``to_env_vars()``: the same SM_* names and encodings (str as-is, None as "",
+        everything else sorted compact JSON), nothing more."""
+        values = self._values
+        table: dict[str, Any] = {key: values.get(key) for key in _ENV_TABLE_KEYS}
+        table.update(
+            hps=values.get("hyperparameters", {}),
+            framework_params=values.get("additional_framework_parameters", {}),
+            channels=sorted(values.get("channel_input_dirs", {})),
+            training_env=dict(values),
+            user_args=self.to_cmd_args(),
+        )
+        if values.get("topology"):
+            table["topology"] = values["topology"]
+        for name, path in values.get("channel_input_dirs", {}).items():
+            table[f"channel_{name}"] = path
+        for key, value in values.get("hyperparameters", {}).items():
+            table[f"hp_{key}"] = value
+        return {"SM_" + key.upper(): _encode(value) for key, value in table.items()}
 
     def __repr__(self) -> str:
         return f"Environment(current_host={self._values.get('current_host')!r}, hosts={self._values.get('hosts')!r})"

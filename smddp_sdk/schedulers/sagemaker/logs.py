@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from smddp_sdk.schedulers.sagemaker.client import call, is_not_found, translate
+from smddp_sdk.specs import contract
 from smddp_sdk.specs.status import LogLine
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 LAST_LINES_DELAY = 5.0  # seconds to let CloudWatch catch up before the final read of a finished job
-_RANK_PREFIX = re.compile(r"^\[(?P<host>[^\]/]+)/rank(?P<rank>\d+)\]:\s?")
 _HOST_STREAM = re.compile(r"^(?P<host>algo-\d+)(?:-\d+)?$")
 
 
@@ -36,13 +36,13 @@ def console_url(region: str, job_name: str) -> str:
 
 
 def to_log_line(host: str, event: dict[str, Any]) -> LogLine:
-    """A CloudWatch event as a LogLine; a ``[algo-1/rank3]:`` prefix the runtime wrote becomes ``rank``."""
-    text = str(event.get("message", "")).rstrip("\n")
-    rank = None
-    match = _RANK_PREFIX.match(text)
-    if match and match.group("host") == host:
-        rank, text = int(match.group("rank")), text[match.end() :]
-    return LogLine(host=host, text=text, rank=rank, stream="stdout", timestamp=event.get("timestamp", 0) / 1000.0)
+    """A CloudWatch event as a LogLine, through the one console-line parser: ``[algo-1/rank3]:`` becomes
+    ``rank``, the runtime's own ``[algo-1]:`` (or older ``[algo-1/runtime]:``) is dropped as a prefix."""
+    raw = str(event.get("message", "")).rstrip("\n")
+    parsed = contract.parse_console_line(raw, host)
+    if parsed.host != host:  # a line that only looks prefixed (another host's name in it): keep it whole
+        return LogLine(host=host, text=raw, rank=None, stream="stdout", timestamp=event.get("timestamp", 0) / 1000.0)
+    return LogLine(host=host, text=parsed.text, rank=parsed.rank, stream="stdout", timestamp=event.get("timestamp", 0) / 1000.0)
 
 
 class LogTail:

@@ -157,6 +157,8 @@ class SageMakerScheduler(Scheduler):
             owner = account if placement.code.bucket == placement.default_bucket and not self.bucket else None
             self._upload_code(aws, spec, placement.code, owner)
         request = req.build_request(spec, job_name=job_name, placement=placement)
+        if "ExperimentConfig" in dryrun.request:  # fit(experiment_config=...) adds it to the dryrun
+            request["ExperimentConfig"] = dryrun.request["ExperimentConfig"]
         call(f"create the training job {job_name}", aws.sagemaker.create_training_job, **request)
         handle = JobHandle(self.name, f"{region}/{job_name}")
         self.echo(_next_steps(handle, region, job_name))
@@ -199,6 +201,24 @@ class SageMakerScheduler(Scheduler):
 
     def status(self, handle: JobHandle) -> JobStatus:
         return _job_status(handle, self.describe(handle))
+
+    def list_jobs(self, limit: int = 50, name_contains: str | None = None) -> list[JobStatus]:
+        """This region's training jobs, newest first (one ListTrainingJobs call; at most 100)."""
+        from smddp_sdk.schedulers.sagemaker.client import call
+
+        region = self.resolved_region()
+        query: dict[str, Any] = {"SortBy": "CreationTime", "SortOrder": "Descending", "MaxResults": max(1, min(limit, 100))}
+        if name_contains:
+            query["NameContains"] = name_contains
+        listed = call("list training jobs", self.clients(region).sagemaker.list_training_jobs, **query)
+        jobs = []
+        for summary in listed.get("TrainingJobSummaries", []):
+            status = _job_status(JobHandle(self.name, f"{region}/{summary['TrainingJobName']}"), summary)
+            created = summary.get("CreationTime")
+            if hasattr(created, "timestamp"):
+                status.details["started"] = created.timestamp()
+            jobs.append(status)
+        return jobs
 
     def logs(self, handle: JobHandle, *, hosts: Sequence[str] | None = None, ranks: Sequence[int] | None = None, follow: bool = False) -> Iterator[LogLine]:
         """Every host's CloudWatch lines merged by time. With ``follow``, also SageMaker's status lines and,

@@ -7,6 +7,7 @@ import re
 
 from smddp_sdk.errors import SpecIssue
 from smddp_sdk.schedulers.sagemaker import request as req
+from smddp_sdk.specs import smddp_support
 from smddp_sdk.specs.contract import encode_hyperparameters
 from smddp_sdk.specs.job import JobSpec
 
@@ -26,6 +27,7 @@ def spec_issues(spec: JobSpec) -> list[SpecIssue]:
     issues = req.role_issues(spec.role)
     issues += _location_issues(spec)
     issues += _instance_issues(spec)
+    issues += smddp_issues(spec)
     issues += _image_issues(spec)
     issues += _limit_issues(spec)
     return issues + _range_issues(spec)
@@ -54,6 +56,32 @@ def _instance_issues(spec: JobSpec) -> list[SpecIssue]:
     dist = spec.distribution
     if "p5.48xlarge" in spec.instance_type and (dist.smddp or dist.modelparallel is not None) and not dist.torch_distributed:
         issues.append(SpecIssue("distribution", "smdistributed on p5 instances needs torch_distributed too", "add 'torch_distributed': {'enabled': True}"))
+    return issues
+
+
+# SageMaker SDK v2's fw_utils.SM_DATAPARALLEL_SUPPORTED_FRAMEWORK_VERSIONS["pytorch"]: v2 refuses smdistributed
+# dataparallel with any other framework_version unless image_uri is given (frozen at 2.2.0 in v2).
+SMDDP_FRAMEWORK_VERSIONS = (
+    "1.6", "1.6.0", "1.7", "1.7.1", "1.8", "1.8.0", "1.8.1", "1.9", "1.9.0", "1.9.1", "1.10", "1.10.0", "1.10.2",
+    "1.11", "1.11.0", "1.12", "1.12.0", "1.12.1", "1.13.1", "2.0.0", "2.0.1", "2.1.0", "2.1.2", "2.2.0",
+)
+
+
+def smddp_issues(spec: JobSpec) -> list[SpecIssue]:
+    """smdistributed dataparallel on AWS's images: v2's framework and Python rules, and the instance
+    types AWS's SMDDP supports. v2 stopped checking the instance type in 2.221.1 (its list is dead code),
+    so there the job fails only once it runs; we refuse it up front. With image_uri every rule is
+    skipped, as in v2: the image brings its own collectives (ours runs anywhere)."""
+    if not spec.distribution.smddp or spec.image_uri:
+        return []
+    issues = []
+    if spec.framework_version and spec.framework_version not in SMDDP_FRAMEWORK_VERSIONS:
+        issues.append(SpecIssue("framework_version", f"Provided framework_version {spec.framework_version} is not supported by smdataparallel (SageMaker SDK v2's rule)", f"use one of {', '.join(SMDDP_FRAMEWORK_VERSIONS)}, or set image_uri"))
+    if spec.py_version and "py3" not in spec.py_version:
+        issues.append(SpecIssue("py_version", f"Provided py_version {spec.py_version} is not supported by smdataparallel", "use py_version>=py3"))
+    if not spec.instance_type.startswith("local") and not smddp_support.instance_type_supported(spec.instance_type):
+        supported = ", ".join(smddp_support.SUPPORTED_INSTANCE_TYPES)
+        issues.append(SpecIssue("instance_type", f"AWS's SMDDP library does not support {spec.instance_type}; it runs on {supported}", "pick one of those, use torch_distributed (torchrun with NCCL) on other types, or set image_uri to an image that brings its own smddp backend, such as this project's"))
     return issues
 
 

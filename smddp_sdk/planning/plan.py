@@ -1,0 +1,146 @@
+"""A plan: for each instance count, predicted step time, scaling efficiency, throughput and cost, for smddp
+and for the stock library, rendered as a table, JSON or an SVG plot.
+
+Scaling efficiency = compute per step / predicted step: the share of ideal linear scaling (every GPU busy
+computing all the time) that remains once communication is counted. Throughput = samples per rank x
+ranks / step. Cost per hour = instances x price; per epoch = cost per hour x epoch time. Columns whose
+input is missing (no price, no batch size, no epoch size) say n/a rather than guess.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+from smddp_sdk.planning.costmodel import LIBRARIES
+from smddp_sdk.planning.hardware import Topology
+from smddp_sdk.planning.step import StepProfile, predict
+
+
+@dataclass(frozen=True)
+class Row:
+    instances: int
+    library: str
+    ranks: int
+    step_s: float
+    compute_s: float
+    comm_s: float
+    exposed_s: float
+    efficiency: float
+    samples_per_s: float | None
+    cost_per_hour: float | None
+    epoch_hours: float | None
+    cost_per_epoch: float | None
+
+
+@dataclass(frozen=True)
+class Plan:
+    instance_type: str
+    topology: Topology
+    profile: StepProfile
+    rows: tuple[Row, ...]
+    samples_per_epoch: int | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def row(self, instances: int, library: str) -> Row:
+        return next(r for r in self.rows if r.instances == instances and r.library == library)
+
+    def as_dict(self) -> dict:
+        return {
+            "instance_type": self.instance_type,
+            "topology": asdict(self.topology),
+            "compute_s": self.profile.compute_s,
+            "bytes_per_step": self.profile.bytes_per_step,
+            "collectives_per_step": len(self.profile.events),
+            "profile_source": self.profile.source,
+            "samples_per_rank": self.profile.samples_per_rank,
+            "samples_per_epoch": self.samples_per_epoch,
+            "units": {"step_s": "s", "compute_s": "s", "comm_s": "s", "exposed_s": "s", "efficiency": "fraction",
+                      "samples_per_s": "samples/s", "cost_per_hour": "USD/h", "epoch_hours": "h", "cost_per_epoch": "USD"},
+            "rows": [asdict(r) for r in self.rows],
+            "notes": list(self.notes),
+        }
+
+
+def parse_counts(text: str) -> list[int]:
+    """"2,4,8" -> [2, 4, 8]; a clear error for anything else."""
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"instance counts are whole numbers separated by commas (like 1,2,4,8), got {text!r}") from None
+    if not counts or any(c < 1 or c > 4096 for c in counts):
+        raise ValueError(f"instance counts must be between 1 and 4096, got {text!r}")
+    return sorted(set(counts))
+
+
+def make_plan(profile: StepProfile, instance_type: str, topo: Topology, counts: Sequence[int],
+              samples_per_epoch: int | None = None, libraries: Sequence[str] = LIBRARIES) -> Plan:
+    rows = []
+    for instances in counts:
+        ranks = instances * topo.gpus
+        for library in libraries:
+            p = predict(profile, instances, topo, library)
+            per_s = profile.samples_per_rank * ranks / p.step_s if profile.samples_per_rank else None
+            per_hour = topo.price_per_hour * instances if topo.price_per_hour else None
+            epoch_h = samples_per_epoch / per_s / 3600 if (per_s and samples_per_epoch) else None
+            rows.append(Row(instances, library, ranks, p.step_s, p.compute_s, p.comm_s, p.exposed_s,
+                            p.compute_s / p.step_s, per_s, per_hour, epoch_h,
+                            per_hour * epoch_h if (per_hour and epoch_h) else None))
+    notes = list(profile.notes)
+    if topo.price_per_hour is None:
+        notes.append(f"no price for {instance_type}: pass --price-per-hour from your region's SageMaker pricing page")
+    return Plan(instance_type, topo, profile, tuple(rows), samples_per_epoch, tuple(notes))
+
+
+def _fmt(value: float | None, pattern: str) -> str:
+    return "n/a" if value is None else pattern.format(value)
+
+
+def _hours(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    if value >= 1:
+        return f"{value:.2f} h"
+    return f"{value * 60:.1f} min" if value * 60 >= 1 else f"{value * 3600:.1f} s"
+
+
+def render_table(plan: Plan) -> str:
+    t = plan.topology
+    moved = plan.profile.bytes_per_step
+    head = [f"{plan.instance_type}: {t.gpus} GPU(s)/host, network {t.network_gbit_s:.3g} Gbit/s, "
+            f"compute {plan.profile.compute_s * 1e3:.1f} ms/step, {moved / 1e6:.3g} MB in "
+            f"{len(plan.profile.events)} collective(s)/step ({plan.profile.source or 'figures'})", ""]
+    cols = f"{'hosts':>5} {'ranks':>5} {'library':<7} {'step':>10} {'exposed':>10} {'effic.':>7} {'samples/s':>10} {'$/hour':>8} {'epoch':>9} {'$/epoch':>8}"
+    lines = [cols, "-" * len(cols)]
+    for r in plan.rows:
+        lines.append(f"{r.instances:>5} {r.ranks:>5} {r.library:<7} {r.step_s * 1e3:>7.1f} ms {r.exposed_s * 1e3:>7.1f} ms "
+                     f"{r.efficiency:>6.0%} {_fmt(r.samples_per_s, '{:.0f}'):>10} {_fmt(r.cost_per_hour, '{:.2f}'):>8} "
+                     f"{_hours(r.epoch_hours):>9} {_fmt(r.cost_per_epoch, '{:.2f}'):>8}")
+    return "\n".join(head + lines + [""] + [f"note: {n}" for n in plan.notes]) + "\n"
+
+
+def render_svg(plan: Plan, width: int = 560, height: int = 320) -> str:
+    """Scaling efficiency against instance count, one line per library (hand-written SVG, no plotting lib)."""
+    left, right, top, bottom = 60, 20, 30, 50
+    counts = sorted({r.instances for r in plan.rows})
+    xs = {c: left + (width - left - right) * (i / max(1, len(counts) - 1)) for i, c in enumerate(counts)}
+
+    def y(value: float) -> float:
+        return top + (height - top - bottom) * (1 - max(0.0, min(1.0, value)))
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12">',
+             f'<text x="{left}" y="18">Predicted scaling efficiency, {plan.instance_type}</text>']
+    for tick in (0, 0.25, 0.5, 0.75, 1.0):
+        parts.append(f'<line x1="{left}" x2="{width - right}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" stroke="#ddd"/>'
+                     f'<text x="{left - 8}" y="{y(tick) + 4:.1f}" text-anchor="end">{tick:.0%}</text>')
+    for c, x in xs.items():
+        parts.append(f'<text x="{x:.1f}" y="{height - bottom + 18}" text-anchor="middle">{c}</text>')
+    parts.append(f'<text x="{(width + left) / 2:.0f}" y="{height - 10}" text-anchor="middle">instances</text>')
+    colours = {"smddp": "#1f77b4", "stock": "#d62728"}
+    for index, library in enumerate(dict.fromkeys(r.library for r in plan.rows)):
+        points = " ".join(f"{xs[r.instances]:.1f},{y(r.efficiency):.1f}" for r in plan.rows if r.library == library)
+        colour = colours.get(library, "#555")
+        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{points}"/>')
+        parts.append(f'<text x="{width - right - 90}" y="{top + 16 * (index + 1)}" fill="{colour}">{library}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,103 @@
+"""What a local or docker rehearsal does differently from SageMaker, said once and never dropped.
+
+Every SageMaker SDK v2 setting that local and docker modes cannot honour is either emulated
+(``channels``, ``checkpoints``), refused with a reason (``issues``), or reported: one line in the
+dry run's NOTES (``notes``) and the same line as a warning when the job is started (``warn``, once per
+line per process). docs/local-mode.md ("What differs from SageMaker") is the table of the same facts.
+
+Call sites in a scheduler: ``issues(spec)`` in ``validate``, ``notes(spec, name, hosts)`` added to
+the dry run's notes, ``warn(dryrun.notes)`` in ``schedule``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+from smddp_sdk.errors import SpecIssue
+from smddp_sdk.schedulers import channels, checkpoints
+from smddp_sdk.specs.job import JobSpec
+
+_WARNED: set[str] = set()
+
+
+def issues(spec: JobSpec) -> list[SpecIssue]:
+    """Settings local and docker modes refuse, each with the reason and what to do."""
+    return [*channels.issues(spec), *checkpoints.issues(spec)]
+
+
+def notes(spec: JobSpec, scheduler: str, host_count: int | None = None) -> list[str]:
+    """One line per setting that is not emulated, or emulated with a difference worth knowing."""
+    hosts = host_count if host_count is not None else spec.instance_count
+    lines = [*channels.notes(spec, hosts), *checkpoints.notes(spec)]
+    lines += _version_notes(spec, scheduler)
+    lines += _platform_notes(spec)
+    if scheduler == "docker":
+        lines += _docker_notes(spec)
+    return lines
+
+
+def warn(lines: Iterable[str], stream: Any = None) -> None:
+    """Print each note as a warning, once per process (a notebook re-running ``fit`` is not flooded)."""
+    stream = stream if stream is not None else sys.stderr
+    for line in lines:
+        if line not in _WARNED:
+            _WARNED.add(line)
+            print(f"smddp: warning: {line}", file=stream)
+
+
+def installed_torch() -> str | None:
+    """The torch version this interpreter would import, read without importing torch."""
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _major_minor(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+
+
+def _version_notes(spec: JobSpec, scheduler: str) -> list[str]:
+    lines = []
+    if scheduler == "docker":
+        if spec.framework_version or spec.py_version:
+            lines.append("framework_version/py_version pick nothing in docker mode: the image's own torch and Python run (SageMaker would pick an AWS PyTorch image)")
+        return lines
+    torch = installed_torch()
+    if spec.framework_version and (torch is None or _major_minor(torch) != _major_minor(spec.framework_version)):
+        lines.append(f"framework_version {spec.framework_version} asks for PyTorch {'.'.join(map(str, _major_minor(spec.framework_version)))}, but local mode runs this machine's torch ({torch or 'not installed'})")
+    running = f"py{sys.version_info.major}{sys.version_info.minor}"
+    if spec.py_version and spec.py_version != running:
+        lines.append(f"py_version {spec.py_version} asks for Python {spec.py_version[2]}.{spec.py_version[3:]}, but local mode runs this machine's Python ({running})")
+    return lines
+
+
+def _platform_notes(spec: JobSpec) -> list[str]:
+    """Features of SageMaker's platform (not of the container) that a rehearsal has no part of."""
+    checks: list[tuple[bool, str]] = [
+        (spec.max_retry_attempts is not None, f"max_retry_attempts={spec.max_retry_attempts} is not emulated: a failed rehearsal is not retried"),
+        (spec.enable_network_isolation, "enable_network_isolation is not emulated: the hosts can reach the network here"),
+        (bool(spec.metric_definitions), f"metric_definitions ({len(spec.metric_definitions)}) are not scraped from the logs here; SageMaker would publish them to CloudWatch"),
+        (spec.volume_size != 30, f"volume_size={spec.volume_size} GB is not enforced: the hosts write to this machine's disk"),
+        (spec.keep_alive_period_in_seconds is not None, "keep_alive_period_in_seconds (warm pools) is not emulated: every rehearsal starts fresh"),
+        (bool(spec.tags), f"tags ({len(spec.tags)}) are not applied to anything here"),
+        (bool(spec.subnets or spec.security_group_ids), "subnets/security_group_ids (VPC) are not emulated: the hosts use this machine's network"),
+        (spec.encrypt_inter_container_traffic, "encrypt_inter_container_traffic is not emulated: traffic between hosts is not encrypted here"),
+        (bool(spec.debugger_hook_config) or spec.enable_sagemaker_metrics is not None, "debugger_hook_config/enable_sagemaker_metrics are SageMaker services and do nothing here"),
+        (bool(spec.checkpoint_local_path) and not spec.checkpoint_s3_uri, "checkpoint_local_path without checkpoint_s3_uri: nothing is restored or synced (as on SageMaker)"),
+    ]
+    return [line for applies, line in checks if applies]
+
+
+def _docker_notes(spec: JobSpec) -> list[str]:
+    """What the local scheduler refuses or notes itself, and docker mode runs without."""
+    checks: list[tuple[bool, str]] = [
+        (spec.use_spot_instances, "use_spot_instances: spot capacity and interruptions are not simulated"),
+        (bool(spec.role), "role is not needed in docker mode and is ignored"),
+        (bool(spec.code_location), "code_location is not used in docker mode: the code is mounted from the job directory"),
+    ]
+    return [line for applies, line in checks if applies]

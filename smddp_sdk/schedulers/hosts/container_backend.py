@@ -1,0 +1,148 @@
+"""One docker container per host (``algo-1..N``) on the job's bridge network, through the docker CLI.
+
+The scheduler planned every ``docker create`` argv (see ``DockerScheduler.dryrun``); this backend runs
+them, attaches to each container's output (``docker start -a``), reads exit codes with ``docker
+inspect``, signals with ``docker kill -s`` and removes containers and network afterwards. Containers
+carry the ``ai.smddp.job`` label, so a ``cancel`` without a supervisor still finds them.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import IO, Any, ClassVar
+
+from smddp_sdk.errors import UnavailableError
+from smddp_sdk.schedulers.hosts.backend import HostBackend, HostExit, Output
+from smddp_sdk.schedulers.local_job import JobDir
+from smddp_sdk.specs.failure import signal_name
+
+LABEL_JOB = "ai.smddp.job"
+LABEL_HOST = "ai.smddp.host"
+LABEL_JOB_DIR = "ai.smddp.job-dir"
+_INSPECT_EVERY = 1.0  # seconds between inspections of a container whose attach ended early
+
+
+class ContainerBackend(HostBackend):
+    name: ClassVar[str] = "container"
+
+    def __init__(self, job_dir: JobDir, request: Mapping[str, Any]) -> None:
+        super().__init__(job_dir, request)
+        self.docker = str(request.get("docker_cli") or "docker")
+        self.containers = {item["host"]: item for item in request["containers"]}
+        self.attached: dict[str, subprocess.Popen[bytes]] = {}
+        self.readers: list[threading.Thread] = []
+        self.exits: dict[str, HostExit] = {}
+        self.inspected_at: dict[str, float] = {}
+
+    def prepare(self) -> dict[str, Any]:
+        run_docker(self.docker, *self.request["network"])
+        for item in self.containers.values():
+            run_docker(self.docker, *item["argv"])
+        return {"containers": [item["name"] for item in self.containers.values()]}
+
+    def start(self, host: str, extra_env: Mapping[str, str], output: Output) -> dict[str, Any]:
+        name = self.containers[host]["name"]
+        # The attach client is ours (it dies with us); the container lives on its own, which is why the
+        # runtime inside also watches the lifeline FIFO mounted into it.
+        process = subprocess.Popen([self.docker, "start", "-a", name], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.attached[host] = process
+        assert process.stdout is not None
+        reader = threading.Thread(target=_copy, args=(host, process.stdout, output), name=f"output {host}", daemon=True)
+        reader.start()
+        self.readers.append(reader)
+        return {"container": name}
+
+    def poll(self, host: str) -> HostExit | None:
+        if host in self.exits:
+            return self.exits[host]
+        if self.attached[host].poll() is None:
+            return None
+        now = time.monotonic()
+        if now - self.inspected_at.get(host, 0.0) < _INSPECT_EVERY and host in self.inspected_at:
+            return None
+        self.inspected_at[host] = now
+        state = self._inspect(host)
+        if state is None or state.get("Running") or state.get("Status") == "created":
+            return None
+        code = int(state.get("ExitCode", 1))
+        detail = "the container was killed for running out of memory" if state.get("OOMKilled") else ""
+        self.exits[host] = HostExit(code, signal_name(code - 128) if code > 128 else None, _epoch(state.get("FinishedAt", "")) or time.time(), detail)
+        return self.exits[host]
+
+    def signal(self, host: str, sig: int) -> None:
+        run_docker(self.docker, "kill", "-s", str(int(sig)), self.containers[host]["name"], check=False, timeout=30)
+
+    def drain(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for reader in self.readers:
+            reader.join(max(0.0, deadline - time.monotonic()))
+        for process in self.attached.values():
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+
+    def release(self, *, keep: bool = False) -> None:
+        if not keep and not self.request.get("keep_containers"):
+            remove_job(self.docker, str(self.request["job_name"]))
+
+    @classmethod
+    def stop_orphans(cls, job_dir: JobDir, record: Mapping[str, Any], state: Mapping[str, Any], grace: float) -> None:
+        request = record["request"]
+        docker, job = str(request.get("docker_cli") or "docker"), str(request["job_name"])
+        names = run_docker(docker, "ps", "-q", "--filter", f"label={LABEL_JOB}={job}", check=False).split()
+        if names:
+            run_docker(docker, "stop", "-t", str(int(grace)), *names, check=False, timeout=grace + 60)
+        if not request.get("keep_containers"):
+            remove_job(docker, job)
+
+    def _inspect(self, host: str) -> dict[str, Any] | None:
+        text = run_docker(self.docker, "inspect", "--format", "{{json .State}}", self.containers[host]["name"], check=False)
+        try:
+            state = json.loads(text)
+        except ValueError:
+            return None
+        return state if isinstance(state, dict) else None
+
+
+def run_docker(docker: str, *args: str, check: bool = True, timeout: float = 120) -> str:
+    """One docker CLI command; trouble becomes an UnavailableError that says what failed."""
+    try:
+        proc = subprocess.run([docker, *args], capture_output=True, text=True, errors="replace", timeout=timeout, check=False)
+    except FileNotFoundError:
+        raise UnavailableError(f"the docker CLI ({docker!r}) is not installed") from None
+    except subprocess.TimeoutExpired:
+        if check:
+            raise UnavailableError(f"docker {args[0]} did not answer within {timeout:.0f} s") from None
+        return ""
+    if check and proc.returncode != 0:
+        raise UnavailableError(f"docker {' '.join(args[:2])} failed: {(proc.stderr or proc.stdout).strip()}")
+    return proc.stdout
+
+
+def remove_job(docker: str, job: str) -> None:
+    """Remove every container and the network of ``job`` (by label); nothing to do is fine."""
+    ids = run_docker(docker, "ps", "-aq", "--filter", f"label={LABEL_JOB}={job}", check=False).split()
+    if ids:
+        run_docker(docker, "rm", "-f", *ids, check=False)
+    networks = run_docker(docker, "network", "ls", "-q", "--filter", f"label={LABEL_JOB}={job}", check=False).split()
+    if networks:
+        run_docker(docker, "network", "rm", *networks, check=False)
+
+
+def _epoch(stamp: str) -> float | None:
+    # Docker prints nanoseconds ("2026-11-22T03:15:06.123456789Z"); datetime takes microseconds.
+    if not stamp or stamp.startswith("0001-"):
+        return None
+    head, _, fraction = stamp.rstrip("Z").partition(".")
+    return datetime.fromisoformat(head).replace(tzinfo=timezone.utc).timestamp() + float(f"0.{fraction or 0}")
+
+
+def _copy(host: str, stream: IO[bytes], output: Output) -> None:
+    for raw in iter(stream.readline, b""):
+        output(host, raw)
+    stream.close()

@@ -1,0 +1,143 @@
+"""Simulated hosts as process trees on this machine: one runtime (``python -m smddp_sdk.runtime``) per host.
+
+Each runtime leads a session of its own, so every process of a host -- the runtime, its ranks, their
+children, even those that moved to another process group -- can be found and stopped by session id,
+also by a ``cancel`` that runs after the supervisor died.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any, ClassVar
+
+from smddp_sdk.schedulers.hosts.backend import HostBackend, HostExit, Output
+from smddp_sdk.schedulers.local_job import JobDir, pick_free_ports, pid_alive, port_lock, ports_of_live_jobs, session_members, signal_session
+from smddp_sdk.specs import contract
+from smddp_sdk.specs.failure import exit_code_of, signal_name
+
+PORT_PLACEHOLDER = "<free port, picked at start>"
+TOKEN_PLACEHOLDER = "<random, made at start>"
+_PORT_ENVS = (contract.MASTER_PORT_ENV, contract.SERVER_PORT_ENV, contract.AGENT_PORT_ENV)
+
+# Variables that say which job and rank a process belongs to. A job launched from inside another one
+# (a notebook on SageMaker, a rank) must not inherit them; the runtime sets its own.
+_IDENTITY_PREFIXES = ("SM_", "SMDATAPARALLEL_", "TORCHELASTIC_")
+_IDENTITY_NAMES = frozenset({
+    "MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+    "NODE_RANK", "ROLE_RANK", "TRAINING_JOB_NAME", contract.ERROR_FILE_ENV, contract.BASE_DIR_ENV,
+    contract.LIFELINE_ENV, contract.PARENT_PID_ENV,
+})
+
+
+def inherited_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The caller's environment without another job's identity (the spec's ``environment`` is added after)."""
+    return {key: value for key, value in environ.items() if key not in _IDENTITY_NAMES and not key.startswith(_IDENTITY_PREFIXES)}
+
+
+class ProcessBackend(HostBackend):
+    name: ClassVar[str] = "process"
+
+    def __init__(self, job_dir: JobDir, request: Mapping[str, Any]) -> None:
+        super().__init__(job_dir, request)
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.readers: list[threading.Thread] = []
+        self.ports: dict[str, int] = {}
+        self.token = secrets.token_hex(16)
+        self.exits: dict[str, HostExit] = {}
+
+    def prepare(self) -> dict[str, Any]:
+        job_root = self.job_dir.path.parent
+        with port_lock(job_root):
+            picked = pick_free_ports(len(_PORT_ENVS), exclude=ports_of_live_jobs(job_root, skip=self.job_dir.path))
+            self.ports = dict(zip(_PORT_ENVS, picked))
+            # Recorded before the lock is released, so the next job's pick skips them.
+            state = self.job_dir.read_state()
+            self.job_dir.write_state({**state, "ports": self.ports})
+        return {"ports": self.ports}
+
+    def start(self, host: str, extra_env: Mapping[str, str], output: Output) -> dict[str, Any]:
+        planned = self._host(host)
+        env = inherited_env(os.environ)
+        env.update({key: str(self.ports[key]) if value == PORT_PLACEHOLDER else value for key, value in planned["environment"].items()})
+        env[contract.JOB_TOKEN_ENV] = self.token
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [planned["environment"].get("PYTHONPATH"), os.environ.get("PYTHONPATH")]))
+        env.update(extra_env)
+        env[contract.PARENT_PID_ENV] = str(os.getpid())  # the runtime dies with us (PR_SET_PDEATHSIG)
+        process = subprocess.Popen(
+            planned["command"], env=env, cwd=planned["base_dir"], stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        self.processes[host] = process
+        assert process.stdout is not None
+        reader = threading.Thread(target=_copy, args=(host, process.stdout, output), name=f"output {host}", daemon=True)
+        reader.start()
+        self.readers.append(reader)
+        return {"pid": process.pid}
+
+    def poll(self, host: str) -> HostExit | None:
+        if host in self.exits:
+            return self.exits[host]
+        code = self.processes[host].poll()
+        if code is None:
+            return None
+        # Whatever the runtime left in its session (a rank's stray child) goes with it.
+        signal_session(self.processes[host].pid, signal.SIGKILL)
+        self.exits[host] = HostExit(exit_code_of(code), signal_name(-code) if code < 0 else None, time.time())
+        return self.exits[host]
+
+    def signal(self, host: str, sig: int) -> None:
+        """SIGTERM (and SIGINT) go to the runtime alone: it forwards them to its ranks and marks them
+        stopped, so a stopped rank never reads as a failure. SIGKILL, or any signal once the runtime is
+        gone, reaches every process of the host's session."""
+        process = self.processes.get(host)
+        if process is None:
+            return
+        if sig != signal.SIGKILL and process.poll() is None:
+            try:
+                os.kill(process.pid, sig)
+                return
+            except ProcessLookupError:
+                pass
+        signal_session(process.pid, sig)
+
+    def drain(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for reader in self.readers:
+            reader.join(max(0.0, deadline - time.monotonic()))
+
+    def release(self, *, keep: bool = False) -> None:
+        for process in self.processes.values():
+            signal_session(process.pid, signal.SIGKILL)
+
+    @classmethod
+    def stop_orphans(cls, job_dir: JobDir, record: Mapping[str, Any], state: Mapping[str, Any], grace: float) -> None:
+        sessions = [int(host["pid"]) for host in (state.get("hosts") or {}).values() if host.get("pid")]
+        # A session id outlives its leader while members remain, so the sweep also finds the ranks of
+        # a runtime that was itself killed. SIGTERM first: runtimes stop their ranks and write why.
+        for session in sessions:
+            signal_session(session, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(_session_alive(session) for session in sessions):
+            time.sleep(0.05)
+        for session in sessions:
+            signal_session(session, signal.SIGKILL)
+
+    def _host(self, host: str) -> Mapping[str, Any]:
+        return next(item for item in self.request["hosts"] if item["host"] == host)
+
+
+def _session_alive(session: int) -> bool:
+    return bool(session_members(session)) if Path("/proc").is_dir() else pid_alive(session)
+
+
+def _copy(host: str, stream: IO[bytes], output: Output) -> None:
+    for raw in iter(stream.readline, b""):
+        output(host, raw)
+    stream.close()

@@ -1,0 +1,347 @@
+"""The one supervisor of a host-tree job: ``python -m smddp_sdk.schedulers.hosts.supervisor <job_dir>``.
+
+One detached process per job, for local processes and docker containers alike. It reads ``job.json``,
+starts every host through its backend, copies their output into ``console.log`` and keeps
+``state.json`` current. It stops the job when asked (SIGTERM/SIGINT or the ``cancel-requested`` file),
+when the process that owns the job goes away, when ``max_run`` passes, or when one host failed and the
+others are still running after a short grace (the runtimes normally stop each other first). At the end
+it names the root cause with ``specs.failure.decide`` over every record of every host, collects the
+artifacts (a failed collection fails the job) and writes the final state.
+
+No orphans: the supervisor holds the write end of a FIFO (``lifeline``) that every runtime watches; if
+the supervisor dies, however it dies, the runtimes read end-of-file and stop their ranks. Local runtimes
+also carry PR_SET_PDEATHSIG. A ``heartbeat`` file, touched every second, lets ``cancel`` tell a frozen
+supervisor from a busy one.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from smddp_sdk.schedulers import checkpoints
+from smddp_sdk.schedulers.host_trees import collect_artifacts
+from smddp_sdk.schedulers.hosts.backend import HostBackend, HostExit
+from smddp_sdk.schedulers.local_job import JobDir, pid_alive
+from smddp_sdk.specs import contract
+from smddp_sdk.specs.contract import OptMl
+from smddp_sdk.specs.failure import (
+    SOURCE_EARLY_EXIT,
+    SOURCE_STOPPED,
+    SOURCE_SUPERVISOR,
+    FailureRecord,
+    Verdict,
+    decide,
+    from_error_file,
+)
+from smddp_sdk.specs.status import JobState
+
+POLL_SECONDS = 0.1
+HEARTBEAT_SECONDS = 1.0
+# How long the other hosts may keep running after one host's runtime ended in failure. The runtimes
+# stop each other through the coordinator within a second; this catches a host that cannot hear it.
+PEER_FAILURE_GRACE = 5.0
+LIFELINE = "lifeline"
+HEARTBEAT = "heartbeat"
+SCRATCH = "scratch"  # the runtimes' scratch files, removed when the job ends
+
+
+def backend_for(job_dir: JobDir, record: dict[str, Any]) -> HostBackend:
+    """The backend a job record names (``process`` for local jobs, ``container`` for docker jobs)."""
+    kind = record["request"].get("backend", "process")
+    if kind == "container":
+        from smddp_sdk.schedulers.hosts.container_backend import ContainerBackend
+
+        return ContainerBackend(job_dir, record["request"])
+    from smddp_sdk.schedulers.hosts.process_backend import ProcessBackend
+
+    return ProcessBackend(job_dir, record["request"])
+
+
+class Supervisor:
+    # How long the other hosts may keep running after one host's runtime failed (see PEER_FAILURE_GRACE).
+    peer_failure_grace = PEER_FAILURE_GRACE
+
+    def __init__(self, job_dir: JobDir, backend: HostBackend | None = None) -> None:
+        self.job_dir = job_dir
+        self.record = job_dir.read_record()
+        self.request: dict[str, Any] = self.record["request"]
+        self.backend = backend or backend_for(job_dir, self.record)
+        self.hosts: list[str] = [item["host"] for item in self.request.get("hosts") or self.request.get("containers") or []]
+        self.console_lock = threading.Lock()
+        self.console: IO[bytes] | None = None
+        self.signalled = threading.Event()
+        self.state: dict[str, Any] = {}
+        self.exits: dict[str, HostExit] = {}
+        self.stopped_by_us: set[str] = set()
+        self.stop_reason: tuple[JobState, str] | None = None
+        self.kill_at: float | None = None
+        self.first_parent = os.getppid()
+        self.lifeline_fd: int | None = None
+        self.last_heartbeat = 0.0
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self.signalled.set())
+        self.state = {"state": JobState.STARTING.value, "message": "", "supervisor_pid": os.getpid(), "started": time.time(), "hosts": {}}
+        self.save()
+        if self.cancel_wanted():
+            return self.finish(JobState.CANCELLED, "cancelled before it started")
+        try:
+            self.start_hosts()
+        except Exception as exc:  # noqa: BLE001 - a host that cannot start fails the job, with the reason
+            self.stop(JobState.FAILED, f"could not start the hosts: {exc}")
+        else:
+            self.update(state=JobState.RUNNING.value)
+        sync = checkpoints.for_record(self.record)  # checkpoint_s3_uri: copied out while the hosts run
+        if sync is not None:
+            sync.start()
+        self.watch()
+        if sync is not None:
+            sync.stop()  # the last pass, after every host ended
+        self.backend.drain(timeout=5)
+        if self.console is not None:
+            self.console.close()
+        shutil.rmtree(self.job_dir.path / SCRATCH, ignore_errors=True)
+        return self.conclude()
+
+    def start_hosts(self) -> None:
+        self.lifeline_fd = open_lifeline(self.job_dir.path / LIFELINE)
+        self.update(**(self.backend.prepare() or {}))
+        self.console = open(self.job_dir.console_log, "ab")  # noqa: SIM115 - closed at the end of run()
+        extra: dict[str, str] = {}
+        if self.request.get("backend", "process") == "process":  # containers have both in their plan
+            extra = {contract.LIFELINE_ENV: str(self.job_dir.path / LIFELINE), contract.SCRATCH_ENV: str(self.job_dir.path / SCRATCH)}
+        for host in self.hosts:
+            info = self.backend.start(host, extra, self.copy_output)
+            self.state["hosts"][host] = {**info, "state": JobState.RUNNING.value, "exit_code": None}
+        self.save()
+
+    def copy_output(self, host: str, raw: bytes) -> None:
+        text = raw.decode("utf-8", errors="replace")
+        if not text.endswith("\n"):
+            text += "\n"
+        if not contract.has_console_prefix(text):
+            text = contract.console_prefix(host) + text
+        with self.console_lock:
+            if self.console is not None and not self.console.closed:
+                self.console.write(text.encode("utf-8"))
+                self.console.flush()
+
+    # --- watching -------------------------------------------------------------------------------
+
+    def watch(self) -> None:
+        deadline = self.state["started"] + int(self.request.get("max_run") or 86_400)
+        while self.running():
+            self.record_exits()
+            if self.stop_reason is None:
+                self.check_stop_conditions(deadline)
+            if self.kill_at is not None and time.monotonic() >= self.kill_at:
+                for host in self.running_hosts():
+                    self.backend.signal(host, signal.SIGKILL)
+            self.tick()
+            time.sleep(POLL_SECONDS)
+        self.record_exits()
+
+    def tick(self) -> None:
+        """Called every poll while the job runs; the place for periodic work (heartbeat, checkpoints...)."""
+        now = time.monotonic()
+        if now - self.last_heartbeat >= HEARTBEAT_SECONDS:
+            self.last_heartbeat = now
+            (self.job_dir.path / HEARTBEAT).touch()
+
+    def check_stop_conditions(self, deadline: float) -> None:
+        owner = self.record.get("owner_pid")
+        first_failure = min((e.ended for e in self.exits.values() if e.code != 0), default=None)
+        if self.cancel_wanted():
+            self.stop(JobState.CANCELLED, "cancelled")
+        elif owner and self.owner_gone(owner):
+            self.stop(JobState.CANCELLED, f"cancelled: the process that started it (pid {owner}) exited")
+        elif time.time() > deadline:
+            self.stop(JobState.FAILED, f"MaxRuntimeExceeded: the job ran longer than max_run={self.request.get('max_run')} seconds")
+        elif first_failure is not None and time.time() - first_failure > self.peer_failure_grace:
+            self.stop(JobState.FAILED, "")  # the root cause decides the message
+
+    def owner_gone(self, owner: int) -> bool:
+        """The owner started us: it is gone once we are re-parented (no pid-reuse doubt); otherwise poll it."""
+        if self.first_parent == owner:
+            return os.getppid() != owner
+        return not pid_alive(owner)
+
+    def cancel_wanted(self) -> bool:
+        return self.signalled.is_set() or self.job_dir.cancel_requested
+
+    def stop(self, state: JobState, message: str) -> None:
+        self.stop_reason = (state, message)
+        for host in self.running_hosts():
+            self.stopped_by_us.add(host)
+            self.backend.signal(host, signal.SIGTERM)
+        self.kill_at = time.monotonic() + float(self.request.get("stop_grace_period", 10.0))
+
+    def running_hosts(self) -> list[str]:
+        return [host for host in self.state.get("hosts", {}) if host not in self.exits]
+
+    def running(self) -> bool:
+        return bool(self.running_hosts())
+
+    def record_exits(self) -> None:
+        changed = False
+        for host in self.running_hosts():
+            ended = self.backend.poll(host)
+            if ended is None:
+                continue
+            self.exits[host] = ended
+            state = JobState.SUCCEEDED if ended.code == 0 else JobState.FAILED
+            self.state["hosts"][host].update(exit_code=ended.code, signal=ended.signal, ended=ended.ended, state=state.value)
+            changed = True
+        if changed:
+            self.save()
+
+    # --- the outcome ----------------------------------------------------------------------------
+
+    def conclude(self) -> int:
+        if self.stop_reason is not None and self.stop_reason[0] is JobState.CANCELLED:
+            self.backend.release()
+            return self.finish(JobState.CANCELLED, self.stop_reason[1])
+        verdict = self.verdict()
+        failed = any(e.code != 0 for e in self.exits.values()) or (self.stop_reason is not None)
+        self.before_collect(verdict)
+        problem = self.collect()
+        self.backend.release()
+        if self.stop_reason is not None and self.stop_reason[1]:
+            return self.finish(self.stop_reason[0], self.stop_reason[1])  # max_run, a start failure: no rank to blame
+        if failed:
+            message = verdict.root.summary() if verdict else "a host failed"
+            return self.finish(JobState.FAILED, message + (f"; also {problem}" if problem else ""), verdict)
+        if problem:
+            return self.finish(JobState.FAILED, problem)
+        if not self.request.get("keep_job_dir", True):
+            remove_host_trees(self.job_dir, self.hosts)
+        return self.finish(JobState.SUCCEEDED, "")
+
+    def before_collect(self, verdict: Verdict | None) -> None:
+        """The last step before artifacts are collected (e.g. keep a checkpoint, add a record)."""
+
+    def collect(self) -> str:
+        """Artifacts are collected whether the job succeeded or failed, as SageMaker uploads both.
+        Returns "" or what went wrong (which fails the job: a job without its model is no success)."""
+        artifacts = self.request["artifacts"]
+        trees = [OptMl(self.job_dir.host_dir(host)) for host in self.hosts]
+        try:
+            model, output = collect_artifacts(trees, Path(artifacts["model_data"]).parent)
+        except (OSError, ValueError) as exc:
+            return f"ArtifactCollectionFailed: could not collect the artifacts into {Path(artifacts['model_data']).parent}: {exc}"
+        self.update(model_data=str(model), output_data=str(output))
+        return ""
+
+    def verdict(self) -> Verdict | None:
+        records, early = self.records()
+        verdict = decide(records, early_exits=early)
+        if verdict is not None:
+            self.state["other_failures"] = [other.to_json() for other in verdict.others]
+            self.state["error_file"] = verdict.root.error_file or None
+            if verdict.root.rank is not None:
+                self.state["rank_log"] = str(OptMl(self.job_dir.host_dir(verdict.root.host)).rank_log_file(verdict.root.rank))
+        return verdict
+
+    def records(self) -> tuple[list[FailureRecord], list[FailureRecord]]:
+        """Every failure record of the job: what each runtime wrote, rank error files no runtime
+        reported (its runtime was killed), and what this supervisor saw of the hosts themselves."""
+        records: dict[tuple[Any, ...], FailureRecord] = {}
+        early: list[FailureRecord] = []
+        for host in self.hosts:
+            opt_ml = OptMl(self.job_dir.host_dir(host))
+            written = contract.read_failure_records(opt_ml)
+            for record in [FailureRecord.from_json(item) for item in written or []] + self.error_files(host, opt_ml):
+                if record.source == SOURCE_EARLY_EXIT:
+                    early.append(record)
+                else:
+                    records.setdefault((record.host, record.rank, record.error_type, record.message), record)
+            own = self.host_record(host, wrote_records=written is not None, wrote_failure=contract.read_failure(opt_ml) is not None)
+            if own is not None:
+                records.setdefault((own.host, own.rank, own.error_type, own.message), own)
+        return list(records.values()), early
+
+    def error_files(self, host: str, opt_ml: OptMl) -> list[FailureRecord]:
+        found = []
+        for path in sorted(glob.glob(str(opt_ml.errors_dir / "*.json"))):
+            try:
+                data = json.loads(Path(path).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if isinstance(data, dict):
+                found.append(from_error_file(data, host=host, path=path))
+        return found
+
+    def host_record(self, host: str, *, wrote_records: bool, wrote_failure: bool) -> FailureRecord | None:
+        """What the supervisor itself knows of a host that ended badly."""
+        ended = self.exits.get(host)
+        if ended is None or ended.code == 0:
+            return None
+        if host in self.stopped_by_us:
+            return FailureRecord(host, None, ended.code, "stopped by the supervisor", timestamp=ended.ended, source=SOURCE_STOPPED)
+        if ended.signal is not None and not wrote_records:
+            message = f"the runtime was killed by {ended.signal}" + (f"; {ended.detail}" if ended.detail else "")
+            return FailureRecord(host, None, ended.code, message, timestamp=ended.ended, error_type="Signal", source=SOURCE_SUPERVISOR, signal=ended.signal)
+        if not wrote_records and not wrote_failure:
+            message = f"the runtime exited with code {ended.code} without a failure record" + (f"; {ended.detail}" if ended.detail else "")
+            return FailureRecord(host, None, ended.code, message, timestamp=ended.ended, error_type="ExitCode", source=SOURCE_SUPERVISOR)
+        return None
+
+    def finish(self, state: JobState, message: str, verdict: Verdict | None = None) -> int:
+        failure = verdict.root.to_json() if verdict is not None and state is JobState.FAILED else None
+        for name in (LIFELINE, HEARTBEAT):  # they mean something only while the job runs
+            (self.job_dir.path / name).unlink(missing_ok=True)
+        self.update(state=state.value, message=message or self.state.get("message", ""), failure=failure, ended=time.time())
+        return 0
+
+    def update(self, **changes: Any) -> None:
+        self.state.update(changes)
+        self.save()
+
+    def save(self) -> None:
+        self.job_dir.write_state(self.state)
+
+
+def open_lifeline(path: Path) -> int:
+    """Make the FIFO and hold it open (read-write, so opening never blocks); runtimes read EOF once we die."""
+    path.unlink(missing_ok=True)
+    os.mkfifo(path, 0o600)
+    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    return fd
+
+
+def remove_host_trees(job_dir: JobDir, hosts: list[str]) -> None:
+    """Drop what ``keep_job_dir=False`` does not keep: the per-host trees and the code snapshot."""
+    for path in [job_dir.code_dir, *(job_dir.host_dir(host) for host in hosts)]:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m smddp_sdk.schedulers.hosts.supervisor <job_dir>", file=sys.stderr)
+        return 2
+    os.umask(0o077)  # job files, logs and host trees are the caller's alone
+    supervisor = Supervisor(JobDir(Path(argv[0])))
+    try:
+        return supervisor.run()
+    except BaseException as exc:  # noqa: BLE001 - whatever stops the supervisor must end up in state.json
+        for host in supervisor.running_hosts():
+            supervisor.backend.signal(host, signal.SIGKILL)
+        supervisor.backend.release()
+        supervisor.finish(JobState.FAILED, f"the job's supervisor crashed: {type(exc).__name__}: {exc}")
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,313 @@
+"""One failure record for the whole product, the rule that picks a job's root cause, and its summary.
+
+Ranks (through the bootstrap's error file), runtimes (``output/failures.json`` and the coordinator),
+the host supervisor (a runtime or container that died) and every scheduler's ``status`` speak of a
+failure with the same ``FailureRecord``; ``decide`` names the root cause and ``render_summary`` prints it
+in torchrun's layout. Stdlib only: the node runtime imports it inside any user image.
+
+The root-cause rule (``decide``) follows torch elastic's "first failure in time", with one correction that
+matters for collectives: the first *error file* is often written by a victim. When a rank is SIGKILLed,
+exits early or hangs, its peers raise within milliseconds ("connection closed", "timed out waiting for
+rank 3") and their error files can carry earlier timestamps than the moment anyone saw the culprit go.
+So records are ranked by kind first and by time second:
+
+1. culprits: a rank that raised an error of its own, exited non-zero, or died by a signal nobody sent it;
+   a runtime or container that died or failed by itself; a host that never joined or vanished;
+2. ranks the victims blame, when no culprit record exists: a rank they timed out waiting for (a hang, in or
+   outside a collective) or whose exit they saw (an early ``exit 0``) -- named even without an error file;
+3. victims: errors that only report a lost peer or a stop from elsewhere;
+4. stops: ranks and runtimes stopped because of another failure (never the root cause unless alone).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import signal as signals
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from smddp_sdk.specs.contract import RootCause
+
+# Where a record comes from (``FailureRecord.source``).
+SOURCE_ERROR_FILE = "error_file"  # the rank's bootstrap wrote output/errors/rank-N.json
+SOURCE_EXIT = "exit"  # the runtime saw a rank exit non-zero (or by a signal) without an error file
+SOURCE_EARLY_EXIT = "early_exit"  # a rank exited 0 while its peers were still running
+SOURCE_RUNTIME = "runtime"  # the runtime itself failed (bad input, setup, a lost peer)
+SOURCE_SUPERVISOR = "supervisor"  # the host supervisor saw a runtime or container die
+SOURCE_HANG = "hang"  # named by its peers: they timed out waiting for it
+SOURCE_STOPPED = "stopped"  # stopped because of another failure, or by a cancel
+SOURCE_TIMEOUT = "timeout"  # max_run passed
+
+_MESSAGE_LIMIT = 300
+_BORDER = "=" * 60
+# Errors that only say a peer went away or that the job is stopping: the symptom, not the cause.
+_OBSERVED_LOSS = frozenset({"LostPeer", "HostNeverJoined"})
+_VICTIM_TYPES = frozenset({"LostCoordinator", "SupervisorGone", "Stopped"})
+_VICTIM_TEXT = re.compile(
+    r"closed the connection|connection reset|connection refused|broken pipe|connection to .* broke|"
+    r"exited before completing|timed out waiting for|did not arrive|did not connect|aborted|"
+    r"connections to the other hosts are closed|unusable after an earlier failure|peer .*(gone|exited|closed)|"
+    r"Connection closed by peer|NCCL communicator was aborted|socket timed out",
+    re.IGNORECASE,
+)
+# How a victim names the peer it blames: "rank 3 (host algo-2)", "peer rank 3 (pid 9, same host)",
+# "rank(s) 1, 2 on this host".
+_BLAME_REMOTE = re.compile(r"\brank (\d+) \(host ([^)\s]+)\)")
+_BLAME_LOCAL = re.compile(r"\bpeer rank (\d+) \(pid \d+, same host\)|\brank\(s\) ([\d, ]+) on this host")
+_HANG_TEXT = re.compile(r"timed out|did not arrive", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class FailureRecord:
+    """One failure of a rank (``rank`` set) or of a host's runtime or container (``rank`` None)."""
+
+    host: str
+    rank: int | None
+    exit_code: int
+    message: str
+    traceback: str = ""
+    timestamp: float | None = None
+    error_type: str = ""
+    source: str = ""
+    signal: str | None = None  # "SIGKILL" when it died by a signal
+    local_rank: int | None = None
+    pid: int | None = None
+    log_tail: str = ""
+    error_file: str = ""
+    log_file: str = ""
+
+    @property
+    def who(self) -> str:
+        return f"{self.host}/rank{self.rank}" if self.rank is not None else f"{self.host}/runtime"
+
+    @property
+    def error(self) -> str:
+        """``ErrorType: message`` (trimmed so host, rank and code fit SageMaker's 1024 characters)."""
+        message = self.message if len(self.message) <= _MESSAGE_LIMIT else self.message[:_MESSAGE_LIMIT] + "..."
+        if self.error_type and message:
+            return f"{self.error_type}: {message}"
+        return self.error_type or message
+
+    @property
+    def cause(self) -> RootCause:
+        """The first line of output/failure, which names host, rank and code where SageMaker shows it."""
+        return RootCause(self.host, self.rank, self.exit_code, self.error)
+
+    @property
+    def headline(self) -> str:
+        return self.cause.headline
+
+    def summary(self) -> str:
+        """One line for messages and ``status``: ``algo-2/rank3 exited with code 1: ValueError: bad``."""
+        where = f"{self.host}/rank{self.rank}" if self.rank is not None else self.host
+        return f"{where} exited with code {self.exit_code}: {self.error}"
+
+    def replace(self, **changes: Any) -> FailureRecord:
+        return dataclasses.replace(self, **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> FailureRecord:
+        """Tolerant of extra and missing keys: records cross processes and versions."""
+        known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
+        known.setdefault("host", "")
+        known.setdefault("rank", None)
+        known.setdefault("exit_code", 1)
+        known.setdefault("message", "")
+        return cls(**known)
+
+
+def exit_code_of(returncode: int) -> int:
+    """A process's exit code as a shell reports it: 128 + N for death by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signals.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def from_error_file(data: Mapping[str, Any], *, host: str, path: str = "", exit_code: int | None = None) -> FailureRecord:
+    """The record of a rank's bootstrap error file (keys of ``smddp_sdk.runtime.bootstrap``)."""
+    return FailureRecord(
+        host=str(data.get("host") or host),
+        rank=_int_or_none(data.get("rank")),
+        exit_code=int(exit_code if exit_code is not None else data.get("exit_code") or 1),
+        message=str(data.get("message") or ""),
+        traceback=str(data.get("traceback") or ""),
+        timestamp=_float_or_none(data.get("timestamp")),
+        error_type=str(data.get("error_type") or "Error"),
+        source=SOURCE_ERROR_FILE,
+        local_rank=_int_or_none(data.get("local_rank")),
+        pid=_int_or_none(data.get("pid")),
+        error_file=path,
+    )
+
+
+def from_death(*, host: str, rank: int | None, returncode: int, observed_at: float | None = None, **extra: Any) -> FailureRecord:
+    """A process that ended without an error record: by a signal, or with a bare exit code."""
+    code = exit_code_of(returncode)
+    subject = "the runtime" if rank is None else "the rank"
+    if returncode < 0:
+        name = signal_name(-returncode)
+        hint = " (sent by someone else, or the kernel's out-of-memory killer)" if -returncode == signals.SIGKILL else ""
+        return FailureRecord(host, rank, code, f"{subject} was killed by {name}{hint}", timestamp=observed_at or time.time(),
+                             error_type="Signal", signal=name, **{"source": SOURCE_EXIT, **extra})
+    return FailureRecord(host, rank, code, f"{subject} exited with code {returncode} without an error record; see the log tail",
+                         timestamp=observed_at or time.time(), error_type="ExitCode", **{"source": SOURCE_EXIT, **extra})
+
+
+# --- the rule ---------------------------------------------------------------------------------------
+
+
+def is_victim(record: FailureRecord) -> bool:
+    """Whether the record only reports someone else's failure (a lost peer, a stop from elsewhere)."""
+    if record.source == SOURCE_STOPPED or record.error_type in _VICTIM_TYPES:
+        return True
+    if record.source in (SOURCE_SUPERVISOR, SOURCE_HANG, SOURCE_TIMEOUT):
+        return False
+    return bool(_VICTIM_TEXT.search(f"{record.error_type}: {record.message}"))
+
+
+def blamed_by(record: FailureRecord) -> list[tuple[str, int]]:
+    """The (host, rank) pairs a victim's message names as the peer it lost or waited for."""
+    text = record.message
+    blamed = [(host, int(rank)) for rank, host in _BLAME_REMOTE.findall(text)]
+    for single, several in _BLAME_LOCAL.findall(text):
+        for rank in filter(None, [single, *several.replace(" ", "").split(",")]):
+            blamed.append((record.host, int(rank)))
+    return blamed
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The root cause and every other failure, oldest first (the root cause is not among them)."""
+
+    root: FailureRecord
+    others: tuple[FailureRecord, ...]
+
+
+def decide(records: Iterable[FailureRecord], *, early_exits: Iterable[FailureRecord] = ()) -> Verdict | None:
+    """The job's root cause among ``records`` (see the module docstring), or None when there are none.
+
+    ``early_exits`` are ranks that ended with code 0 while peers still ran: not failures by themselves,
+    but the culprit when the victims blame them.
+    """
+    records = [r for r in records if r.source != SOURCE_EARLY_EXIT]
+    # A runtime that saw a host vanish says less than the supervisor that saw how it ended.
+    seen_dying = {r.host for r in records if r.source == SOURCE_SUPERVISOR and r.rank is None}
+    records = [r for r in records if not (r.error_type in _OBSERVED_LOSS and r.host in seen_dying)]
+    exits = {(r.host, r.rank): r for r in early_exits}
+    if not records:
+        return None
+    culprits = [r for r in records if not is_victim(r)]
+    root = _earliest(culprits) if culprits else _blamed(records, exits) or _earliest(records)
+    others = tuple(sorted((r for r in records if r is not root and r.source != SOURCE_STOPPED), key=_time))
+    return Verdict(root, others)
+
+
+def _blamed(records: Sequence[FailureRecord], early_exits: Mapping[tuple[str, int | None], FailureRecord]) -> FailureRecord | None:
+    """The rank most victims blame that has no record of its own, as a record of what happened to it."""
+    failed = {(r.host, r.rank) for r in records}
+    votes: Counter[tuple[str, int]] = Counter()
+    hung: set[tuple[str, int]] = set()
+    first_seen: dict[tuple[str, int], float] = {}
+    for record in records:
+        for peer in blamed_by(record):
+            if peer in failed:
+                continue  # it failed too; its own record says more
+            votes[peer] += 1
+            first_seen[peer] = min(first_seen.get(peer, float("inf")), _time(record))
+            if _HANG_TEXT.search(record.message):
+                hung.add(peer)
+    if not votes:
+        return None
+    (host, rank), _ = min(votes.items(), key=lambda item: (-item[1], first_seen[item[0]], item[0]))
+    if (host, rank) in early_exits:
+        early = early_exits[(host, rank)]
+        return early.replace(message=f"the rank exited with code 0 while its peers still needed it ({early.message})" if early.message else
+                             "the rank exited with code 0 while its peers were still in a collective with it")
+    if (host, rank) in hung:
+        return FailureRecord(host, rank, 1, "the rank stopped making progress: its peers timed out waiting for it in a collective "
+                             "(hung inside or outside a collective, or on another code path)", timestamp=first_seen[(host, rank)],
+                             error_type="Hang", source=SOURCE_HANG)
+    return FailureRecord(host, rank, 1, "its peers lost it in a collective and it left no error record", timestamp=first_seen[(host, rank)],
+                         error_type="LostRank", source=SOURCE_HANG)
+
+
+def _earliest(records: Sequence[FailureRecord]) -> FailureRecord:
+    # At equal times a rank's own record beats its runtime's, and a record with a signal beats one without.
+    return min(records, key=lambda r: (_time(r), r.rank is None, r.signal is None))
+
+
+def _time(record: FailureRecord) -> float:
+    return record.timestamp if record.timestamp is not None else float("inf")
+
+
+# --- the summary -------------------------------------------------------------------------------------
+
+
+def render_summary(root: FailureRecord, others: Sequence[FailureRecord] = (), *, title: str = "Job failed", hints: Sequence[str] = ()) -> str:
+    """torchrun's layout: other failures first, the root cause last (it is what the eye finds at the end)."""
+    blocks = [_BORDER, title, _BORDER]
+    others = [f for f in others if f != root]
+    if others:
+        blocks.append("Other failures:")
+        blocks += [f"  {f.summary()}" for f in others[-20:]]
+        blocks.append("-" * 60)
+    blocks += ["Root cause (first failure in time):", *_describe(root), _BORDER, *hints]
+    return "\n".join(blocks)
+
+
+def _describe(failure: FailureRecord) -> list[str]:
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(failure.timestamp)) if failure.timestamp else "<unknown>"
+    rank = f"{failure.rank} (local_rank: {failure.local_rank})" if failure.rank is not None else "<runtime, no rank>"
+    rows = [
+        f"  time      : {when}",
+        f"  host      : {failure.host}",
+        f"  rank      : {rank}",
+        f"  exit code : {failure.exit_code}" + (f" ({failure.signal})" if failure.signal else ""),
+        f"  error     : {failure.error}",
+    ]
+    if failure.error_file:
+        rows.append(f"  error_file: {failure.error_file}")
+    body = [line for line in (failure.traceback.strip() or failure.log_tail.strip()).splitlines() if line.strip()]
+    if len(body) > 20:
+        body = [f"... ({len(body) - 20} lines above)", *body[-20:]]
+    if body:
+        rows += [f"  traceback : {body[0]}", *(" " * 14 + line for line in body[1:])]
+    return rows
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _float_or_none(value: Any) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _read_json_object(path: Any) -> dict[str, Any] | None:
+    """A JSON object from a file, or None when it is missing, unreadable or not an object."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

@@ -1,0 +1,84 @@
+"""Script mode, jobs by name, logs filters, list and clean against the real local scheduler."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from smddp_sdk import PyTorch, job_index
+from smddp_sdk.cli.main import insert_default_command
+from tests.cli.test_run_local import TRAIN
+
+pytestmark = pytest.mark.integration
+COMMANDS = {"run": None, "logs": None}
+
+
+@pytest.fixture
+def job_root(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (isolated / "train.py").write_text(TRAIN)
+    root = isolated.parent / "jobs"
+    monkeypatch.setenv("SMDDP_JOB_ROOT", str(root))  # also for the in-process job index lookups below
+    return root
+
+
+def test_script_arguments_are_split_torchrun_style() -> None:
+    split = insert_default_command
+    assert split(["train.py", "--epochs", "3"], COMMANDS) == ["run", "train.py", "--", "--epochs", "3"]
+    assert split(["--debug", "--nnodes", "2", "--nproc-per-node=4", "--dryrun", "train.py", "--lr", "0.1"], COMMANDS) == [
+        "--debug", "run", "--instance-count", "2", "-o", "processes_per_host=4", "--dryrun", "train.py", "--", "--lr", "0.1"]
+    assert split(["logs", "train.py"], COMMANDS) == ["logs", "train.py"]  # a command word first: not a script
+    assert split(["job.yaml", "--", "--script", "x.py"], COMMANDS) == ["run", "job.yaml", "--", "--script", "x.py"]
+
+
+def test_a_script_runs_on_simulated_hosts_and_is_found_by_name(invoke, job_root: Path) -> None:
+    result = invoke("--hosts", "2", "--nproc-per-host", "2", "train.py", "--epochs", "2")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "[algo-2/rank3]: rank 3 of 4 args ['--epochs', '2']" in lines
+    name = result.stderr.splitlines()[-3].split()[-1]
+    assert name.startswith("train-")
+
+    status = invoke("status", name, "--json")
+    assert status.exit_code == 0 and json.loads(status.stdout)["state"] == "SUCCEEDED"
+    assert invoke("logs", name, "--rank", "3").stdout.splitlines() == ["[algo-2/rank3]: rank 3 of 4 args ['--epochs', '2']"]
+    assert len(invoke("logs", name, "--tail", "2").stdout.splitlines()) == 2
+    assert invoke("logs", name, "--grep", "rank [02] of").stdout.count("\n") == 2
+    no_rank = invoke("logs", name, "--rank", "9")
+    assert no_rank.exit_code == 2 and "has no lines from ranks 9" in no_rank.stderr and "ranks 0-3" in no_rank.stderr
+    untimed = invoke("logs", name, "--since", "1h")
+    assert untimed.exit_code == 0 and untimed.stdout == "" and "--since left out" in untimed.stderr
+    bad_since = invoke("logs", name, "--since", "yesterday")
+    assert bad_since.exit_code == 2 and "neither a duration" in bad_since.stderr
+
+    typo = invoke("status", name[:-1] + "x")
+    assert typo.exit_code == 2 and f"(did you mean '{name}'?)" in typo.stderr
+
+    attached = PyTorch.attach(name)
+    assert attached.entry_point.endswith("train.py") and attached.instance_count == 2
+    assert attached.latest_training_job.describe()["TrainingJobStatus"] == "Completed"
+
+    listed = invoke("list")
+    assert listed.stdout.splitlines()[1].startswith(f"local://{name}  SUCCEEDED")
+
+
+def test_a_missing_script_is_a_usage_error(invoke, job_root: Path) -> None:
+    result = invoke("nope.py", "--epochs", "1")
+    assert result.exit_code == 2 and "script 'nope.py' does not exist" in result.stderr
+
+
+def test_clean_removes_finished_jobs_and_their_index_entries(invoke, job_root: Path) -> None:
+    for name in ("old-1", "old-2"):
+        assert invoke("--job-name", name, "train.py").exit_code == 0
+    assert {entry.name for entry in job_index.entries()} == {"old-1", "old-2"}
+    dry = invoke("clean", "--dry-run")
+    assert dry.exit_code == 0 and "Would remove 2 jobs" in dry.stderr and (job_root / "old-1").is_dir()
+    assert invoke("clean", "--older-than", "1d").stderr.strip().endswith("Removed 0 jobs.")
+    only = invoke("clean", "old-1")
+    assert only.exit_code == 0 and not (job_root / "old-1").exists() and (job_root / "old-2").is_dir()
+    assert [entry.name for entry in job_index.entries()] == ["old-2"]
+    assert invoke("clean").exit_code == 0 and not (job_root / "old-2").exists()
+    assert invoke("list").stderr.startswith("No jobs yet")
+    bad = invoke("clean", "--older-than", "soon")
+    assert bad.exit_code == 2
