@@ -23,10 +23,9 @@ from types import FrameType
 
 from smddp_sdk.errors import EXIT_JOB_FAILED, ContractError, SmddpError, UnavailableError
 from smddp_sdk.runtime import env as rank_env
-from smddp_sdk.runtime import optml_mount
+from smddp_sdk.runtime import optml_mount, usercode
 from smddp_sdk.runtime import plan as planning
 from smddp_sdk.runtime import store as rendezvous_store
-from smddp_sdk.runtime import usercode
 from smddp_sdk.runtime.coordination import Coordinator, CoordinatorClient
 from smddp_sdk.runtime.failures import RankFailure, console_summary, failure_reason, rank_failure, root_cause
 from smddp_sdk.runtime.logs import Console
@@ -101,7 +100,7 @@ class NodeRuntime:
         self.supervisor_gone = False
         self.supervised = bool(environ.get(contract.LIFELINE_ENV))
         self.store: rendezvous_store.RendezvousStore | None = None
-        self.rank_environ: Mapping[str, str] = environ
+        self.store_env: dict[str, str] = {}
 
     def say(self, text: str) -> None:
         self.console.say(self.prefix, text)
@@ -145,11 +144,8 @@ class NodeRuntime:
         env = self.env
         address = contract.bind_address(env.host_addresses, env.current_host)
         if env.is_master:
-            self.store = rendezvous_store.serve(address, env.ports.master, self.environ, self.say, scratch)
-        self.rank_environ = {
-            **self.environ,
-            **rendezvous_store.rank_environment(address, self.environ, is_master=env.is_master, served=self.store is not None),
-        }
+            self.store = rendezvous_store.serve(address, env.ports.master, self.interpreter.python, self.say, scratch)
+        self.store_env = rendezvous_store.rank_environment(address, is_master=env.is_master, served=self.store is not None)
 
     def _plan(self) -> planning.RankPlan:
         env = self.env
@@ -212,8 +208,9 @@ class NodeRuntime:
         for slot in plan.local_slots:
             error_file = opt_ml.rank_error_file(slot.rank)
             process_env = rank_env.process_env(
-                self.rank_environ, self.env, plan, slot, python_path=python_path, error_file=str(error_file)
+                self.environ, self.env, plan, slot, python_path=python_path, error_file=str(error_file)
             )
+            process_env.update(self.store_env)
             self.interpreter.apply(process_env)
             self.procs.append(
                 spawn_rank(slot, command.argv, process_env, command.cwd, opt_ml.rank_log_file(slot.rank), error_file, self.console)
