@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from smddp_sdk.errors import SpecIssue
@@ -108,39 +107,6 @@ def processes_per_host_issues(value: Any, path: str) -> list[SpecIssue]:
 def scheduler_option_issues(options: Mapping[str, Any]) -> list[SpecIssue]:
     """Bounds on the scheduler options every host-tree scheduler shares (checked before one is built)."""
     return processes_per_host_issues(options.get("processes_per_host"), "scheduler_options.processes_per_host")
-
-
-def job_root_issues(source_dir: str | None, dependencies: Sequence[str], job_root: Path) -> list[SpecIssue]:
-    """Code directories must not contain the job root: the code snapshot is written under the job root,
-    so copying such a directory would copy itself without end."""
-    issues = []
-    root = job_root.expanduser().absolute()
-    for path, value in (("source_dir", source_dir), *((f"dependencies[{i}]", d) for i, d in enumerate(dependencies))):
-        if not value or "://" in value.removeprefix("file://"):
-            continue
-        code = Path(value.removeprefix("file://")).expanduser().absolute()
-        if _within(root, code):
-            issues.append(
-                SpecIssue(
-                    path,
-                    f"{value!r} contains the job root {str(root)!r}, where the job's own copy of the code is written",
-                    "move the code, or set scheduler_options.job_root (or SMDDP_JOB_ROOT) to a directory outside it",
-                )
-            )
-    return issues
-
-
-def _within(path: Path, directory: Path) -> bool:
-    """Whether ``path`` is ``directory`` or below it, through symlinks too."""
-    pairs = ((path, directory), (_resolved(path), _resolved(directory)))
-    return any(inner == outer or outer in inner.parents for inner, outer in pairs)
-
-
-def _resolved(path: Path) -> Path:
-    try:
-        return path.resolve()
-    except (OSError, RuntimeError):
-        return path
 
 
 def name_issues(name: Any, path: str) -> list[SpecIssue]:

@@ -236,20 +236,6 @@ CASES: list[Case] = [
     ),
     # --- code and paths ---------------------------------------------------------------------------------------
     (
-        "source_dir holds the job root",
-        "entry_point: train.py\nsource_dir: .\ninstance_type: local\n",
-        [
-            "job.yaml:2:13: source_dir: '{work}' contains the job root '{root}', where the job's own copy of the code is written (move the code, or set scheduler_options.job_root (or SMDDP_JOB_ROOT) to a directory outside it)"
-        ],
-    ),
-    (
-        "dependency holds the job root",
-        HEAD + "dependencies: ['.']\n",
-        [
-            "job.yaml:3:16: dependencies[0]: '{work}' contains the job root '{root}', where the job's own copy of the code is written (move the code, or set scheduler_options.job_root (or SMDDP_JOB_ROOT) to a directory outside it)"
-        ],
-    ),
-    (
         "entry_point climbs out",
         "entry_point: ../train.py\nsource_dir: src\ninstance_type: local\n",
         ["job.yaml:1:14: entry_point: '../train.py' must be a relative path of letters, digits, '.', '_', '+', '-' without '.' or '..' parts"],
