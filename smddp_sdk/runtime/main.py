@@ -142,7 +142,7 @@ class NodeRuntime:
     def _serve_store(self, scratch: Path) -> None:
         """In local mode the master host serves the rendezvous store on its own address (runtime/store.py)."""
         env = self.env
-        address = contract.bind_address(env.host_addresses, env.current_host)
+        address = rendezvous_store.store_address(contract.bind_address(env.host_addresses, env.current_host), self.environ)
         if env.is_master:
             self.store = rendezvous_store.serve(address, env.ports.master, self.interpreter.python, self.say, scratch)
         self.store_env = rendezvous_store.rank_environment(address, is_master=env.is_master, served=self.store is not None)

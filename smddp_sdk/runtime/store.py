@@ -23,10 +23,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 AGENT_STORE_ENV = "TORCHELASTIC_USE_AGENT_STORE"
+# "0" leaves the store to rank 0 (listening on every interface, as torch does). Why one might: with the
+# runtime's store the ranks find it at once, so a process-group timeout of a few seconds starts counting
+# before a slow rank 0 is up; with rank 0 serving, connecting waits for rank 0 first.
+RUNTIME_STORE_ENV = "SMDDP_RUNTIME_STORE"
 READY = b"ready\n"
 START_TIMEOUT = 120.0  # importing torch on a busy machine
 
@@ -100,6 +104,12 @@ class RendezvousStore:
         for stream in (self.process.stdin, self.process.stdout):
             if stream is not None and not stream.closed:
                 stream.close()
+
+
+def store_address(bind_address: str, environ: Mapping[str, str]) -> str:
+    """Where this job's runtime serves the store: the host's mapped address in local mode, unless
+    SMDDP_RUNTIME_STORE=0; "" where rank 0 serves it."""
+    return "" if environ.get(RUNTIME_STORE_ENV, "1") == "0" else bind_address
 
 
 def serve(address: str, port: int, python: str, say: Callable[[str], None], scratch: Path) -> RendezvousStore | None:
