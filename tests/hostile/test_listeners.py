@@ -59,3 +59,5 @@ def test_store_is_not_served_where_not_wanted(tmp_path: Path) -> None:
     assert rendezvous_store.rank_environment("127.0.0.1", is_master=True, served=False) == {}
     assert rendezvous_store.rank_environment("127.0.0.1", is_master=False, served=False) == {"TORCHELASTIC_USE_AGENT_STORE": "True"}
     assert rendezvous_store.rank_environment("", is_master=False, served=False) == {}
+    assert rendezvous_store.store_address("127.0.0.1", {"SMDDP_RUNTIME_STORE": "0"}) == ""
+    assert rendezvous_store.store_address("127.0.0.1", {}) == "127.0.0.1"
