@@ -168,8 +168,7 @@ def _limits_section() -> str:
         ("`job_name`, `base_job_name`", f"1 to {limits.MAX_NAME_LENGTH} letters, digits and hyphens, starting and ending with a letter or digit (so never a path)"),
         ("`hyperparameters`", f"text names without NUL; values that encode as JSON (no NaN or infinity, no dates, sets or bytes; at most {limits.MAX_JSON_DEPTH} levels deep) without NUL; {limits.MAX_HYPERPARAMETERS_BYTES // 1024} KiB in all, encoded (a rank's argv)"),
         ("`environment`", f"names of letters, digits and `_` not starting with a digit; values without NUL; {limits.MAX_ENVIRONMENT_BYTES // 1024} KiB in all; not {reserved}"),
-        ("`source_dir`, `dependencies`", "must not contain the job root (`scheduler_options.job_root`, `SMDDP_JOB_ROOT`), where the job's copy of the code is written"),
-        ("the job file", f"at most {limits.MAX_YAML_BYTES // 1024} KiB, {limits.MAX_YAML_DEPTH} levels of nesting and {limits.MAX_YAML_NODES} values with aliases expanded; no recursive aliases; top-level keys are text"),
+        ("the job file", f"at most {limits.MAX_YAML_BYTES // 1024} KiB, {limits.MAX_YAML_DEPTH} levels of nesting and {limits.MAX_YAML_NODES} values with aliases expanded, integers of at most {limits.MAX_INT_DIGITS} digits; no recursive aliases; top-level keys are text"),
     ]
     table = "\n".join(["| What | Limit |", "|---|---|", *(f"| {what} | {limit} |" for what, limit in rows)])
     return (

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from smddp_sdk.errors import SpecError, SpecIssue
-from smddp_sdk.specs.limits import MAX_YAML_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES
+from smddp_sdk.specs.limits import MAX_INT_DIGITS, MAX_YAML_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES
 
 # Issues about a key's name are reported at the key; all others at the value.
 KEY_PROBLEMS = (
@@ -185,6 +185,7 @@ def _check_expansion(root: yaml.Node, name: str, text: str) -> None:
             continue
         if key in size:
             continue
+        _check_scalar(node, name, text)
         visiting.add(key)
         stack.append((node, True))
         for child in children:
@@ -193,6 +194,13 @@ def _check_expansion(root: yaml.Node, name: str, text: str) -> None:
                 raise YamlSyntaxError(name, mark, "recursive alias: an anchor is used inside its own value", _line(text, mark.line))
             if id(child) not in size:
                 stack.append((child, False))
+
+
+def _check_scalar(node: yaml.Node, name: str, text: str) -> None:
+    """An integer of thousands of digits: Python refuses to read one (and no setting needs one)."""
+    if isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:int" and len(node.value) > MAX_INT_DIGITS:
+        mark = Mark.of(node.start_mark)
+        raise YamlSyntaxError(name, mark, f"a number of {len(node.value)} digits is too long (at most {MAX_INT_DIGITS})", _line(text, mark.line))
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:

@@ -19,8 +19,8 @@ the first failure, and a host whose connection drops before it reported counts a
 
 The coordinator listens on the master host's own address when the scheduler maps hosts to addresses
 (loopback in local mode), else on every interface (a container network, SageMaker's VPC). Whoever can
-reach it cannot stall or kill it: lines are bounded (``MAX_LINE_BYTES``, ``MAX_HELLO_BYTES`` before
-the handshake), so is JSON nesting, a peer must finish the handshake within ``HANDSHAKE_TIMEOUT`` in
+reach it cannot stall or kill it: lines are bounded (``MAX_HELLO_BYTES`` before the handshake,
+``MAX_LINE_BYTES`` after), so is JSON nesting, a peer must finish the handshake within ``HANDSHAKE_TIMEOUT`` in
 all (not per byte), at most ``MAX_PENDING_HANDSHAKES`` strangers are heard at once, and a malformed
 message from a joined host is logged and dropped, never raised in the serving thread.
 """
@@ -40,8 +40,8 @@ from typing import Any
 from smddp_sdk.runtime.failures import RankFailure, root_cause
 
 HANDSHAKE_TIMEOUT = 10.0
-MAX_LINE_BYTES = 1024 * 1024  # a failure record with its traceback is a few KB
-MAX_HELLO_BYTES = 4096
+MAX_LINE_BYTES = 64 * 1024 * 1024  # from a joined host: a final report of 512 ranks with long tracebacks
+MAX_HELLO_BYTES = 4096  # from anyone, before the handshake
 MAX_JSON_DEPTH = 16
 MAX_PENDING_HANDSHAKES = 32
 Log = Callable[[str], None]
@@ -89,9 +89,9 @@ class _Channel:
 
 
 def decode_message(line: bytes) -> dict[str, Any] | None:
-    """A JSON object of bounded nesting, or None (nesting is counted before parsing: deep JSON would
-    otherwise reach the parser's recursion limit)."""
-    if _nesting(line) > MAX_JSON_DEPTH:
+    """A JSON object of bounded nesting, or None. Short lines (every handshake) have their nesting counted
+    before parsing; in long ones, from joined hosts, the parser's own recursion limit is the bound."""
+    if len(line) <= MAX_HELLO_BYTES and _nesting(line) > MAX_JSON_DEPTH:
         return None
     try:
         message = json.loads(line)

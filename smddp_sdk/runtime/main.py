@@ -100,7 +100,7 @@ class NodeRuntime:
         self.supervisor_gone = False
         self.supervised = bool(environ.get(contract.LIFELINE_ENV))
         self.store: rendezvous_store.RendezvousStore | None = None
-        self.rank_environ: Mapping[str, str] = environ
+        self.store_env: dict[str, str] = {}
 
     def say(self, text: str) -> None:
         self.console.say(self.prefix, text)
@@ -142,13 +142,10 @@ class NodeRuntime:
     def _serve_store(self, scratch: Path) -> None:
         """In local mode the master host serves the rendezvous store on its own address (runtime/store.py)."""
         env = self.env
-        address = contract.bind_address(env.host_addresses, env.current_host)
+        address = rendezvous_store.store_address(contract.bind_address(env.host_addresses, env.current_host), self.environ)
         if env.is_master:
-            self.store = rendezvous_store.serve(address, env.ports.master, self.environ, self.say, scratch)
-        self.rank_environ = {
-            **self.environ,
-            **rendezvous_store.rank_environment(address, self.environ, is_master=env.is_master, served=self.store is not None),
-        }
+            self.store = rendezvous_store.serve(address, env.ports.master, self.interpreter.python, self.say, scratch)
+        self.store_env = rendezvous_store.rank_environment(address, is_master=env.is_master, served=self.store is not None)
 
     def _plan(self) -> planning.RankPlan:
         env = self.env
@@ -211,8 +208,9 @@ class NodeRuntime:
         for slot in plan.local_slots:
             error_file = opt_ml.rank_error_file(slot.rank)
             process_env = rank_env.process_env(
-                self.rank_environ, self.env, plan, slot, python_path=python_path, error_file=str(error_file)
+                self.environ, self.env, plan, slot, python_path=python_path, error_file=str(error_file)
             )
+            process_env.update(self.store_env)
             self.interpreter.apply(process_env)
             self.procs.append(
                 spawn_rank(slot, command.argv, process_env, command.cwd, opt_ml.rank_log_file(slot.rank), error_file, self.console)

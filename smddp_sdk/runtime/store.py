@@ -11,13 +11,12 @@ rank 0 included, connect as clients.
 The runtime stays stdlib only: the helper is ``python -c`` in the interpreter the ranks use, where
 torch lives. It exits when the runtime closes its stdin, so it never outlives the runtime, even when
 the runtime is SIGKILLed. Where torch is missing or the helper cannot start, the runtime says so and
-leaves the store to rank 0 as before; ranks on every host connect as clients either way, so hosts need
-not agree on who serves it.
+leaves the store to rank 0 as before; ranks on other hosts connect as clients either way, so hosts
+need not agree on who serves it.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import select
 import socket
@@ -28,6 +27,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 AGENT_STORE_ENV = "TORCHELASTIC_USE_AGENT_STORE"
+# "0" leaves the store to rank 0 (listening on every interface, as torch does). Why one might: with the
+# runtime's store the ranks find it at once, so a process-group timeout of a few seconds starts counting
+# before a slow rank 0 is up; with rank 0 serving, connecting waits for rank 0 first.
+RUNTIME_STORE_ENV = "SMDDP_RUNTIME_STORE"
 READY = b"ready\n"
 START_TIMEOUT = 120.0  # importing torch on a busy machine
 
@@ -43,12 +46,6 @@ sys.stdin.buffer.read()
 """
 
 
-def wanted(bind_address: str, environ: Mapping[str, str]) -> bool:
-    """Serve the store here when listeners are bound to a mapped address (local mode), torch is
-    importable, and the user has not chosen for themselves."""
-    return bool(bind_address) and AGENT_STORE_ENV not in environ and importlib.util.find_spec("torch") is not None
-
-
 class RendezvousStore:
     """The helper process serving the store; ``stop`` (or the runtime's exit) ends it."""
 
@@ -57,14 +54,15 @@ class RendezvousStore:
         self._log_path = log_path
 
     @classmethod
-    def start(cls, address: str, port: int, scratch: Path) -> RendezvousStore:
-        """Bind ``address:port`` and start the helper on it; OSError when the port is taken."""
+    def start(cls, address: str, port: int, scratch: Path, python: str = sys.executable) -> RendezvousStore:
+        """Bind ``address:port`` and start the helper (in ``python``, the ranks' interpreter) on it; OSError
+        when the port is taken."""
         listener = socket.create_server((address, port), backlog=1024)
         log_path = scratch / "rendezvous-store.log"
         try:
             with open(log_path, "wb") as log:
                 process = subprocess.Popen(
-                    [sys.executable, "-c", _SERVER, str(listener.fileno()), address, str(port)],
+                    [python, "-c", _SERVER, str(listener.fileno()), address, str(port)],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=log,
@@ -108,12 +106,19 @@ class RendezvousStore:
                 stream.close()
 
 
-def serve(address: str, port: int, environ: Mapping[str, str], say: Callable[[str], None], scratch: Path) -> RendezvousStore | None:
-    """Start and wait for the store on the master host; None (and a note) where rank 0 keeps serving it."""
-    if not wanted(address, environ):
+def store_address(bind_address: str, environ: Mapping[str, str]) -> str:
+    """Where this job's runtime serves the store: the host's mapped address in local mode, unless
+    SMDDP_RUNTIME_STORE=0; "" where rank 0 serves it."""
+    return "" if environ.get(RUNTIME_STORE_ENV, "1") == "0" else bind_address
+
+
+def serve(address: str, port: int, python: str, say: Callable[[str], None], scratch: Path) -> RendezvousStore | None:
+    """On the master host in local mode (``address`` set), start the store and wait for it; None (and a
+    note) where rank 0 keeps serving it: not local mode, or no torch in the ranks' interpreter."""
+    if not address:
         return None
     try:
-        store = RendezvousStore.start(address, port, scratch)
+        store = RendezvousStore.start(address, port, scratch, python)
     except OSError as exc:
         say(f"cannot serve the rendezvous store on {address}:{port} ({exc.strerror}); rank 0 will serve it")
         return None
@@ -125,9 +130,10 @@ def serve(address: str, port: int, environ: Mapping[str, str], say: Callable[[st
     return store
 
 
-def rank_environment(address: str, environ: Mapping[str, str], *, is_master: bool, served: bool) -> dict[str, str]:
+def rank_environment(address: str, *, is_master: bool, served: bool) -> dict[str, str]:
     """What every rank of a host gets in local mode: connect to the store as a client. On the master host
-    only when its runtime serves the store; elsewhere always (those ranks are clients anyway)."""
-    if not address or AGENT_STORE_ENV in environ or (is_master and not served):
+    only when its runtime serves the store; elsewhere always (those ranks are clients anyway). Set after
+    the rank's inherited variables are cleaned, so it is ours, never a stale launcher's."""
+    if not address or (is_master and not served):
         return {}
     return {AGENT_STORE_ENV: str(True)}

@@ -121,7 +121,6 @@ class DockerScheduler(HostTreeScheduler):
             issues.append(SpecIssue("source_dir", "docker mode runs code from this machine, not from S3", "give a local directory"))
         if spec.output_path and spec.output_path.startswith("s3://"):
             issues.append(SpecIssue("output_path", "docker mode writes artifacts to this machine", "use a local path or file:// URI, or leave it unset"))
-        issues += limits.job_root_issues(spec.source_dir, spec.dependencies, self.job_root)
         if spec.job_name and JobDir(self.job_root / spec.job_name).path.exists():
             issues.append(SpecIssue("job_name", f"a docker job named {spec.job_name!r} already exists in {self.job_root}", "choose another job_name, or remove that job's directory"))
         return issues

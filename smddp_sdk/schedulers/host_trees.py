@@ -16,7 +16,7 @@ After the job, ``collect_artifacts`` merges every host's ``model`` and ``output/
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,7 +115,7 @@ def stage_code(spec: JobSpec, dest: Path) -> Path:
     """Copy the job's code into ``dest``: ``source_dir``'s contents (or the lone entry point) plus each
     ``dependencies`` directory under its own name, the layout of v2's sourcedir.tar.gz."""
     dest.mkdir(parents=True, exist_ok=True)
-    ignore = shutil.ignore_patterns(*CODE_IGNORE)
+    ignore = _code_ignore(dest)
     if spec.source_dir:
         shutil.copytree(spec.source_dir, dest, ignore=ignore, dirs_exist_ok=True)
     else:
@@ -123,6 +123,22 @@ def stage_code(spec: JobSpec, dest: Path) -> Path:
     for dependency in spec.dependencies:
         shutil.copytree(dependency, dest / Path(dependency).name, ignore=ignore, dirs_exist_ok=True)
     return dest
+
+
+def _code_ignore(dest: Path) -> Callable[[str, list[str]], set[str]]:
+    """CODE_IGNORE, and the directory holding ``dest`` when the code directory contains the job root
+    (``SMDDP_JOB_ROOT=./jobs`` with ``source_dir: .``): the snapshot must not copy itself without end."""
+    patterns = shutil.ignore_patterns(*CODE_IGNORE)
+    target = dest.resolve()
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        skipped = set(patterns(directory, names))
+        here = Path(directory).resolve()
+        if here in target.parents:  # one resolve per directory; names only where the snapshot lies below
+            skipped |= {name for name in names if (here / name) == target or (here / name) in target.parents}
+        return skipped
+
+    return ignore
 
 
 def largest_entries(root: Path, count: int = 3) -> tuple[int, list[tuple[str, int]]]:

@@ -86,7 +86,6 @@ class LocalScheduler(HostTreeScheduler):
             issues.append(SpecIssue("output_path", "local mode writes artifacts to this machine", "use a local path or file:// URI, or leave it unset"))
         elif problem := _unwritable(Path(_local(spec.output_path)) if spec.output_path else self.job_root):
             issues.append(SpecIssue("output_path" if spec.output_path else "scheduler_options.job_root", problem))
-        issues += limits.job_root_issues(spec.source_dir, spec.dependencies, self.job_root)
         if spec.job_name and JobDir(self.job_root / spec.job_name).path.exists():
             issues.append(SpecIssue("job_name", f"a local job named {spec.job_name!r} already exists in {self.job_root}", "choose another job_name, or remove that job's directory"))
         return issues

@@ -293,10 +293,12 @@ def write_failure_records(opt_ml: OptMl, records: Sequence[Mapping[str, Any]]) -
 
 
 def read_failure_records(opt_ml: OptMl) -> list[dict[str, Any]] | None:
-    """The records a runtime wrote, or None when it wrote none (killed, or an older runtime)."""
+    """The records a runtime wrote, or None when it wrote none (killed, or an older runtime). Read
+    without following links and bounded: in docker mode a container wrote it."""
+    raw = read_inside(opt_ml.base, f"output/{opt_ml.failures_file.name}", 16 * 1024 * 1024)
     try:
-        data = json.loads(opt_ml.failures_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(raw) if raw is not None else None
+    except (ValueError, RecursionError):
         return None
     return [item for item in data if isinstance(item, dict)] if isinstance(data, list) else None
 

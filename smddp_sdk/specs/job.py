@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -305,8 +305,9 @@ class _Builder:
         channel = TrainingInput(**{k: v for k, v in spec.items() if k in known})
         if channel.local_path is not None:
             local = channel.local_path if channel.local_path.is_absolute() else self.base_dir / channel.local_path
-            if not local.exists():
+            if not _exists(local, Path.exists):
                 self.issue(f"{path}.s3_data", f"local data {channel.s3_data!r} does not exist")
+                return channel
             channel = dataclasses.replace(channel, s3_data=f"file://{local.resolve()}")
         return channel
 
@@ -353,11 +354,11 @@ class _Builder:
         if source_dir and not source_dir.startswith("s3://"):
             resolved = self.local_dir("source_dir", source_dir)
             self.values["source_dir"] = str(resolved) if resolved else source_dir
-            if resolved and not (resolved / entry_point).is_file():
+            if resolved and not _exists(resolved / entry_point, Path.is_file):
                 self.issue("entry_point", f"{entry_point!r} is not a file in source_dir {source_dir!r}")
         elif not source_dir:
             entry = Path(entry_point) if Path(entry_point).is_absolute() else self.base_dir / entry_point
-            if not entry.is_file():
+            if not _exists(entry, Path.is_file):
                 self.issue("entry_point", f"file {entry_point!r} does not exist", "give the script's path, or set source_dir")
             else:
                 self.values["entry_point"] = str(entry.resolve())
@@ -373,7 +374,16 @@ class _Builder:
     def local_dir(self, path: str, value: str) -> Path | None:
         local = Path(value.removeprefix("file://")).expanduser()
         local = local if local.is_absolute() else self.base_dir / local
-        if not local.is_dir():
+        if not _exists(local, Path.is_dir):
             self.issue(path, f"directory {value!r} does not exist")
             return None
         return local.resolve()
+
+
+def _exists(path: Path, test: Callable[[Path], bool]) -> bool:
+    """``path.exists()``/``is_file()``/``is_dir()``, False where the OS cannot even look the name up (a NUL
+    character, a name too long): reported as missing, not raised."""
+    try:
+        return test(path)
+    except (OSError, ValueError):
+        return False

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from smddp_sdk.errors import SpecIssue
@@ -29,6 +28,7 @@ MAX_NAME_LENGTH = 63
 MAX_YAML_BYTES = 1024 * 1024
 MAX_YAML_DEPTH = 64
 MAX_YAML_NODES = 100_000  # with aliases expanded
+MAX_INT_DIGITS = 1000  # integers written in a job file (Python reads at most 4300 digits at all)
 MAX_JSON_DEPTH = 32  # hyperparameter values
 
 # SageMaker's job-name rule; base_job_name follows it too, so it can never be a path.
@@ -52,7 +52,30 @@ def spec_issues(values: Mapping[str, Any]) -> list[SpecIssue]:
     issues += name_issues(values.get("base_job_name"), "base_job_name")
     issues += hyperparameter_issues(values.get("hyperparameters") or {})
     issues += environment_issues(values.get("environment") or {})
+    checked = ("hyperparameters", "environment", "job_name", "base_job_name")  # their own rules cover NUL
+    issues += nul_issues({k: v for k, v in values.items() if k not in checked})
     return issues
+
+
+def nul_issues(values: Mapping[str, Any]) -> list[SpecIssue]:
+    """Any other text with a NUL character: no path, URI, name or tag can hold one, and the OS refuses
+    it later with a traceback ("embedded null byte")."""
+    issues = []
+    stack: list[tuple[str, Any]] = list(values.items())
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            if "\0" in value:
+                issues.append(SpecIssue(path, "contains a NUL character", "remove it"))
+        elif isinstance(value, Mapping):
+            stack += [(f"{path}.{key}", item) for key, item in value.items()]
+        elif isinstance(value, (list, tuple)):
+            stack += [(f"{path}[{index}]", item) for index, item in enumerate(value)]
+        elif hasattr(value, "__dataclass_fields__"):  # TrainingInput, Distribution: their given values
+            given = getattr(value, "given", None)
+            fields = given if isinstance(given, Mapping) else {name: getattr(value, name) for name in value.__dataclass_fields__}
+            stack += [(f"{path}.{key}", item) for key, item in fields.items()]
+    return sorted(issues, key=lambda issue: issue.path)
 
 
 def _number_issues(values: Mapping[str, Any]) -> list[SpecIssue]:
@@ -84,39 +107,6 @@ def processes_per_host_issues(value: Any, path: str) -> list[SpecIssue]:
 def scheduler_option_issues(options: Mapping[str, Any]) -> list[SpecIssue]:
     """Bounds on the scheduler options every host-tree scheduler shares (checked before one is built)."""
     return processes_per_host_issues(options.get("processes_per_host"), "scheduler_options.processes_per_host")
-
-
-def job_root_issues(source_dir: str | None, dependencies: Sequence[str], job_root: Path) -> list[SpecIssue]:
-    """Code directories must not contain the job root: the code snapshot is written under the job root,
-    so copying such a directory would copy itself without end."""
-    issues = []
-    root = job_root.expanduser().absolute()
-    for path, value in (("source_dir", source_dir), *((f"dependencies[{i}]", d) for i, d in enumerate(dependencies))):
-        if not value or "://" in value.removeprefix("file://"):
-            continue
-        code = Path(value.removeprefix("file://")).expanduser().absolute()
-        if _within(root, code):
-            issues.append(
-                SpecIssue(
-                    path,
-                    f"{value!r} contains the job root {str(root)!r}, where the job's own copy of the code is written",
-                    "move the code, or set scheduler_options.job_root (or SMDDP_JOB_ROOT) to a directory outside it",
-                )
-            )
-    return issues
-
-
-def _within(path: Path, directory: Path) -> bool:
-    """Whether ``path`` is ``directory`` or below it, through symlinks too."""
-    pairs = ((path, directory), (_resolved(path), _resolved(directory)))
-    return any(inner == outer or outer in inner.parents for inner, outer in pairs)
-
-
-def _resolved(path: Path) -> Path:
-    try:
-        return path.resolve()
-    except (OSError, RuntimeError):
-        return path
 
 
 def name_issues(name: Any, path: str) -> list[SpecIssue]:
@@ -162,7 +152,9 @@ def encode_hyperparameter(value: Any) -> tuple[str, str]:
         return "", f"holds more than {MAX_HYPERPARAMETERS_BYTES} values; hyperparameters are limited to {MAX_HYPERPARAMETERS_BYTES} bytes in all"
     try:
         return json.dumps(value, allow_nan=False), ""
-    except ValueError:
+    except ValueError as err:
+        if "integer string conversion" in str(err):
+            return "", "contains an integer too long to write (over 4300 digits); pass it as a string"
         return "", "NaN and infinity are not JSON; pass them as strings"
     except TypeError:
         return "", f"a value of type {type(_unencodable(value)).__name__} is not JSON"
@@ -231,5 +223,10 @@ def _unencodable(value: Any) -> Any:
 
 def _short(value: Any, limit: int = 40) -> str:
     """A value as the message shows it: its repr, cut short (a 1e23 count or a 100 KiB name)."""
+    if isinstance(value, int) and value.bit_length() > 256:
+        try:
+            return f"a number of {len(str(abs(value)))} digits"
+        except ValueError:  # Python refuses to write ints past 4300 digits
+            return "a number of more than 4300 digits"
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -102,6 +102,8 @@ def run(scenario: Scenario, workdir: Path) -> Outcome:
         "entry_point": "train.py", "source_dir": str(source), "instance_type": "local", "instance_count": 2,
         "distribution": {"smdistributed": {"dataparallel": {"enabled": True}}}, "job_name": "fault-" + scenario.name.replace("_", "-"),
         "max_run": 600,
+        # A 4 s process-group timeout would count rank 0's start on a loaded machine: rank 0 serves the store.
+        "environment": {"SMDDP_RUNTIME_STORE": "0"},
         "hyperparameters": {"fault": scenario.fault, "victim": scenario.victim, "ready": str(ready), "pg-timeout": PG_TIMEOUT},
     })
     handle = scheduler.submit(spec)

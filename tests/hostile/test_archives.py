@@ -262,3 +262,19 @@ def test_failure_file_is_read_without_following_links(tmp_path: Path) -> None:
     opt_ml.output_dir.mkdir()
     opt_ml.failure_file.write_text("x" * 100_000)
     assert contract.read_failure(opt_ml) == "x" * contract.FAILURE_REASON_LIMIT
+
+
+def test_failure_records_are_read_without_following_links(tmp_path: Path) -> None:
+    from smddp_sdk.specs import contract
+
+    secret = tmp_path / "secret.json"
+    secret.write_text('[{"host": "from a file of the machine"}]')
+    opt_ml = contract.OptMl(tmp_path / "host")
+    opt_ml.output_dir.mkdir(parents=True)
+    opt_ml.failures_file.symlink_to(secret)
+    assert contract.read_failure_records(opt_ml) is None
+    opt_ml.failures_file.unlink()
+    opt_ml.failures_file.write_text("[" * 100_000 + "]" * 100_000)
+    assert contract.read_failure_records(opt_ml) is None  # too deep: None, not a RecursionError
+    opt_ml.failures_file.write_text('[{"host": "algo-1"}, 3]')
+    assert contract.read_failure_records(opt_ml) == [{"host": "algo-1"}]

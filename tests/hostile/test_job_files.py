@@ -72,3 +72,20 @@ def test_an_endless_file_is_read_only_up_to_the_limit(workdir: Path) -> None:
     assert result.exit_code == 2
     assert "/dev/zero:1:1: YAML syntax error: the file is larger than 1048576 bytes, the limit for job files" in result.stderr
     assert "\0" not in result.stderr
+
+
+def test_a_code_directory_holding_the_job_root_is_snapshotted_without_it(workdir: Path) -> None:
+    """``SMDDP_JOB_ROOT=./jobs`` with ``source_dir: .`` used to copy the snapshot into itself until the
+    path was too long (a traceback); the snapshot now leaves the job root out."""
+    from smddp_sdk.schedulers.host_trees import stage_code
+    from smddp_sdk.specs.job import JobSpec
+
+    (workdir / "job.yaml").write_text("entry_point: train.py\nsource_dir: .\ninstance_type: local\n")
+    result = CliRunner().invoke(cli, ["validate", "job.yaml"], env={"SMDDP_JOB_ROOT": str(workdir / "jobs")})
+    assert result.exit_code == 0, result.output
+    (workdir / "jobs" / "older-job" / "code").mkdir(parents=True)
+    (workdir / "pkg").mkdir()
+    (workdir / "pkg" / "mod.py").write_text("x = 1\n")
+    dest = workdir / "jobs" / "new-job" / "code"
+    stage_code(JobSpec.from_mapping({"entry_point": "train.py", "source_dir": ".", "instance_type": "local"}, base_dir=workdir), dest)
+    assert sorted(p.name for p in dest.iterdir()) == ["job.yaml", "pkg", "src", "train.py"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -49,8 +50,14 @@ def test_store_helper_stops_with_its_runtime(tmp_path: Path) -> None:
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
 
 
-def test_store_is_not_served_where_not_wanted() -> None:
-    assert not rendezvous_store.wanted("", {})  # docker and SageMaker: rank 0 serves, as torch does
-    assert not rendezvous_store.wanted("127.0.0.1", {"TORCHELASTIC_USE_AGENT_STORE": "False"})
-    assert rendezvous_store.rank_environment("127.0.0.1", {}, is_master=True, served=False) == {}
-    assert rendezvous_store.rank_environment("127.0.0.1", {}, is_master=False, served=False) == {"TORCHELASTIC_USE_AGENT_STORE": "True"}
+def test_store_is_not_served_where_not_wanted(tmp_path: Path) -> None:
+    notes: list[str] = []
+    assert rendezvous_store.serve("", 1, sys.executable, notes.append, tmp_path) is None  # docker, SageMaker: rank 0 serves it
+    port = pick_free_ports(1)[0]
+    assert rendezvous_store.serve("127.0.0.1", port, "/bin/false", notes.append, tmp_path) is None  # no torch there
+    assert "rank 0 will serve it" in notes[-1]
+    assert rendezvous_store.rank_environment("127.0.0.1", is_master=True, served=False) == {}
+    assert rendezvous_store.rank_environment("127.0.0.1", is_master=False, served=False) == {"TORCHELASTIC_USE_AGENT_STORE": "True"}
+    assert rendezvous_store.rank_environment("", is_master=False, served=False) == {}
+    assert rendezvous_store.store_address("127.0.0.1", {"SMDDP_RUNTIME_STORE": "0"}) == ""
+    assert rendezvous_store.store_address("127.0.0.1", {}) == "127.0.0.1"

@@ -112,6 +112,9 @@ def test_api_limits_are_checked_before_upload(make_spec) -> None:
     paths = issue_paths(caught.value)
     assert "SageMaker allows 2500" in paths["hyperparameters.blob"]
     assert "SageMaker allows 512" in paths["environment.E"]
+    with pytest.raises(SpecError) as caught:  # values that are not JSON are refused for every scheduler
+        make_spec(hyperparameters={"path": Path("data")})
+    assert "a value of type PosixPath is not JSON" in issue_paths(caught.value)["hyperparameters.path"]
 
 
 def test_api_ranges_are_checked_before_upload(make_spec) -> None:

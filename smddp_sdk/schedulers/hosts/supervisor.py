@@ -32,6 +32,7 @@ from smddp_sdk.schedulers.host_trees import collect_artifacts
 from smddp_sdk.schedulers.hosts.backend import HostBackend, HostExit
 from smddp_sdk.schedulers.local_job import JobDir, pid_alive
 from smddp_sdk.specs import contract
+from smddp_sdk.specs.archives import read_inside
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.failure import (
     SOURCE_EARLY_EXIT,
@@ -275,9 +276,11 @@ class Supervisor:
     def error_files(self, host: str, opt_ml: OptMl) -> list[FailureRecord]:
         found = []
         for path in sorted(glob.glob(str(opt_ml.errors_dir / "*.json"))):
+            # Not following links, bounded: in docker mode a container wrote these.
+            raw = read_inside(opt_ml.base, Path(path).relative_to(opt_ml.base).as_posix(), 16 * 1024 * 1024)
             try:
-                data = json.loads(Path(path).read_text(encoding="utf-8"))
-            except (OSError, ValueError):
+                data = json.loads(raw) if raw is not None else None
+            except (ValueError, RecursionError):
                 continue
             if isinstance(data, dict):
                 found.append(from_error_file(data, host=host, path=path))
