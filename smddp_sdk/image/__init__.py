@@ -39,6 +39,7 @@ def write_context(target: Path) -> Path:
     shutil.copy(HERE / "dockerignore", target / ".dockerignore")
     (target / "container").mkdir(exist_ok=True)
     shutil.copy(HERE / "train", target / "container" / "train")
+    shutil.copy(HERE / "image-requirements.txt", target / "container" / "image-requirements.txt")
     (target / "scripts").mkdir(exist_ok=True)
     shutil.copy(HERE / SCRIPT, target / "scripts" / SCRIPT)
     for path in (target / "container" / "train", target / "scripts" / SCRIPT):
@@ -60,7 +61,7 @@ def _pyproject() -> str:
         f'[project]\nname = "smddp-sdk"\nversion = "{__version__}"\nrequires-python = ">=3.10"\ndependencies = [\n{dependencies}]\n\n'
         '[project.scripts]\nsmddp-launch = "smddp_sdk.cli.main:main"\n\n'
         '[tool.setuptools.packages.find]\ninclude = ["smddp_sdk*"]\n\n'
-        '[tool.setuptools.package-data]\nsmddp_sdk = ["py.typed", "schedulers/sagemaker/*.json", "image/Dockerfile", "image/train", "image/build-image.sh", "image/dockerignore", "_compat/**/*"]\n'
+        '[tool.setuptools.package-data]\nsmddp_sdk = ["py.typed", "schedulers/sagemaker/*.json", "image/Dockerfile", "image/train", "image/build-image.sh", "image/dockerignore", "image/image-requirements.txt", "_compat/**/*"]\n'
     )
 
 

@@ -19,6 +19,11 @@
 #   --torch-index URL     extra index for torch wheels [SMDDP_TORCH_INDEX]; CPU default:
 #                         https://download.pytorch.org/whl/cpu (where the host has no CPU wheel at hand)
 #   --gpu                 CUDA build of torch (from PyPI), tag suffix -gpu
+#   --extra-requirements FILE  more packages for the image, a pip requirements file
+#                         [SMDDP_EXTRA_REQUIREMENTS]; added to container/image-requirements.txt (which
+#                         lists what SageMaker's PyTorch containers ship and scripts commonly import)
+#   --extra-wheels DIR    wheels to install in the image as they are (your own packages, a CPU torchvision
+#                         matching the image's torch) [SMDDP_EXTRA_WHEELS]; their dependencies are downloaded
 #   --quiet               only errors and the final image name
 set -euo pipefail
 # SMDDP_BUILD_CONTEXT: the build context when this script runs from an installed package (smddp-launch image build).
@@ -30,6 +35,9 @@ TAG=${SMDDP_IMAGE:-}
 BASE_IMAGE=${SMDDP_BASE_IMAGE:-python:3.11-slim-bookworm}
 TORCH_VERSION=${SMDDP_TORCH_VERSION:-2.13.0}
 TORCH_INDEX=${SMDDP_TORCH_INDEX:-}
+EXTRA_REQUIREMENTS=${SMDDP_EXTRA_REQUIREMENTS:-}
+EXTRA_WHEELS=${SMDDP_EXTRA_WHEELS:-}
+IMAGE_REQUIREMENTS=container/image-requirements.txt
 GPU=0
 QUIET=0
 BOOTSTRAP_IMAGE=smddp-sdk-base:bookworm-python3
@@ -44,11 +52,19 @@ while [[ $# -gt 0 ]]; do
     --torch-version) TORCH_VERSION=$2; shift 2 ;;
     --torch-index) TORCH_INDEX=$2; shift 2 ;;
     --gpu) GPU=1; shift ;;
+    --extra-requirements) EXTRA_REQUIREMENTS=$2; shift 2 ;;
+    --extra-wheels) EXTRA_WHEELS=$2; shift 2 ;;
     --quiet) QUIET=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "build-image: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+[[ -z $EXTRA_REQUIREMENTS || -f $EXTRA_REQUIREMENTS ]] || { echo "build-image: --extra-requirements $EXTRA_REQUIREMENTS is not a file" >&2; exit 2; }
+if [[ -n $EXTRA_WHEELS ]]; then
+  [[ -d $EXTRA_WHEELS ]] || { echo "build-image: --extra-wheels $EXTRA_WHEELS is not a directory" >&2; exit 2; }
+  ls "$EXTRA_WHEELS"/*.whl >/dev/null 2>&1 || { echo "build-image: --extra-wheels $EXTRA_WHEELS holds no .whl file" >&2; exit 2; }
+  EXTRA_WHEELS=$(cd "$EXTRA_WHEELS" && pwd)
+fi
 [[ -n $TAG ]] || TAG="smddp-sdk:$VERSION$([[ $GPU == 1 ]] && echo -gpu || true)"
 [[ $GPU == 1 ]] && WHEELS=.build/wheels-gpu  # never mix CPU and CUDA torch wheels
 
@@ -107,9 +123,17 @@ base_python_version() {
 
 download_deps() {
   local pyver=$1 torch_req=$2 project_wheel=$3; shift 3
+  local more=(-r "$IMAGE_REQUIREMENTS")
+  [[ -n $EXTRA_REQUIREMENTS ]] && more+=(-r "$EXTRA_REQUIREMENTS")
+  [[ -n $EXTRA_WHEELS ]] && more+=(--find-links "$EXTRA_WHEELS" "$EXTRA_WHEELS"/*.whl)
   python3 -m pip download -q --only-binary=:all: --python-version "$pyver" "$@" \
-    -d "$WHEELS/deps" "$torch_req" numpy boto3 "$project_wheel" \
+    -d "$WHEELS/deps" "$torch_req" numpy boto3 "$project_wheel" "${more[@]}" \
     2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2)
+}
+
+requirement_lines() {
+  # A requirements file without comments, blank lines or pip options.
+  sed -e 's/#.*//' -e 's/[[:space:]]*$//' "$1" | grep -v -e '^$' -e '^-' || true
 }
 
 write_requirements() {
@@ -118,6 +142,14 @@ write_requirements() {
   # on SageMaker the runtime fetches sagemaker_submit_directory from S3.
   local torch_req=$1 project_wheel=$2
   printf '%s\n' "$torch_req" numpy boto3
+  requirement_lines "$IMAGE_REQUIREMENTS"
+  [[ -z $EXTRA_REQUIREMENTS ]] || requirement_lines "$EXTRA_REQUIREMENTS"
+  if [[ -n $EXTRA_WHEELS ]]; then
+    # name==version from each wheel's file name (PEP 427: name-version-...whl)
+    for wheel in "$EXTRA_WHEELS"/*.whl; do
+      basename "$wheel" | awk -F- '{print $1 "==" $2}'
+    done
+  fi
   python3 - "$project_wheel" <<'PY'
 import sys, zipfile
 with zipfile.ZipFile(sys.argv[1]) as wheel:
@@ -140,7 +172,7 @@ build_wheelhouse() {
   local extra=() project_wheel
   project_wheel=$(ls "$WHEELS"/project/*.whl)
   [[ -n $TORCH_INDEX ]] && extra=(--extra-index-url "$TORCH_INDEX")
-  step "downloading wheels for Python $pyver: $torch_req, numpy, and smddp-sdk's dependencies"
+  step "downloading wheels for Python $pyver: $torch_req, numpy, $IMAGE_REQUIREMENTS${EXTRA_REQUIREMENTS:+, $EXTRA_REQUIREMENTS}${EXTRA_WHEELS:+, $EXTRA_WHEELS} and smddp-sdk's dependencies"
   if ! download_deps "$pyver" "$torch_req" "$project_wheel" ${extra[@]+"${extra[@]}"}; then
     # Plain PyPI serves only the CUDA build on Linux; the CPU build lives on PyTorch's own index.
     [[ $GPU == 0 && -z $TORCH_INDEX ]] || die "pip could not download the wheels (see above)"
