@@ -147,6 +147,14 @@ def rank_env(env: TrainingEnv, plan: RankPlan, slot: RankSlot) -> dict[str, str]
     return {key: str(value) for key, value in values.items()}
 
 
+# What torchelastic_env sets: inherited values would make a script think torchrun launched it. Not
+# TORCHELASTIC_USE_AGENT_STORE: that one is the rendezvous store's (runtime/store.py) or the user's choice.
+_ELASTIC_LAUNCH_VARIABLES = frozenset({
+    "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_ERROR_FILE",
+    "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE",
+})
+
+
 def torchelastic_env(env: TrainingEnv, plan: RankPlan, slot: RankSlot, error_file: str) -> dict[str, str]:
     """What torchrun's agent gives each worker, for the torch_distributed launcher (SageMaker runs torchrun).
 
@@ -177,9 +185,7 @@ def process_env(
 ) -> dict[str, str]:
     """The complete environment of one rank: inherited variables, SM_*, rank variables, PYTHONPATH."""
     # Inherited launcher state would mislead the ranks (a shell inside torchrun, a runtime's own tree path).
-    # TORCHELASTIC_USE_AGENT_STORE is this runtime's own (runtime/store.py serves the store), so it stays.
-    merged = {key: value for key, value in base.items()
-              if key != contract.ERROR_FILE_ENV and (not key.startswith("TORCHELASTIC_") or key == "TORCHELASTIC_USE_AGENT_STORE")}
+    merged = {key: value for key, value in base.items() if key != contract.ERROR_FILE_ENV and key not in _ELASTIC_LAUNCH_VARIABLES}
     if env.visible_base is not None:  # the script sees its tree at /opt/ml, as on SageMaker (no base dir set)
         merged.pop(contract.BASE_DIR_ENV, None)
     merged.update(sm_env(env, plan))

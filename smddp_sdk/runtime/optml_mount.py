@@ -77,7 +77,9 @@ def bind_host_tree(tree: Path) -> str:
         _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount leaks back to the machine
         _overlay_opt(libc, tree)
     except OSError as exc:
-        raise OptMlUnavailable(f"cannot give this host its own /opt/ml ({how}): {exc}; {HOW_TO_FIX}") from None
+        # Ubuntu 24.04's AppArmor lets an unprivileged user namespace be created but not mount anything.
+        hint = _userns_hint() if how == "user namespace" else ""
+        raise OptMlUnavailable(f"cannot give this host its own /opt/ml ({how}): {exc}{hint}; {HOW_TO_FIX}") from None
     return how
 
 

@@ -16,8 +16,7 @@ from smddp_sdk import image
 from smddp_sdk.cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[2]
-COPIES = {"Dockerfile": "Dockerfile", "train": "container/train", "build-image.sh": "scripts/build-image.sh", "dockerignore": ".dockerignore",
-          "image-requirements.txt": "container/image-requirements.txt"}
+COPIES = {"Dockerfile": "Dockerfile", "train": "container/train", "build-image.sh": "scripts/build-image.sh", "dockerignore": ".dockerignore", "image-requirements.txt": "container/image-requirements.txt"}
 
 
 @pytest.mark.parametrize(("shipped", "original"), COPIES.items())

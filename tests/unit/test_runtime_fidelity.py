@@ -34,13 +34,24 @@ def test_torch_distributed_ranks_get_torchruns_elastic_variables(tmp_path):
     assert variables["TORCHELASTIC_ERROR_FILE"] == str(tmp_path / "output" / "errors" / "rank-3.torchelastic.json")
     assert (variables["ROLE_NAME"], variables["ROLE_RANK"], variables["ROLE_WORLD_SIZE"]) == ("default", "3", "4")
     assert variables["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
-    assert "TORCHELASTIC_USE_AGENT_STORE" not in variables  # ranks rendezvous through MASTER_ADDR/PORT
+    assert "TORCHELASTIC_USE_AGENT_STORE" not in variables  # not ours to set: the rendezvous store decides
+
+
+def test_the_rendezvous_stores_switch_passes_through(tmp_path):
+    """runtime/store.py hands the ranks TORCHELASTIC_USE_AGENT_STORE in their base environment: it stays."""
+    write_tree(tmp_path, current="algo-2")
+    env = read_training_env({"SAGEMAKER_BASE_DIR": str(tmp_path), "SMDDP_NUM_GPUS": "2"})
+    plan = plan_ranks(env.ordered_hosts, env.current_host, LaunchShape.TORCH_DISTRIBUTED, 2)
+    base = {"TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "7"}
+    variables = rank_env.process_env(base, env, plan, plan.local_slots[0], python_path=[], error_file="e")
+    assert variables["TORCHELASTIC_USE_AGENT_STORE"] == "True"
+    assert variables["TORCHELASTIC_RESTART_COUNT"] == "0"
 
 
 @pytest.mark.parametrize("shape", [LaunchShape.SMDISTRIBUTED, LaunchShape.PYTORCHDDP, LaunchShape.MPI])
 def test_mpirun_style_launchers_set_no_elastic_variable(tmp_path, shape):
     variables = _rank_env(tmp_path, shape)
-    assert not [key for key in variables if key.startswith("TORCHELASTIC_")]  # an inherited one is dropped too
+    assert not [key for key in variables if key.startswith("TORCHELASTIC_")]  # an inherited RUN_ID is dropped too
 
 
 def test_sm_num_gpus_reports_gpus_only_where_the_machine_has_them(tmp_path):
