@@ -249,4 +249,3 @@ def _input_request(channel: TrainingInput, name: str) -> dict[str, str]:
 
 def _json_compact(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"))
-        fidelity.warn(dryrun.notes)
