@@ -340,7 +340,8 @@ class Coordinator:
                 self._verdict = {
                     "type": "verdict",
                     "root_cause": cause.to_json(),
-                    "failures": [f.to_json() for f in sorted(failures, key=lambda f: f.timestamp or float("inf"))  # records without a time last],
+                    # records without a time last
+                    "failures": [f.to_json() for f in sorted(failures, key=lambda f: f.timestamp or float("inf"))],
                 }
             channels = list(self._channels.values())
             verdict = self._verdict
