@@ -135,7 +135,7 @@ OPTION_HELP = {
     ("docker", "user"): "uid:gid the containers run as (default the caller's)",
     ("docker", "stop_grace_period"): "seconds between SIGTERM and SIGKILL on cancel",
     ("docker", "docker"): "the docker CLI to run",
-    ("docker", "wheelhouse"): "folder of wheels mounted read-only; pip installs requirements.txt from it alone",
+    ("docker", "wheelhouse"): "folder of wheels mounted read-only; requirements.txt installs from it offline",
     ("sagemaker", "region"): "AWS region (default AWS_REGION or ~/.aws/config)",
     ("sagemaker", "role"): "execution role ARN when the job has no role",
     ("sagemaker", "bucket"): "bucket for code and output instead of sagemaker-<region>-<account>",

@@ -169,6 +169,7 @@ def for_record(record: Mapping[str, Any], **options: Any) -> CheckpointSync | No
     the hosts run, ``sync.stop()`` after they end (restoring happened when the trees were written)."""
     spec, request = record.get("spec") or {}, record.get("request") or {}
     if not spec.get("checkpoint_s3_uri"):
-        return None  # nothing to sync: the hosts' layout does not matter
-    roots = [host["base_dir"] for host in request.get("hosts", ())] or [c["opt_ml"] for c in request.get("containers", ())]
+        return None  # most jobs: nothing to read from the request
+    roots = [host["base_dir"] for host in request.get("hosts", ()) if "base_dir" in host]
+    roots = roots or [c["opt_ml"] for c in request.get("containers", ()) if "opt_ml" in c]
     return for_job(spec.get("checkpoint_s3_uri"), spec.get("checkpoint_local_path"), [Path(root) for root in roots], **options)
