@@ -8,6 +8,8 @@ from collections import deque
 from pathlib import Path
 from typing import IO, BinaryIO
 
+from smddp_sdk.specs import contract
+
 TAIL_LINES = 40  # kept per rank for the failure summary when a rank leaves no error file
 MAX_LINE = 64 * 1024  # longer lines (progress bars redrawn with \r) are passed on in pieces
 
@@ -39,7 +41,7 @@ class Console:
 
 
 def rank_prefix(host: str, rank: int | str) -> str:
-    return f"[{host}/rank{rank}]: "
+    return contract.console_prefix(host, int(rank))
 
 
 class LogPump:

@@ -66,14 +66,14 @@ def main(environ: Mapping[str, str] | None = None) -> int:
         return NodeRuntime(env, environ, console, grace=grace, agent_timeout=agent_timeout).run()
     except Exception:  # noqa: BLE001 - a bug of ours: still leave a readable failure file behind
         trace = traceback.format_exc()
-        console.say(f"[{env.current_host}/runtime]: ", trace)
+        console.say(contract.console_prefix(env.current_host), trace)
         contract.write_failure(opt_ml, f"Runtime error on host {env.current_host} (a bug in smddp_sdk):\n{trace}")
         return EXIT_JOB_FAILED
 
 
 def _fail_before_start(opt_ml: OptMl, console: Console, exc: SmddpError) -> int:
     host = socket.gethostname()
-    console.say(f"[{host}/runtime]: ", f"error: {exc}")
+    console.say(contract.console_prefix(host), f"error: {exc}")
     contract.write_failure(opt_ml, f"{type(exc).__name__}: {exc}\n")
     return exc.exit_code
 
@@ -87,7 +87,7 @@ class NodeRuntime:
         self.console = console
         self.grace = grace
         self.agent_timeout = agent_timeout
-        self.prefix = f"[{env.current_host}/runtime]: "
+        self.prefix = contract.console_prefix(env.current_host)  # the one console-line format
         self.wake = threading.Event()
         self.remote_stop: RankFailure | None = None
         self.signalled: signal.Signals | None = None

@@ -121,7 +121,7 @@ class Supervisor:
         self.update(**(self.backend.prepare() or {}))
         self.console = open(self.job_dir.console_log, "ab")  # noqa: SIM115 - closed at the end of run()
         extra: dict[str, str] = {}
-        if self.request.get("backend", "process") == "process":  # containers have both in their plan
+        if self.request.get("backend", "process") == "process":  # a container has its lifeline mount in its plan, and a /tmp of its own
             extra = {contract.LIFELINE_ENV: str(self.job_dir.path / LIFELINE), contract.SCRATCH_ENV: str(self.job_dir.path / SCRATCH)}
         for host in self.hosts:
             info = self.backend.start(host, extra, self.copy_output)
