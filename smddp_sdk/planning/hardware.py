@@ -71,8 +71,8 @@ CATALOG: dict[str, Topology] = {t.name: t for t in (
 )}
 
 _SIM = re.compile(r"^sim:(?P<rate>\d+(\.\d+)?)mbit(x(?P<ranks>\d+))?$")
-# Measured on this project's simulated hosts (unshaped veth between namespaces, 2-core machine): a small
-# TCP exchange between two hosts costs ~0.15 ms end to end; shared memory within a host ~0.05 ms.
+# Assumed, not fitted: a TCP round trip between namespaces plus the backend's per-call cost in Python,
+# ~0.15 ms; ~0.05 ms within a host. At the shaped rates they matter only below ~256 KiB.
 SIM_ALPHA_S, SIM_INTRA_ALPHA_S, SIM_INTRA_GBYTES_S = 150e-6, 50e-6, 2.0
 
 

@@ -57,3 +57,10 @@ def test_bad_instance_counts(text):
 def test_no_step_is_an_error_that_says_how_to_get_one():
     with pytest.raises(SpecError, match="SMDDP_PROFILE"):
         step_profile()
+
+
+def test_docs_topology_table_matches_the_catalogue():
+    from smddp_sdk.planning.hardware import markdown_table
+    from tests.collectives.cluster import PROJECT_ROOT
+
+    assert markdown_table() in (PROJECT_ROOT / "docs" / "planning.md").read_text(encoding="utf-8")
