@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import torch
 
 from smddp_sdk.collectives.algorithms import InterHostAllreduce, allgather_between_hosts, forced_algorithm
+from smddp_sdk.collectives.calls import Call
 from smddp_sdk.collectives.errors import CollectiveError
 from smddp_sdk.collectives.local import LocalComm, OwnSource
 from smddp_sdk.collectives.memory import copy_bytes, memview
@@ -63,6 +64,11 @@ class Communicator:
             self.mesh.close()
         if self.local.arena:
             self.local.arena.close()
+
+    def begin(self, call: Call, seq: int) -> None:
+        """Tag the barriers of the collective about to run, so that ranks check they agree on it."""
+        if self.local.arena:
+            self.local.arena.begin(call, seq)
 
     @property
     def multi_node(self) -> bool:
