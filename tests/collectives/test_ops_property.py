@@ -54,23 +54,23 @@ def cases(draw: st.DrawFn, n_groups: int) -> dict:
     }
 
 
-def _start(hosts: list[str], groups: list[list[int]]) -> Cluster:
-    cluster = Cluster(hosts, env={**SLOT_ENV, "SMDDP_TEST_GROUPS": json.dumps(groups)})
+def _start(hosts: list[str], groups: list[list[int]], native: str) -> Cluster:
+    cluster = Cluster(hosts, env={**SLOT_ENV, "SMDDP_TEST_GROUPS": json.dumps(groups), "SMDDP_NATIVE": native})
     cluster.wait_ready()
     return cluster
 
 
-@pytest.fixture(scope="module")
-def two_hosts():
-    cluster = _start(TWO_BY_TWO, GROUPS_2X2)
+@pytest.fixture(scope="module", params=["1", "0"], ids=["native", "python"])
+def two_hosts(request):
+    cluster = _start(TWO_BY_TWO, GROUPS_2X2, request.param)
     yield cluster
     exits = cluster.close()
     assert all(code == 0 for code, _ in exits), exits
 
 
-@pytest.fixture(scope="module")
-def one_host_three():
-    cluster = _start(["algo-1"] * 3, [[0, 1, 2], [2, 0]])
+@pytest.fixture(scope="module", params=["1", "0"], ids=["native", "python"])
+def one_host_three(request):
+    cluster = _start(["algo-1"] * 3, [[0, 1, 2], [2, 0]], request.param)
     yield cluster
     exits = cluster.close()
     assert all(code == 0 for code, _ in exits), exits
