@@ -83,9 +83,11 @@ def build(directory: Path | None = None) -> Path:
     target = target_dir / library_name()
     if target.exists():
         return target
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    named = os.environ.get("CC")
+    compiler = shutil.which(named) if named else shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if not compiler:
-        raise NativeUnavailable("no C compiler found (install gcc, or set CC)")
+        raise NativeUnavailable(f"no C compiler found ({f'CC={named} is not on PATH' if named else 'no cc, gcc or clang on PATH'}; "
+                                "install gcc, or set CC)")
     target_dir.mkdir(parents=True, exist_ok=True)
     fd, partial = tempfile.mkstemp(dir=target_dir, suffix=".so.part")
     os.close(fd)
