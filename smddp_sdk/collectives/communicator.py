@@ -21,7 +21,7 @@ from smddp_sdk.collectives.calls import Call
 from smddp_sdk.collectives.errors import CollectiveError
 from smddp_sdk.collectives.local import LocalComm, OwnSource
 from smddp_sdk.collectives.memory import copy_bytes, memview
-from smddp_sdk.collectives.reduce import RedOpType, finish_average
+from smddp_sdk.collectives.reduce import HALF_TYPES, RedOpType, finish_average
 from smddp_sdk.collectives.shm import ShmUnavailable, allocate_file, map_file, shm_dir
 from smddp_sdk.collectives.tcp import TcpMesh
 from smddp_sdk.collectives.topology import Topology
@@ -92,6 +92,12 @@ class Communicator:
         (algorithms.py), the leader shares the result over shared memory. A host without an arena hands
         the whole buffer to the inter-host step, which pipelines its own chunks.
         """
+        if self.multi_node and x.dtype in HALF_TYPES and op in (RedOpType.SUM, RedOpType.AVG, RedOpType.PRODUCT):
+            # partial results cross hosts in fp32, so the result is rounded once, as on one host
+            wide = x.float()
+            self.allreduce(wide, op, what)
+            x.copy_(wide)
+            return
         deadline = self.deadline()
         forced = forced_algorithm()
         combine_op = RedOpType.SUM if op == RedOpType.AVG else op

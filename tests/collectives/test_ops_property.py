@@ -105,3 +105,12 @@ def test_every_op_and_dtype_once_across_hosts(two_hosts):
             case = {"op": op, "dtype": dtype, "shape": [5, 3], "reduce_op": reduce_op, "seed": 7, "group": 0,
                     "root": 3, "async": True, "strided": True}
             _assert_ok(two_hosts.run(case))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("reduce_op", ["sum", "avg"])
+def test_half_precision_sums_are_rounded_once_across_hosts(two_hosts, dtype, reduce_op):
+    for shape in ([1000], [300_000]):  # the one-shot and the sharded intra-host algorithms
+        case = {"op": "all_reduce_rounding", "dtype": dtype, "shape": shape, "reduce_op": reduce_op, "seed": 11,
+                "group": 0, "root": 0, "async": False, "strided": False}
+        _assert_ok(two_hosts.run(case))
