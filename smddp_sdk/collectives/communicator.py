@@ -38,6 +38,7 @@ class Communicator:
         self.mesh = mesh
         self.timeout_s = timeout_s
         self._failure: str | None = None
+        self._forced = ""
         self._scratch: dict[int, torch.Tensor] = {}
         self._inter_host = InterHostAllreduce(mesh, topo.node, len(topo.nodes), self._scratch_for) if mesh else None
 
@@ -64,6 +65,11 @@ class Communicator:
             self.mesh.close()
         if self.local.arena:
             self.local.arena.close()
+
+    def _forced_algorithm(self) -> str:
+        """SMDDP_ALLREDUCE_ALGO, read once it is valid (an invalid value fails every call that needs it)."""
+        self._forced = forced_algorithm()
+        return self._forced
 
     def begin(self, call: Call, seq: int) -> None:
         """Tag the barriers of the collective about to run, so that ranks check they agree on it."""
@@ -99,18 +105,20 @@ class Communicator:
             x.copy_(wide)
             return
         deadline = self.deadline()
-        forced = forced_algorithm()
+        forced = self._forced or self._forced_algorithm()
         combine_op = RedOpType.SUM if op == RedOpType.AVG else op
         chunk_bytes = self.local.chunk_bytes if self.local.arena else 1 << 62
+        numel = x.numel()
         step = max(1, chunk_bytes // x.element_size())
-        for start in range(0, x.numel(), step):
-            piece = x[start:start + step]
+        for start in range(0, numel, step):
+            piece = x if numel <= step else x[start:start + step]  # no slice op for a one-chunk call
             self.local.allreduce_chunk(piece, combine_op, what, deadline, forced)
             if self.multi_node:
                 if self.topo.is_leader:
                     self._inter_host.run(piece, combine_op, what, deadline, forced)
                 self.local.broadcast(0, [piece.view(torch.uint8)], what, deadline)
-        finish_average(x, op, self.topo.size)
+        if op == RedOpType.AVG:
+            finish_average(x, op, self.topo.size)
 
     def shared_region(self, nbytes: int, what: str) -> list[torch.Tensor] | None:
         """Collective over the group: a buffer of nbytes per rank that the host's ranks all map.
