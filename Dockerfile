@@ -47,6 +47,11 @@ RUN pip install --no-index --no-deps /tmp/wheels/project/*.whl \
     && rm -rf /tmp/wheels \
     && python -c "import torch, boto3, smddp_sdk, smddp_sdk.specs.contract; print('torch', torch.__version__, '| smddp-sdk', smddp_sdk.__version__)"
 
+# smddp's native kernels, prebuilt into the package where the base image has a C compiler; without one
+# the backend builds them on first use if it can, else runs its pure-Python path and says so once.
+RUN python -c "import pathlib, smddp_sdk.collectives.native as n; n.build(pathlib.Path(n.__file__).parent)" \
+    || echo "no C compiler in the base image: smddp's collectives will use the pure-Python path"
+
 # `train` is the command SageMaker runs; it execs the node runtime (python -m smddp_sdk.runtime).
 COPY container/train /usr/local/bin/train
 

@@ -30,6 +30,7 @@ BUS_FACTOR = {
     "allgather": lambda n: (n - 1) / n,
     "reduce_scatter": lambda n: (n - 1) / n,
     "broadcast": lambda n: 1.0,
+    "barrier": lambda n: 1.0,
 }
 
 
@@ -55,7 +56,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--min-iters", type=int, default=5)
     parser.add_argument("--max-iters", type=int, default=200)
     parser.add_argument("--seconds", type=float, default=1.0, help="rough time budget per op, size and backend")
-    parser.add_argument("--backends", default="smddp,gloo")
+    parser.add_argument("--backends", default="smddp,gloo",
+                        help="smddp, gloo and/or mpi (Open MPI through mpi4py, see benchmarks/setup-mpi.sh)")
+    parser.add_argument("--mpi-results", help=argparse.SUPPRESS)
     parser.add_argument("--json", help="write all results to this file")
     parser.add_argument("--rank-process", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -88,22 +91,48 @@ def rank_sweep(args: argparse.Namespace, measure_one: Callable, print_one: Calla
     torch.set_num_threads(1)
     dist.init_process_group("smddp")
     groups = {"smddp": dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
-    groups = {name: groups[name] for name in args.backends.split(",")}
+    wanted = args.backends.split(",")
+    groups = {name: groups[name] for name in wanted if name != "mpi"}
+    anchors = _mpi_rows(args.mpi_results) if "mpi" in wanted else {}
     rank, n = dist.get_rank(), dist.get_world_size()
     rows = []
     for op in args.ops.split(","):
-        for size in map(parse_size, args.sizes.split(",")):
+        for size in map(parse_size, args.sizes.split(",")) if op != "barrier" else [0]:
             row = {"op": op, "n": n, "size": size, **row_fields}
             for name, group in groups.items():
                 row[name] = measure_one(op, size, group, rank, n)
+            if (op, n, size) in anchors:
+                row["mpi"] = anchors[op, n, size]
             rows.append(row)
             if rank == 0:
-                print_one(row, list(groups), first=len(rows) == 1 or rows[-2]["op"] != op)
+                print_one(row, [b for b in wanted if b in row], first=len(rows) == 1 or rows[-2]["op"] != op)
     if rank == 0 and args.json:
         path = Path(args.json)
         existing = json.loads(path.read_text()) if path.exists() else []
         path.write_text(json.dumps(existing + rows, indent=1))
     dist.destroy_process_group()
+
+
+def _mpi_rows(path: str | None) -> dict[tuple[str, int, int], dict]:
+    """Open MPI's results (mpi_bench.py's rows) by (op, world size, size)."""
+    if not path or not Path(path).exists():
+        return {}
+    return {(r["op"], r["n"], r["size"]): r["mpi"] for r in json.loads(Path(path).read_text())}
+
+
+def run_mpi(args: argparse.Namespace, n: int, into: str) -> None:
+    """Open MPI's anchor for world size n, the same ops and sizes (Open MPI and mpi4py must be installed)."""
+    import shutil
+    import subprocess
+
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        raise SystemExit("--backends mpi needs Open MPI and mpi4py: run benchmarks/setup-mpi.sh first")
+    command = [mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-n", str(n), sys.executable,
+               str(Path(__file__).with_name("mpi_bench.py")), "--ops", args.ops, "--sizes", args.sizes,
+               "--dtype", args.dtype, "--min-iters", str(args.min_iters), "--max-iters", str(args.max_iters),
+               "--seconds", str(args.seconds), "--json", into]
+    subprocess.run(command, check=True)
 
 
 def make_case(op: str, size: int, dtype, rank: int, n: int):
@@ -140,6 +169,8 @@ def make_case(op: str, size: int, dtype, rank: int, n: int):
         out = torch.empty(count // n, dtype=dtype)
         expected = sum(values(r, count).double() for r in range(n)).to(dtype).chunk(n)[rank]
         return (lambda group: dist.reduce_scatter_single(out, inp, group=group)), (lambda: torch.testing.assert_close(out, expected, rtol=0, atol=0)), None
+    if op == "barrier":
+        return (lambda group: dist.barrier(group=group)), (lambda: None), None
     if op == "broadcast":
         buf = values(rank, count)
         expected = values(0, count)
@@ -190,16 +221,15 @@ def print_row(row: dict, backends: list[str], first: bool) -> None:
         head = f"\n{row['op']} n={row['n']} {row['dtype']} (time = median of per-call max over ranks; bw in GB/s)\n{'size':>6}"
         for name in backends:
             head += f" | {name + ' time':>12} {'algbw':>7} {'busbw':>7}"
-        if len(backends) == 2:
-            head += f" | {'busbw x':>8} {'time /':>7}"
+        for other in backends[1:]:
+            head += f" | {'time/' + other:>10}"
         print(head, flush=True)
     line = f"{human(row['size']):>6}"
     for name in backends:
         r = row[name]
         line += f" | {fmt_time(r['time_s']):>12} {r['algbw']:7.3f} {r['busbw']:7.3f}"
-    if len(backends) == 2:
-        a, b = (row[name] for name in backends)
-        line += f" | {a['busbw'] / b['busbw']:7.2f}x {a['time_s'] / b['time_s']:7.2f}"
+    for other in backends[1:]:  # the first backend's time over each other's: below 1 means faster
+        line += f" | {row[backends[0]]['time_s'] / row[other]['time_s']:10.2f}"
     print(line, flush=True)
 
 
@@ -213,7 +243,14 @@ def main(argv: list[str]) -> int:
     forwarded = [a for a in argv if a != "--rank-process"]
     worst = 0
     for n in map(int, args.world_sizes.split(",")):
-        code = run_ranks(__file__, forwarded, n, hosts=min(args.hosts, n))
+        ranks_argv = forwarded
+        if "mpi" in args.backends.split(","):
+            import tempfile
+
+            anchor = tempfile.mktemp(suffix=".json", prefix="mpi-bench-")
+            run_mpi(args, n, anchor)
+            ranks_argv = [*forwarded, "--mpi-results", anchor]
+        code = run_ranks(__file__, ranks_argv, n, hosts=min(args.hosts, n))
         worst = worst or code
     return worst
 

@@ -17,10 +17,11 @@ from collections.abc import Sequence
 import torch
 
 from smddp_sdk.collectives.algorithms import InterHostAllreduce, allgather_between_hosts, forced_algorithm
+from smddp_sdk.collectives.calls import Call
 from smddp_sdk.collectives.errors import CollectiveError
 from smddp_sdk.collectives.local import LocalComm, OwnSource
 from smddp_sdk.collectives.memory import copy_bytes, memview
-from smddp_sdk.collectives.reduce import RedOpType, finish_average
+from smddp_sdk.collectives.reduce import HALF_TYPES, RedOpType, finish_average
 from smddp_sdk.collectives.shm import ShmUnavailable, allocate_file, map_file, shm_dir
 from smddp_sdk.collectives.tcp import TcpMesh
 from smddp_sdk.collectives.topology import Topology
@@ -37,6 +38,7 @@ class Communicator:
         self.mesh = mesh
         self.timeout_s = timeout_s
         self._failure: str | None = None
+        self._forced = ""
         self._scratch: dict[int, torch.Tensor] = {}
         self._inter_host = InterHostAllreduce(mesh, topo.node, len(topo.nodes), self._scratch_for) if mesh else None
 
@@ -64,6 +66,16 @@ class Communicator:
         if self.local.arena:
             self.local.arena.close()
 
+    def _forced_algorithm(self) -> str:
+        """SMDDP_ALLREDUCE_ALGO, read once it is valid (an invalid value fails every call that needs it)."""
+        self._forced = forced_algorithm()
+        return self._forced
+
+    def begin(self, call: Call, seq: int) -> None:
+        """Tag the barriers of the collective about to run, so that ranks check they agree on it."""
+        if self.local.arena:
+            self.local.arena.begin(call, seq)
+
     @property
     def multi_node(self) -> bool:
         return len(self.topo.nodes) > 1
@@ -86,19 +98,27 @@ class Communicator:
         (algorithms.py), the leader shares the result over shared memory. A host without an arena hands
         the whole buffer to the inter-host step, which pipelines its own chunks.
         """
+        if self.multi_node and x.dtype in HALF_TYPES and op in (RedOpType.SUM, RedOpType.AVG, RedOpType.PRODUCT):
+            # partial results cross hosts in fp32, so the result is rounded once, as on one host
+            wide = x.float()
+            self.allreduce(wide, op, what)
+            x.copy_(wide)
+            return
         deadline = self.deadline()
-        forced = forced_algorithm()
+        forced = self._forced or self._forced_algorithm()
         combine_op = RedOpType.SUM if op == RedOpType.AVG else op
         chunk_bytes = self.local.chunk_bytes if self.local.arena else 1 << 62
+        numel = x.numel()
         step = max(1, chunk_bytes // x.element_size())
-        for start in range(0, x.numel(), step):
-            piece = x[start:start + step]
+        for start in range(0, numel, step):
+            piece = x if numel <= step else x[start:start + step]  # no slice op for a one-chunk call
             self.local.allreduce_chunk(piece, combine_op, what, deadline, forced)
             if self.multi_node:
                 if self.topo.is_leader:
                     self._inter_host.run(piece, combine_op, what, deadline, forced)
                 self.local.broadcast(0, [piece.view(torch.uint8)], what, deadline)
-        finish_average(x, op, self.topo.size)
+        if op == RedOpType.AVG:
+            finish_average(x, op, self.topo.size)
 
     def shared_region(self, nbytes: int, what: str) -> list[torch.Tensor] | None:
         """Collective over the group: a buffer of nbytes per rank that the host's ranks all map.

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import torch
 
 from smddp_sdk.collectives.memory import copy_bytes
-from smddp_sdk.collectives.reduce import RedOpType, combine, finish_average
+from smddp_sdk.collectives.reduce import RedOpType, combine, finish_average, native_codes
 from smddp_sdk.collectives.shm import ShmArena
 
 # below this many bytes every rank reduces the whole message itself: one barrier instead of two
@@ -91,8 +91,15 @@ class LocalComm:
             return
         nbytes = x.numel() * x.element_size()
         half = arena.next_half()
-        views = [arena.slot(i, half)[:nbytes].view(x.dtype) for i in range(self.n)]
         symmetric = nbytes <= SYMMETRIC_LIMIT if forced == "auto" else forced == "oneshot"
+        if symmetric and arena.native:
+            codes = native_codes(x.dtype, op)
+            if codes is not None and arena.allreduce_small(x, codes, half, what, deadline):
+                return
+            if codes is not None:  # barrier done, reduction left to us
+                combine(x, [arena.slot(i, half)[:nbytes].view(x.dtype) for i in range(self.n)], op)
+                return
+        views = [arena.slot(i, half)[:nbytes].view(x.dtype) for i in range(self.n)]
         if symmetric or x.numel() < self.n:
             copy_bytes(views[self.index], x)
             arena.barrier(what, deadline)

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from smddp_sdk.collectives import profile, sagemaker_compat
+from smddp_sdk.collectives.calls import Call
 from smddp_sdk.collectives.communicator import Communicator
 from smddp_sdk.collectives.errors import CollectiveError
 from smddp_sdk.collectives.local import OwnSource, shard_bounds
@@ -88,6 +89,15 @@ def cuda_goes_to_nccl(method: Callable[..., dist.Work]) -> Callable[..., dist.Wo
     return dispatch
 
 
+_BARRIER_CALL = Call("barrier")
+
+
+def _call(op: str, tensors: Sequence[torch.Tensor], reduce_op: RedOpType | None = None, root: int = -1) -> Call:
+    """The record ranks compare: dtype of the first tensor, total elements, reduce op and root."""
+    return Call(op, tensors[0].dtype if tensors else None, sum(t.numel() for t in tensors), root,
+                reduce_op.name if reduce_op is not None else "")
+
+
 def _contiguous(tensor: torch.Tensor) -> torch.Tensor:
     return tensor if tensor.is_contiguous() else tensor.contiguous()
 
@@ -123,6 +133,7 @@ class SmddpProcessGroup(dist.ProcessGroup):
         self._state = threading.Lock()  # guards _pending
         self._exec = threading.Lock()  # one collective at a time, in call order
         self._pending = 0
+        self._seq = 0
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
         self._nccl_group: dist.ProcessGroup | None = None
@@ -148,9 +159,9 @@ class SmddpProcessGroup(dist.ProcessGroup):
         return self._comm.topo
 
     # execution ----------------------------------------------------------------------------------------
-    def _submit(self, what: str, job: Callable[[], None], value: object, opts: object) -> dist.Work:
-        self._comm.check_usable(what)
-        job = profile.wrap(what, value, job, self.size())  # SMDDP_PROFILE: sizes and timings (the job itself when off)
+    def _submit(self, call: Call, job: Callable[[], None], value: object, opts: object) -> dist.Work:
+        self._comm.check_usable(call.op)
+        job = profile.wrap(call.op, value, job, self.size())  # SMDDP_PROFILE: sizes and timings (the job itself when off)
         if not getattr(opts, "asyncOp", True):
             with self._state:
                 inline = self._pending == 0
@@ -158,7 +169,7 @@ class SmddpProcessGroup(dist.ProcessGroup):
             if inline:
                 try:
                     with self._exec:
-                        self._execute(what, job)
+                        self._execute(call, job)
                 finally:
                     with self._state:
                         self._pending -= 1
@@ -167,7 +178,7 @@ class SmddpProcessGroup(dist.ProcessGroup):
         with self._state:
             self._pending += 1
         self._start_worker()
-        self._jobs.put((what, job, value, future))
+        self._jobs.put((call, job, value, future))
         return FutureWork(future)
 
     def _start_worker(self) -> None:
@@ -180,10 +191,10 @@ class SmddpProcessGroup(dist.ProcessGroup):
             item = self._jobs.get()
             if item is None:
                 return
-            what, job, value, future = item
+            call, job, value, future = item
             try:
                 with self._exec:
-                    self._execute(what, job)
+                    self._execute(call, job)
             except BaseException as exc:  # noqa: BLE001 - handed to the waiter
                 future.set_exception(exc)
             else:
@@ -192,8 +203,12 @@ class SmddpProcessGroup(dist.ProcessGroup):
                 with self._state:
                     self._pending -= 1
 
-    def _execute(self, what: str, job: Callable[[], None]) -> None:
+    def _execute(self, call: Call, job: Callable[[], None]) -> None:
+        """The one place every collective runs (in call order): numbered, tagged for the cross-rank check."""
+        what = call.op
         self._comm.check_usable(what)
+        self._seq += 1
+        self._comm.begin(call, self._seq)
         try:
             job()
         except CollectiveError as exc:
@@ -251,14 +266,14 @@ class SmddpProcessGroup(dist.ProcessGroup):
                 self._comm.allreduce(work.view(-1), op, "all_reduce")
                 _write_back(tensor, work)
 
-        return self._submit("all_reduce", job, tensors, opts)
+        return self._submit(_call("all_reduce", tensors, op), job, tensors, opts)
 
     def shared_buffers(self, nbytes: int) -> list[torch.Tensor] | None:
         """Collective: nbytes per rank in shared memory that the host's ranks all map, for zero-copy
         reductions with allreduce_shared. Returns the host's buffers (uint8, local rank order; this
         rank's is at ``local_index``), or None where the host has no shared memory (one rank, TCP)."""
         result: list[list[torch.Tensor] | None] = []
-        self._submit("shared_buffers", lambda: result.append(self._comm.shared_region(nbytes, "shared_buffers")), [], None).wait()
+        self._submit(Call("shared_buffers", count=nbytes), lambda: result.append(self._comm.shared_region(nbytes, "shared_buffers")), [], None).wait()
         return result[0]
 
     @property
@@ -276,7 +291,7 @@ class SmddpProcessGroup(dist.ProcessGroup):
         rank's shard (``shard_range``) that are still elsewhere: (start, stop, tensor)."""
         red_op = self._reduce_op(op, buffers, "all_reduce")
         job = functools.partial(self._comm.allreduce_shared, buffers, red_op, "all_reduce (shared buffer)", own)
-        return self._submit("all_reduce", job, [buffers[self.local_index]], None)
+        return self._submit(_call("all_reduce", [buffers[self.local_index]], red_op), job, [buffers[self.local_index]], None)
 
     @cuda_goes_to_nccl
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: dist.AllreduceCoalescedOptions = None) -> dist.Work:
@@ -291,7 +306,7 @@ class SmddpProcessGroup(dist.ProcessGroup):
                 for tensor, part in zip(group, flat.split([t.numel() for t in group])):
                     tensor.copy_(part.view(tensor.shape))
 
-        return self._submit("all_reduce_coalesced", job, tensors, opts)
+        return self._submit(_call("all_reduce_coalesced", tensors, op), job, tensors, opts)
 
     @cuda_goes_to_nccl
     def reduce(self, tensors: list[torch.Tensor], opts: dist.ReduceOptions = None) -> dist.Work:
@@ -306,7 +321,7 @@ class SmddpProcessGroup(dist.ProcessGroup):
                 if is_root:
                     _write_back(tensor, work)
 
-        return self._submit("reduce", job, tensors, opts)
+        return self._submit(_call("reduce", tensors, op, opts.rootRank), job, tensors, opts)
 
     # broadcast / scatter ------------------------------------------------------------------------------
     @cuda_goes_to_nccl
@@ -320,7 +335,7 @@ class SmddpProcessGroup(dist.ProcessGroup):
             for tensor, work in zip(tensors, works):
                 _write_back(tensor, work)
 
-        return self._submit("broadcast", job, tensors, opts)
+        return self._submit(_call("broadcast", tensors, root=root), job, tensors, opts)
 
     @cuda_goes_to_nccl
     def scatter(self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]], opts: dist.ScatterOptions = None) -> dist.Work:
@@ -337,7 +352,7 @@ class SmddpProcessGroup(dist.ProcessGroup):
             self._comm.broadcast(root, [as_bytes(whole)], "scatter")
             out.copy_(whole.view(self.size(), -1)[self.rank()].view(out.shape))
 
-        return self._submit("scatter", job, output_tensors, opts)
+        return self._submit(_call("scatter", output_tensors, root=root), job, output_tensors, opts)
 
     # allgather / gather -------------------------------------------------------------------------------
     def _gather_into(self, outs: Sequence[torch.Tensor], tensor: torch.Tensor, what: str) -> None:
@@ -356,7 +371,7 @@ class SmddpProcessGroup(dist.ProcessGroup):
             for outs, tensor in zip(output_tensors, input_tensors):
                 self._gather_into(outs, tensor, "all_gather")
 
-        return self._submit("all_gather", job, output_tensors, opts)
+        return self._submit(_call("all_gather", input_tensors), job, output_tensors, opts)
 
     @cuda_goes_to_nccl
     def allgather_coalesced(self, output_lists: list[list[torch.Tensor]], input_list: list[torch.Tensor], opts: dist.AllgatherOptions = None) -> dist.Work:
@@ -371,7 +386,7 @@ class SmddpProcessGroup(dist.ProcessGroup):
                 for out, part in zip(outs, blob.split(sizes)):
                     out.copy_(part.view(out.dtype).view(out.shape))
 
-        return self._submit("all_gather_coalesced", job, output_lists, opts)
+        return self._submit(_call("all_gather_coalesced", input_list), job, output_lists, opts)
 
     def _gather_single(self, output: torch.Tensor, tensor: torch.Tensor, what: str) -> None:
         if output.numel() != tensor.numel() * self.size():
@@ -386,7 +401,7 @@ class SmddpProcessGroup(dist.ProcessGroup):
         opts = opts or dist.AllgatherOptions()
         if output.numel() != input.numel() * self.size():
             raise CollectiveError(f"smddp all_gather_into_tensor: output has {output.numel()} elements, expected {self.size()} x {input.numel()}")
-        return self._submit("all_gather_into_tensor", lambda: self._gather_single(output, input, "all_gather_into_tensor"), [output], opts)
+        return self._submit(_call("all_gather_into_tensor", [input]), lambda: self._gather_single(output, input, "all_gather_into_tensor"), [output], opts)
 
     _allgather_base = all_gather_single
 
@@ -398,7 +413,7 @@ class SmddpProcessGroup(dist.ProcessGroup):
             for output, tensor in zip(outputs, inputs):
                 self._gather_single(output, tensor, "all_gather_into_tensor_coalesced")
 
-        return self._submit("all_gather_into_tensor_coalesced", job, outputs, opts)
+        return self._submit(_call("all_gather_into_tensor_coalesced", inputs), job, outputs, opts)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
@@ -414,7 +429,7 @@ class SmddpProcessGroup(dist.ProcessGroup):
             outs = output_tensors[0] if is_root else [torch.empty_like(tensor) for _ in range(self.size())]
             self._gather_into(outs, tensor, "gather")
 
-        return self._submit("gather", job, output_tensors, opts)
+        return self._submit(_call("gather", input_tensors, root=opts.rootRank), job, output_tensors, opts)
 
     # reduce_scatter -----------------------------------------------------------------------------------
     def _reduce_scatter_flat(self, output: torch.Tensor, flat: torch.Tensor, counts: list[int], op: RedOpType, what: str) -> None:
@@ -439,7 +454,7 @@ class SmddpProcessGroup(dist.ProcessGroup):
                 flat = torch.cat([t.reshape(-1) for t in ins])
                 self._reduce_scatter_flat(output, flat, [t.numel() for t in ins], op, "reduce_scatter")
 
-        return self._submit("reduce_scatter", job, output_tensors, opts)
+        return self._submit(_call("reduce_scatter", output_tensors, op), job, output_tensors, opts)
 
     def _reduce_scatter_single(self, output: torch.Tensor, tensor: torch.Tensor, op: RedOpType, what: str) -> None:
         if tensor.numel() != output.numel() * self.size():
@@ -455,7 +470,7 @@ class SmddpProcessGroup(dist.ProcessGroup):
         op = self._reduce_op(opts.reduceOp, [input], "reduce_scatter_tensor")
         if input.numel() != output.numel() * self.size():
             raise CollectiveError(f"smddp reduce_scatter_tensor: input has {input.numel()} elements, expected {self.size()} x {output.numel()}")
-        return self._submit("reduce_scatter_tensor", lambda: self._reduce_scatter_single(output, input, op, "reduce_scatter_tensor"), [output], opts)
+        return self._submit(_call("reduce_scatter_tensor", [output], op), lambda: self._reduce_scatter_single(output, input, op, "reduce_scatter_tensor"), [output], opts)
 
     _reduce_scatter_base = reduce_scatter_single
 
@@ -468,7 +483,7 @@ class SmddpProcessGroup(dist.ProcessGroup):
             for output, tensor in zip(outputs, inputs):
                 self._reduce_scatter_single(output, tensor, op, "reduce_scatter_tensor_coalesced")
 
-        return self._submit("reduce_scatter_tensor_coalesced", job, outputs, opts)
+        return self._submit(_call("reduce_scatter_tensor_coalesced", outputs, op), job, outputs, opts)
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
@@ -493,7 +508,7 @@ class SmddpProcessGroup(dist.ProcessGroup):
         opts = opts or dist.AllToAllOptions()
         self._rank_list(output_tensors, "all_to_all")
         self._rank_list(input_tensors, "all_to_all")
-        return self._submit("all_to_all", lambda: self._all_to_all(output_tensors, input_tensors, "all_to_all"), output_tensors, opts)
+        return self._submit(Call("all_to_all"), lambda: self._all_to_all(output_tensors, input_tensors, "all_to_all"), output_tensors, opts)
 
     @cuda_goes_to_nccl
     def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int], input_split_sizes: list[int], opts: dist.AllToAllOptions = None) -> dist.Work:  # noqa: A002
@@ -507,14 +522,14 @@ class SmddpProcessGroup(dist.ProcessGroup):
             for out, work in zip(outs, works):
                 _write_back(out, work)
 
-        return self._submit("all_to_all_single", job, [output], opts)
+        return self._submit(Call("all_to_all_single"), job, [output], opts)
 
     alltoall_base = all_to_all_single
 
     # barrier and point-to-point -----------------------------------------------------------------------
     def barrier(self, opts: dist.BarrierOptions = None) -> dist.Work:
         opts = opts or dist.BarrierOptions()
-        return self._submit("barrier", lambda: self._comm.barrier("barrier"), [], opts)
+        return self._submit(_BARRIER_CALL, lambda: self._comm.barrier("barrier"), [], opts)
 
     def _no_point_to_point(self, *args: object, **kwargs: object) -> dist.Work:
         raise CollectiveError(

@@ -6,11 +6,13 @@ gets bit-identical results (DDP relies on identical parameters everywhere).
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable, Sequence
 
 import torch
 import torch.distributed as dist
 
+from smddp_sdk.collectives import native
 from smddp_sdk.collectives.memory import copy_bytes
 
 RedOpType = dist.ReduceOp.RedOpType
@@ -61,8 +63,40 @@ def check_supported(dtype: torch.dtype, op: RedOpType, what: str) -> None:
         raise TypeError(f"smddp {what}: bitwise reduce op {op.name} needs an integer or bool tensor, got {dtype}")
 
 
+# codes of smddp_native.c's smddp_reduce
+NATIVE_DTYPES = {
+    torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3, torch.int32: 4, torch.int64: 5,
+    torch.uint8: 6, torch.int8: 7, torch.int16: 8, torch.bool: 6,
+}
+NATIVE_OPS = {RedOpType.SUM: 0, RedOpType.AVG: 0, RedOpType.PRODUCT: 1, RedOpType.MIN: 2, RedOpType.MAX: 3}
+
+
+def native_codes(dtype: torch.dtype, op: RedOpType) -> tuple[int, int] | None:
+    """(dtype, op) codes for the native kernels, or None where torch does the reduction."""
+    if dtype == torch.bool:
+        op = _BOOL_EQUIVALENT.get(op, op)
+    dtype_code, op_code = NATIVE_DTYPES.get(dtype), NATIVE_OPS.get(op)
+    return None if dtype_code is None or op_code is None else (dtype_code, op_code)
+
+
+def _native_combine(dst: torch.Tensor, sources: Sequence[torch.Tensor], op: RedOpType) -> bool:
+    lib = native.library()
+    if lib is None or not dst.is_contiguous():
+        return False
+    codes = native_codes(dst.dtype, op)
+    if codes is None or any(s.dtype != dst.dtype or not s.is_contiguous() or s.numel() != dst.numel() for s in sources):
+        return False
+    pointers = (ctypes.c_void_p * len(sources))(*(s.data_ptr() for s in sources))
+    return lib.smddp_reduce(codes[0], codes[1], dst.data_ptr(), pointers, len(sources), dst.numel()) == 0
+
+
 def combine(dst: torch.Tensor, sources: Sequence[torch.Tensor], op: RedOpType) -> None:
-    """dst = sources[0] (op) sources[1] (op) ...; dst may alias sources[0] but no other source."""
+    """dst = sources[0] (op) sources[1] (op) ...; dst may alias sources[0] but no other source.
+
+    Native kernels where they cover the dtype and op (one pass over all sources, fp16/bf16 summed in fp32
+    and rounded once), torch otherwise; both combine in the order given."""
+    if dst.numel() and _native_combine(dst, sources, op):
+        return
     if dst.dtype == torch.bool:
         op = _BOOL_EQUIVALENT.get(op, op)
     apply = _IN_PLACE[op]

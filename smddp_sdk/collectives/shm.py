@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import logging
 import mmap
 import os
 import time
@@ -23,7 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
-from smddp_sdk.collectives import futex
+from smddp_sdk.collectives import futex, native
+from smddp_sdk.collectives.calls import Call, describe
 from smddp_sdk.collectives.errors import CollectiveError
 from smddp_sdk.collectives.memory import copy_bytes
 
@@ -39,6 +41,21 @@ PAGE = 4096
 _SPIN_S_UNDERSUBSCRIBED = 30e-6  # poll this long before sleeping when every rank has a core of its own
 _SPIN_S_OVERSUBSCRIBED = 2e-6  # ... and this long when ranks outnumber cores (polling steals the peer's slice)
 _CHECK_EVERY_S = 0.05  # how often a waiting rank checks the deadline, the abort record and peer liveness
+HANG_WARN_ENV = "SMDDP_HANG_WARN_S"
+DEFAULT_HANG_WARN_S = 60.0
+# control line words (32-bit): generation, sleeping waiters, then a call record per generation parity
+_WAITERS_WORD = 1
+_RECORD_WORD = 2
+RECORD_WORDS = 6
+log = logging.getLogger("smddp")
+
+
+def hang_warn_s() -> float:
+    value = os.environ.get(HANG_WARN_ENV, "")
+    try:
+        return float(value) if value else DEFAULT_HANG_WARN_S
+    except ValueError:
+        raise CollectiveError(f"{HANG_WARN_ENV}={value!r} is not a number of seconds") from None
 
 
 class ShmUnavailable(Exception):
@@ -160,6 +177,12 @@ class ShmArena:
         self._refresh_spin_budget(time.monotonic())
         self._generation = 0
         self._phase = 0
+        self._native = native.library()
+        self._record = (ctypes.c_uint32 * RECORD_WORDS)()
+        self._record_address = ctypes.addressof(self._record)
+        self._slot_addresses = [(ctypes.c_void_p * n_local)(*(self._slot_address(i, half) for i in range(n_local)))
+                                for half in (0, 1)]
+        self._hang_warn_s = hang_warn_s()
         self._prefault_own_slots()
 
     def _prefault_own_slots(self) -> None:
@@ -172,6 +195,9 @@ class ShmArena:
         start = self._ctrl + (2 * local_index + half) * self.slot_bytes
         return self._bytes[start:start + self.slot_bytes]
 
+    def _slot_address(self, local_index: int, half: int) -> int:
+        return self._base_address + self._ctrl + (2 * local_index + half) * self.slot_bytes
+
     def next_half(self) -> int:
         half = self._phase & 1
         self._phase += 1
@@ -179,6 +205,18 @@ class ShmArena:
 
     def _counter(self, local_index: int) -> int:
         return self._words[local_index * LINE // 4]
+
+    def _record_of(self, local_index: int, generation: int) -> list[int]:
+        start = local_index * LINE // 4 + _RECORD_WORD + (generation & 1) * RECORD_WORDS
+        return list(self._words[start:start + RECORD_WORDS])
+
+    def begin(self, call: Call, seq: int) -> None:
+        """The collective that the following barriers belong to (peers check they run the same)."""
+        self._record[:] = call.words(seq)
+
+    @property
+    def native(self) -> bool:
+        return self._native is not None
 
     def _refresh_spin_budget(self, now: float) -> None:
         """Poll a little before sleeping: a peer that arrives within microseconds is caught without a
@@ -213,21 +251,71 @@ class ShmArena:
 
     # synchronisation --------------------------------------------------------------------------------
     def barrier(self, what: str, deadline: float) -> None:
-        """All local ranks arrive; raises CollectiveError naming the op and the missing peers."""
+        """All local ranks arrive with the same call record; raises CollectiveError naming the op and the
+        missing or mismatched peers."""
+        generation = self._next_generation()
+        if self._native is not None:
+            status = self._native.smddp_barrier(self._base_address, self.n, self.index, generation, self._record_address,
+                                                int(self._spin_s * 1e9), int(_CHECK_EVERY_S * 1e9))
+            self.finish_barrier(status, generation, what, deadline)
+        else:
+            self._python_barrier(generation, what, deadline)
+
+    def _next_generation(self) -> int:
         self._generation = (self._generation + 1) & 0xFFFFFFFF
-        generation = self._generation
-        self._words[self.index * LINE // 4] = generation
+        now = time.monotonic()
+        if now - self._spin_checked_at >= 1.0:
+            self._refresh_spin_budget(now)
+        return self._generation
+
+    def finish_barrier(self, status: int, generation: int, what: str, deadline: float) -> None:
+        """Carry a native barrier to its end: status is smddp_wait's (-1 done, i >= 0 peer i still
+        missing after a slice, -2 - i peer i's call record differs)."""
+        started = time.monotonic()
+        warned = False
+        while status >= 0:
+            now = time.monotonic()
+            self._check_peers([status], what, now, deadline)
+            if not warned and now - started >= self._hang_warn_s:
+                warned = True
+                self._warn_hang(generation, what, now - started)
+            status = self._native.smddp_wait(self._base_address, self.n, self.index, generation, self._record_address,
+                                             0, int(_CHECK_EVERY_S * 1e9))
+        if status <= -2:
+            self._raise_mismatch(-2 - status, generation, what)
+
+    def allreduce_small(self, x: torch.Tensor, codes: tuple[int, int], half: int, what: str, deadline: float) -> bool:
+        """Native one-shot all_reduce of a contiguous x that fits a slot: copy in, barrier, reduce every
+        slot into x in one call. False when the reduction is left to the caller (the barrier is done)."""
+        generation = self._next_generation()
+        nbytes = x.numel() * x.element_size()
+        status = self._native.smddp_allreduce_small(
+            self._base_address, self.n, self.index, generation, self._record_address, int(self._spin_s * 1e9),
+            int(_CHECK_EVERY_S * 1e9), x.data_ptr(), nbytes, self._slot_addresses[half], codes[0], codes[1], x.numel())
+        if status == -1:
+            return True
+        if status != -100:
+            self.finish_barrier(status, generation, what, deadline)
+        return False
+
+    def _python_barrier(self, generation: int, what: str, deadline: float) -> None:
+        line = self.index * LINE // 4
+        record = line + _RECORD_WORD + (generation & 1) * RECORD_WORDS
+        self._words[record:record + RECORD_WORDS] = memoryview(self._record).cast("B").cast("I")
+        self._words[line] = generation
         if futex.available():
             futex.wake_all(self._base_address + self.index * LINE)
         pending = [i for i in range(self.n) if i != self.index]
         start = time.monotonic()
-        self._refresh_spin_budget(start)
         spin_until = start + self._spin_s
-        next_check = time.monotonic() + _CHECK_EVERY_S
+        next_check = start + _CHECK_EVERY_S
+        warn_at = start + self._hang_warn_s
         while pending:
             peer = pending[-1]
             seen = self._counter(peer)
             if (seen - generation) & 0xFFFFFFFF < 1 << 31:  # arrived (or already past it), wrap-safe
+                if self._record_of(peer, generation) != list(self._record):
+                    self._raise_mismatch(peer, generation, what)
                 pending.pop()
                 continue
             now = time.monotonic()
@@ -240,6 +328,33 @@ class ShmArena:
             if now >= next_check:
                 next_check = now + _CHECK_EVERY_S
                 self._check_peers(pending, what, now, deadline)
+                if now >= warn_at:
+                    warn_at = float("inf")
+                    self._warn_hang(generation, what, now - start)
+
+    def _raise_mismatch(self, peer: int, generation: int, what: str) -> None:
+        mine = describe(list(self._record))
+        theirs = describe(self._record_of(peer, generation))
+        me, other = self.peers[self.index].group_rank, self.peers[peer].group_rank
+        raise CollectiveError(
+            f"smddp {what}: collective mismatch between ranks: rank {me} called {mine} but rank {other} called "
+            f"{theirs} (every rank must call the same collectives in the same order, with the same dtype, "
+            "size, reduce op and root)"
+        )
+
+    def last_call(self, local_index: int) -> str:
+        """What a local rank last entered (its record at its latest barrier generation)."""
+        generation = self._counter(local_index)
+        return describe(self._record_of(local_index, generation)) if generation else "no collective yet"
+
+    def _warn_hang(self, generation: int, what: str, waited_s: float) -> None:
+        missing = [i for i in range(self.n) if i != self.index and (self._counter(i) - generation) & 0xFFFFFFFF >= 1 << 31]
+        if not missing:
+            return
+        who = "; ".join(f"rank {self.peers[i].group_rank} (last call: {self.last_call(i)})" for i in missing)
+        message = (f"smddp: rank {self.peers[self.index].group_rank} has waited {waited_s:.0f} s in {what} "
+                   f"({describe(list(self._record))}) for {who}; they have not arrived")
+        log.warning(message)  # stderr through logging's last-resort handler unless the script configures logging
 
     def _check_peers(self, pending: list[int], what: str, now: float, deadline: float) -> None:
         aborted = self.abort_message()

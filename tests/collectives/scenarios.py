@@ -140,3 +140,16 @@ def _expect_failure(store: dist.TCPStore, name: str, collective) -> None:
         os._exit(1)
     _report(store, name, {"error": None, "elapsed": time.monotonic() - start})
     os._exit(0)
+
+
+def mismatch(store: dist.TCPStore) -> None:
+    """Rank 1 calls all_reduce with float64 where the others use float32: every rank must raise."""
+    dist.all_reduce(torch.ones(10))  # agree once first, so the sequence numbers are past the start
+    dtype = torch.float64 if dist.get_rank() == 1 else torch.float32
+    _expect_failure(store, "mismatch", lambda: dist.all_reduce(torch.ones(1000, dtype=dtype)))
+
+
+def hung_after_a_call(store: dist.TCPStore) -> None:
+    """The victim does one all_reduce, then never joins the next collective (hang warnings name it)."""
+    dist.all_reduce(torch.ones(7))
+    hung_rank(store)

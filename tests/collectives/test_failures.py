@@ -55,9 +55,16 @@ def test_killed_rank_fails_the_others_quickly_and_leaves_no_segment(hosts, victi
     assert os.listdir(private_shm) == [], "a shared-memory segment was left behind"
 
 
-def test_hung_rank_times_out_naming_op_and_peer():
+@pytest.fixture(params=["1", "0"], ids=["native", "python"])
+def native_path(request):
+    """Both implementations of the shared-memory hot path: the C kernels and the pure-Python fallback."""
+    return request.param
+
+
+def test_hung_rank_times_out_naming_op_and_peer(native_path):
     victim = 1
-    cluster = Cluster(["algo-1", "algo-1"], scenario="hung_rank", env={"SMDDP_TEST_VICTIM": str(victim), "SMDDP_TEST_PG_TIMEOUT": "3"})
+    cluster = Cluster(["algo-1", "algo-1"], scenario="hung_rank",
+                      env={"SMDDP_TEST_VICTIM": str(victim), "SMDDP_TEST_PG_TIMEOUT": "3", "SMDDP_NATIVE": native_path})
     try:
         reports = [json.loads(cluster.store.get("report/hung/0"))]
     finally:
@@ -66,3 +73,30 @@ def test_hung_rank_times_out_naming_op_and_peer():
     error = reports[0]["error"]
     assert error and "broadcast" in error and "timed out" in error and "rank(s) 1" in error, error
     assert 2.5 < reports[0]["elapsed"] < 6, reports
+
+
+def test_hang_warning_names_the_missing_rank_and_its_last_call(native_path):
+    env = {"SMDDP_TEST_VICTIM": "1", "SMDDP_TEST_PG_TIMEOUT": "4", "SMDDP_HANG_WARN_S": "1", "SMDDP_NATIVE": native_path}
+    cluster = Cluster(["algo-1", "algo-1"], scenario="hung_after_a_call", env=env)
+    try:
+        report = json.loads(cluster.store.get("report/hung/0"))
+    finally:
+        cluster.store.set("hung/release", "1")
+        exits = cluster.finish(timeout=30)
+    assert "timed out" in report["error"], report
+    output = exits[0][1]
+    assert "waited 1 s in broadcast" in output, output
+    assert "rank 1 (last call: all_reduce #1 (SUM, float32, 7 elements))" in output, output
+
+
+@pytest.mark.parametrize("hosts", [["algo-1"] * 3], ids=["one-host"])
+def test_mismatched_collectives_raise_on_every_rank_naming_both_calls(hosts, native_path):
+    cluster = Cluster(hosts, scenario="mismatch", env={"SMDDP_TEST_PG_TIMEOUT": "20", "SMDDP_NATIVE": native_path})
+    reports = [json.loads(cluster.store.get(f"report/mismatch/{r}")) for r in range(len(hosts))]
+    cluster.finish(timeout=30)
+    for report in reports:
+        error = report["error"]
+        assert error and "collective mismatch" in error, report
+        assert "all_reduce #2 (SUM, float64, 1000 elements)" in error, report
+        assert "all_reduce #2 (SUM, float32, 1000 elements)" in error, report
+        assert report["elapsed"] < 10, report

@@ -54,23 +54,23 @@ def cases(draw: st.DrawFn, n_groups: int) -> dict:
     }
 
 
-def _start(hosts: list[str], groups: list[list[int]]) -> Cluster:
-    cluster = Cluster(hosts, env={**SLOT_ENV, "SMDDP_TEST_GROUPS": json.dumps(groups)})
+def _start(hosts: list[str], groups: list[list[int]], native: str) -> Cluster:
+    cluster = Cluster(hosts, env={**SLOT_ENV, "SMDDP_TEST_GROUPS": json.dumps(groups), "SMDDP_NATIVE": native})
     cluster.wait_ready()
     return cluster
 
 
-@pytest.fixture(scope="module")
-def two_hosts():
-    cluster = _start(TWO_BY_TWO, GROUPS_2X2)
+@pytest.fixture(scope="module", params=["1", "0"], ids=["native", "python"])
+def two_hosts(request):
+    cluster = _start(TWO_BY_TWO, GROUPS_2X2, request.param)
     yield cluster
     exits = cluster.close()
     assert all(code == 0 for code, _ in exits), exits
 
 
-@pytest.fixture(scope="module")
-def one_host_three():
-    cluster = _start(["algo-1"] * 3, [[0, 1, 2], [2, 0]])
+@pytest.fixture(scope="module", params=["1", "0"], ids=["native", "python"])
+def one_host_three(request):
+    cluster = _start(["algo-1"] * 3, [[0, 1, 2], [2, 0]], request.param)
     yield cluster
     exits = cluster.close()
     assert all(code == 0 for code, _ in exits), exits
@@ -105,3 +105,12 @@ def test_every_op_and_dtype_once_across_hosts(two_hosts):
             case = {"op": op, "dtype": dtype, "shape": [5, 3], "reduce_op": reduce_op, "seed": 7, "group": 0,
                     "root": 3, "async": True, "strided": True}
             _assert_ok(two_hosts.run(case))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("reduce_op", ["sum", "avg"])
+def test_half_precision_sums_are_rounded_once_across_hosts(two_hosts, dtype, reduce_op):
+    for shape in ([1000], [300_000]):  # the one-shot and the sharded intra-host algorithms
+        case = {"op": "all_reduce_rounding", "dtype": dtype, "shape": shape, "reduce_op": reduce_op, "seed": 11,
+                "group": 0, "root": 0, "async": False, "strided": False}
+        _assert_ok(two_hosts.run(case))

@@ -1,0 +1,150 @@
+/* smddp's native hot path: the shared-memory barrier (spin, then futex) with the cross-rank call check,
+ * reductions over several sources, and the whole small all_reduce in one call.
+ *
+ * Loaded through ctypes (smddp_sdk/collectives/native/__init__.py), which compiles this file on first use.
+ * Control line of local rank i (64 bytes at base + i*LINE), as 32-bit words:
+ *   [0] barrier generation  [1] sleeping waiters  [2..7] call record for even generations
+ *   [8..13] call record for odd generations
+ * A call record is (seq, op, dtype, count low, count high, root). A peer that has reached generation g
+ * cannot be past g+1 (that needs us), so the record slot of g's parity still holds its record for g.
+ */
+#include <linux/futex.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LINE 64
+#define REC_WORDS 6
+
+enum { DT_F32 = 0, DT_F64 = 1, DT_F16 = 2, DT_BF16 = 3, DT_I32 = 4, DT_I64 = 5, DT_U8 = 6, DT_I8 = 7, DT_I16 = 8 };
+enum { OP_SUM = 0, OP_PROD = 1, OP_MIN = 2, OP_MAX = 3 };
+
+static inline uint32_t *word(char *base, int index, int w) { return (uint32_t *)(base + (long)index * LINE) + w; }
+
+static inline long now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
+static inline int arrived(uint32_t seen, uint32_t generation) { return (uint32_t)(seen - generation) < (1u << 31); }
+
+/* Publish this rank's record and generation, wake sleepers on its line. */
+static void publish(char *base, int index, uint32_t generation, const uint32_t *record) {
+    uint32_t *rec = word(base, index, 2 + (generation & 1) * REC_WORDS);
+    for (int k = 0; k < REC_WORDS; k++) __atomic_store_n(rec + k, record[k], __ATOMIC_RELAXED);
+    __atomic_store_n(word(base, index, 0), generation, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(word(base, index, 1), __ATOMIC_SEQ_CST))
+        syscall(SYS_futex, word(base, index, 0), FUTEX_WAKE, 0x7fffffff, NULL, NULL, 0);
+}
+
+/* Wait for every peer to reach generation; compare their records with ours.
+ * Returns -1 when all arrived and agree, i (>= 0) when peer i is still missing after slice_ns,
+ * -2 - i when peer i arrived with a different call record. */
+int smddp_wait(char *base, int n, int index, uint32_t generation, const uint32_t *record, long spin_ns, long slice_ns) {
+    long start = now_ns();
+    for (int peer = 0; peer < n; peer++) {
+        if (peer == index) continue;
+        uint32_t *counter = word(base, peer, 0);
+        for (;;) {
+            uint32_t seen = __atomic_load_n(counter, __ATOMIC_ACQUIRE);
+            if (arrived(seen, generation)) break;
+            long elapsed = now_ns() - start;
+            if (elapsed >= slice_ns) return peer;
+            if (elapsed < spin_ns) {
+#if defined(__x86_64__) || defined(__i386__)
+                __builtin_ia32_pause();
+#endif
+                continue;
+            }
+            long left = slice_ns - elapsed;
+            struct timespec ts = {left / 1000000000L, left % 1000000000L};
+            uint32_t *waiters = word(base, peer, 1);
+            __atomic_fetch_add(waiters, 1, __ATOMIC_SEQ_CST);
+            seen = __atomic_load_n(counter, __ATOMIC_SEQ_CST);
+            if (!arrived(seen, generation)) syscall(SYS_futex, counter, FUTEX_WAIT, seen, &ts, NULL, 0);
+            __atomic_fetch_sub(waiters, 1, __ATOMIC_SEQ_CST);
+        }
+        const uint32_t *theirs = word(base, peer, 2 + (generation & 1) * REC_WORDS);
+        for (int k = 0; k < REC_WORDS; k++)
+            if (__atomic_load_n(theirs + k, __ATOMIC_RELAXED) != record[k]) return -2 - peer;
+    }
+    return -1;
+}
+
+int smddp_barrier(char *base, int n, int index, uint32_t generation, const uint32_t *record, long spin_ns, long slice_ns) {
+    publish(base, index, generation, record);
+    return smddp_wait(base, n, index, generation, record, spin_ns, slice_ns);
+}
+
+/* dst = srcs[0] op srcs[1] op ... ; dst may alias srcs[0]. Half types accumulate in fp32, round once. */
+#define REDUCE_LOOP(T, ACC, LOAD, STORE, COMBINE)                                     \
+    do {                                                                              \
+        T *d = (T *)dst;                                                              \
+        for (long j0 = 0; j0 < count; j0 += 1024) {                                   \
+            long j1 = j0 + 1024 < count ? j0 + 1024 : count;                          \
+            ACC acc[1024];                                                            \
+            const T *s0 = (const T *)srcs[0];                                         \
+            for (long j = j0; j < j1; j++) acc[j - j0] = LOAD(s0[j]);                 \
+            for (int s = 1; s < nsrc; s++) {                                          \
+                const T *sp = (const T *)srcs[s];                                     \
+                for (long j = j0; j < j1; j++) {                                      \
+                    ACC a = acc[j - j0], b = LOAD(sp[j]);                             \
+                    acc[j - j0] = COMBINE;                                            \
+                }                                                                     \
+            }                                                                         \
+            for (long j = j0; j < j1; j++) d[j] = STORE(acc[j - j0]);                 \
+        }                                                                             \
+    } while (0)
+
+#define ID(x) (x)
+static inline float bf16_load(uint16_t v) { uint32_t u = (uint32_t)v << 16; float f; memcpy(&f, &u, 4); return f; }
+static inline uint16_t bf16_store(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
+    u += 0x7fff + ((u >> 16) & 1); /* round to nearest even, as torch does */
+    return (uint16_t)(u >> 16);
+}
+static inline float f16_load(_Float16 v) { return (float)v; }
+static inline _Float16 f16_store(float f) { return (_Float16)f; }
+
+#define BY_OP(T, ACC, LOAD, STORE)                                                     \
+    switch (op) {                                                                      \
+    case OP_SUM: REDUCE_LOOP(T, ACC, LOAD, STORE, a + b); return 0;                    \
+    case OP_PROD: REDUCE_LOOP(T, ACC, LOAD, STORE, a * b); return 0;                   \
+    case OP_MIN: REDUCE_LOOP(T, ACC, LOAD, STORE, (b < a || b != b) ? b : a); return 0; \
+    case OP_MAX: REDUCE_LOOP(T, ACC, LOAD, STORE, (b > a || b != b) ? b : a); return 0; \
+    default: return 1;                                                                 \
+    }
+
+/* Returns 0, or 1 when the dtype/op pair is not handled here (the caller uses torch). */
+int smddp_reduce(int dtype, int op, void *dst, void *const *srcs, int nsrc, long count) {
+    switch (dtype) {
+    case DT_F32: BY_OP(float, float, ID, ID)
+    case DT_F64: BY_OP(double, double, ID, ID)
+    case DT_F16: BY_OP(_Float16, float, f16_load, f16_store)
+    case DT_BF16: BY_OP(uint16_t, float, bf16_load, bf16_store)
+    case DT_I32: BY_OP(int32_t, int32_t, ID, ID)
+    case DT_I64: BY_OP(int64_t, int64_t, ID, ID)
+    case DT_I16: BY_OP(int16_t, int16_t, ID, ID)
+    case DT_I8: BY_OP(int8_t, int8_t, ID, ID)
+    case DT_U8: BY_OP(uint8_t, uint8_t, ID, ID)
+    default: return 1;
+    }
+}
+
+/* The whole one-shot all_reduce of a small buffer: copy into this rank's slot, barrier, every rank
+ * reduces every slot (same order everywhere, so identical bits) into x. Returns smddp_wait's code; on
+ * anything but -1 the caller finishes the barrier (or raises) and then calls smddp_reduce itself. */
+int smddp_allreduce_small(char *base, int n, int index, uint32_t generation, const uint32_t *record,
+                          long spin_ns, long slice_ns, void *x, long nbytes, void *const *slots,
+                          int dtype, int op, long count) {
+    memcpy(slots[index], x, nbytes);
+    int status = smddp_barrier(base, n, index, generation, record, spin_ns, slice_ns);
+    if (status != -1) return status;
+    if (smddp_reduce(dtype, op, x, slots, n, count)) return -100;
+    return -1;
+}
