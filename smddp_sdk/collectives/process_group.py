@@ -12,9 +12,11 @@ call with nothing queued runs inline, saving the thread hand-off on small messag
 
 from __future__ import annotations
 
+import atexit
 import functools
 import queue
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -32,6 +34,9 @@ from smddp_sdk.collectives.reduce import RedOpType, check_supported, red_op_type
 from smddp_sdk.collectives.topology import build
 
 BACKEND_NAME = "smddp"
+
+# Groups whose communication thread runs: stopped at interpreter exit (see _stop_workers_at_exit).
+_SERVING: weakref.WeakSet[SmddpProcessGroup] = weakref.WeakSet()
 
 
 class FutureWork(dist.Work):
@@ -136,6 +141,7 @@ class SmddpProcessGroup(dist.ProcessGroup):
         self._seq = 0
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
+        self._in_collective = False  # the worker is inside a collective (not merely completing a future)
         self._nccl_group: dist.ProcessGroup | None = None
 
     # identity (functional collectives need the name stored on the Python side) ------------------------
@@ -185,6 +191,7 @@ class SmddpProcessGroup(dist.ProcessGroup):
         if self._worker is None:
             self._worker = threading.Thread(target=self._serve, name=f"smddp-comm-{self.rank()}", daemon=True)
             self._worker.start()
+            _SERVING.add(self)
 
     def _serve(self) -> None:
         while True:
@@ -194,11 +201,15 @@ class SmddpProcessGroup(dist.ProcessGroup):
             call, job, value, future = item
             try:
                 with self._exec:
-                    self._execute(call, job)
+                    self._in_collective = True
+                    try:
+                        self._execute(call, job)
+                    finally:
+                        self._in_collective = False
             except BaseException as exc:  # noqa: BLE001 - handed to the waiter
                 future.set_exception(exc)
             else:
-                future.set_result(value)
+                future.set_result(value)  # runs the future's callbacks (DDP's reducer) on this thread
             finally:
                 with self._state:
                     self._pending -= 1
@@ -230,15 +241,24 @@ class SmddpProcessGroup(dist.ProcessGroup):
         return self._nccl_group
 
     def shutdown(self) -> None:
+        self._stop_worker(timeout=5)
+        self._comm.close()
+
+    def _stop_worker(self, timeout: float) -> None:
         if self._worker is not None:
             self._jobs.put(None)
-            self._worker.join(timeout=5)
+            self._worker.join(timeout=timeout)
             self._worker = None
-        self._comm.close()
+        _SERVING.discard(self)
 
     def abort(self) -> None:
         self._comm.fail("the process group was aborted")
         self.shutdown()
+
+    def _stop_at_exit(self) -> None:
+        """Let the worker finish what it is doing unless that is a collective (a peer may never come)."""
+        if not self._in_collective:
+            self._stop_worker(timeout=30)
 
     # validation ---------------------------------------------------------------------------------------
     def _reduce_op(self, reduce_op: object, tensors: Sequence[torch.Tensor], what: str) -> RedOpType:
@@ -538,3 +558,14 @@ class SmddpProcessGroup(dist.ProcessGroup):
         )
 
     send = recv = recv_anysource = _no_point_to_point
+
+
+@atexit.register
+def _stop_workers_at_exit() -> None:
+    """A script that never calls destroy_process_group (most SageMaker examples) must not leave the daemon
+    worker running torch code, such as the callbacks of the future it just completed, into interpreter
+    shutdown: the thread is then killed inside C++ and the process aborts ("terminate called without an
+    active exception") after the script's last line."""
+    for group in list(_SERVING):
+        group._stop_at_exit()
+
