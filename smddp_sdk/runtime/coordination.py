@@ -6,8 +6,9 @@ runtime, that one included, connects to it as a ``CoordinatorClient``:
     coordinator -> {"type": "challenge", "nonce": hex}
     client      -> {"type": "hello", "host": "algo-2", "proof": HMAC-SHA256(token, nonce + host)}
     coordinator -> {"type": "welcome"} | {"type": "rejected", "reason": "..."}
-    client      -> {"type": "failure", "failure": {...}}          first local failure, at once
-    coordinator -> {"type": "stop", "failure": {...}}             to every host, on the first failure
+    client      -> {"type": "failure", "failure": {...}}          each local failure, at once
+    coordinator -> {"type": "stop", "failure": {...}}             to every host: at once on a culprit's
+                                                                  failure, after SETTLE_SECONDS on a victim's
     client      -> {"type": "final", "status": "ok"|"failed"|"stopped", "failures": [...]}
     coordinator -> {"type": "verdict", "root_cause": {...}, "failures": [...]}   once every host is final
 
@@ -38,6 +39,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from smddp_sdk.runtime.failures import RankFailure, root_cause
+from smddp_sdk.specs.failure import SETTLE_SECONDS, must_stop
 
 HANDSHAKE_TIMEOUT = 10.0
 MAX_LINE_BYTES = 64 * 1024 * 1024  # from a joined host: a final report of 512 ranks with long tracebacks
@@ -170,6 +172,7 @@ class Coordinator:
         self._gone: set[str] = set()
         self._failures: dict[tuple[str, int | None], RankFailure] = {}
         self._stop_sent = False
+        self._first_failure_at: float | None = None  # monotonic
         self._verdict: dict[str, Any] | None = None
         self.done = threading.Event()  # every host is final or gone, and the verdict (if any) was sent
         self._server = socket.create_server((address, port), backlog=len(self.hosts) + 8)
@@ -282,15 +285,31 @@ class Coordinator:
             self._check_complete()
 
     def _on_failure(self, failure: RankFailure) -> None:
+        """Stop every host at once on a culprit's failure; on a victim's, after the settle time."""
         with self._lock:
             self._failures.setdefault((failure.host, failure.rank), failure)
             if self._stop_sent:
                 return
+            first = self._first_failure_at is None
+            if first:
+                self._first_failure_at = time.monotonic()
+            now = must_stop(list(self._failures.values()), self._first_failure_at, time.monotonic())
+        if now:
+            self._send_stop()
+        elif first:
+            _daemon_timer(SETTLE_SECONDS, self._send_stop)
+
+    def _send_stop(self) -> None:
+        with self._lock:
+            if self._stop_sent:
+                return
             self._stop_sent = True
             channels = list(self._channels.values())
-        self._log(f"{failure.who} failed; telling every host to stop")
+            cause = root_cause(self._failures.values())
+        assert cause is not None
+        self._log(f"{cause.who} failed; telling every host to stop")
         for channel in channels:
-            channel.send({"type": "stop", "failure": failure.to_json()})
+            channel.send({"type": "stop", "failure": cause.to_json()})
         _daemon_timer(self._verdict_timeout, self._decide)
 
     def _on_gone(self, host: str) -> None:

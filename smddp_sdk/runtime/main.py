@@ -34,7 +34,7 @@ from smddp_sdk.runtime.pythonpath import rank_python_path
 from smddp_sdk.runtime.training_env import TrainingEnv, number_env, read_training_env
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.contract import OptMl
-from smddp_sdk.specs.failure import SOURCE_EARLY_EXIT, SOURCE_RUNTIME, SOURCE_STOPPED, FailureRecord
+from smddp_sdk.specs.failure import SOURCE_EARLY_EXIT, SOURCE_RUNTIME, SOURCE_STOPPED, FailureRecord, must_stop
 
 DEFAULT_STOP_GRACE = 5.0
 DEFAULT_AGENT_TIMEOUT = 600.0  # hosts may start minutes apart (image pulls)
@@ -221,10 +221,16 @@ class NodeRuntime:
 
     def _watch(self) -> list[RankFailure]:
         failures: list[RankFailure] = []
+        first_seen: float | None = None
         stopping = False
         while any(p.running for p in self.procs):
-            failures += self._collect_exits()
-            if not stopping and (failures or self.remote_stop or self.signalled):
+            new = self._collect_exits()
+            failures += new
+            if new and not stopping:
+                first_seen = first_seen or time.monotonic()
+                self._report(new)
+            settled = first_seen is not None and must_stop(failures, first_seen, time.monotonic())
+            if not stopping and (settled or self.remote_stop or self.signalled):
                 stopping = True
                 self._stop(failures)
             self.wake.wait(POLL_INTERVAL)
@@ -233,6 +239,12 @@ class NodeRuntime:
         if not stopping and self.signalled:
             self._stop(failures)
         return failures
+
+    def _report(self, failures: list[RankFailure]) -> None:
+        """Tell the job of every rank failure at once; whether it stops now is the coordinator's call."""
+        if self.client:
+            for failure in failures:
+                self.client.report_failure(failure)
 
     def _collect_exits(self) -> list[RankFailure]:
         failures = []
@@ -257,13 +269,11 @@ class NodeRuntime:
         return failures
 
     def _stop(self, failures: list[RankFailure]) -> None:
-        """Tell the job (first local failure only) and stop every rank here."""
+        """Stop every rank here (failures went to the job as they came; a signal is told now)."""
         if failures:
             first = root_cause(failures)
             assert first is not None
             self.say(f"{first.headline}; stopping the other ranks")
-            if self.client:
-                self.client.report_failure(first)
         elif self.signalled:
             self.say(f"received {self.signalled.name}; forwarding it to every rank")
             if self.client:

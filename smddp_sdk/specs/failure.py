@@ -17,6 +17,11 @@ So records are ranked by kind first and by time second:
    outside a collective) or whose exit they saw (an early ``exit 0``) -- named even without an error file;
 3. victims: errors that only report a lost peer or a stop from elsewhere;
 4. stops: ranks and runtimes stopped because of another failure (never the root cause unless alone).
+
+A job that has seen only victims waits ``SETTLE_SECONDS`` before it stops anyone (``must_stop``): the rank
+a victim blames may itself be a victim still waiting for the culprit (a host's leader waits for the hung
+rank beside it while the other host times out waiting for the leader), and stopping it at once would
+lose the one record that names the culprit. Any culprit record stops the job at once.
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ _VICTIM_TEXT = re.compile(
 _BLAME_REMOTE = re.compile(r"\brank (\d+) \(host ([^)\s]+)\)")
 _BLAME_LOCAL = re.compile(r"\bpeer rank (\d+) \(pid \d+, same host\)|\brank\(s\) ([\d, ]+) on this host")
 _HANG_TEXT = re.compile(r"timed out|did not arrive", re.IGNORECASE)
+SETTLE_SECONDS = 2.0  # longer than the spread of peers' process-group timeouts around one collective
 
 
 @dataclass(frozen=True)
@@ -177,6 +183,11 @@ def is_victim(record: FailureRecord) -> bool:
     return bool(_VICTIM_TEXT.search(f"{record.error_type}: {record.message}"))
 
 
+def must_stop(records: Sequence[FailureRecord], first_seen: float, now: float) -> bool:
+    """Whether failures first seen at ``first_seen`` (monotonic) should stop the job by ``now``."""
+    return bool(records) and (any(not is_victim(r) for r in records) or now - first_seen >= SETTLE_SECONDS)
+
+
 def blamed_by(record: FailureRecord) -> list[tuple[str, int]]:
     """The (host, rank) pairs a victim's message names as the peer it lost or waited for."""
     text = record.message
@@ -201,7 +212,9 @@ def decide(records: Iterable[FailureRecord], *, early_exits: Iterable[FailureRec
     ``early_exits`` are ranks that ended with code 0 while peers still ran: not failures by themselves,
     but the culprit when the victims blame them.
     """
-    records = [r for r in records if r.source != SOURCE_EARLY_EXIT]
+    # Early exits are evidence only; a hang named by an earlier decide (a runtime's, written to its
+    # failures.json) is a conclusion drawn from fewer records: both are drawn again from the victims here.
+    records = [r for r in records if r.source not in (SOURCE_EARLY_EXIT, SOURCE_HANG)]
     # A runtime that saw a host vanish says less than the supervisor that saw how it ended.
     seen_dying = {r.host for r in records if r.source == SOURCE_SUPERVISOR and r.rank is None}
     records = [r for r in records if not (r.error_type in _OBSERVED_LOSS and r.host in seen_dying)]

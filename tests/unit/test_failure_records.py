@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from smddp_sdk.specs.failure import (
+    SETTLE_SECONDS,
     SOURCE_EARLY_EXIT,
     SOURCE_ERROR_FILE,
     SOURCE_EXIT,
@@ -14,6 +15,7 @@ from smddp_sdk.specs.failure import (
     from_death,
     from_error_file,
     is_victim,
+    must_stop,
     render_summary,
 )
 
@@ -66,6 +68,33 @@ def test_a_hung_rank_is_named_although_it_left_no_record() -> None:
     root = decide(records).root
     assert (root.host, root.rank, root.source) == ("algo-1", 1, "hang")
     assert "timed out waiting" in root.message
+
+
+def test_victims_alone_stop_the_job_only_after_the_settle_time_a_culprit_at_once() -> None:
+    waiting = victim("algo-2", 2, 50.0, "smddp all_reduce timed out waiting for rank 0 (host algo-1)")
+    raised = FailureRecord("algo-1", 1, 1, "bad batch", timestamp=50.1, error_type="ValueError", source=SOURCE_ERROR_FILE)
+    assert not must_stop([], 0.0, 100.0)
+    assert not must_stop([waiting], 10.0, 10.0 + SETTLE_SECONDS - 0.1)
+    assert must_stop([waiting], 10.0, 10.0 + SETTLE_SECONDS)
+    assert must_stop([waiting, raised], 10.0, 10.0)
+
+
+def test_a_leader_that_outlived_the_settle_time_points_past_itself_to_the_hung_rank() -> None:
+    """The record the settle time preserves: algo-1's first rank waited for rank 1, so the other host's
+    blame of rank 0 (which failed too) does not make rank 0 the culprit."""
+    records = [
+        victim("algo-2", 2, 50.0, "smddp all_reduce timed out waiting for rank 0 (host algo-1)"),
+        victim("algo-1", 0, 50.2, "smddp all_reduce timed out: rank(s) 1 on this host did not arrive within the process-group timeout"),
+    ]
+    root = decide(records).root
+    assert (root.host, root.rank, root.error_type) == ("algo-1", 1, "Hang")
+    assert decide(records[:1]).root.rank == 0  # without rank 0's own record the blame would stop at it
+    # A host that decided before rank 0's record arrived wrote that conclusion down; combining every
+    # host's records later (the supervisor) draws the blame again instead of trusting it.
+    stale = decide(records[:1]).root
+    assert stale.source == "hang"
+    root = decide([stale, *records]).root
+    assert (root.host, root.rank) == ("algo-1", 1)
 
 
 def test_a_rank_that_exited_0_early_is_the_culprit_when_its_peers_blame_it() -> None:

@@ -10,6 +10,7 @@ import pytest
 from smddp_sdk.runtime.coordination import Coordinator, CoordinatorClient
 from smddp_sdk.runtime.failures import RankFailure
 from smddp_sdk.schedulers.local_job import pick_free_ports
+from smddp_sdk.specs.failure import SETTLE_SECONDS
 
 HOSTS = ("algo-1", "algo-2", "algo-3")
 
@@ -61,6 +62,29 @@ def test_first_failure_stops_every_host_and_the_earliest_is_the_verdict(coordina
         assert (verdict[0].host, verdict[0].rank) == ("algo-2", 3)
         assert {(f.host, f.rank) for f in verdict[1]} == {("algo-2", 3), ("algo-1", 0)}
     assert coordinator.done.is_set()
+
+
+def test_a_victims_failure_stops_the_job_only_after_the_settle_time(coordinator):
+    """The other host timed out waiting for algo-1's first rank, which is itself still waiting for the hung
+    rank beside it: stopping at once would kill it before its own timeout names the culprit."""
+    peers = {host: Peer(host, coordinator.port) for host in HOSTS}
+    now = time.time()
+    peers["algo-2"].client.report_failure(failure("algo-2", 2, now, "smddp all_reduce timed out waiting for rank 0 (host algo-1)"))
+    assert not peers["algo-1"].stopped.wait(SETTLE_SECONDS / 2)
+    peers["algo-1"].client.report_failure(failure("algo-1", 0, now + 0.1, "smddp all_reduce timed out: rank(s) 1 on this host did not arrive"))
+    assert peers["algo-1"].stopped.wait(SETTLE_SECONDS + 3)
+    assert (peers["algo-1"].stops[0].host, peers["algo-1"].stops[0].rank, peers["algo-1"].stops[0].error_type) == ("algo-1", 1, "Hang")
+
+
+def test_a_culprits_failure_ends_the_settle_time_at_once(coordinator):
+    peers = {host: Peer(host, coordinator.port) for host in HOSTS}
+    peers["algo-2"].client.report_failure(failure("algo-2", 2, time.time(), "peer rank 0 (host algo-1) closed the connection"))
+    time.sleep(0.2)
+    started = time.monotonic()
+    peers["algo-1"].client.report_failure(failure("algo-1", 1, time.time(), "CUDA out of memory"))
+    assert peers["algo-3"].stopped.wait(SETTLE_SECONDS + 3)
+    assert time.monotonic() - started < SETTLE_SECONDS - 0.5
+    assert (peers["algo-3"].stops[0].host, peers["algo-3"].stops[0].rank) == ("algo-1", 1)
 
 
 def test_all_hosts_ok_completes_without_a_verdict(coordinator):
