@@ -11,7 +11,6 @@ step is compute. The planner takes the median step (by duration) of rank 0, skip
 from __future__ import annotations
 
 import json
-import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -79,10 +78,11 @@ def to_step_profile(docs: Sequence[dict], source: str = "") -> StepProfile:
     if not steps:
         raise ValueError("fewer than two step marks in the profile: train with a torch.optim optimizer, "
                          "or call smddp_sdk.collectives.profile.step() after each step")
+    # Every figure from one step, so that they agree (an even count's averaged median step could be
+    # shorter than the chosen step's compute).
     median = sorted(steps, key=lambda s: s["step_s"])[len(steps) // 2]
     return StepProfile(median["compute_s"], tuple(median["events"]), source=source,
-                       measured_step_s=statistics.median(s["step_s"] for s in steps),
-                       measured_comm_s=statistics.median(s["comm_s"] for s in steps),
+                       measured_step_s=median["step_s"], measured_comm_s=median["comm_s"],
                        notes=(f"{len(steps)} steps of rank 0, world size {docs[0].get('world_size')}",))
 
 
