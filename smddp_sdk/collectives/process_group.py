@@ -568,4 +568,3 @@ def _stop_workers_at_exit() -> None:
     active exception") after the script's last line."""
     for group in list(_SERVING):
         group._stop_at_exit()
-
