@@ -293,8 +293,8 @@ class Coordinator:
             first = self._first_failure_at is None
             if first:
                 self._first_failure_at = time.monotonic()
-            now = must_stop(list(self._failures.values()), self._first_failure_at, time.monotonic())
-        if now:
+            stop_now = must_stop(list(self._failures.values()), self._first_failure_at, time.monotonic())
+        if stop_now:
             self._send_stop()
         elif first:
             _daemon_timer(SETTLE_SECONDS, self._send_stop)
