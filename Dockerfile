@@ -47,10 +47,11 @@ RUN pip install --no-index --no-deps /tmp/wheels/project/*.whl \
     && rm -rf /tmp/wheels \
     && python -c "import torch, boto3, smddp_sdk, smddp_sdk.specs.contract; print('torch', torch.__version__, '| smddp-sdk', smddp_sdk.__version__)"
 
-# smddp's native kernels, prebuilt into the package where the base image has a C compiler; without one
-# the backend builds them on first use if it can, else runs its pure-Python path and says so once.
-RUN python -c "import pathlib, smddp_sdk.collectives.native as n; n.build(pathlib.Path(n.__file__).parent)" \
-    || echo "no C compiler in the base image: smddp's collectives will use the pure-Python path"
+# smddp's native kernels (C) and core (C++ against the installed torch), prebuilt into the package where
+# the base image has the compilers and Python headers (the bootstrapped base does); without them the
+# backend builds them on first use if it can, else runs its Python path and says so once.
+RUN python -m smddp_sdk.collectives.native --into "$(python -c 'import smddp_sdk.collectives.native as n, os; print(os.path.dirname(n.__file__))')" \
+    || echo "no C/C++ toolchain in the base image: smddp's collectives build their native code on first use or use the Python path"
 
 # `train` is the command SageMaker runs; it execs the node runtime (python -m smddp_sdk.runtime).
 COPY container/train /usr/local/bin/train

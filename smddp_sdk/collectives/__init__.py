@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from smddp_sdk.collectives import sagemaker_compat
 from smddp_sdk.collectives.errors import CollectiveError
-from smddp_sdk.collectives.process_group import BACKEND_NAME, SmddpProcessGroup
+from smddp_sdk.collectives.process_group import BACKEND_NAME, SmddpProcessGroup, group_class
 
 __all__ = ["BACKEND_NAME", "CollectiveError", "SmddpProcessGroup", "is_registered", "register"]
 
@@ -20,7 +20,7 @@ __all__ = ["BACKEND_NAME", "CollectiveError", "SmddpProcessGroup", "is_registere
 def _create(store: dist.Store, rank: int, size: int, timeout) -> SmddpProcessGroup:
     if dist.is_initialized():  # the default group exists, so this is a subgroup (AWS's SMDDP has none)
         sagemaker_compat.check_subgroup(size)
-    return SmddpProcessGroup(store, rank, size, timeout)
+    return group_class()(store, rank, size, timeout)
 
 
 def is_registered() -> bool:

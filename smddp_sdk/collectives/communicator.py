@@ -71,10 +71,10 @@ class Communicator:
         self._forced = forced_algorithm()
         return self._forced
 
-    def begin(self, call: Call, seq: int) -> None:
-        """Tag the barriers of the collective about to run, so that ranks check they agree on it."""
+    def begin(self, call: Call) -> None:
+        """Number and tag the barriers of the collective about to run, so that ranks check they agree on it."""
         if self.local.arena:
-            self.local.arena.begin(call, seq)
+            self.local.arena.begin(call)
 
     @property
     def multi_node(self) -> bool:

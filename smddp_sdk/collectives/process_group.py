@@ -1,9 +1,12 @@
 """The `smddp` ProcessGroup: torch's method names mapped onto the Communicator's four primitives.
 
-torch 2.13 cannot subclass the C++ Backend from Python, so this is a Python ProcessGroup subclass; torch
-uses it directly as the group. Both dispatch paths reach these methods: `dist.*` calls them with Python
-arguments, C++ callers (DDP's reducer, functional collectives) through the PyProcessGroup trampoline, so
-names and signatures mirror the C++ binding exactly.
+torch 2.13 cannot subclass the C++ Backend from Python, so the group is a ProcessGroup subclass that torch
+uses directly. Its base is the native core (native/smddp_core.cpp) where that builds: small blocking
+collectives of a one-host group then run in C++ without entering Python, and everything else comes back
+to the methods here under `_python_<name>`. Without the core the base is torch's ProcessGroup and these
+methods are called directly. Both dispatch paths reach them: `dist.*` with Python arguments, C++ callers
+(DDP's reducer, functional collectives) through the trampoline, so names and signatures mirror the C++
+binding exactly.
 
 Every collective runs on one communication thread per group (call order is the cross-rank order) and
 returns a Work over a torch Future whose value is the tensor list (DDP's reducer reads it). A blocking
@@ -13,6 +16,7 @@ call with nothing queued runs inline, saving the thread hand-off on small messag
 from __future__ import annotations
 
 import atexit
+import ctypes
 import functools
 import queue
 import threading
@@ -24,13 +28,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from smddp_sdk.collectives import profile, sagemaker_compat
+from smddp_sdk.collectives import native, profile, sagemaker_compat
+from smddp_sdk.collectives.algorithms import forced_algorithm
 from smddp_sdk.collectives.calls import Call
 from smddp_sdk.collectives.communicator import Communicator
 from smddp_sdk.collectives.errors import CollectiveError
-from smddp_sdk.collectives.local import OwnSource, shard_bounds
+from smddp_sdk.collectives.local import SYMMETRIC_LIMIT, OwnSource, shard_bounds
 from smddp_sdk.collectives.memory import as_bytes
 from smddp_sdk.collectives.reduce import RedOpType, check_supported, red_op_type
+from smddp_sdk.collectives.shm import CHECK_EVERY_S
 from smddp_sdk.collectives.topology import build
 
 BACKEND_NAME = "smddp"
@@ -67,6 +73,10 @@ def completed_work(value: object) -> dist.Work:
     return FutureWork(future)
 
 
+def _address(function: ctypes._CFuncPtr) -> int:
+    return ctypes.cast(function, ctypes.c_void_p).value
+
+
 def _tensors_in(args: Sequence[object]) -> list[torch.Tensor]:
     found: list[torch.Tensor] = []
     for arg in args:
@@ -84,6 +94,8 @@ def cuda_goes_to_nccl(method: Callable[..., dist.Work]) -> Callable[..., dist.Wo
     def dispatch(self: SmddpProcessGroup, *args: Any, **kwargs: Any) -> dist.Work:
         tensors = _tensors_in(args)
         sagemaker_compat.check_call(method.__name__, tensors, args)  # would AWS's SMDDP accept it?
+        if self._core_waits_for_check and sagemaker_compat.quiet_for_sum():
+            self._set_core_mode()
         if any(t.device.type == "cuda" for t in tensors):
             return getattr(self._nccl(), method.__name__)(*args, **kwargs)
         for tensor in tensors:
@@ -124,8 +136,11 @@ def _split_sizes(splits: Sequence[int], tensor: torch.Tensor, parts: int, what: 
     return [rows // parts] * parts
 
 
-class SmddpProcessGroup(dist.ProcessGroup):
-    """torch.distributed ProcessGroup for backend "smddp": shared memory within a host, TCP between hosts."""
+class SmddpProcessGroup:
+    """torch.distributed ProcessGroup for backend "smddp": shared memory within a host, TCP between hosts.
+
+    The implementation; the group's class (``group_class()``) combines it with its base, the native core
+    or torch's ProcessGroup."""
 
     def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta) -> None:
         super().__init__(rank, size)  # the (store, rank, size) constructor fails for Python subclasses in 2.13
@@ -135,14 +150,13 @@ class SmddpProcessGroup(dist.ProcessGroup):
         self._group_desc = ""
         topo, local, mesh = build(store, rank, size, timeout)
         self._comm = Communicator(topo, local, mesh, timeout.total_seconds())
-        self._state = threading.Lock()  # guards _pending
         self._exec = threading.Lock()  # one collective at a time, in call order
-        self._pending = 0
-        self._seq = 0
+        self._core_waits_for_check = False
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
         self._in_collective = False  # the worker is inside a collective (not merely completing a future)
         self._nccl_group: dist.ProcessGroup | None = None
+        self._attach_core()
 
     # identity (functional collectives need the name stored on the Python side) ------------------------
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
@@ -164,25 +178,59 @@ class SmddpProcessGroup(dist.ProcessGroup):
     def topology(self):  # for tests and diagnostics
         return self._comm.topo
 
+    # the native core -----------------------------------------------------------------------------------
+    def _attach_core(self) -> None:
+        """Hand a one-host group's arena to the core (a no-op on the Python base)."""
+        arena = self._comm.local.arena
+        if not hasattr(self, "_core_attach") or arena is None or not arena.native or self._comm.multi_node \
+                or arena.index != self.rank():  # the core takes group ranks for local indices
+            return
+        kernels = native.library()
+        self._core_attach(arena.base_address, arena.n, arena.index, arena.slot_bytes,
+                          *(ctypes.addressof(slots) for slots in arena.slot_addresses), ctypes.addressof(arena.counters),
+                          arena.record_address, *(_address(kernel) for kernel in
+                                                  (kernels.smddp_barrier, kernels.smddp_allreduce_small, kernels.smddp_reduce)),
+                          int(arena.spin_s * 1e9), int(CHECK_EVERY_S * 1e9), SYMMETRIC_LIMIT)
+        self._set_core_mode()
+        method = weakref.WeakMethod(self._set_core_mode)  # the profiler's listener must not keep the group
+        profile.on_start(lambda: (set_mode := method()) and set_mode())
+
+    def _set_core_mode(self) -> None:
+        """What the core may run: nothing while a call must come through Python (profiling, a forced
+        algorithm, SageMaker checks that have not yet spoken), all_reduce with SUM only while SageMaker's
+        rules apply, else everything it handles."""
+        self._core_waits_for_check = False
+        try:
+            forced = forced_algorithm()
+        except CollectiveError:
+            forced = "invalid"  # every all_reduce goes to Python, which reports it
+        if self._comm.local.arena is None or profile.recorder() is not None or forced != "auto":
+            self._core_mode(0)
+        elif not sagemaker_compat.enabled():
+            self._core_mode(1)
+        elif sagemaker_compat.quiet_for_sum():
+            self._core_mode(2)
+        else:
+            self._core_mode(0)
+            self._core_waits_for_check = True
+
+    def _finish_barrier(self, what: str, status: int, generation: int) -> None:
+        """The core's call found a peer late or different: wait with the slow path's checks and errors."""
+        self._guarded(what, lambda: self._comm.local.arena.finish_barrier(status, generation, what, self._comm.deadline()))
+
     # execution ----------------------------------------------------------------------------------------
     def _submit(self, call: Call, job: Callable[[], None], value: object, opts: object) -> dist.Work:
         self._comm.check_usable(call.op)
         job = profile.wrap(call.op, value, job, self.size())  # SMDDP_PROFILE: sizes and timings (the job itself when off)
-        if not getattr(opts, "asyncOp", True):
-            with self._state:
-                inline = self._pending == 0
-                self._pending += inline
-            if inline:
-                try:
-                    with self._exec:
-                        self._execute(call, job)
-                finally:
-                    with self._state:
-                        self._pending -= 1
-                return completed_work(value)
+        if not getattr(opts, "asyncOp", True) and self._claim_inline():
+            try:
+                with self._exec:
+                    self._execute(call, job)
+            finally:
+                self._end_job()
+            return completed_work(value)
         future: torch.futures.Future = torch.futures.Future()
-        with self._state:
-            self._pending += 1
+        self._add_pending()
         self._start_worker()
         self._jobs.put((call, job, value, future))
         return FutureWork(future)
@@ -211,24 +259,30 @@ class SmddpProcessGroup(dist.ProcessGroup):
             else:
                 future.set_result(value)  # runs the future's callbacks (DDP's reducer) on this thread
             finally:
-                with self._state:
-                    self._pending -= 1
+                self._end_job()
 
     def _execute(self, call: Call, job: Callable[[], None]) -> None:
         """The one place every collective runs (in call order): numbered, tagged for the cross-rank check."""
-        what = call.op
-        self._comm.check_usable(what)
-        self._seq += 1
-        self._comm.begin(call, self._seq)
+        self._comm.check_usable(call.op)
+        self._comm.begin(call)
+        self._guarded(call.op, job)
+
+    def _guarded(self, what: str, job: Callable[[], None]) -> None:
+        """Run part of a collective; a failure marks the group unusable and tells the peers."""
         try:
             job()
         except CollectiveError as exc:
-            self._comm.fail(str(exc))
+            self._fail(str(exc))
             raise
         except Exception as exc:
             message = f"smddp {what} failed on rank {self.rank()}: {type(exc).__name__}: {exc}"
-            self._comm.fail(message)
+            self._fail(message)
             raise CollectiveError(message) from exc
+
+    def _fail(self, message: str) -> None:
+        if hasattr(self, "_core_mode"):
+            self._core_mode(0)  # every later call goes through Python, which raises the recorded failure
+        self._comm.fail(message)
 
     def _nccl(self) -> dist.ProcessGroup:
         """NCCL for CUDA tensors, created on first use (collectively: every rank reaches the same call)."""
@@ -252,7 +306,7 @@ class SmddpProcessGroup(dist.ProcessGroup):
         _SERVING.discard(self)
 
     def abort(self) -> None:
-        self._comm.fail("the process group was aborted")
+        self._fail("the process group was aborted")
         self.shutdown()
 
     def _stop_at_exit(self) -> None:
@@ -282,6 +336,8 @@ class SmddpProcessGroup(dist.ProcessGroup):
 
         def job() -> None:
             for tensor in tensors:
+                if self._core_allreduce(tensor, int(op)):
+                    continue
                 work = _contiguous(tensor)
                 self._comm.allreduce(work.view(-1), op, "all_reduce")
                 _write_back(tensor, work)
@@ -568,3 +624,50 @@ def _stop_workers_at_exit() -> None:
     active exception") after the script's last line."""
     for group in list(_SERVING):
         group._stop_at_exit()
+
+
+class PythonProcessGroup(SmddpProcessGroup, dist.ProcessGroup):
+    """The group without the native core: every call runs the Python methods."""
+
+    def __init__(self, *args: Any) -> None:
+        self._state = threading.Lock()  # guards _pending, the calls queued or running
+        self._pending = 0
+        super().__init__(*args)
+
+    def _claim_inline(self) -> bool:
+        """Run the caller's call on its own thread: only when nothing is queued (call order)."""
+        with self._state:
+            if self._pending:
+                return False
+            self._pending = 1
+            return True
+
+    def _add_pending(self) -> None:
+        with self._state:
+            self._pending += 1
+
+    def _end_job(self) -> None:
+        with self._state:
+            self._pending -= 1
+
+    def _core_allreduce(self, tensor: torch.Tensor, op: int) -> bool:
+        return False  # no core: the Python path runs every all_reduce
+
+
+# Collectives the core may run itself; it calls `_python_<name>` for what it leaves to Python.
+CORE_METHODS = ("allreduce", "broadcast", "allgather", "all_gather_single", "reduce_scatter_single", "barrier")
+
+
+@functools.cache
+def group_class() -> type:
+    """The group's class: on the native core when it loads (native.core()), else PythonProcessGroup."""
+    core = native.core()
+    if core is None:
+        return PythonProcessGroup
+    routed: dict[str, object] = {name: getattr(core, name) for name in CORE_METHODS}
+    routed.update({f"_python_{name}": getattr(SmddpProcessGroup, name) for name in CORE_METHODS})
+    for alias in ("_allgather_base", "_reduce_scatter_base"):  # torch's deprecated names, aliases in C++
+        if hasattr(core, alias):
+            routed[alias] = getattr(core, alias)
+    routed["__doc__"] = SmddpProcessGroup.__doc__
+    return type(core)("CoreProcessGroup", (SmddpProcessGroup, core), routed)

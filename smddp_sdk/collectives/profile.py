@@ -94,6 +94,7 @@ def _print_summary(doc: dict, path: Path) -> None:
 
 
 _recorder: Recorder | None = None
+_listeners: list[Callable[[], None]] = []
 
 
 def recorder() -> Recorder | None:
@@ -111,11 +112,18 @@ def step() -> None:
         _recorder.step()
 
 
+def on_start(listener: Callable[[], None]) -> None:
+    """Call listener when profiling starts (the native core then leaves every call to Python)."""
+    _listeners.append(listener)
+
+
 def start(directory: str | os.PathLike[str]) -> Recorder:
     """Turn profiling on for this process (what SMDDP_PROFILE does at import)."""
     global _recorder
     if _recorder is None:
         _recorder = Recorder(Path(directory))
+        for listener in _listeners:
+            listener()
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         register_optimizer_step_post_hook(lambda *_: step())

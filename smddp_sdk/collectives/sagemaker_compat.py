@@ -82,6 +82,14 @@ def check_call(method: str, tensors: Sequence[torch.Tensor], args: Sequence[obje
         _report("device", f"{_call(method)} on a {tensors[0].device.type.upper()} tensor: AWS's SMDDP takes CUDA tensors only; move the model and data to the GPU on SageMaker (reported once)", once_per_process=True, may_raise=hard)
 
 
+def quiet_for_sum() -> bool:
+    """Whether check_call says nothing more about a CPU all_reduce, broadcast, all_gather or barrier with
+    ReduceOp.SUM (the native core then runs them without asking)."""
+    if not enabled():
+        return True
+    return not strict() and (_DEVICE_KEY in _SEEN or os.environ.get("RANK", "0") != "0")
+
+
 def _call(method: str) -> str:
     return f"dist.{support.TORCH_NAMES.get(method, method)}"
 

@@ -19,7 +19,15 @@ import torch.distributed as dist
 
 from smddp_sdk.collectives.errors import CollectiveError
 from smddp_sdk.collectives.local import LocalComm
-from smddp_sdk.collectives.shm import Peer, ShmArena, ShmUnavailable, create_arena_file, shm_dir
+from smddp_sdk.collectives.shm import (
+    DEFAULT_SLOT_BYTES,
+    ONE_HOST_SLOT_BYTES,
+    Peer,
+    ShmArena,
+    ShmUnavailable,
+    create_arena_file,
+    shm_dir,
+)
 from smddp_sdk.collectives.tcp import TcpMesh, new_token
 from smddp_sdk.specs.contract import HOST_ADDRESSES_ENV
 
@@ -91,14 +99,14 @@ def _set_json(store: dist.Store, key: str, value: object) -> None:
     store.set(_KEY + key, json.dumps(value))
 
 
-def _decide_transport(host_ranks: list[int]) -> dict[str, object]:
+def _decide_transport(host_ranks: list[int], one_host: bool) -> dict[str, object]:
     """Run by a host's first rank: create the arena, or say why this host falls back to TCP."""
     if os.environ.get(TRANSPORT_ENV, "auto").lower() == "tcp":
         return {"kind": "tcp", "why": f"{TRANSPORT_ENV}=tcp"}
     if len(host_ranks) == 1:
         return {"kind": "single"}
     try:
-        path, slot = create_arena_file(len(host_ranks), shm_dir())
+        path, slot = create_arena_file(len(host_ranks), shm_dir(), ONE_HOST_SLOT_BYTES if one_host else DEFAULT_SLOT_BYTES)
     except ShmUnavailable as exc:
         warnings.warn(f"smddp: shared memory unavailable, ranks on this host talk TCP instead: {exc}", RuntimeWarning, stacklevel=2)
         return {"kind": "tcp", "why": str(exc)}
@@ -116,7 +124,7 @@ def build(store: dist.Store, rank: int, size: int, timeout: timedelta) -> tuple[
     by_host = {h: [r for r in range(size) if hosts[r] == h] for h in host_order}
     my_host_ranks = by_host[host]
     if my_host_ranks[0] == rank:
-        _set_json(store, f"transport/{host_order.index(host)}", _decide_transport(my_host_ranks))
+        _set_json(store, f"transport/{host_order.index(host)}", _decide_transport(my_host_ranks, len(host_order) == 1))
     decisions = [_get_json(store, f"transport/{i}") for i in range(len(host_order))]
     nodes: list[list[int]] = []
     for h, decision in zip(host_order, decisions):

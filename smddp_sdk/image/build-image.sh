@@ -40,7 +40,7 @@ EXTRA_WHEELS=${SMDDP_EXTRA_WHEELS:-}
 IMAGE_REQUIREMENTS=container/image-requirements.txt
 GPU=0
 QUIET=0
-BOOTSTRAP_IMAGE=smddp-sdk-base:bookworm-python3
+BOOTSTRAP_IMAGE=smddp-sdk-base:bookworm-python3-toolchain
 WHEELS=.build/wheels
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
@@ -81,7 +81,8 @@ docker info >/dev/null 2>&1 || {
 image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
 
 bootstrap_base() {
-  # A Debian bookworm root filesystem with Python 3.11 (what the cp311 wheels need), imported as an
+  # A Debian bookworm root filesystem with Python 3.11 (what the cp311 wheels need) and the C/C++
+  # toolchain and Python headers that the image's prebuild of smddp's native code needs, imported as an
   # image. Debian's mirror is reached over plain HTTP with signed packages, so no CA is involved.
   [[ $(id -u) == 0 ]] || die "bootstrapping a base image needs root (debootstrap); pass --base-image with an image you have"
   if ! command -v debootstrap >/dev/null; then
@@ -90,8 +91,8 @@ bootstrap_base() {
   fi
   local work; work=$(mktemp -d "${TMPDIR:-/tmp}/smddp-rootfs.XXXXXX")
   local mirror=${SMDDP_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-  step "bootstrapping Debian bookworm + python3 from $mirror (about 70 s)"
-  debootstrap --variant=minbase --include=python3,python3-venv bookworm "$work/rootfs" "$mirror" \
+  step "bootstrapping Debian bookworm + python3 + gcc/g++ from $mirror (about 2 minutes)"
+  debootstrap --variant=minbase --include=python3,python3-venv,python3-dev,gcc,g++,libc6-dev bookworm "$work/rootfs" "$mirror" \
     >"$work/debootstrap.log" 2>&1 || die "debootstrap failed; last lines:
 $(tail -n 20 "$work/debootstrap.log"; rm -rf "$work")"
   rm -rf "$work"/rootfs/var/cache/apt/*.bin "$work"/rootfs/var/cache/apt/archives/*.deb "$work"/rootfs/var/lib/apt/lists/*

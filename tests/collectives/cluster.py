@@ -28,18 +28,34 @@ def rank_env(rank: int, hosts: list[str], store_port: int, extra: dict[str, str]
     return env
 
 
+NATIVE_PATHS = ["1", "0", "mixed"]
+NATIVE_IDS = ["native", "python", "mixed"]
+
+
+def native_setting(path: str, rank: int) -> str:
+    """SMDDP_NATIVE for a rank: "1" (native core and kernels), "0" (pure Python), or "mixed": even ranks
+    native, odd ranks Python, so every collective meets both implementations of the protocol."""
+    return ("1" if rank % 2 == 0 else "0") if path == "mixed" else path
+
+
 class Cluster:
     """One rank process per entry of hosts, all joined in one smddp group, driven through a TCPStore."""
 
-    def __init__(self, hosts: list[str], scenario: str = "serve", env: dict[str, str] | None = None) -> None:
+    def __init__(self, hosts: list[str], scenario: str = "serve", env: dict[str, str] | None = None,
+                 native: str | None = None) -> None:
         self.hosts = hosts
         self.store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=120))
         self.procs = [
             subprocess.Popen([sys.executable, "-m", "tests.collectives.worker", scenario], cwd=PROJECT_ROOT,
-                             env=rank_env(r, hosts, self.store.port, env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             env=rank_env(r, hosts, self.store.port, {**(env or {}), **self._native_env(native, r)}),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             for r in range(len(hosts))
         ]
         self._next_case = 0
+
+    @staticmethod
+    def _native_env(native: str | None, rank: int) -> dict[str, str]:
+        return {} if native is None else {"SMDDP_NATIVE": native_setting(native, rank)}
 
     def wait_ready(self) -> None:
         self.store.wait([f"ready/{r}" for r in range(len(self.hosts))])

@@ -153,3 +153,23 @@ def hung_after_a_call(store: dist.TCPStore) -> None:
     """The victim does one all_reduce, then never joins the next collective (hang warnings name it)."""
     dist.all_reduce(torch.ones(7))
     hung_rank(store)
+
+
+def core_usage(store: dist.TCPStore) -> None:
+    """Small blocking collectives on one host, one of them with a peer 0.3 s late (past the native core's
+    50 ms check slice, so Python finishes the wait); reports the group class and the core's call count."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    x = torch.full((100,), float(rank + 1))
+    dist.all_reduce(x)
+    if rank == 1:
+        time.sleep(0.3)
+    late = torch.full((100,), float(rank + 1), dtype=torch.float64)
+    dist.all_reduce(late, op=dist.ReduceOp.MAX)
+    outs = [torch.empty(3) for _ in range(size)]
+    dist.all_gather(outs, torch.full((3,), float(rank)))
+    dist.barrier()
+    group = dist.group.WORLD
+    calls = group._core_calls() if hasattr(group, "_core_calls") else None
+    _report(store, "core", {"class": type(group).__name__, "core_calls": calls,
+                            "right": bool((x == size * (size + 1) / 2).all() and (late == size).all()
+                                          and all((o == i).all() for i, o in enumerate(outs)))})

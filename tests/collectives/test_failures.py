@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("torch")
 from smddp_sdk.collectives.shm import shm_dir  # noqa: E402
-from tests.collectives.cluster import Cluster  # noqa: E402
+from tests.collectives.cluster import NATIVE_IDS, NATIVE_PATHS, Cluster  # noqa: E402
 
 pytestmark = pytest.mark.integration
 TIMEOUT_S = 6
@@ -55,16 +55,17 @@ def test_killed_rank_fails_the_others_quickly_and_leaves_no_segment(hosts, victi
     assert os.listdir(private_shm) == [], "a shared-memory segment was left behind"
 
 
-@pytest.fixture(params=["1", "0"], ids=["native", "python"])
+@pytest.fixture(params=NATIVE_PATHS, ids=NATIVE_IDS)
 def native_path(request):
-    """Both implementations of the shared-memory hot path: the C kernels and the pure-Python fallback."""
+    """Both implementations of the shared-memory hot path (the native core and kernels, the pure-Python
+    fallback) and the two mixed in one group."""
     return request.param
 
 
 def test_hung_rank_times_out_naming_op_and_peer(native_path):
     victim = 1
     cluster = Cluster(["algo-1", "algo-1"], scenario="hung_rank",
-                      env={"SMDDP_TEST_VICTIM": str(victim), "SMDDP_TEST_PG_TIMEOUT": "3", "SMDDP_NATIVE": native_path})
+                      env={"SMDDP_TEST_VICTIM": str(victim), "SMDDP_TEST_PG_TIMEOUT": "3"}, native=native_path)
     try:
         reports = [json.loads(cluster.store.get("report/hung/0"))]
     finally:
@@ -76,8 +77,8 @@ def test_hung_rank_times_out_naming_op_and_peer(native_path):
 
 
 def test_hang_warning_names_the_missing_rank_and_its_last_call(native_path):
-    env = {"SMDDP_TEST_VICTIM": "1", "SMDDP_TEST_PG_TIMEOUT": "4", "SMDDP_HANG_WARN_S": "1", "SMDDP_NATIVE": native_path}
-    cluster = Cluster(["algo-1", "algo-1"], scenario="hung_after_a_call", env=env)
+    env = {"SMDDP_TEST_VICTIM": "1", "SMDDP_TEST_PG_TIMEOUT": "4", "SMDDP_HANG_WARN_S": "1"}
+    cluster = Cluster(["algo-1", "algo-1"], scenario="hung_after_a_call", env=env, native=native_path)
     try:
         report = json.loads(cluster.store.get("report/hung/0"))
     finally:
@@ -91,7 +92,7 @@ def test_hang_warning_names_the_missing_rank_and_its_last_call(native_path):
 
 @pytest.mark.parametrize("hosts", [["algo-1"] * 3], ids=["one-host"])
 def test_mismatched_collectives_raise_on_every_rank_naming_both_calls(hosts, native_path):
-    cluster = Cluster(hosts, scenario="mismatch", env={"SMDDP_TEST_PG_TIMEOUT": "20", "SMDDP_NATIVE": native_path})
+    cluster = Cluster(hosts, scenario="mismatch", env={"SMDDP_TEST_PG_TIMEOUT": "20"}, native=native_path)
     reports = [json.loads(cluster.store.get(f"report/mismatch/{r}")) for r in range(len(hosts))]
     cluster.finish(timeout=30)
     for report in reports:

@@ -1,9 +1,10 @@
-"""The native kernels: built into a cache on first use, the same results as torch (fp16/bf16 rounded once),
-and a clear choice when no compiler is available."""
+"""The native kernels and core: built into a cache on first use, the same results as torch (fp16/bf16
+rounded once), a clear choice when no compiler is available, and the core running small collectives."""
 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 from smddp_sdk.collectives import native  # noqa: E402
 from smddp_sdk.collectives.reduce import RedOpType, native_codes  # noqa: E402
-from tests.collectives.cluster import PROJECT_ROOT  # noqa: E402
+from tests.collectives.cluster import NATIVE_IDS, NATIVE_PATHS, PROJECT_ROOT, Cluster, native_setting  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -84,3 +85,33 @@ def test_first_use_builds_into_the_cache_keyed_by_the_source(tmp_path):
         pytest.skip("no C compiler here")
     assert result.stdout.strip() == "True", result.stderr
     assert [p.name for p in tmp_path.iterdir()] == [native.library_name()]
+
+
+def test_without_a_cxx_compiler_the_kernels_stay_and_the_group_is_python(tmp_path):
+    code = ("from smddp_sdk.collectives import native, process_group as pg; "
+            "print(native.library() is not None, pg.group_class().__name__)")
+    missing = {"CXX": "no-such-compiler", "SMDDP_NATIVE_CACHE": str(tmp_path)}
+    auto = _run(code, SMDDP_NATIVE="auto", **missing)
+    if auto.returncode == 0 and auto.stdout.split()[0] == "False":
+        pytest.skip("no C compiler here: the kernels cannot be built either")
+    assert auto.returncode == 0, auto.stderr
+    assert auto.stdout.split() == ["True", "PythonProcessGroup"], auto.stdout
+    assert auto.stderr.count("native core unavailable") == 1 and "CXX=no-such-compiler is not on PATH" in auto.stderr, auto.stderr
+    forced = _run(code, SMDDP_NATIVE="1", **missing)
+    assert forced.returncode != 0
+    assert "SMDDP_NATIVE=1 but smddp's native core is unavailable" in forced.stderr, forced.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("native_path", NATIVE_PATHS, ids=NATIVE_IDS)
+def test_core_runs_small_collectives_and_leaves_a_late_peer_to_python(native_path):
+    cluster = Cluster(["algo-1"] * 2, scenario="core_usage", native=native_path)
+    reports = [json.loads(cluster.store.get(f"report/core/{r}")) for r in range(2)]
+    exits = cluster.finish(timeout=60)
+    assert all(code == 0 for code, _ in exits), exits
+    for rank, report in enumerate(reports):
+        assert report["right"], report
+        if native_setting(native_path, rank) == "1":
+            assert report == {"class": "CoreProcessGroup", "core_calls": 4, "right": True}, report
+        else:
+            assert report == {"class": "PythonProcessGroup", "core_calls": None, "right": True}, report

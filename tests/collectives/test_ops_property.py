@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from tests.collectives.cases import DTYPES, OPS, REDUCING  # noqa: E402
-from tests.collectives.cluster import Cluster  # noqa: E402
+from tests.collectives.cluster import NATIVE_IDS, NATIVE_PATHS, Cluster  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +55,7 @@ def cases(draw: st.DrawFn, n_groups: int) -> dict:
 
 
 def _start(hosts: list[str], groups: list[list[int]], native: str) -> Cluster:
-    cluster = Cluster(hosts, env={**SLOT_ENV, "SMDDP_TEST_GROUPS": json.dumps(groups), "SMDDP_NATIVE": native})
+    cluster = Cluster(hosts, env={**SLOT_ENV, "SMDDP_TEST_GROUPS": json.dumps(groups)}, native=native)
     cluster.wait_ready()
     return cluster
 
@@ -68,8 +68,9 @@ def two_hosts(request):
     assert all(code == 0 for code, _ in exits), exits
 
 
-@pytest.fixture(scope="module", params=["1", "0"], ids=["native", "python"])
+@pytest.fixture(scope="module", params=NATIVE_PATHS, ids=NATIVE_IDS)
 def one_host_three(request):
+    """Where the native core runs: every call it takes must agree with the Python path's (mixed)."""
     cluster = _start(["algo-1"] * 3, [[0, 1, 2], [2, 0]], request.param)
     yield cluster
     exits = cluster.close()

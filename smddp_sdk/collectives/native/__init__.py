@@ -1,24 +1,32 @@
-"""smddp's native kernels (smddp_native.c), compiled on first use and loaded through ctypes.
+"""smddp's native code, compiled on first use: the kernels (smddp_native.c, loaded through ctypes) and the
+core (smddp_core.cpp, a torch extension: the C++ ProcessGroup base that runs small collectives without
+Python).
 
-SMDDP_NATIVE chooses: "auto" (default) uses the kernels when they load and falls back to the pure-Python
-path with one note when they cannot be built (no C compiler); "1" requires them (an error says why they
-are missing); "0" never loads them. The shared library is cached per user under
-$XDG_CACHE_HOME/smddp-sdk/native (or ~/.cache/...), keyed by a hash of the source and the compiler flags,
-so a changed source rebuilds and concurrent ranks never load a half-written file (write, then rename).
-A library prebuilt next to this file (the Docker image does it) is used before the cache.
+SMDDP_NATIVE chooses: "auto" (default) uses both when they build and falls back with one note each when
+they cannot (no C or C++ compiler, no Python or torch headers): without the core, every call goes through
+the Python group; without the kernels, through the pure-Python path. "1" requires both (an error says
+why one is missing); "0" loads neither. Builds are cached per user under $XDG_CACHE_HOME/smddp-sdk/native
+(or ~/.cache/...), keyed by a hash of the source, the compiler flags and (for the core) the torch and
+Python versions, so a change rebuilds and concurrent ranks never load a half-written file (write, then
+rename; the core, about a minute to compile, is built by one process while the others wait). Files
+prebuilt next to this one (the Docker image does it) are used before the cache.
 """
 
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import hashlib
+import importlib.util
 import os
 import platform
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 NATIVE_ENV = "SMDDP_NATIVE"
@@ -26,9 +34,15 @@ CACHE_ENV = "SMDDP_NATIVE_CACHE"
 SOURCE = Path(__file__).with_name("smddp_native.c")
 _FLAGS = ["-O3", "-shared", "-fPIC", "-std=gnu11", "-fno-strict-aliasing"]
 
+CORE_SOURCE = Path(__file__).with_name("smddp_core.cpp")
+_CORE_FLAGS = ["-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-std=c++20", "-DTORCH_EXTENSION_NAME=smddp_core",
+               "-DTORCH_API_INCLUDE_EXTENSION_H"]
+
 _lib: ctypes.CDLL | None = None
 _loaded = False
 _why_not = ""
+_core: type | None = None
+_core_loaded = False
 
 
 class NativeUnavailable(RuntimeError):
@@ -77,29 +91,116 @@ def cache_dir() -> Path:
     return Path(base) / "smddp-sdk" / "native"
 
 
-def build(directory: Path | None = None) -> Path:
-    """Compile the kernels into directory (default: the cache) unless already there; returns the path."""
-    target_dir = directory or cache_dir()
-    target = target_dir / library_name()
-    if target.exists():
-        return target
-    named = os.environ.get("CC")
-    compiler = shutil.which(named) if named else shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+def _compiler(variable: str, candidates: tuple[str, ...], package: str) -> str:
+    named = os.environ.get(variable)
+    compiler = shutil.which(named) if named else next(filter(None, map(shutil.which, candidates)), None)
     if not compiler:
-        raise NativeUnavailable(f"no C compiler found ({f'CC={named} is not on PATH' if named else 'no cc, gcc or clang on PATH'}; "
-                                "install gcc, or set CC)")
-    target_dir.mkdir(parents=True, exist_ok=True)
-    fd, partial = tempfile.mkstemp(dir=target_dir, suffix=".so.part")
+        where = f"{variable}={named} is not on PATH" if named else f"no {', '.join(candidates)} on PATH"
+        raise NativeUnavailable(f"no {'C' if variable == 'CC' else 'C++'} compiler found ({where}; install {package}, or set {variable})")
+    return compiler
+
+
+def _compile(target: Path, command: Callable[[str], list[str]], source: Path) -> None:
+    """Run command(output) into a temporary file next to target, then rename it into place."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, partial = tempfile.mkstemp(dir=target.parent, suffix=".so.part")
     os.close(fd)
     try:
-        result = subprocess.run([compiler, *_flags(), "-o", partial, str(SOURCE)], capture_output=True, text=True)
+        argv = command(partial)
+        result = subprocess.run(argv, capture_output=True, text=True)
         if result.returncode:
-            raise NativeUnavailable(f"{compiler} failed to build {SOURCE.name}: {result.stderr.strip()[-2000:]}")
+            raise NativeUnavailable(f"{argv[0]} failed to build {source.name}: {result.stderr.strip()[-2000:]}")
         os.replace(partial, target)  # atomic: a concurrent rank sees no file or a whole one
     finally:
         if os.path.exists(partial):
             os.unlink(partial)
+
+
+def build(directory: Path | None = None) -> Path:
+    """Compile the kernels into directory (default: the cache) unless already there; returns the path."""
+    target = (directory or cache_dir()) / library_name()
+    if not target.exists():
+        compiler = _compiler("CC", ("cc", "gcc", "clang"), "gcc")
+        _compile(target, lambda output: [compiler, *_flags(), "-o", output, str(SOURCE)], SOURCE)
     return target
+
+
+# the core ----------------------------------------------------------------------------------------------
+def _torch_build_flags() -> tuple[list[str], list[str]]:
+    """Include and link flags for an extension of the installed torch (what torch.utils.cpp_extension
+    passes, without needing ninja)."""
+    import torch
+    from torch.utils import cpp_extension
+
+    includes = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
+    if not os.path.exists(os.path.join(includes[-1], "Python.h")):
+        raise NativeUnavailable(f"no Python headers in {includes[-1]} (install python3-dev)")
+    abi = f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"
+    libs = [f"-L{p}" for p in cpp_extension.library_paths()] + ["-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"]
+    return [abi, *(f"-I{p}" for p in includes)], libs
+
+
+def core_name() -> str:
+    import torch
+
+    key = [CORE_SOURCE.read_bytes(), " ".join(_CORE_FLAGS).encode(), torch.__version__.encode(),
+           sys.version.encode(), platform.machine().encode()]
+    return f"smddp_core-{hashlib.sha256(b'|'.join(key)).hexdigest()[:16]}.so"
+
+
+def build_core(directory: Path | None = None) -> Path:
+    """Compile the core into directory (default: the cache) unless already there; one process builds,
+    concurrent ones wait for it. Returns the path."""
+    target = (directory or cache_dir()) / core_name()
+    if target.exists():
+        return target
+    compiler = _compiler("CXX", ("c++", "g++", "clang++"), "g++")
+    flags, libs = _torch_build_flags()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
+        if not target.exists():
+            print(f"smddp: building the native core for torch {_torch_version()} (once; about a minute)", file=sys.stderr, flush=True)
+            _compile(target, lambda output: [compiler, *_CORE_FLAGS, *flags, "-o", output, str(CORE_SOURCE), *libs], CORE_SOURCE)
+    return target
+
+
+def _torch_version() -> str:
+    import torch
+
+    return torch.__version__
+
+
+def _load_core() -> type:
+    import torch.distributed  # noqa: F401 - registers the ProcessGroup base class the core derives from
+
+    prebuilt = CORE_SOURCE.with_name(core_name())
+    path = prebuilt if prebuilt.exists() else build_core()
+    spec = importlib.util.spec_from_file_location("smddp_core", path)
+    if spec is None or spec.loader is None:
+        raise NativeUnavailable(f"{path} is not a loadable extension")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.SmddpCore
+
+
+def core() -> type | None:
+    """The C++ ProcessGroup base class, or None (SMDDP_NATIVE=0, no kernels, or auto without a C++
+    toolchain: the group is then all Python)."""
+    global _core, _core_loaded
+    if _core_loaded:
+        return _core
+    chosen = mode()
+    if chosen != "off" and library() is not None:
+        try:
+            _core = _load_core()
+        except (NativeUnavailable, OSError, ImportError) as exc:
+            if chosen == "on":
+                raise NativeUnavailable(f"{NATIVE_ENV}=1 but smddp's native core is unavailable: {exc}") from exc
+            warnings.warn(f"smddp: native core unavailable ({exc}); small collectives go through Python "
+                          f"(set {NATIVE_ENV}=0 to silence this note)", RuntimeWarning, stacklevel=2)
+    _core_loaded = True
+    return _core
 
 
 def _declare(lib: ctypes.CDLL) -> None:
@@ -141,9 +242,12 @@ def library() -> ctypes.CDLL | None:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m smddp_sdk.collectives.native [--into DIR]`: build now (the Docker image prebuilds)."""
+    """`python -m smddp_sdk.collectives.native [--into DIR] [--kernels-only]`: build now (the Docker image
+    prebuilds into the package)."""
     directory = Path(argv[argv.index("--into") + 1]) if "--into" in argv else None
     print(build(directory))
+    if "--kernels-only" not in argv:
+        print(build_core(directory))
     return 0
 
 

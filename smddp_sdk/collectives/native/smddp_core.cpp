@@ -1,0 +1,496 @@
+// smddp's C++ core: the torch ProcessGroup that SmddpProcessGroup (Python) derives from.
+//
+// Small blocking collectives of a one-host group run here, on the caller's thread and without the GIL:
+// all_reduce, broadcast, all_gather (list and into-tensor) and barrier up to one arena slot. They use the
+// same shared-memory protocol, kernels (smddp_native.c, passed in as function pointers), counters and
+// call records as the Python path, so ranks may take either path for any call. Everything else goes to the
+// Python implementation (`_python_<method>`), and a call whose peers are late past one check slice waits
+// in Python (`_finish_barrier`) with the deadline, abort and liveness checks and the hang warning.
+//
+// Built on first use by smddp_sdk/collectives/native/core.py; see docs/collectives.md ("Native core").
+#include <torch/csrc/distributed/c10d/PyProcessGroup.hpp>
+#include <torch/csrc/utils/pybind.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using BarrierFn = int (*)(char*, int, int, uint32_t, const uint32_t*, long, long);
+using AllreduceFn = int (*)(char*, int, int, uint32_t, const uint32_t*, long, long, void*, long, void* const*, int,
+                            int, long);
+using ReduceFn = int (*)(int, int, void*, void* const*, int, long);
+
+constexpr uint32_t kNoRoot = 0xFFFFFFFF;
+constexpr int kDone = -1;
+// op indices of calls.py OPS
+enum CallOp : uint32_t {
+  kBarrier = 0, kAllReduce = 1, kBroadcast = 4, kAllGather = 6, kAllGatherIntoTensor = 8, kReduceScatterTensor = 12
+};
+
+// calls.py DTYPES index (the record) and smddp_native.c's dtype code (the kernels; -1: not reduced here)
+struct DtypeCodes {
+  uint32_t record;
+  int kernel;
+};
+
+bool dtype_codes(at::ScalarType type, DtypeCodes& out) {
+  switch (type) {
+    case at::kFloat: out = {1, 0}; return true;
+    case at::kDouble: out = {2, 1}; return true;
+    case at::kHalf: out = {3, 2}; return true;
+    case at::kBFloat16: out = {4, 3}; return true;
+    case at::kByte: out = {5, 6}; return true;
+    case at::kChar: out = {6, 7}; return true;
+    case at::kShort: out = {7, 8}; return true;
+    case at::kInt: out = {8, 4}; return true;
+    case at::kLong: out = {9, 5}; return true;
+    case at::kBool: out = {10, -1}; return true;
+    default: return false;
+  }
+}
+
+// smddp_native.c's op code for a ReduceOp, or -1 where the Python path reduces (AVG divides, bitwise ops)
+int kernel_op(c10d::ReduceOp::RedOpType op) {
+  switch (op) {
+    case c10d::ReduceOp::SUM: return 0;
+    case c10d::ReduceOp::PRODUCT: return 1;
+    case c10d::ReduceOp::MIN: return 2;
+    case c10d::ReduceOp::MAX: return 3;
+    default: return -1;
+  }
+}
+
+bool plain_cpu(const at::Tensor& t) { return t.device().is_cpu() && t.is_contiguous() && !t.is_sparse(); }
+
+long nbytes_of(const at::Tensor& t) { return static_cast<long>(t.numel()) * static_cast<long>(t.element_size()); }
+
+bool overlap(const at::Tensor& a, const at::Tensor& b) {
+  auto* a0 = static_cast<char*>(a.data_ptr());
+  auto* b0 = static_cast<char*>(b.data_ptr());
+  return a0 < b0 + nbytes_of(b) && b0 < a0 + nbytes_of(a);
+}
+
+// A finished collective: its future (DDP's reducer reads the value) is made only when asked for.
+class DoneWork : public c10d::Work {
+ public:
+  explicit DoneWork(std::vector<at::Tensor> result) : result_(std::move(result)) {}
+  bool isCompleted() override { return true; }
+  bool isSuccess() const override { return true; }
+  bool wait(std::chrono::milliseconds /*timeout*/) override { return true; }
+  std::vector<at::Tensor> result() override { return result_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    auto future = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+    future->markCompleted(c10::IValue(result_));
+    return future;
+  }
+
+ private:
+  std::vector<at::Tensor> result_;
+};
+
+}  // namespace
+
+class SmddpCore : public c10d::PyProcessGroup {
+ public:
+  using c10d::PyProcessGroup::PyProcessGroup;
+
+  // Set by the Python group once its arena is up (one host, native kernels); addresses are the Python
+  // side's counters and record, so both paths number and tag collectives alike.
+  void attach(uintptr_t base, int n, int index, long slot_bytes, uintptr_t slots0, uintptr_t slots1,
+              uintptr_t counters, uintptr_t record, uintptr_t barrier_fn, uintptr_t allreduce_fn, uintptr_t reduce_fn,
+              long spin_ns, long slice_ns, long symmetric_limit) {
+    base_ = reinterpret_cast<char*>(base);
+    n_ = n;
+    index_ = index;
+    slot_bytes_ = slot_bytes;
+    slots_[0] = reinterpret_cast<void* const*>(slots0);
+    slots_[1] = reinterpret_cast<void* const*>(slots1);
+    counters_ = reinterpret_cast<uint32_t*>(counters);
+    record_ = reinterpret_cast<uint32_t*>(record);
+    barrier_ = reinterpret_cast<BarrierFn>(barrier_fn);
+    allreduce_ = reinterpret_cast<AllreduceFn>(allreduce_fn);
+    reduce_ = reinterpret_cast<ReduceFn>(reduce_fn);
+    spin_ns_ = spin_ns;
+    slice_ns_ = slice_ns;
+    symmetric_limit_ = symmetric_limit;
+  }
+
+  // mode: 0 off (every call in Python), 1 on, 2 on but all_reduce with SUM only (SageMaker check active)
+  void set_mode(int mode) { mode_.store(mode, std::memory_order_release); }
+  int mode() const { return mode_.load(std::memory_order_acquire); }
+
+  // The claim that orders collectives on this rank: a call runs inline only when nothing is queued.
+  bool claim_inline() {
+    int idle = 0;
+    return pending_.compare_exchange_strong(idle, 1, std::memory_order_acq_rel);
+  }
+  void add_pending() { pending_.fetch_add(1, std::memory_order_acq_rel); }
+  void end_job() { pending_.fetch_sub(1, std::memory_order_acq_rel); }
+
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override {
+    DtypeCodes codes;
+    if (tensors.size() == 1 && !opts.asyncOp && usable() && plain_cpu(tensors[0])) {
+      at::Tensor& x = tensors[0];
+      int op = reducible(x, opts.reduceOp, codes);
+      if (op >= 0 && x.numel() > 0 && claim_inline()) {
+        Claim claim(this);
+        tag(kAllReduce, codes.record, x.numel(), kNoRoot, static_cast<uint32_t>(opts.reduceOp.op_) + 1);
+        allreduce_chunks(x, codes.kernel, op);
+        return c10::make_intrusive<DoneWork>(tensors);
+      }
+    }
+    return python("_python_allreduce", tensors, opts);
+  }
+
+  // The Python group's worker (async calls, and calls queued behind one) runs its one-host all_reduces
+  // here too; the call is numbered and tagged already. False where the Python path must run it.
+  bool run_allreduce(at::Tensor& x, int64_t reduce_op) {
+    DtypeCodes codes;
+    int op = reducible(x, c10d::ReduceOp(static_cast<c10d::ReduceOp::RedOpType>(reduce_op)), codes);
+    if (op < 0 || !usable() || !plain_cpu(x) || x.numel() == 0) return false;
+    pybind11::gil_scoped_release no_gil;
+    allreduce_chunks(x, codes.kernel, op);
+    return true;
+  }
+
+  // This rank's segment of the reduction of input (n segments), in chunks that fit a slot: peers'
+  // segments staged in the own slot, one barrier, the own segment reduced from every slot into output.
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_single(at::Tensor& output, at::Tensor& input,
+                                                       const c10d::ReduceScatterOptions& opts) override {
+    DtypeCodes codes;
+    int op = reducible(input, opts.reduceOp, codes);
+    if (op >= 0 && !opts.asyncOp && usable() && plain_cpu(input) && plain_cpu(output) &&
+        output.scalar_type() == input.scalar_type() && input.numel() == output.numel() * n_ && output.numel() > 0 &&
+        !overlap(input, output) && claim_inline()) {
+      Claim claim(this);
+      tag(kReduceScatterTensor, codes.record, output.numel(), kNoRoot, static_cast<uint32_t>(opts.reduceOp.op_) + 1);
+      long esize = output.element_size();
+      long k = output.numel();
+      long step = std::max(1L, slot_bytes_ / (n_ * esize));
+      auto* in = static_cast<char*>(input.data_ptr());
+      auto* out = static_cast<char*>(output.data_ptr());
+      std::vector<void*> sources(n_);
+      for (long c = 0; c < k; c += step) {
+        long length = std::min(step, k - c);
+        long bytes = length * esize;
+        uint32_t half = next_half();
+        auto* mine = static_cast<char*>(slots_[half][index_]);
+        for (int j = 0; j < n_; j++)
+          if (j != index_) std::memcpy(mine + j * bytes, in + (j * k + c) * esize, bytes);
+        sync("reduce_scatter_tensor");
+        for (int i = 0; i < n_; i++)
+          sources[i] = i == index_ ? in + (index_ * k + c) * esize : static_cast<char*>(slots_[half][i]) + index_ * bytes;
+        reduce_(codes.kernel, op, out + c * esize, sources.data(), n_, length);
+      }
+      return c10::make_intrusive<DoneWork>(std::vector<at::Tensor>{output});
+    }
+    return python("_python_reduce_scatter_single", output, input, opts);
+  }
+
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
+    if (!opts.asyncOp && usable() && claim_inline()) {
+      Claim claim(this);
+      tag(kBarrier, 0, 0, kNoRoot, 0);
+      sync("barrier");
+      return c10::make_intrusive<DoneWork>(std::vector<at::Tensor>());
+    }
+    return python("_python_barrier", opts);
+  }
+
+  // The root's bytes through its slot, a slot at a time.
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override {
+    DtypeCodes codes;
+    if (tensors.size() == 1 && !opts.asyncOp && usable() && plain_cpu(tensors[0]) &&
+        dtype_codes(tensors[0].scalar_type(), codes) && opts.rootRank >= 0 && opts.rootRank < n_ &&
+        tensors[0].numel() > 0 && claim_inline()) {
+      Claim claim(this);
+      at::Tensor& x = tensors[0];
+      int root = static_cast<int>(opts.rootRank);
+      tag(kBroadcast, codes.record, x.numel(), static_cast<uint32_t>(root), 0);
+      auto* data = static_cast<char*>(x.data_ptr());
+      long nbytes = nbytes_of(x);
+      for (long start = 0; start < nbytes; start += slot_bytes_) {
+        long piece = std::min(slot_bytes_, nbytes - start);
+        auto* slot = static_cast<char*>(slots_[next_half()][root]);
+        if (index_ == root) std::memcpy(slot, data + start, piece);
+        sync("broadcast");
+        if (index_ != root) std::memcpy(data + start, slot, piece);
+      }
+      return c10::make_intrusive<DoneWork>(tensors);
+    }
+    return python("_python_broadcast", tensors, opts);
+  }
+
+  // torch's trampoline (PyProcessGroup) finds Python overrides only on instances of ProcessGroup itself,
+  // not of a C++ subclass such as this one; so every method it forwards is forwarded again here.
+  const std::string getBackendName() const override {
+    pybind11::gil_scoped_acquire gil;
+    if (auto method = python_override("getBackendName")) return method().cast<std::string>();
+    return c10d::ProcessGroup::getBackendName();
+  }
+  void abort() override {
+    pybind11::gil_scoped_acquire gil;
+    if (auto method = python_override("abort")) method();
+  }
+  const std::string& getGroupName() const override {
+    pybind11::gil_scoped_acquire gil;
+    if (auto method = python_override("getGroupName")) {
+      group_name_ = method().cast<std::string>();  // returned by reference: kept here
+      return group_name_;
+    }
+    return c10d::ProcessGroup::getGroupName();
+  }
+  void setGroupName(const std::string& name) override {
+    pybind11::gil_scoped_acquire gil;
+    if (auto method = python_override("setGroupName")) method(name);
+  }
+  const std::string& getGroupDesc() const override {
+    pybind11::gil_scoped_acquire gil;
+    if (auto method = python_override("getGroupDesc")) {
+      group_desc_ = method().cast<std::string>();
+      return group_desc_;
+    }
+    return c10d::ProcessGroup::getGroupDesc();
+  }
+  void setGroupDesc(const std::string& desc) override {
+    pybind11::gil_scoped_acquire gil;
+    if (auto method = python_override("setGroupDesc")) method(desc);
+  }
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                     const c10d::AllreduceCoalescedOptions& opts) override {
+    return python("allreduce_coalesced", tensors, opts);
+  }
+  c10::intrusive_ptr<c10d::Work> all_gather_single_coalesced(std::vector<at::Tensor>& outputs,
+                                                             std::vector<at::Tensor>& inputs,
+                                                             const c10d::AllgatherOptions& opts) override {
+    return python("all_gather_single_coalesced", outputs, inputs, opts);
+  }
+  c10::intrusive_ptr<c10d::Work> all_to_all_single(at::Tensor& output, at::Tensor& input,
+                                                   std::vector<int64_t>& output_splits,
+                                                   std::vector<int64_t>& input_splits,
+                                                   const c10d::AllToAllOptions& opts) override {
+    return python("all_to_all_single", output, input, output_splits, input_splits, opts);
+  }
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override {
+    return python("reduce_scatter", outputs, inputs, opts);
+  }
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_single_coalesced(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const c10d::ReduceScatterOptions& opts) override {
+    return python("reduce_scatter_single_coalesced", outputs, inputs, opts);
+  }
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
+    return python("send", tensors, dst, tag);
+  }
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
+    return python("recv", tensors, src, tag);
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override {
+    if (inputs.size() == 1 && outputs.size() == 1 && outputs[0].size() == static_cast<size_t>(n_) &&
+        gatherable(inputs[0], opts)) {
+      const at::Tensor& x = inputs[0];
+      std::vector<char*> targets;
+      for (auto& out : outputs[0]) {
+        if (!plain_cpu(out) || out.scalar_type() != x.scalar_type() || out.numel() != x.numel())
+          return python("_python_allgather", outputs, inputs, opts);
+        targets.push_back(static_cast<char*>(out.data_ptr()));
+      }
+      if (gather(kAllGather, x, targets)) return c10::make_intrusive<DoneWork>(outputs[0]);
+    }
+    return python("_python_allgather", outputs, inputs, opts);
+  }
+
+  c10::intrusive_ptr<c10d::Work> all_gather_single(at::Tensor& output, at::Tensor& input,
+                                                   const c10d::AllgatherOptions& opts) override {
+    if (gatherable(input, opts) && plain_cpu(output) && output.scalar_type() == input.scalar_type() &&
+        output.numel() == input.numel() * n_) {
+      std::vector<char*> targets;
+      long nbytes = nbytes_of(input);
+      for (int i = 0; i < n_; i++) targets.push_back(static_cast<char*>(output.data_ptr()) + i * nbytes);
+      if (gather(kAllGatherIntoTensor, input, targets)) return c10::make_intrusive<DoneWork>(std::vector<at::Tensor>{output});
+    }
+    return python("_python_all_gather_single", output, input, opts);
+  }
+
+ private:
+  // Counts a call the core runs and releases the inline claim however the call ends.
+  struct Claim {
+    explicit Claim(SmddpCore* core) : core_(core) { core_->calls_++; }
+    ~Claim() { core_->end_job(); }
+    SmddpCore* core_;
+  };
+
+  // The Python implementation of a collective, as torch's trampoline would call an override.
+  template <typename... Args>
+  c10::intrusive_ptr<c10d::Work> python(const char* method, Args&... args) {
+    pybind11::gil_scoped_acquire gil;
+    pybind11::function implementation = pybind11::get_override(static_cast<const SmddpCore*>(this), method);
+    TORCH_CHECK(implementation, "smddp: the Python group defines no ", method);
+    return c10::make_intrusive<c10d::PyProcessGroup::PyWorkHolder>(implementation(args...));
+  }
+
+  // A Python override of a non-collective method, if the group defines one.
+  pybind11::function python_override(const char* method) const {
+    return pybind11::get_override(static_cast<const SmddpCore*>(this), method);
+  }
+
+  bool usable() const { return base_ != nullptr && mode() != 0; }
+
+  // The kernel op for reducing x with op here (dtype codes in codes), or -1 where Python reduces: AVG and
+  // bitwise ops, bool and other dtypes the kernels lack, and anything but SUM while SageMaker's rules apply.
+  int reducible(const at::Tensor& x, const c10d::ReduceOp& op, DtypeCodes& codes) const {
+    if (mode() != 1 && op.op_ != c10d::ReduceOp::SUM) return -1;
+    if (!dtype_codes(x.scalar_type(), codes) || codes.kernel < 0) return -1;
+    return kernel_op(op.op_);
+  }
+
+  bool gatherable(const at::Tensor& x, const c10d::AllgatherOptions& opts) const {
+    DtypeCodes codes;
+    long nbytes = nbytes_of(x);
+    return !opts.asyncOp && usable() && plain_cpu(x) && dtype_codes(x.scalar_type(), codes) && nbytes > 0;
+  }
+
+  // Every rank's input into n targets (this rank's included), a slot at a time; false if not claimed.
+  bool gather(CallOp what, const at::Tensor& x, const std::vector<char*>& targets) {
+    if (!claim_inline()) return false;
+    Claim claim(this);
+    DtypeCodes codes;
+    dtype_codes(x.scalar_type(), codes);
+    tag(what, codes.record, x.numel(), kNoRoot, 0);
+    auto* data = static_cast<char*>(x.data_ptr());
+    long nbytes = nbytes_of(x);
+    std::memcpy(targets[index_], data, nbytes);
+    for (long start = 0; start < nbytes; start += slot_bytes_) {
+      long piece = std::min(slot_bytes_, nbytes - start);
+      uint32_t half = next_half();
+      std::memcpy(slots_[half][index_], data + start, piece);
+      sync(what == kAllGather ? "all_gather" : "all_gather_into_tensor");
+      for (int i = 0; i < n_; i++)
+        if (i != index_) std::memcpy(targets[i] + start, slots_[half][i], piece);
+    }
+    return true;
+  }
+
+  void allreduce_chunks(at::Tensor& x, int dtype, int op) {
+    long esize = x.element_size();
+    long step = std::max(1L, slot_bytes_ / esize);
+    auto* data = static_cast<char*>(x.data_ptr());
+    for (long start = 0; start < x.numel(); start += step)
+      allreduce_chunk(data + start * esize, std::min(step, x.numel() - start), esize, dtype, op);
+  }
+
+  // One chunk of an all_reduce, by the Python path's rule (local.py): up to symmetric_limit every rank
+  // reduces every slot (one barrier); above, rank i reduces shard i for all (two barriers).
+  void allreduce_chunk(char* x, long count, long esize, int dtype, int op) {
+    long nbytes = count * esize;
+    void* const* slots = slots_[next_half()];
+    if (nbytes <= symmetric_limit_) {
+      uint32_t generation = next_generation();
+      int status = allreduce_(base_, n_, index_, generation, record_, spin_ns_, slice_ns_, x, nbytes, slots, dtype, op,
+                              count);
+      if (status != kDone) {  // the kernel stopped at the barrier: Python waits, then we reduce
+        finish_in_python("all_reduce", status, generation);
+        reduce_(dtype, op, x, slots, n_, count);
+      }
+      return;
+    }
+    auto* mine = static_cast<char*>(slots[index_]);
+    for (int i = 0; i < n_; i++) {
+      if (i == index_) continue;
+      auto [lo, hi] = shard(count, i);
+      std::memcpy(mine + lo * esize, x + lo * esize, (hi - lo) * esize);
+    }
+    sync("all_reduce");
+    auto [start, stop] = shard(count, index_);
+    std::vector<void*> sources(n_);
+    for (int i = 0; i < n_; i++) sources[i] = (i == index_ ? x : static_cast<char*>(slots[i])) + start * esize;
+    char* result = mine + start * esize;  // not staged above: free to hold this shard's result for the peers
+    reduce_(dtype, op, result, sources.data(), n_, stop - start);
+    std::memcpy(x + start * esize, result, (stop - start) * esize);
+    sync("all_reduce");
+    for (int i = 0; i < n_; i++) {
+      if (i == index_) continue;
+      auto [lo, hi] = shard(count, i);
+      std::memcpy(x + lo * esize, static_cast<char*>(slots[i]) + lo * esize, (hi - lo) * esize);
+    }
+  }
+
+  // local.py's shard_bounds: rank i's elements of count
+  std::pair<long, long> shard(long count, int i) const {
+    long base = count / n_, extra = count % n_;
+    long start = i * base + std::min<long>(i, extra);
+    return {start, start + base + (i < extra ? 1 : 0)};
+  }
+
+  // One barrier of the current collective; Python finishes it when a peer is late or disagrees.
+  void sync(const char* what) {
+    uint32_t generation = next_generation();
+    int status = barrier_(base_, n_, index_, generation, record_, spin_ns_, slice_ns_);
+    if (status != kDone) finish_in_python(what, status, generation);
+  }
+
+  // counters_: [0] call sequence number, [1] barrier generation, [2] phase (shared with Python)
+  void tag(uint32_t op, uint32_t dtype, int64_t count, uint32_t root, uint32_t reduce) {
+    uint32_t seq = ++counters_[0];
+    uint64_t n = static_cast<uint64_t>(count);
+    uint32_t words[6] = {seq, op << 4 | reduce, dtype, static_cast<uint32_t>(n), static_cast<uint32_t>(n >> 32), root};
+    std::memcpy(record_, words, sizeof(words));
+  }
+  uint32_t next_generation() { return ++counters_[1]; }
+  uint32_t next_half() { return counters_[2]++ & 1; }
+
+  // A peer is late (or disagrees): Python waits out the rest with the deadline, abort and liveness checks,
+  // the hang warning and the errors of the slow path, then finishes the collective.
+  void finish_in_python(const char* what, int status, uint32_t generation) {
+    pybind11::gil_scoped_acquire gil;
+    pybind11::function finish = pybind11::get_override(static_cast<const SmddpCore*>(this), "_finish_barrier");
+    TORCH_CHECK(finish, "smddp: the Python group defines no _finish_barrier");
+    finish(what, status, generation);  // raises (as a Python error) when the peers fail or disagree
+  }
+
+  char* base_ = nullptr;
+  int n_ = 0;
+  int index_ = 0;
+  long slot_bytes_ = 0;
+  void* const* slots_[2] = {nullptr, nullptr};
+  uint32_t* counters_ = nullptr;
+  uint32_t* record_ = nullptr;
+  BarrierFn barrier_ = nullptr;
+  AllreduceFn allreduce_ = nullptr;
+  ReduceFn reduce_ = nullptr;
+  long spin_ns_ = 0;
+  long slice_ns_ = 0;
+  long symmetric_limit_ = 0;
+  std::atomic<int> mode_{0};
+  std::atomic<int> pending_{0};
+  int64_t calls_ = 0;  // written only under the claim
+  mutable std::string group_name_;
+  mutable std::string group_desc_;
+
+ public:
+  int64_t calls() const { return calls_; }
+};
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  pybind11::module_::import("torch.distributed");  // registers c10d::ProcessGroup, the base below
+  pybind11::class_<SmddpCore, c10d::ProcessGroup, c10::intrusive_ptr<SmddpCore>>(m, "SmddpCore")
+      .def(pybind11::init<int, int>(), pybind11::arg("rank"), pybind11::arg("size"))
+      .def("_core_attach", &SmddpCore::attach)
+      .def("_core_mode", &SmddpCore::set_mode)
+      .def("_claim_inline", &SmddpCore::claim_inline)
+      .def("_add_pending", &SmddpCore::add_pending)
+      .def("_end_job", &SmddpCore::end_job)
+      .def("_core_allreduce", &SmddpCore::run_allreduce)
+      .def("_core_calls", &SmddpCore::calls, "collectives the core has run itself (diagnostics, tests)");
+}
