@@ -1,13 +1,14 @@
 // smddp's C++ core: the torch ProcessGroup that SmddpProcessGroup (Python) derives from.
 //
-// Small blocking collectives of a one-host group run here, on the caller's thread and without the GIL:
-// all_reduce, broadcast, all_gather (list and into-tensor) and barrier up to one arena slot. They use the
-// same shared-memory protocol, kernels (smddp_native.c, passed in as function pointers), counters and
-// call records as the Python path, so ranks may take either path for any call. Everything else goes to the
-// Python implementation (`_python_<method>`), and a call whose peers are late past one check slice waits
-// in Python (`_finish_barrier`) with the deadline, abort and liveness checks and the hang warning.
+// Blocking collectives of a one-host group run here, on the caller's thread and without the GIL:
+// all_reduce, broadcast, all_gather (list and into-tensor), reduce_scatter_tensor and barrier of
+// contiguous CPU tensors; the Python group's communication thread runs its all_reduces here too. They use
+// the same shared-memory protocol, kernels (smddp_native.c, passed in as function pointers), counters and
+// call records as the Python path, so ranks may take either path for any call. Everything else goes to
+// the Python implementation (`_python_<method>`), and a call whose peers are late past one check slice
+// waits in Python (`_finish_barrier`) with the deadline, abort and liveness checks and the hang warning.
 //
-// Built on first use by smddp_sdk/collectives/native/core.py; see docs/collectives.md ("Native core").
+// Built on first use by smddp_sdk/collectives/native/__init__.py; see docs/collectives.md ("Native hot path").
 #include <torch/csrc/distributed/c10d/PyProcessGroup.hpp>
 #include <torch/csrc/utils/pybind.h>
 
@@ -119,7 +120,7 @@ class SmddpCore : public c10d::PyProcessGroup {
     symmetric_limit_ = symmetric_limit;
   }
 
-  // mode: 0 off (every call in Python), 1 on, 2 on but all_reduce with SUM only (SageMaker check active)
+  // mode: 0 off (every call in Python), 1 on, 2 on but reductions with SUM only (SageMaker check active)
   void set_mode(int mode) { mode_.store(mode, std::memory_order_release); }
   int mode() const { return mode_.load(std::memory_order_acquire); }
 
@@ -370,11 +371,12 @@ class SmddpCore : public c10d::PyProcessGroup {
     tag(what, codes.record, x.numel(), kNoRoot, 0);
     auto* data = static_cast<char*>(x.data_ptr());
     long nbytes = nbytes_of(x);
-    std::memcpy(targets[index_], data, nbytes);
+    bool in_place = targets[index_] == data;  // the input is this rank's part of the output
     for (long start = 0; start < nbytes; start += slot_bytes_) {
       long piece = std::min(slot_bytes_, nbytes - start);
       uint32_t half = next_half();
       std::memcpy(slots_[half][index_], data + start, piece);
+      if (!in_place) std::memmove(targets[index_] + start, data + start, piece);  // rereads the piece from cache
       sync(what == kAllGather ? "all_gather" : "all_gather_into_tensor");
       for (int i = 0; i < n_; i++)
         if (i != index_) std::memcpy(targets[i] + start, slots_[half][i], piece);
