@@ -245,9 +245,13 @@ def main(argv: list[str]) -> int:
     """`python -m smddp_sdk.collectives.native [--into DIR] [--kernels-only]`: build now (the Docker image
     prebuilds into the package)."""
     directory = Path(argv[argv.index("--into") + 1]) if "--into" in argv else None
-    print(build(directory))
-    if "--kernels-only" not in argv:
-        print(build_core(directory))
+    try:
+        print(build(directory))
+        if "--kernels-only" not in argv:
+            print(build_core(directory))
+    except NativeUnavailable as exc:
+        print(f"smddp: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
