@@ -1,5 +1,5 @@
 """smddp's native code, compiled on first use: the kernels (smddp_native.c, loaded through ctypes) and the
-core (smddp_core.cpp, a torch extension: the C++ ProcessGroup base that runs small collectives without
+core (smddp_core.cpp, a torch extension: the C++ ProcessGroup base that runs one-host collectives without
 Python).
 
 SMDDP_NATIVE chooses: "auto" (default) uses both when they build and falls back with one note each when
@@ -151,6 +151,8 @@ def core_name() -> str:
 def build_core(directory: Path | None = None) -> Path:
     """Compile the core into directory (default: the cache) unless already there; one process builds,
     concurrent ones wait for it. Returns the path."""
+    import torch
+
     target = (directory or cache_dir()) / core_name()
     if target.exists():
         return target
@@ -160,15 +162,9 @@ def build_core(directory: Path | None = None) -> Path:
     with open(target.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
         if not target.exists():
-            print(f"smddp: building the native core for torch {_torch_version()} (once; about a minute)", file=sys.stderr, flush=True)
+            print(f"smddp: building the native core for torch {torch.__version__} (once; about a minute)", file=sys.stderr, flush=True)
             _compile(target, lambda output: [compiler, *_CORE_FLAGS, *flags, "-o", output, str(CORE_SOURCE), *libs], CORE_SOURCE)
     return target
-
-
-def _torch_version() -> str:
-    import torch
-
-    return torch.__version__
 
 
 def _load_core() -> type:
@@ -197,7 +193,7 @@ def core() -> type | None:
         except (NativeUnavailable, OSError, ImportError) as exc:
             if chosen == "on":
                 raise NativeUnavailable(f"{NATIVE_ENV}=1 but smddp's native core is unavailable: {exc}") from exc
-            warnings.warn(f"smddp: native core unavailable ({exc}); small collectives go through Python "
+            warnings.warn(f"smddp: native core unavailable ({exc}); every collective goes through the Python group "
                           f"(set {NATIVE_ENV}=0 to silence this note)", RuntimeWarning, stacklevel=2)
     _core_loaded = True
     return _core
