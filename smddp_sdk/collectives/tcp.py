@@ -3,10 +3,15 @@
 The token is a random secret that rank 0 puts in the group's store; a peer proves it holds the token by
 answering a fresh nonce with an HMAC (both directions), so a stray or hostile connection to the listening
 port is closed without ever touching the data path.
+
+An exchange moves its bytes in the native progress loop (smddp_native.c: one thread polls every socket,
+without the GIL) where the native kernels are loaded; otherwise sender threads and a receive loop in
+Python do it. Both fail with the same errors.
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import hmac
 import os
@@ -17,11 +22,13 @@ import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from smddp_sdk.collectives import native
 from smddp_sdk.collectives.errors import CollectiveError
 
 NONCE_BYTES = 16
 _HELLO = struct.Struct("!16sI")  # client nonce, client node index
 _SOCKET_BUFFER = 4 << 20
+_SLICE_S = 0.05  # the native loop returns this often: the deadline is checked and signal handlers run
 
 
 def new_token() -> str:
@@ -51,14 +58,16 @@ def _tune(sock: socket.socket) -> None:
 class TcpMesh:
     """Full mesh between node leaders; node i dials every j < i and accepts every j > i."""
 
-    def __init__(self, node: int, token: str, describe: Mapping[int, str]) -> None:
+    def __init__(self, node: int, token: str, describe: Mapping[int, str], native_progress: bool = True) -> None:
         self.node = node
         self._token = token
         self._describe = dict(describe)  # node index -> "rank R (host H)" for error messages
         self._listener = socket.create_server(("", 0), backlog=64)
         self.port = self._listener.getsockname()[1]
         self._socks: dict[int, socket.socket] = {}
-        self._pool: ThreadPoolExecutor | None = None
+        self._connected = False
+        self._native = native.library() if native_progress else None  # None: Python threads move the bytes
+        self._pool: ThreadPoolExecutor | None = None  # the Python path's sender threads
 
     def connect(self, addresses: Mapping[int, tuple[str, int]], deadline: float) -> None:
         """Dial lower nodes and accept higher ones, verifying every peer's proof of the token."""
@@ -68,7 +77,8 @@ class TcpMesh:
         while expected - set(self._socks):
             self._accept_one(expected, deadline)
         self._listener.close()
-        if self._socks:
+        self._connected = bool(self._socks)
+        if self._socks and self._native is None:
             self._pool = ThreadPoolExecutor(max_workers=len(self._socks), thread_name_prefix="smddp-send")
 
     def _dial(self, peer: int, address: tuple[str, int], deadline: float) -> socket.socket:
@@ -121,18 +131,52 @@ class TcpMesh:
         what: str,
         deadline: float,
     ) -> None:
-        """Send each peer its buffers (sender threads) while receiving each peer's into the given views."""
-        if self._pool is None:
+        """Send each peer its buffers while receiving each peer's into the given views."""
+        if not self._connected:
             raise CollectiveError(f"smddp {what} failed: the connections to the other hosts are closed")
-        sent = [self._pool.submit(self._send_all, peer, views, what, deadline) for peer, views in sends.items()]
         try:
-            for peer, views in recvs.items():
-                self._recv_all(peer, views, what, deadline)
-            for future in sent:
-                future.result()
+            if self._native is not None:
+                self._exchange_native(sends, recvs, what, deadline)
+            else:
+                self._exchange_threads(sends, recvs, what, deadline)
         except BaseException:
             self.close()  # peers blocked on us see the connection drop instead of waiting for the timeout
             raise
+
+    def _exchange_native(self, sends: Mapping[int, Sequence[memoryview]], recvs: Mapping[int, Sequence[memoryview]],
+                         what: str, deadline: float) -> None:
+        moves = [(peer, receive, view if not view.readonly else memoryview(bytearray(view)))
+                 for receive, table in ((0, sends), (1, recvs)) for peer, views in table.items() for view in views if len(view)]
+        transfers = (native.Transfer * len(moves))()
+        for transfer, (peer, receive, view) in zip(transfers, moves):
+            transfer.fd, transfer.receive, transfer.length = self._socks[peer].fileno(), receive, len(view)
+            transfer.data = ctypes.addressof(ctypes.c_char.from_buffer(view))
+        while True:
+            slice_ns = int(max(0.0, min(_SLICE_S, deadline - time.monotonic())) * 1e9)
+            status = self._native.smddp_exchange(transfers, len(moves), slice_ns)
+            if status == -1:
+                return
+            if status >= 0:
+                peer, receive, _ = moves[status]
+                error = transfers[status].error
+                if error == -1:
+                    raise CollectiveError(f"smddp {what} failed: {self._describe[peer]} closed the connection (the peer exited or failed)")
+                raise CollectiveError(f"smddp {what} failed: connection to {self._describe[peer]} broke ([Errno {error}] {os.strerror(error)})")
+            if time.monotonic() >= deadline:
+                unfinished = [(peer, receive) for (peer, receive, _), t in zip(moves, transfers) if t.done < t.length]
+                late = next((peer for peer, receive in unfinished if receive), None)  # names the late peer best
+                if late is not None:
+                    raise CollectiveError(f"smddp {what} timed out waiting for {self._describe[late]} (hung peer or different code path)")
+                raise CollectiveError(f"smddp {what} timed out sending to {self._describe[unfinished[0][0]]}")
+
+    def _exchange_threads(self, sends: Mapping[int, Sequence[memoryview]], recvs: Mapping[int, Sequence[memoryview]],
+                          what: str, deadline: float) -> None:
+        assert self._pool is not None  # made in connect() for the Python path
+        sent = [self._pool.submit(self._send_all, peer, views, what, deadline) for peer, views in sends.items()]
+        for peer, views in recvs.items():
+            self._recv_all(peer, views, what, deadline)
+        for future in sent:
+            future.result()
 
     def _send_all(self, peer: int, views: Sequence[memoryview], what: str, deadline: float) -> None:
         sock = self._socks[peer]
@@ -172,6 +216,7 @@ class TcpMesh:
         return left
 
     def close(self) -> None:
+        self._connected = False
         for sock in self._socks.values():
             try:
                 sock.shutdown(socket.SHUT_RDWR)

@@ -12,6 +12,8 @@ import time
 import pytest
 
 pytest.importorskip("torch")
+from smddp_sdk.collectives import native  # noqa: E402
+from smddp_sdk.collectives.errors import CollectiveError  # noqa: E402
 from smddp_sdk.collectives.local import plan_chunks  # noqa: E402
 from smddp_sdk.collectives.shm import ShmUnavailable, arena_bytes, create_arena_file, shm_dir  # noqa: E402
 from smddp_sdk.collectives.tcp import TcpMesh, new_token  # noqa: E402
@@ -50,9 +52,9 @@ def test_too_small_shm_gives_a_clear_error_before_anything_is_mapped(tiny_tmpfs)
     assert os.listdir(tiny_tmpfs) == []
 
 
-def _connect_pair(token_a: str, token_b: str, deadline_s: float = 5.0):
+def _connect_pair(token_a: str, token_b: str, deadline_s: float = 5.0, native_progress: bool = True):
     describe = {0: "rank 0 (host a)", 1: "rank 1 (host b)"}
-    a, b = TcpMesh(0, token_a, describe), TcpMesh(1, token_b, describe)
+    a, b = TcpMesh(0, token_a, describe, native_progress), TcpMesh(1, token_b, describe, native_progress)
     errors: list[BaseException] = []
 
     def accept() -> None:
@@ -92,3 +94,67 @@ def test_mesh_refuses_a_peer_with_the_wrong_token():
     thread.join(10)
     assert errors and "did not connect" in str(errors[0])
     a.close(), b.close()
+
+
+@pytest.fixture(params=["native", "python"])
+def mesh_pair(request):
+    """Two connected mesh ends whose exchanges progress in the native loop or in Python threads."""
+    if request.param == "native" and native.library() is None:
+        pytest.skip("the native kernels are not available here")
+    token = new_token()
+    a, b, thread, errors = _connect_pair(token, token, native_progress=request.param == "native")
+    b.connect({0: ("127.0.0.1", a.port)}, time.monotonic() + 5)
+    thread.join(10)
+    assert not errors
+    yield a, b
+    a.close(), b.close()
+
+
+def _in_thread(target, *args) -> tuple[threading.Thread, list[BaseException]]:
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            target(*args)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, errors
+
+
+def test_exchange_moves_several_large_buffers_both_ways_at_once(mesh_pair):
+    a, b = mesh_pair
+    sizes = [5 << 20, 1, 7 << 20]  # more than both socket buffers: each side must receive while it sends
+    data_a = [os.urandom(n) for n in sizes]
+    data_b = [os.urandom(n) for n in reversed(sizes)]
+    into_a = [bytearray(n) for n in reversed(sizes)]
+    into_b = [bytearray(n) for n in sizes]
+    deadline = time.monotonic() + 20
+    thread, errors = _in_thread(b.exchange, {0: [memoryview(d) for d in data_b]}, {0: [memoryview(d) for d in into_b]}, "test", deadline)
+    a.exchange({1: [memoryview(d) for d in data_a]}, {1: [memoryview(d) for d in into_a]}, "test", deadline)
+    thread.join(30)
+    assert not errors
+    assert [bytes(d) for d in into_a] == data_b and [bytes(d) for d in into_b] == data_a
+
+
+def test_exchange_names_the_silent_peer_when_the_deadline_passes(mesh_pair):
+    a, _ = mesh_pair
+    started = time.monotonic()
+    with pytest.raises(CollectiveError, match=r"smddp all_reduce timed out waiting for rank 1 \(host b\)"):
+        a.exchange({1: [memoryview(b"x")]}, {1: [memoryview(bytearray(10))]}, "all_reduce", started + 0.3)
+    assert 0.25 < time.monotonic() - started < 5
+    with pytest.raises(CollectiveError, match="connections to the other hosts are closed"):
+        a.exchange({}, {}, "barrier", time.monotonic() + 1)  # a failed exchange closes the mesh
+
+
+def test_exchange_reports_a_peer_that_closed_the_connection(mesh_pair):
+    a, b = mesh_pair
+    thread, errors = _in_thread(b.exchange, {0: [memoryview(b"part")]}, {}, "test", time.monotonic() + 5)
+    thread.join(10)
+    b.close()
+    into = bytearray(10)  # four bytes arrive, then the connection ends
+    with pytest.raises(CollectiveError, match=r"rank 1 \(host b\) closed the connection"):
+        a.exchange({}, {1: [memoryview(into)]}, "broadcast", time.monotonic() + 5)
+    assert not errors and bytes(into[:4]) == b"part"

@@ -199,6 +199,13 @@ def core() -> type | None:
     return _core
 
 
+class Transfer(ctypes.Structure):
+    """smddp_native.c's struct smddp_transfer: one buffer of a TCP exchange (tcp.py)."""
+
+    _fields_ = [("fd", ctypes.c_int), ("receive", ctypes.c_int), ("data", ctypes.c_void_p), ("length", ctypes.c_long),
+                ("done", ctypes.c_long), ("error", ctypes.c_int)]
+
+
 def _declare(lib: ctypes.CDLL) -> None:
     c = ctypes
     barrier_args = [c.c_void_p, c.c_int, c.c_int, c.c_uint32, c.c_void_p, c.c_long, c.c_long]
@@ -206,7 +213,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.smddp_barrier.argtypes = barrier_args
     lib.smddp_reduce.argtypes = [c.c_int, c.c_int, c.c_void_p, c.c_void_p, c.c_int, c.c_long]
     lib.smddp_allreduce_small.argtypes = barrier_args + [c.c_void_p, c.c_long, c.c_void_p, c.c_int, c.c_int, c.c_long]
-    for fn in (lib.smddp_wait, lib.smddp_barrier, lib.smddp_reduce, lib.smddp_allreduce_small):
+    lib.smddp_exchange.argtypes = [c.POINTER(Transfer), c.c_int, c.c_long]
+    for fn in (lib.smddp_wait, lib.smddp_barrier, lib.smddp_reduce, lib.smddp_allreduce_small, lib.smddp_exchange):
         fn.restype = c.c_int
 
 

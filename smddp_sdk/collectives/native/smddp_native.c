@@ -1,5 +1,6 @@
 /* smddp's native hot path: the shared-memory barrier (spin, then futex) with the cross-rank call check,
- * reductions over several sources, and the whole small all_reduce in one call.
+ * reductions over several sources, the whole small all_reduce in one call, and the progress loop that
+ * moves an exchange's bytes over the TCP connections between hosts.
  *
  * Loaded through ctypes (smddp_sdk/collectives/native/__init__.py), which compiles this file on first use.
  * Control line of local rank i (64 bytes at base + i*LINE), as 32-bit words:
@@ -8,9 +9,12 @@
  * A call record is (seq, op, dtype, count low, count high, root). A peer that has reached generation g
  * cannot be past g+1 (that needs us), so the record slot of g's parity still holds its record for g.
  */
+#include <errno.h>
 #include <linux/futex.h>
+#include <poll.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -147,4 +151,74 @@ int smddp_allreduce_small(char *base, int n, int index, uint32_t generation, con
     if (status != -1) return status;
     if (smddp_reduce(dtype, op, x, slots, n, count)) return -100;
     return -1;
+}
+
+/* One buffer of a TCP exchange: sent on fd, or received from it, after the fd's earlier buffers of the
+ * same direction (array order). done counts the bytes moved so far and survives between calls. */
+struct smddp_transfer {
+    int fd;
+    int receive;
+    char *data;
+    long length;
+    long done;
+    int error; /* set on failure: an errno, or -1 when the peer closed the connection */
+};
+
+/* The first transfer of its fd and direction still unfinished? Only that one may move bytes. */
+static int is_next(const struct smddp_transfer *t, int i) {
+    for (int j = 0; j < i; j++)
+        if (t[j].fd == t[i].fd && t[j].receive == t[i].receive && t[j].done < t[j].length) return 0;
+    return 1;
+}
+
+/* Move what the socket takes or has now, without blocking. 0 when it would block or the buffer is done,
+ * 1 on failure (t->error says why). */
+static int advance(struct smddp_transfer *t) {
+    while (t->done < t->length) {
+        ssize_t moved = t->receive ? recv(t->fd, t->data + t->done, t->length - t->done, MSG_DONTWAIT)
+                                   : send(t->fd, t->data + t->done, t->length - t->done, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (moved > 0) {
+            t->done += moved;
+        } else if (moved == 0 && t->receive) {
+            t->error = -1;
+            return 1;
+        } else if (errno != EINTR) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+            t->error = errno;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Every peer's sends and receives progress together from this one thread (no GIL, no thread hand-offs):
+ * move whatever each socket allows, then poll the unfinished ones. Returns -1 when every transfer is
+ * done, -2 when slice_ns passed first (call again: progress is kept in done), or the index of a transfer
+ * that failed. */
+int smddp_exchange(struct smddp_transfer *t, int count, long slice_ns) {
+    long start = now_ns();
+    struct pollfd fds[count > 0 ? count : 1];
+    for (;;) {
+        int waiting = 0;
+        for (int i = 0; i < count; i++) {
+            if (t[i].done >= t[i].length || !is_next(t, i)) continue;
+            if (advance(&t[i])) return i;
+            if (t[i].done >= t[i].length) continue;
+            short events = t[i].receive ? POLLIN : POLLOUT;
+            int k = 0;
+            while (k < waiting && fds[k].fd != t[i].fd) k++;
+            if (k == waiting) fds[waiting++] = (struct pollfd){.fd = t[i].fd, .events = 0};
+            fds[k].events |= events;
+        }
+        if (!waiting) return -1; /* a buffer is skipped only behind an unfinished one, which waits */
+        long left_ns = slice_ns - (now_ns() - start);
+        if (left_ns <= 0) return -2;
+        if (poll(fds, waiting, (int)((left_ns + 999999) / 1000000)) < 0 && errno != EINTR) {
+            for (int i = 0;; i++)
+                if (t[i].done < t[i].length) {
+                    t[i].error = errno;
+                    return i;
+                }
+        }
+    }
 }
