@@ -16,7 +16,16 @@ from collections.abc import Sequence
 
 import torch
 
-from smddp_sdk.collectives.algorithms import InterHostAllreduce, allgather_between_hosts, forced_algorithm
+from smddp_sdk.collectives.algorithms import (
+    INTER_HOST_ONESHOT_LIMIT,
+    INTER_HOST_RING_FROM,
+    ONESHOT_CHUNK_BYTES,
+    PIPELINE_CHUNK_BYTES,
+    ROUNDS_FROM_BYTES,
+    InterHostAllreduce,
+    allgather_between_hosts,
+    forced_algorithm,
+)
 from smddp_sdk.collectives.calls import Call
 from smddp_sdk.collectives.errors import CollectiveError
 from smddp_sdk.collectives.local import LocalComm, OwnSource
@@ -89,6 +98,12 @@ class Communicator:
             buf = torch.zeros(nbytes, dtype=torch.uint8)  # zeroed once: pre-faulted for reuse
             self._scratch[key] = buf
         return buf[:nbytes]
+
+    def inter_host_rules(self) -> tuple[int, int, int, int, int]:
+        """algorithms.py's size rules (oneshot limit, ring from, oneshot chunk, pipeline chunk, rounds from)
+        for the native core, which runs the same algorithms."""
+        pipeline = self._inter_host.pipeline_chunk_bytes if self._inter_host else PIPELINE_CHUNK_BYTES
+        return INTER_HOST_ONESHOT_LIMIT, INTER_HOST_RING_FROM, ONESHOT_CHUNK_BYTES, pipeline, ROUNDS_FROM_BYTES
 
     # primitives ---------------------------------------------------------------------------------------
     def allreduce(self, x: torch.Tensor, op: RedOpType, what: str) -> None:

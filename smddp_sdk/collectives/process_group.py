@@ -20,6 +20,7 @@ import ctypes
 import functools
 import queue
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -152,6 +153,7 @@ class SmddpProcessGroup:
         self._comm = Communicator(topo, local, mesh, timeout.total_seconds())
         self._exec = threading.Lock()  # one collective at a time, in call order
         self._core_waits_for_check = False
+        self._core_attached = False
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
         self._in_collective = False  # the worker is inside a collective (not merely completing a future)
@@ -180,17 +182,25 @@ class SmddpProcessGroup:
 
     # the native core -----------------------------------------------------------------------------------
     def _attach_core(self) -> None:
-        """Hand a one-host group's arena to the core (a no-op on the Python base)."""
-        arena = self._comm.local.arena
-        if not hasattr(self, "_core_attach") or arena is None or not arena.native or self._comm.multi_node \
-                or arena.index != self.rank():  # the core takes group ranks for local indices
+        """Hand the group's arena and, across hosts, its connections to the core (a no-op on the Python base)."""
+        comm, arena = self._comm, self._comm.local.arena
+        if not hasattr(self, "_core_attach"):
             return
+        local = arena is not None and arena.native and (comm.multi_node or arena.index == self.rank())
+        if not local and not comm.multi_node:
+            return  # one rank alone, or local indices that are not group ranks: the one-host calls need them
         kernels = native.library()
-        self._core_attach(arena.base_address, arena.n, arena.index, arena.slot_bytes,
-                          *(ctypes.addressof(slots) for slots in arena.slot_addresses), ctypes.addressof(arena.counters),
-                          arena.record_address, *(_address(kernel) for kernel in
-                                                  (kernels.smddp_barrier, kernels.smddp_allreduce_small, kernels.smddp_reduce)),
-                          int(arena.spin_s * 1e9), int(CHECK_EVERY_S * 1e9), SYMMETRIC_LIMIT)
+        if comm.multi_node:
+            self._core_attach_hosts(comm.topo.nodes, comm.topo.node, comm.topo.is_leader,
+                                    comm.mesh.fds() if comm.mesh else [], _address(kernels.smddp_exchange),
+                                    _address(kernels.smddp_reduce), *comm.inter_host_rules(), int(CHECK_EVERY_S * 1e9))
+        if local:
+            self._core_attach(arena.base_address, arena.n, arena.index, arena.slot_bytes,
+                              *(ctypes.addressof(slots) for slots in arena.slot_addresses), ctypes.addressof(arena.counters),
+                              arena.record_address, *(_address(kernel) for kernel in
+                                                      (kernels.smddp_barrier, kernels.smddp_allreduce_small, kernels.smddp_reduce)),
+                              int(arena.spin_s * 1e9), int(CHECK_EVERY_S * 1e9), SYMMETRIC_LIMIT)
+        self._core_attached = True
         self._set_core_mode()
         method = weakref.WeakMethod(self._set_core_mode)  # the profiler's listener must not keep the group
         profile.on_start(lambda: (set_mode := method()) and set_mode())
@@ -204,7 +214,7 @@ class SmddpProcessGroup:
             forced = forced_algorithm()
         except CollectiveError:
             forced = "invalid"  # every all_reduce goes to Python, which reports it
-        if self._comm.local.arena is None or profile.recorder() is not None or forced != "auto":
+        if not self._core_attached or profile.recorder() is not None or forced != "auto":
             self._core_mode(0)
         elif not sagemaker_compat.enabled():
             self._core_mode(1)
@@ -217,6 +227,26 @@ class SmddpProcessGroup:
     def _finish_barrier(self, what: str, status: int, generation: int) -> None:
         """The core's call found a peer late or different: wait with the slow path's checks and errors."""
         self._guarded(what, lambda: self._comm.local.arena.finish_barrier(status, generation, what, self._comm.deadline()))
+
+    def _exchange_stalled(self, what: str, node: int, receiving: bool, waited_s: float) -> None:
+        """The core's exchange with other hosts still waits on node after a check slice: past the
+        deadline, the error of the Python path (and the connections close, as there)."""
+        deadline = time.monotonic() - waited_s + self._comm.timeout_s
+        self._closing_mesh(lambda: self._guarded(what, lambda: self._comm.mesh.stalled(what, node, receiving, deadline)))
+
+    def _exchange_failed(self, what: str, node: int, receiving: bool, error: int) -> None:
+        """A transfer of the core's exchange with node failed (error: an errno, or -1: the peer closed)."""
+        def fail() -> None:
+            raise self._comm.mesh.failure(what, node, error)
+
+        self._closing_mesh(lambda: self._guarded(what, fail))
+
+    def _closing_mesh(self, check: Callable[[], None]) -> None:
+        try:
+            check()
+        except BaseException:  # an interrupted exchange leaves the connections mid-message: unusable
+            self._comm.mesh.close()
+            raise
 
     # execution ----------------------------------------------------------------------------------------
     def _submit(self, call: Call, job: Callable[[], None], value: object, opts: object) -> dist.Work:

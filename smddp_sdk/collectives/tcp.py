@@ -157,17 +157,28 @@ class TcpMesh:
             if status == -1:
                 return
             if status >= 0:
-                peer, receive, _ = moves[status]
-                error = transfers[status].error
-                if error == -1:
-                    raise CollectiveError(f"smddp {what} failed: {self._describe[peer]} closed the connection (the peer exited or failed)")
-                raise CollectiveError(f"smddp {what} failed: connection to {self._describe[peer]} broke ([Errno {error}] {os.strerror(error)})")
-            if time.monotonic() >= deadline:
-                unfinished = [(peer, receive) for (peer, receive, _), t in zip(moves, transfers) if t.done < t.length]
-                late = next((peer for peer, receive in unfinished if receive), None)  # names the late peer best
-                if late is not None:
-                    raise CollectiveError(f"smddp {what} timed out waiting for {self._describe[late]} (hung peer or different code path)")
-                raise CollectiveError(f"smddp {what} timed out sending to {self._describe[unfinished[0][0]]}")
+                raise self.failure(what, moves[status][0], transfers[status].error)
+            unfinished = [(peer, receive) for (peer, receive, _), t in zip(moves, transfers) if t.done < t.length]
+            late = next((move for move in unfinished if move[1]), unfinished[0])  # a missing receive names the late peer best
+            self.stalled(what, *late, deadline)
+
+    def stalled(self, what: str, peer: int, receiving: bool, deadline: float) -> None:
+        """A native exchange still waits on peer after a slice: fail once the deadline has passed."""
+        if time.monotonic() < deadline:
+            return
+        if receiving:
+            raise CollectiveError(f"smddp {what} timed out waiting for {self._describe[peer]} (hung peer or different code path)")
+        raise CollectiveError(f"smddp {what} timed out sending to {self._describe[peer]}")
+
+    def failure(self, what: str, peer: int, error: int) -> CollectiveError:
+        """The error of a native transfer with peer that failed (error: an errno, or -1 when the peer closed)."""
+        if error == -1:
+            return CollectiveError(f"smddp {what} failed: {self._describe[peer]} closed the connection (the peer exited or failed)")
+        return CollectiveError(f"smddp {what} failed: connection to {self._describe[peer]} broke ([Errno {error}] {os.strerror(error)})")
+
+    def fds(self) -> list[int]:
+        """The connections' file descriptors by node (-1 for this node), for the native core."""
+        return [self._socks[n].fileno() if n in self._socks else -1 for n in range(len(self._describe))]
 
     def _exchange_threads(self, sends: Mapping[int, Sequence[memoryview]], recvs: Mapping[int, Sequence[memoryview]],
                           what: str, deadline: float) -> None:

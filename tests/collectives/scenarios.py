@@ -123,12 +123,14 @@ def killed_rank(store: dist.TCPStore) -> None:
 
 
 def hung_rank(store: dist.TCPStore) -> None:
-    """The victim never joins the collective; the others hit the process-group timeout."""
+    """The victim never joins the collective (SMDDP_TEST_FAILING_CALL: broadcast or all_reduce); the
+    others hit the process-group timeout."""
     victim = int(os.environ["SMDDP_TEST_VICTIM"])
     if dist.get_rank() == victim:
         store.wait(["hung/release"])  # stays alive, never calls the collective
         os._exit(0)
-    _expect_failure(store, "hung", lambda: dist.broadcast(torch.ones(10), src=0))
+    calls = {"broadcast": lambda: dist.broadcast(torch.ones(10), src=0), "all_reduce": lambda: dist.all_reduce(torch.ones(10))}
+    _expect_failure(store, "hung", calls[os.environ.get("SMDDP_TEST_FAILING_CALL", "broadcast")])
 
 
 def _expect_failure(store: dist.TCPStore, name: str, collective) -> None:
@@ -173,3 +175,49 @@ def core_usage(store: dist.TCPStore) -> None:
     _report(store, "core", {"class": type(group).__name__, "core_calls": calls,
                             "right": bool((x == size * (size + 1) / 2).all() and (late == size).all()
                                           and all((o == i).all() for i, o in enumerate(outs)))})
+
+
+# (elements, dtype, op) chosen to take each inter-host algorithm with 3 hosts: oneshot (<= 32 KB), sharded
+# (its pipeline in several chunks with SMDDP_PIPELINE_CHUNK_BYTES=65536, exchanges in permutation rounds
+# from 64 KB per peer), the ring (>= 1 MB); odd counts leave uneven shards
+ACROSS_HOSTS_CASES = [(1000, "float32", "SUM"), (30_001, "float32", "SUM"), (100_003, "float64", "MAX"),
+                      (400_001, "float32", "SUM"), (70_000, "int64", "PRODUCT")]
+# (elements per rank, dtype, into one tensor?): all-to-all, in permutation rounds (>= 64 KB per peer), the ring
+ACROSS_HOSTS_GATHERS = [(100, "float32", True), (20_000, "int32", True), (300_001, "float32", False)]
+
+
+def allreduce_across_hosts(store: dist.TCPStore) -> None:
+    """all_reduce and all_gather across hosts by every algorithm: each result against a reference, plus a
+    digest of each all_reduce's bytes (every rank must hold the same bits, whichever path each rank took),
+    and the core's count of calls."""
+    rank = dist.get_rank()
+    results = []
+    for count, dtype_name, op_name in ACROSS_HOSTS_CASES:
+        dtype, op = getattr(torch, dtype_name), getattr(dist.ReduceOp, op_name)
+
+        def values(r: int) -> torch.Tensor:
+            gen = torch.Generator().manual_seed(1000 * r + count)
+            if dtype == torch.int64:
+                return torch.randint(1, 3, (count,), generator=gen)
+            return torch.randn(count, generator=gen, dtype=torch.float64).to(dtype)
+
+        x = values(rank)
+        dist.all_reduce(x, op=op)
+        every = torch.stack([values(r).double() for r in range(dist.get_world_size())])
+        reference = {"SUM": every.sum(0), "MAX": every.amax(0), "PRODUCT": every.prod(0)}[op_name]
+        results.append({"close": bool(torch.allclose(x.double(), reference, rtol=1e-5, atol=1e-4)),
+                        "digest": hashlib.sha256(x.numpy().tobytes()).hexdigest()})
+    for count, dtype_name, into_tensor in ACROSS_HOSTS_GATHERS:
+        dtype, size = getattr(torch, dtype_name), dist.get_world_size()
+        parts = [torch.arange(count, dtype=torch.float64).mul(size).add(r).to(dtype) for r in range(size)]
+        if into_tensor:
+            out = torch.empty(count * size, dtype=dtype)
+            dist.all_gather_into_tensor(out, parts[rank])
+            right = torch.equal(out, torch.cat(parts))
+        else:
+            outs = [torch.empty(count, dtype=dtype) for _ in range(size)]
+            dist.all_gather(outs, parts[rank])
+            right = all(torch.equal(o, p) for o, p in zip(outs, parts))
+        results.append({"close": right, "digest": ""})
+    group = dist.group.WORLD
+    _report(store, "across", {"results": results, "core_calls": group._core_calls() if hasattr(group, "_core_calls") else None})

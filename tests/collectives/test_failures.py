@@ -38,9 +38,10 @@ ONE_HOST, TWO_HOSTS = ["algo-1"] * 3, ["algo-1", "algo-1", "algo-2", "algo-2"]
 
 @pytest.mark.parametrize(("hosts", "victim", "call"), [
     (ONE_HOST, 1, "blocking"), (TWO_HOSTS, 3, "blocking"),
+    (TWO_HOSTS, 2, "blocking"),  # the other host's leader: its connection drops under the core's exchange
     (ONE_HOST, 1, "async"),  # Work.wait() must raise, not return with half-reduced tensors
     (TWO_HOSTS, 3, "smddp_ddp"),  # backward of smddp's DDP over shared fusion buffers and TCP
-], ids=["one-host", "other-host", "async-wait", "smddp-ddp-backward"])
+], ids=["one-host", "other-host", "other-host-leader", "async-wait", "smddp-ddp-backward"])
 def test_killed_rank_fails_the_others_quickly_and_leaves_no_segment(hosts, victim, call, private_shm):
     env = {"SMDDP_TEST_VICTIM": str(victim), "SMDDP_TEST_PG_TIMEOUT": str(TIMEOUT_S), "SMDDP_SHM_DIR": private_shm,
            "SMDDP_TEST_FAILING_CALL": call}
@@ -73,6 +74,19 @@ def test_hung_rank_times_out_naming_op_and_peer(native_path):
         cluster.finish(timeout=30)
     error = reports[0]["error"]
     assert error and "broadcast" in error and "timed out" in error and "rank(s) 1" in error, error
+    assert 2.5 < reports[0]["elapsed"] < 6, reports
+
+
+def test_hung_host_times_out_naming_op_and_host(native_path):
+    cluster = Cluster(["algo-1", "algo-2"], scenario="hung_rank", native=native_path,
+                      env={"SMDDP_TEST_VICTIM": "1", "SMDDP_TEST_PG_TIMEOUT": "3", "SMDDP_TEST_FAILING_CALL": "all_reduce"})
+    try:
+        reports = [json.loads(cluster.store.get("report/hung/0"))]
+    finally:
+        cluster.store.set("hung/release", "1")
+        cluster.finish(timeout=30)
+    error = reports[0]["error"]
+    assert error and "all_reduce timed out waiting for rank 1 (host algo-2)" in error, error
     assert 2.5 < reports[0]["elapsed"] < 6, reports
 
 

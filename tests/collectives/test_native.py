@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 from smddp_sdk.collectives import native  # noqa: E402
 from smddp_sdk.collectives.reduce import RedOpType, native_codes  # noqa: E402
 from tests.collectives.cluster import NATIVE_IDS, NATIVE_PATHS, PROJECT_ROOT, Cluster, native_setting  # noqa: E402
+from tests.collectives.scenarios import ACROSS_HOSTS_CASES, ACROSS_HOSTS_GATHERS  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -115,3 +116,25 @@ def test_core_runs_small_collectives_and_leaves_a_late_peer_to_python(native_pat
             assert report == {"class": "CoreProcessGroup", "core_calls": 4, "right": True}, report
         else:
             assert report == {"class": "PythonProcessGroup", "core_calls": None, "right": True}, report
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("hosts", [["algo-1", "algo-2", "algo-3"], ["algo-1", "algo-1", "algo-2", "algo-2", "algo-3", "algo-3"]],
+                         ids=["3x1", "3x2"])
+@pytest.mark.parametrize("native_path", NATIVE_PATHS, ids=NATIVE_IDS)
+def test_core_runs_all_reduce_and_all_gather_across_hosts_by_every_algorithm(hosts, native_path):
+    """Oneshot, the sharded pipeline and the ring (all_reduce), all-to-all and the ring (all_gather), in the
+    core or in Python or both in one group: right against a reference, the same all_reduce bits on every
+    rank, and the core really ran them where it is on."""
+    cluster = Cluster(hosts, scenario="allreduce_across_hosts", native=native_path,
+                      env={"SMDDP_PIPELINE_CHUNK_BYTES": "65536"})
+    reports = [json.loads(cluster.store.get(f"report/across/{r}")) for r in range(len(hosts))]
+    exits = cluster.finish(timeout=60)
+    assert all(code == 0 for code, _ in exits), exits
+    cases = ACROSS_HOSTS_CASES + ACROSS_HOSTS_GATHERS
+    for case in range(len(cases)):
+        assert all(report["results"][case]["close"] for report in reports), (cases[case], reports)
+        assert len({report["results"][case]["digest"] for report in reports}) == 1, (cases[case], reports)
+    for rank, report in enumerate(reports):
+        on_core = native_setting(native_path, rank) == "1"
+        assert report["core_calls"] == (len(cases) if on_core else None), (rank, report)

@@ -4,17 +4,24 @@
 // all_reduce, broadcast, all_gather (list and into-tensor), reduce_scatter_tensor and barrier of
 // contiguous CPU tensors; the Python group's communication thread runs its all_reduces here too. They use
 // the same shared-memory protocol, kernels (smddp_native.c, passed in as function pointers), counters and
-// call records as the Python path, so ranks may take either path for any call. Everything else goes to
-// the Python implementation (`_python_<method>`), and a call whose peers are late past one check slice
-// waits in Python (`_finish_barrier`) with the deadline, abort and liveness checks and the hang warning.
+// call records as the Python path, so ranks may take either path for any call. A group across hosts runs
+// its all_reduces and all_gathers here as well: the host's ranks over shared memory, the host leaders over
+// the TCP mesh (the kernels' poll loop) with algorithms.py's algorithms, byte for byte (same order, same
+// chunks, same reduction order).
+// Everything else goes to the Python implementation (`_python_<method>`); a call whose peers are late
+// past one check slice waits in Python (`_finish_barrier`, `_exchange_stalled`) with the deadline, abort
+// and liveness checks and the hang warning.
 //
 // Built on first use by smddp_sdk/collectives/native/__init__.py; see docs/collectives.md ("Native hot path").
 #include <torch/csrc/distributed/c10d/PyProcessGroup.hpp>
+#include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -24,6 +31,33 @@ using BarrierFn = int (*)(char*, int, int, uint32_t, const uint32_t*, long, long
 using AllreduceFn = int (*)(char*, int, int, uint32_t, const uint32_t*, long, long, void*, long, void* const*, int,
                             int, long);
 using ReduceFn = int (*)(int, int, void*, void* const*, int, long);
+
+// smddp_native.c's struct smddp_transfer and its exchange loop
+struct Transfer {
+  int fd;
+  int receive;
+  char* data;
+  long length;
+  long done;
+  int error;
+};
+using ExchangeFn = int (*)(Transfer*, int, long);
+
+// Bytes of one buffer, and every peer host's buffers to send or receive (index: host)
+struct Span {
+  char* data;
+  long length;
+};
+using Spans = std::vector<std::vector<Span>>;
+
+// algorithms.py's inter-host rules, handed over by the Python group so both paths decide alike
+struct HostRules {
+  long oneshot_limit;   // INTER_HOST_ONESHOT_LIMIT
+  long ring_from;       // INTER_HOST_RING_FROM
+  long oneshot_chunk;   // ONESHOT_CHUNK_BYTES
+  long pipeline_chunk;  // InterHostAllreduce.pipeline_chunk_bytes
+  long rounds_from;     // ROUNDS_FROM_BYTES
+};
 
 constexpr uint32_t kNoRoot = 0xFFFFFFFF;
 constexpr int kDone = -1;
@@ -120,6 +154,24 @@ class SmddpCore : public c10d::PyProcessGroup {
     symmetric_limit_ = symmetric_limit;
   }
 
+  // Set by the Python group of a group across hosts, before attach: every host's group ranks (the leader
+  // first), this host's index, whether this rank leads it (and holds the connections: fds[h] to host h's
+  // leader, -1 for its own), the kernels' exchange loop and reduction, algorithms.py's rules and the
+  // check slice.
+  void attach_hosts(std::vector<std::vector<int>> nodes, int node, bool leader, std::vector<int> fds, uintptr_t exchange_fn,
+                    uintptr_t reduce_fn, long oneshot_limit, long ring_from, long oneshot_chunk, long pipeline_chunk,
+                    long rounds_from, long slice_ns) {
+    nodes_ = std::move(nodes);
+    node_ = node;
+    hosts_ = static_cast<int>(nodes_.size());
+    leader_ = leader;
+    fds_ = std::move(fds);
+    exchange_ = reinterpret_cast<ExchangeFn>(exchange_fn);
+    reduce_ = reinterpret_cast<ReduceFn>(reduce_fn);
+    rules_ = {oneshot_limit, ring_from, oneshot_chunk, pipeline_chunk, rounds_from};
+    slice_ns_ = slice_ns;
+  }
+
   // mode: 0 off (every call in Python), 1 on, 2 on but reductions with SUM only (SageMaker check active)
   void set_mode(int mode) { mode_.store(mode, std::memory_order_release); }
   int mode() const { return mode_.load(std::memory_order_acquire); }
@@ -135,27 +187,27 @@ class SmddpCore : public c10d::PyProcessGroup {
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override {
     DtypeCodes codes;
-    if (tensors.size() == 1 && !opts.asyncOp && usable() && plain_cpu(tensors[0])) {
+    if (tensors.size() == 1 && !opts.asyncOp && reduces_here() && plain_cpu(tensors[0])) {
       at::Tensor& x = tensors[0];
       int op = reducible(x, opts.reduceOp, codes);
       if (op >= 0 && x.numel() > 0 && claim_inline()) {
         Claim claim(this);
-        tag(kAllReduce, codes.record, x.numel(), kNoRoot, static_cast<uint32_t>(opts.reduceOp.op_) + 1);
-        allreduce_chunks(x, codes.kernel, op);
+        if (base_) tag(kAllReduce, codes.record, x.numel(), kNoRoot, static_cast<uint32_t>(opts.reduceOp.op_) + 1);
+        reduce_everywhere(x, codes.kernel, op);
         return c10::make_intrusive<DoneWork>(tensors);
       }
     }
     return python("_python_allreduce", tensors, opts);
   }
 
-  // The Python group's worker (async calls, and calls queued behind one) runs its one-host all_reduces
-  // here too; the call is numbered and tagged already. False where the Python path must run it.
+  // The Python group's worker (async calls, and calls queued behind one) runs its all_reduces here too;
+  // the call is numbered and tagged already. False where the Python path must run it.
   bool run_allreduce(at::Tensor& x, int64_t reduce_op) {
     DtypeCodes codes;
     int op = reducible(x, c10d::ReduceOp(static_cast<c10d::ReduceOp::RedOpType>(reduce_op)), codes);
-    if (op < 0 || !usable() || !plain_cpu(x) || x.numel() == 0) return false;
+    if (op < 0 || !reduces_here() || !plain_cpu(x) || x.numel() == 0) return false;
     pybind11::gil_scoped_release no_gil;
-    allreduce_chunks(x, codes.kernel, op);
+    reduce_everywhere(x, codes.kernel, op);
     return true;
   }
 
@@ -214,15 +266,7 @@ class SmddpCore : public c10d::PyProcessGroup {
       at::Tensor& x = tensors[0];
       int root = static_cast<int>(opts.rootRank);
       tag(kBroadcast, codes.record, x.numel(), static_cast<uint32_t>(root), 0);
-      auto* data = static_cast<char*>(x.data_ptr());
-      long nbytes = nbytes_of(x);
-      for (long start = 0; start < nbytes; start += slot_bytes_) {
-        long piece = std::min(slot_bytes_, nbytes - start);
-        auto* slot = static_cast<char*>(slots_[next_half()][root]);
-        if (index_ == root) std::memcpy(slot, data + start, piece);
-        sync("broadcast");
-        if (index_ != root) std::memcpy(data + start, slot, piece);
-      }
+      broadcast_spans(root, {{static_cast<char*>(x.data_ptr()), nbytes_of(x)}}, "broadcast");
       return c10::make_intrusive<DoneWork>(tensors);
     }
     return python("_python_broadcast", tensors, opts);
@@ -298,7 +342,7 @@ class SmddpCore : public c10d::PyProcessGroup {
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                            std::vector<at::Tensor>& inputs,
                                            const c10d::AllgatherOptions& opts) override {
-    if (inputs.size() == 1 && outputs.size() == 1 && outputs[0].size() == static_cast<size_t>(n_) &&
+    if (inputs.size() == 1 && outputs.size() == 1 && outputs[0].size() == static_cast<size_t>(getSize()) &&
         gatherable(inputs[0], opts)) {
       const at::Tensor& x = inputs[0];
       std::vector<char*> targets;
@@ -315,10 +359,10 @@ class SmddpCore : public c10d::PyProcessGroup {
   c10::intrusive_ptr<c10d::Work> all_gather_single(at::Tensor& output, at::Tensor& input,
                                                    const c10d::AllgatherOptions& opts) override {
     if (gatherable(input, opts) && plain_cpu(output) && output.scalar_type() == input.scalar_type() &&
-        output.numel() == input.numel() * n_) {
+        output.numel() == input.numel() * getSize()) {
       std::vector<char*> targets;
       long nbytes = nbytes_of(input);
-      for (int i = 0; i < n_; i++) targets.push_back(static_cast<char*>(output.data_ptr()) + i * nbytes);
+      for (int i = 0; i < getSize(); i++) targets.push_back(static_cast<char*>(output.data_ptr()) + i * nbytes);
       if (gather(kAllGatherIntoTensor, input, targets)) return c10::make_intrusive<DoneWork>(std::vector<at::Tensor>{output});
     }
     return python("_python_all_gather_single", output, input, opts);
@@ -346,42 +390,106 @@ class SmddpCore : public c10d::PyProcessGroup {
     return pybind11::get_override(static_cast<const SmddpCore*>(this), method);
   }
 
-  bool usable() const { return base_ != nullptr && mode() != 0; }
+  // The one-host collectives: a one-host group with its arena attached.
+  bool usable() const { return base_ != nullptr && hosts_ == 1 && mode() != 0; }
+  // all_reduce: those, or any group across hosts.
+  bool reduces_here() const { return usable() || across_hosts(); }
 
   // The kernel op for reducing x with op here (dtype codes in codes), or -1 where Python reduces: AVG and
-  // bitwise ops, bool and other dtypes the kernels lack, and anything but SUM while SageMaker's rules apply.
+  // bitwise ops, bool and other dtypes the kernels lack, anything but SUM while SageMaker's rules apply,
+  // and fp16/bf16 across hosts (Python widens them to fp32 there, for one rounding).
   int reducible(const at::Tensor& x, const c10d::ReduceOp& op, DtypeCodes& codes) const {
     if (mode() != 1 && op.op_ != c10d::ReduceOp::SUM) return -1;
     if (!dtype_codes(x.scalar_type(), codes) || codes.kernel < 0) return -1;
+    if (hosts_ > 1 && (x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16)) return -1;
     return kernel_op(op.op_);
   }
+
+  bool across_hosts() const { return hosts_ > 1 && exchange_ != nullptr && mode() != 0; }
 
   bool gatherable(const at::Tensor& x, const c10d::AllgatherOptions& opts) const {
     DtypeCodes codes;
     long nbytes = nbytes_of(x);
-    return !opts.asyncOp && usable() && plain_cpu(x) && dtype_codes(x.scalar_type(), codes) && nbytes > 0;
+    return !opts.asyncOp && (usable() || across_hosts()) && plain_cpu(x) && dtype_codes(x.scalar_type(), codes) &&
+           nbytes > 0;
   }
 
-  // Every rank's input into n targets (this rank's included), a slot at a time; false if not claimed.
-  bool gather(CallOp what, const at::Tensor& x, const std::vector<char*>& targets) {
+  // Every rank's input into its target (targets by group rank, this rank's included); false if not claimed.
+  // Across hosts as communicator.py's allgather: within the host, between leaders, then the leader hands
+  // the other hosts' parts to the host's ranks.
+  bool gather(CallOp op, const at::Tensor& x, const std::vector<char*>& targets) {
     if (!claim_inline()) return false;
     Claim claim(this);
     DtypeCodes codes;
     dtype_codes(x.scalar_type(), codes);
-    tag(what, codes.record, x.numel(), kNoRoot, 0);
+    if (base_) tag(op, codes.record, x.numel(), kNoRoot, 0);
+    const char* what = op == kAllGather ? "all_gather" : "all_gather_into_tensor";
+    start_call(what);
     auto* data = static_cast<char*>(x.data_ptr());
     long nbytes = nbytes_of(x);
+    if (hosts_ == 1) {
+      gather_in_host(data, nbytes, targets, what);
+      return true;
+    }
+    std::vector<char*> mine;  // this host's ranks' targets, in local order
+    for (int rank : nodes_[node_]) mine.push_back(targets[rank]);
+    gather_in_host(data, nbytes, mine, what);
+    if (leader_) gather_between_hosts(targets, nbytes);
+    if (base_) {  // the other hosts' parts, in group rank order
+      std::vector<bool> here(targets.size(), false);
+      for (int rank : nodes_[node_]) here[rank] = true;
+      std::vector<Span> remote;
+      for (size_t rank = 0; rank < targets.size(); rank++)
+        if (!here[rank]) remote.push_back({targets[rank], nbytes});
+      broadcast_spans(0, remote, what);
+    }
+    return true;
+  }
+
+  // Every local rank's bytes into targets (local order), a slot at a time.
+  void gather_in_host(char* data, long nbytes, const std::vector<char*>& targets, const char* what) {
     bool in_place = targets[index_] == data;  // the input is this rank's part of the output
+    if (!base_) {
+      if (!in_place) std::memmove(targets[index_], data, nbytes);
+      return;
+    }
     for (long start = 0; start < nbytes; start += slot_bytes_) {
       long piece = std::min(slot_bytes_, nbytes - start);
       uint32_t half = next_half();
       std::memcpy(slots_[half][index_], data + start, piece);
       if (!in_place) std::memmove(targets[index_] + start, data + start, piece);  // rereads the piece from cache
-      sync(what == kAllGather ? "all_gather" : "all_gather_into_tensor");
+      sync(what);
       for (int i = 0; i < n_; i++)
         if (i != index_) std::memcpy(targets[i] + start, slots_[half][i], piece);
     }
-    return true;
+  }
+
+  // algorithms.py's allgather_between_hosts: all-to-all (in rounds when large), or the ring for large
+  // data with 3+ hosts.
+  void gather_between_hosts(const std::vector<char*>& targets, long nbytes) {
+    Spans blocks(hosts_);
+    long largest = 0;
+    for (int h = 0; h < hosts_; h++) {
+      for (int rank : nodes_[h]) blocks[h].push_back({targets[rank], nbytes});
+      largest = std::max(largest, total(blocks[h]));
+    }
+    if (hosts_ <= 2 || largest < rules_.ring_from) {
+      Spans sends(hosts_), recvs(hosts_);
+      for (int h = 0; h < hosts_; h++)
+        if (h != node_) {
+          sends[h] = blocks[node_];
+          recvs[h] = blocks[h];
+        }
+      exchange_in_rounds(sends, recvs);
+      return;
+    }
+    int to = (node_ + 1) % hosts_, from = (node_ + hosts_ - 1) % hosts_;
+    for (int s = 0; s < hosts_ - 1; s++) {
+      Spans sends(hosts_), recvs(hosts_);
+      sends[to] = blocks[(node_ - s + hosts_) % hosts_];
+      recvs[from] = blocks[(node_ - s - 1 + 2 * hosts_) % hosts_];
+      exchange(sends, recvs);
+    }
   }
 
   void allreduce_chunks(at::Tensor& x, int dtype, int op) {
@@ -428,11 +536,245 @@ class SmddpCore : public c10d::PyProcessGroup {
     }
   }
 
-  // local.py's shard_bounds: rank i's elements of count
-  std::pair<long, long> shard(long count, int i) const {
-    long base = count / n_, extra = count % n_;
+  // local.py's shard_bounds: part i's elements when count is cut into parts (local ranks by default)
+  static std::pair<long, long> bounds(long count, int parts, int i) {
+    long base = count / parts, extra = count % parts;
     long start = i * base + std::min<long>(i, extra);
     return {start, start + base + (i < extra ? 1 : 0)};
+  }
+  std::pair<long, long> shard(long count, int i) const { return bounds(count, n_, i); }
+
+  // Local rank root's spans to every local rank as one stream, a slot at a time (local.py's broadcast
+  // packs its buffers into slots the same way).
+  void broadcast_spans(int root, const std::vector<Span>& spans, const char* what) {
+    long length = total(spans);
+    for (long start = 0; start < length; start += slot_bytes_) {
+      long piece = std::min(slot_bytes_, length - start);
+      auto* slot = static_cast<char*>(slots_[next_half()][root]);
+      if (index_ == root) copy_stream(spans, start, piece, slot, true);
+      sync(what);
+      if (index_ != root) copy_stream(spans, start, piece, slot, false);
+    }
+  }
+
+  // Bytes start..start+length of the spans' concatenation into the slot (into_slot) or out of it.
+  static void copy_stream(const std::vector<Span>& spans, long start, long length, char* slot, bool into_slot) {
+    long at = 0;  // stream offset of the current span
+    for (const Span& span : spans) {
+      long lo = std::max(start, at), hi = std::min(start + length, at + span.length);
+      if (lo < hi) {
+        char* mine = span.data + (lo - at);
+        char* there = slot + (lo - start);
+        std::memcpy(into_slot ? there : mine, into_slot ? mine : there, hi - lo);
+      }
+      at += span.length;
+    }
+  }
+
+  void reduce_everywhere(at::Tensor& x, int dtype, int op) {
+    if (hosts_ == 1)
+      allreduce_chunks(x, dtype, op);
+    else
+      allreduce_hosts(x, dtype, op);
+  }
+
+  // communicator.py's allreduce across hosts, chunk by chunk: the host's ranks reduce over shared memory,
+  // the leaders between hosts, and the leader's result goes to the host's ranks.
+  void allreduce_hosts(at::Tensor& x, int dtype, int op) {
+    start_call("all_reduce");
+    long esize = x.element_size(), count = x.numel();
+    long step = base_ ? std::max(1L, slot_bytes_ / esize) : count;
+    auto* data = static_cast<char*>(x.data_ptr());
+    for (long start = 0; start < count; start += step) {
+      long length = std::min(step, count - start);
+      char* piece = data + start * esize;
+      if (base_) allreduce_chunk(piece, length, esize, dtype, op);
+      if (leader_) between_hosts(piece, length, esize, dtype, op);
+      if (base_) broadcast_spans(0, {{piece, length * esize}}, "all_reduce");
+    }
+  }
+
+  // algorithms.py's InterHostAllreduce.run: oneshot for two hosts or small data, the ring from ring_from,
+  // the sharded pipeline between
+  void between_hosts(char* x, long count, long esize, int dtype, int op) {
+    long nbytes = count * esize;
+    if (hosts_ > 2 && nbytes > rules_.oneshot_limit && nbytes < rules_.ring_from) {
+      sharded(x, count, esize, dtype, op);
+      return;
+    }
+    bool ring = hosts_ > 2 && nbytes > rules_.oneshot_limit;
+    long step = std::max(1L, rules_.oneshot_chunk / esize);
+    for (long start = 0; start < count; start += step) {
+      long length = std::min(step, count - start);
+      if (ring)
+        ring_allreduce(x + start * esize, length, esize, dtype, op);
+      else
+        oneshot(x + start * esize, length, esize, dtype, op);
+    }
+  }
+
+  void oneshot(char* x, long count, long esize, int dtype, int op) {
+    long nbytes = count * esize;
+    Spans sends(hosts_), recvs(hosts_);
+    std::vector<void*> sources(hosts_, x);
+    for (int h = 0; h < hosts_; h++) {
+      if (h == node_) continue;
+      char* received = scratch(h, nbytes);
+      sends[h].push_back({x, nbytes});
+      recvs[h].push_back({received, nbytes});
+      sources[h] = received;
+    }
+    exchange_in_rounds(sends, recvs);
+    reduce_in_host_order(x, sources, count, esize, dtype, op);
+  }
+
+  // Reduce-scatter + all-gather in pipelined chunks: round k sends chunk k's shards and chunk k-1's result.
+  void sharded(char* x, long count, long esize, int dtype, int op) {
+    long step = std::max<long>(hosts_, rules_.pipeline_chunk / esize);
+    long chunks = (count + step - 1) / step;
+    auto shard_of = [&](long k, int h) {
+      long first = k * step, length = std::min(step, count - first);
+      auto [lo, hi] = bounds(length, hosts_, h);
+      return Span{x + (first + lo) * esize, (hi - lo) * esize};
+    };
+    std::vector<void*> sources(hosts_);
+    for (long k = 0; k <= chunks; k++) {
+      Spans sends(hosts_), recvs(hosts_);
+      for (int h = 0; h < hosts_; h++) {
+        if (h == node_) continue;
+        if (k > 0) {  // all-gather of the previous chunk: my reduced shard out, theirs in
+          sends[h].push_back(shard_of(k - 1, node_));
+          recvs[h].push_back(shard_of(k - 1, h));
+        }
+        if (k < chunks) {  // reduce-scatter of this chunk: their part of my shard in
+          Span mine = shard_of(k, node_);
+          sends[h].push_back(shard_of(k, h));
+          sources[h] = scratch(2 * hosts_ * (k & 1) + h + 1, mine.length);
+          recvs[h].push_back({static_cast<char*>(sources[h]), mine.length});
+        }
+      }
+      exchange_in_rounds(sends, recvs);
+      if (k < chunks) {
+        Span mine = shard_of(k, node_);
+        sources[node_] = mine.data;
+        reduce_in_host_order(mine.data, sources, mine.length / esize, esize, dtype, op);
+      }
+    }
+  }
+
+  // Host h sends to h+1 only: shard j accumulates along the ring in one order, then travels around.
+  void ring_allreduce(char* x, long count, long esize, int dtype, int op) {
+    int to = (node_ + 1) % hosts_, from = (node_ + hosts_ - 1) % hosts_;
+    auto shard_of = [&](int j) {
+      auto [lo, hi] = bounds(count, hosts_, ((j % hosts_) + hosts_) % hosts_);
+      return Span{x + lo * esize, (hi - lo) * esize};
+    };
+    for (int s = 0; s < hosts_ - 1; s++) {  // reduce-scatter
+      Span incoming = shard_of(node_ - s - 1);
+      char* staged = scratch(1, incoming.length);
+      Spans sends(hosts_), recvs(hosts_);
+      sends[to] = {shard_of(node_ - s)};
+      recvs[from] = {{staged, incoming.length}};
+      exchange(sends, recvs);
+      void* sources[2] = {staged, incoming.data};  // the ring's order: earlier hosts first, then this one
+      reduce_(dtype, op, staged, sources, 2, incoming.length / esize);
+      std::memcpy(incoming.data, staged, incoming.length);
+    }
+    for (int s = 0; s < hosts_ - 1; s++) {  // all-gather: pass the finished shards on
+      Spans sends(hosts_), recvs(hosts_);
+      sends[to] = {shard_of(node_ + 1 - s)};
+      recvs[from] = {shard_of(node_ - s)};
+      exchange(sends, recvs);
+    }
+  }
+
+  // Every host's copy reduced in host order into x (x is sources[node_]); the same bits on every host.
+  void reduce_in_host_order(char* x, std::vector<void*>& sources, long count, long esize, int dtype, int op) {
+    if (node_ == 0) {  // x is sources[0]: in place
+      reduce_(dtype, op, x, sources.data(), hosts_, count);
+      return;
+    }
+    char* result = scratch(-1, count * esize);
+    reduce_(dtype, op, result, sources.data(), hosts_, count);
+    std::memcpy(x, result, count * esize);
+  }
+
+  // algorithms.py's exchange_in_rounds: large exchanges with several peers as permutation rounds (round r:
+  // send to host+r, receive from host-r), so that each link carries one flow per direction.
+  void exchange_in_rounds(const Spans& sends, const Spans& recvs) {
+    long largest = 0;
+    for (int h = 0; h < hosts_; h++) largest = std::max({largest, total(sends[h]), total(recvs[h])});
+    if (hosts_ <= 2 || largest < rules_.rounds_from) {
+      exchange(sends, recvs);
+      return;
+    }
+    for (int shift = 1; shift < hosts_; shift++) {
+      int to = (node_ + shift) % hosts_, from = (node_ + hosts_ - shift) % hosts_;
+      Spans round_sends(hosts_), round_recvs(hosts_);
+      round_sends[to] = sends[to];
+      round_recvs[from] = recvs[from];
+      exchange(round_sends, round_recvs);
+    }
+  }
+
+  static long total(const std::vector<Span>& spans) {
+    long sum = 0;
+    for (const Span& span : spans) sum += span.length;
+    return sum;
+  }
+
+  // Every peer's spans out and in at once through the kernels' poll loop; between slices Python checks
+  // the deadline and signals (`_exchange_stalled`), and a broken connection fails there (`_exchange_failed`).
+  void exchange(const Spans& sends, const Spans& recvs) {
+    std::vector<Transfer> transfers;
+    std::vector<int> peers;
+    for (int receive = 0; receive < 2; receive++)
+      for (int h = 0; h < hosts_; h++)
+        for (const Span& span : (receive ? recvs : sends)[h])
+          if (span.length > 0) {
+            transfers.push_back({fds_[h], receive, span.data, span.length, 0, 0});
+            peers.push_back(h);
+          }
+    for (;;) {
+      int status = exchange_(transfers.data(), static_cast<int>(transfers.size()), slice_ns_);
+      if (status == kDone) return;
+      pybind11::gil_scoped_acquire gil;
+      if (status >= 0) {
+        call_python("_exchange_failed", peers[status], transfers[status].receive != 0, transfers[status].error);
+        TORCH_CHECK(false, "smddp: _exchange_failed returned");
+      }
+      size_t waiting = transfers.size();  // the first unfinished receive names the late peer best, else a send
+      for (size_t i = 0; i < transfers.size(); i++) {
+        if (transfers[i].done >= transfers[i].length) continue;
+        if (waiting == transfers.size()) waiting = i;
+        if (transfers[i].receive) {
+          waiting = i;
+          break;
+        }
+      }
+      std::chrono::duration<double> waited = std::chrono::steady_clock::now() - started_;
+      call_python("_exchange_stalled", peers[waiting], transfers[waiting].receive != 0, waited.count());
+    }
+  }
+
+  // reusable buffers by key, zeroed (faulted in) when first made or grown
+  char* scratch(long key, long nbytes) {
+    std::vector<char>& buffer = scratch_[key];
+    if (static_cast<long>(buffer.size()) < nbytes) buffer.assign(nbytes, 0);
+    return buffer.data();
+  }
+
+  template <typename... Args>
+  void call_python(const char* method, Args... args) {
+    pybind11::function hook = pybind11::get_override(static_cast<const SmddpCore*>(this), method);
+    TORCH_CHECK(hook, "smddp: the Python group defines no ", method);
+    hook(what_, args...);  // raises (as a Python error) past the deadline or when the peer failed
+  }
+
+  // The collective now running across hosts: named in errors, timed from here for the deadline.
+  void start_call(const char* what) {
+    what_ = what;
+    started_ = std::chrono::steady_clock::now();
   }
 
   // One barrier of the current collective; Python finishes it when a peer is late or disagrees.
@@ -474,6 +816,16 @@ class SmddpCore : public c10d::PyProcessGroup {
   long spin_ns_ = 0;
   long slice_ns_ = 0;
   long symmetric_limit_ = 0;
+  int node_ = 0;
+  int hosts_ = 1;
+  bool leader_ = true;
+  std::vector<int> fds_;
+  ExchangeFn exchange_ = nullptr;
+  HostRules rules_{};
+  std::map<long, std::vector<char>> scratch_;
+  std::vector<std::vector<int>> nodes_;
+  const char* what_ = "";
+  std::chrono::steady_clock::time_point started_;
   std::atomic<int> mode_{0};
   std::atomic<int> pending_{0};
   int64_t calls_ = 0;  // written only under the claim
@@ -489,6 +841,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   pybind11::class_<SmddpCore, c10d::ProcessGroup, c10::intrusive_ptr<SmddpCore>>(m, "SmddpCore")
       .def(pybind11::init<int, int>(), pybind11::arg("rank"), pybind11::arg("size"))
       .def("_core_attach", &SmddpCore::attach)
+      .def("_core_attach_hosts", &SmddpCore::attach_hosts)
       .def("_core_mode", &SmddpCore::set_mode)
       .def("_claim_inline", &SmddpCore::claim_inline)
       .def("_add_pending", &SmddpCore::add_pending)
