@@ -186,6 +186,13 @@ ACROSS_HOSTS_CASES = [(1000, "float32", "SUM"), (30_001, "float32", "SUM"), (100
 ACROSS_HOSTS_GATHERS = [(100, "float32", True), (20_000, "int32", True), (300_001, "float32", False)]
 
 
+def _seeded(rank: int, count: int, dtype: torch.dtype) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(1000 * rank + count)
+    if dtype == torch.int64:
+        return torch.randint(1, 3, (count,), generator=gen)
+    return torch.randn(count, generator=gen, dtype=torch.float64).to(dtype)
+
+
 def allreduce_across_hosts(store: dist.TCPStore) -> None:
     """all_reduce and all_gather across hosts by every algorithm: each result against a reference, plus a
     digest of each all_reduce's bytes (every rank must hold the same bits, whichever path each rank took),
@@ -194,16 +201,9 @@ def allreduce_across_hosts(store: dist.TCPStore) -> None:
     results = []
     for count, dtype_name, op_name in ACROSS_HOSTS_CASES:
         dtype, op = getattr(torch, dtype_name), getattr(dist.ReduceOp, op_name)
-
-        def values(r: int) -> torch.Tensor:
-            gen = torch.Generator().manual_seed(1000 * r + count)
-            if dtype == torch.int64:
-                return torch.randint(1, 3, (count,), generator=gen)
-            return torch.randn(count, generator=gen, dtype=torch.float64).to(dtype)
-
-        x = values(rank)
+        x = _seeded(rank, count, dtype)
         dist.all_reduce(x, op=op)
-        every = torch.stack([values(r).double() for r in range(dist.get_world_size())])
+        every = torch.stack([_seeded(r, count, dtype).double() for r in range(dist.get_world_size())])
         reference = {"SUM": every.sum(0), "MAX": every.amax(0), "PRODUCT": every.prod(0)}[op_name]
         results.append({"close": bool(torch.allclose(x.double(), reference, rtol=1e-5, atol=1e-4)),
                         "digest": hashlib.sha256(x.numpy().tobytes()).hexdigest()})
