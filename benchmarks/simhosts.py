@@ -33,10 +33,12 @@ def available() -> str:
 
 @dataclass
 class SimHosts:
-    """``count`` hosts named algo-1..N; ``rate_mbit`` shapes every host's link in both directions."""
+    """``count`` hosts named algo-1..N; ``rate_mbit`` shapes every host's link in both directions, with
+    a token bucket that holds ``burst_ms`` of traffic at that rate."""
 
     count: int
     rate_mbit: float | None = None
+    burst_ms: float = 10.0
     # Unique per instance: removed veth peers vanish asynchronously, so names are never reused at once.
     tag: str = field(default_factory=lambda: f"{os.getpid() % 10000}{next(_instances) % 100}")
     _undo: list[list[str]] = field(default_factory=list, init=False)
@@ -86,7 +88,7 @@ class SimHosts:
         (tbf is what this kernel offers; netem, and with it added delay, is not built in.)"""
         if self.rate_mbit is None:
             return
-        burst = max(64_000, int(self.rate_mbit * 1e6 / 8 / 100))  # 10 ms at full rate
+        burst = max(64_000, int(self.rate_mbit * 1e6 / 8 * self.burst_ms / 1000))
         tbf = ["tbf", "rate", f"{self.rate_mbit}mbit", "burst", str(burst), "latency", "20ms"]
         _check(["tc", "qdisc", "add", "dev", outside, "root", *tbf])
         _check(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "eth0", "root", *tbf])
