@@ -230,23 +230,17 @@ class SmddpProcessGroup:
 
     def _exchange_stalled(self, what: str, node: int, receiving: bool, waited_s: float) -> None:
         """The core's exchange with other hosts still waits on node after a check slice: past the
-        deadline, the error of the Python path (and the connections close, as there)."""
+        deadline, the error of the Python path (the group fails, as there). Signal handlers run here; one
+        that raises leaves the connections to the core, which cuts them."""
         deadline = time.monotonic() - waited_s + self._comm.timeout_s
-        self._closing_mesh(lambda: self._guarded(what, lambda: self._comm.mesh.stalled(what, node, receiving, deadline)))
+        self._guarded(what, lambda: self._comm.mesh.stalled(what, node, receiving, deadline))
 
     def _exchange_failed(self, what: str, node: int, receiving: bool, error: int) -> None:
         """A transfer of the core's exchange with node failed (error: an errno, or -1: the peer closed)."""
         def fail() -> None:
             raise self._comm.mesh.failure(what, node, error)
 
-        self._closing_mesh(lambda: self._guarded(what, fail))
-
-    def _closing_mesh(self, check: Callable[[], None]) -> None:
-        try:
-            check()
-        except BaseException:  # an interrupted exchange leaves the connections mid-message: unusable
-            self._comm.mesh.close()
-            raise
+        self._guarded(what, fail)
 
     # execution ----------------------------------------------------------------------------------------
     def _submit(self, call: Call, job: Callable[[], None], value: object, opts: object) -> dist.Work:

@@ -221,3 +221,31 @@ def allreduce_across_hosts(store: dist.TCPStore) -> None:
         results.append({"close": right, "digest": ""})
     group = dist.group.WORLD
     _report(store, "across", {"results": results, "core_calls": group._core_calls() if hasattr(group, "_core_calls") else None})
+
+
+def interrupted_between_hosts(store: dist.TCPStore) -> None:
+    """Rank 0 waits in an all_reduce that the other host never joins; a signal handler raises
+    KeyboardInterrupt 0.3 s in: it must surface then (not at the timeout), and the group must refuse the
+    next call instead of reusing connections left mid-message."""
+    if dist.get_rank() != 0:
+        store.wait(["interrupted/release"])
+        os._exit(0)
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.3)
+    start = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(10))
+        interrupted = None
+    except KeyboardInterrupt:
+        interrupted = time.monotonic() - start
+    try:
+        dist.all_reduce(torch.ones(10))
+        after = None
+    except RuntimeError as exc:
+        after = str(exc)
+    _report(store, "interrupted", {"interrupted_after": interrupted, "next_call": after})
+    os._exit(0)

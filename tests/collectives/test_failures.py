@@ -90,6 +90,19 @@ def test_hung_host_times_out_naming_op_and_host(native_path):
     assert 2.5 < reports[0]["elapsed"] < 6, reports
 
 
+@pytest.mark.parametrize("native", ["1", "0"], ids=["native", "python"])
+def test_a_signal_interrupts_a_wait_between_hosts_and_the_group_refuses_later_calls(native):
+    cluster = Cluster(["algo-1", "algo-2"], scenario="interrupted_between_hosts", native=native,
+                      env={"SMDDP_TEST_PG_TIMEOUT": "20"})
+    try:
+        report = json.loads(cluster.store.get("report/interrupted/0"))
+    finally:
+        cluster.store.set("interrupted/release", "1")
+        cluster.finish(timeout=30)
+    assert report["interrupted_after"] is not None and report["interrupted_after"] < 2, report
+    assert report["next_call"] and ("closed" in report["next_call"] or "broke" in report["next_call"]), report
+
+
 def test_hang_warning_names_the_missing_rank_and_its_last_call(native_path):
     env = {"SMDDP_TEST_VICTIM": "1", "SMDDP_TEST_PG_TIMEOUT": "4", "SMDDP_HANG_WARN_S": "1"}
     cluster = Cluster(["algo-1", "algo-1"], scenario="hung_after_a_call", env=env, native=native_path)

@@ -15,6 +15,7 @@
 // Built on first use by smddp_sdk/collectives/native/__init__.py; see docs/collectives.md ("Native hot path").
 #include <torch/csrc/distributed/c10d/PyProcessGroup.hpp>
 #include <pybind11/stl.h>
+#include <sys/socket.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <algorithm>
@@ -739,22 +740,38 @@ class SmddpCore : public c10d::PyProcessGroup {
       int status = exchange_(transfers.data(), static_cast<int>(transfers.size()), slice_ns_);
       if (status == kDone) return;
       pybind11::gil_scoped_acquire gil;
-      if (status >= 0) {
-        call_python("_exchange_failed", peers[status], transfers[status].receive != 0, transfers[status].error);
-        TORCH_CHECK(false, "smddp: _exchange_failed returned");
-      }
-      size_t waiting = transfers.size();  // the first unfinished receive names the late peer best, else a send
-      for (size_t i = 0; i < transfers.size(); i++) {
-        if (transfers[i].done >= transfers[i].length) continue;
-        if (waiting == transfers.size()) waiting = i;
-        if (transfers[i].receive) {
-          waiting = i;
-          break;
+      try {
+        if (status >= 0) {
+          call_python("_exchange_failed", peers[status], transfers[status].receive != 0, transfers[status].error);
+          TORCH_CHECK(false, "smddp: _exchange_failed returned");
         }
+        report_stall(transfers, peers);
+      } catch (...) {
+        // Python fails the group (core off, connections closed) for errors; a signal handler's exception
+        // can escape before it does: then the connections, left mid-message, are cut here.
+        if (mode() != 0) {
+          set_mode(0);
+          for (int fd : fds_)
+            if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
+        }
+        throw;
       }
-      std::chrono::duration<double> waited = std::chrono::steady_clock::now() - started_;
-      call_python("_exchange_stalled", peers[waiting], transfers[waiting].receive != 0, waited.count());
     }
+  }
+
+  // A slice passed with transfers unfinished: Python fails the call past the deadline.
+  void report_stall(const std::vector<Transfer>& transfers, const std::vector<int>& peers) {
+    size_t waiting = transfers.size();  // the first unfinished receive names the late peer best, else a send
+    for (size_t i = 0; i < transfers.size(); i++) {
+      if (transfers[i].done >= transfers[i].length) continue;
+      if (waiting == transfers.size()) waiting = i;
+      if (transfers[i].receive) {
+        waiting = i;
+        break;
+      }
+    }
+    std::chrono::duration<double> waited = std::chrono::steady_clock::now() - started_;
+    call_python("_exchange_stalled", peers[waiting], transfers[waiting].receive != 0, waited.count());
   }
 
   // reusable buffers by key, zeroed (faulted in) when first made or grown
