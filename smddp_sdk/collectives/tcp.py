@@ -164,17 +164,23 @@ class TcpMesh:
 
     def stalled(self, what: str, peer: int, receiving: bool, deadline: float) -> None:
         """A native exchange still waits on peer after a slice: fail once the deadline has passed."""
-        if time.monotonic() < deadline:
-            return
-        if receiving:
-            raise CollectiveError(f"smddp {what} timed out waiting for {self._describe[peer]} (hung peer or different code path)")
-        raise CollectiveError(f"smddp {what} timed out sending to {self._describe[peer]}")
+        if time.monotonic() >= deadline:
+            raise self._timed_out(what, peer, receiving)
 
     def failure(self, what: str, peer: int, error: int) -> CollectiveError:
         """The error of a native transfer with peer that failed (error: an errno, or -1 when the peer closed)."""
-        if error == -1:
+        return self._lost(what, peer, None if error == -1 else OSError(error, os.strerror(error)))
+
+    def _timed_out(self, what: str, peer: int, receiving: bool) -> CollectiveError:
+        if receiving:
+            return CollectiveError(f"smddp {what} timed out waiting for {self._describe[peer]} (hung peer or different code path)")
+        return CollectiveError(f"smddp {what} timed out sending to {self._describe[peer]}")
+
+    def _lost(self, what: str, peer: int, error: OSError | None) -> CollectiveError:
+        """The connection to peer closed by the peer (error None) or broken."""
+        if error is None:
             return CollectiveError(f"smddp {what} failed: {self._describe[peer]} closed the connection (the peer exited or failed)")
-        return CollectiveError(f"smddp {what} failed: connection to {self._describe[peer]} broke ([Errno {error}] {os.strerror(error)})")
+        return CollectiveError(f"smddp {what} failed: connection to {self._describe[peer]} broke ({error})")
 
     def fds(self) -> list[int]:
         """The connections' file descriptors by node (-1 for this node), for the native core."""
@@ -196,9 +202,9 @@ class TcpMesh:
                 sock.settimeout(self._remaining(peer, what, deadline))
                 sock.sendall(view)
         except socket.timeout as exc:
-            raise CollectiveError(f"smddp {what} timed out sending to {self._describe[peer]}") from exc
+            raise self._timed_out(what, peer, receiving=False) from exc
         except OSError as exc:
-            raise CollectiveError(f"smddp {what} failed: connection to {self._describe[peer]} broke ({exc})") from exc
+            raise self._lost(what, peer, exc) from exc
 
     def _recv_all(self, peer: int, views: Sequence[memoryview], what: str, deadline: float) -> None:
         sock = self._socks[peer]
@@ -209,16 +215,12 @@ class TcpMesh:
                     sock.settimeout(self._remaining(peer, what, deadline))
                     count = sock.recv_into(view[got:])
                     if count == 0:
-                        raise CollectiveError(
-                            f"smddp {what} failed: {self._describe[peer]} closed the connection (the peer exited or failed)"
-                        )
+                        raise self._lost(what, peer, None)
                     got += count
         except socket.timeout as exc:
-            raise CollectiveError(
-                f"smddp {what} timed out waiting for {self._describe[peer]} (hung peer or different code path)"
-            ) from exc
+            raise self._timed_out(what, peer, receiving=True) from exc
         except OSError as exc:
-            raise CollectiveError(f"smddp {what} failed: connection to {self._describe[peer]} broke ({exc})") from exc
+            raise self._lost(what, peer, exc) from exc
 
     def _remaining(self, peer: int, what: str, deadline: float) -> float:
         left = deadline - time.monotonic()
