@@ -21,6 +21,15 @@ def fmt_time(seconds: float) -> str:
     return f"{seconds * 1e6:.0f} µs" if seconds < 1e-3 else f"{seconds * 1e3:.2f} ms"
 
 
+def _busbw_ratio(rows: list[dict]) -> str:
+    """smddp's busbw over gloo's, median (range); "-" for an op that moves no bytes (barrier)."""
+    if any(r["gloo"]["busbw"] == 0 for r in rows):
+        return "-"
+    ratios = [r["smddp"]["busbw"] / r["gloo"]["busbw"] for r in rows]
+    spread = f" ({min(ratios):.2f}–{max(ratios):.2f})" if len(rows) > 1 else ""
+    return f"**{statistics.median(ratios):.2f}x**{spread}"
+
+
 def render(runs: list[list[dict]]) -> str:
     cells: dict[tuple, list[dict]] = defaultdict(list)
     for run in runs:
@@ -35,12 +44,10 @@ def render(runs: list[list[dict]]) -> str:
             if (o, k) != (op, n):
                 continue
             med = lambda name, key: statistics.median(r[name][key] for r in rows)  # noqa: E731
-            ratios = [r["smddp"]["busbw"] / r["gloo"]["busbw"] for r in rows]
             times = [r["smddp"]["time_s"] / r["gloo"]["time_s"] for r in rows]
-            spread = f" ({min(ratios):.2f}–{max(ratios):.2f})" if len(rows) > 1 else ""
             lines.append(f"| {human(size)} | {fmt_time(med('smddp', 'time_s'))} | {med('smddp', 'busbw'):.3f} | "
                          f"{fmt_time(med('gloo', 'time_s'))} | {med('gloo', 'busbw'):.3f} | "
-                         f"**{statistics.median(ratios):.2f}x**{spread} | {statistics.median(times):.2f} |")
+                         f"{_busbw_ratio(rows)} | {statistics.median(times):.2f} |")
     return "\n".join(lines)
 
 
