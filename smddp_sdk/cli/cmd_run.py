@@ -13,11 +13,11 @@ from click.shell_completion import CompletionItem
 from smddp_sdk import launcher
 from smddp_sdk.cli.common import (
     build_scheduler,
-    check_with_scheduler,
     console,
     job_summary,
     parse_hosts,
     parse_ranks,
+    plan_job,
     resolve_from_cli,
 )
 from smddp_sdk.cli.output import Console, color_enabled, render_resolved
@@ -131,11 +131,9 @@ def checked_job(ctx: click.Context, job_file: str | None, params: dict[str, Any]
     """The resolved job, also checked by its scheduler when that scheduler is installed."""
     job = resolve_from_cli(ctx, job_file, params)
     try:
-        scheduler = build_scheduler(job.scheduler, job.scheduler_options, job)
+        plan_job(job, build_scheduler(job.scheduler, job.scheduler_options, job))
     except UnavailableError as err:  # the spec is still checked; say what could not be
         console(ctx).say(f"note: {job.scheduler} scheduler checks skipped: {err}")
-    else:
-        check_with_scheduler(job, scheduler)
     return job
 
 
@@ -165,8 +163,7 @@ def prepare(ctx: click.Context, out: Console, job_file: str | None, params: dict
     with out.stage(f"Validating {job_file or 'job'}"):
         job = resolve_from_cli(ctx, job_file, params)
         scheduler = build_scheduler(job.scheduler, job.scheduler_options, job)
-        check_with_scheduler(job, scheduler)
-        plan = scheduler.dryrun(job.spec)
+        plan = plan_job(job, scheduler)
     out.say(f"{out.style('⚙', fg='cyan')} Job {job_summary(job, plan.job_name)}")
     return job, scheduler, plan
 

@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import smddp_sdk
-from smddp_sdk.errors import SpecError, SpecIssue
-from smddp_sdk.schedulers.base import DryRun, Scheduler
+from smddp_sdk.errors import SmddpError, SpecError, SpecIssue
+from smddp_sdk.schedulers import fidelity
+from smddp_sdk.schedulers.base import Capabilities, DryRun, Scheduler
 from smddp_sdk.schedulers.hosts.supervisor import HEARTBEAT, LIFELINE, SCRATCH, backend_for
 from smddp_sdk.schedulers.local_job import JobDir, follow_lines, is_supervisor_of
-from smddp_sdk.specs import contract
+from smddp_sdk.specs import contract, instance_types
 from smddp_sdk.specs.failure import FailureRecord
+from smddp_sdk.specs.job import JobSpec
 from smddp_sdk.specs.status import HostStatus, JobHandle, JobState, JobStatus, LogLine
 
 SUPERVISOR_MODULE = "smddp_sdk.schedulers.hosts.supervisor"
@@ -37,9 +39,61 @@ _NAME_ATTEMPTS = 20
 class HostTreeScheduler(Scheduler):
     """Status, logs and cancel of jobs whose state lives in ``<job_root>/<job>/`` (see ``local_job``)."""
 
-    name: ClassVar[str]
+    capabilities: ClassVar[Capabilities] = Capabilities(bound_to_owner=True, cancel_on_interrupt=True, warns_notes=True)
+    backend: ClassVar[str]  # the host backend the supervisor runs the hosts with: "process" or "container"
     job_root: Path
+    processes_per_host: int | None
     stop_grace_period: float
+
+    # --- planning ---------------------------------------------------------------------------------
+
+    def validate(self, spec: JobSpec) -> list[SpecIssue]:
+        """What this machine cannot run: S3 code or output, what the rehearsal cannot emulate, a name clash."""
+        issues = []
+        if spec.source_dir and spec.source_dir.startswith("s3://"):
+            issues.append(SpecIssue("source_dir", f"{self.name} mode runs code from this machine, not from S3", "give a local directory"))
+        if spec.output_path and spec.output_path.startswith("s3://"):
+            issues.append(SpecIssue("output_path", f"{self.name} mode writes artifacts to this machine", "use a local path or file:// URI, or leave it unset"))
+        elif problem := _unwritable(self._output_dir(spec)):
+            issues.append(SpecIssue("output_path" if spec.output_path else "scheduler_options.job_root", problem))
+        if spec.job_name and JobDir(self.job_root / spec.job_name).path.exists():
+            issues.append(self._name_taken(spec.job_name))
+        return [*issues, *self._feature_issues(spec), *fidelity.issues(spec)]
+
+    def _feature_issues(self, spec: JobSpec) -> list[SpecIssue]:
+        """What this scheduler cannot run of what SageMaker can (beyond the fidelity checks)."""
+        return []
+
+    def _name_taken(self, job_name: str) -> SpecIssue:
+        return SpecIssue("job_name", f"a {self.name} job named {job_name!r} already exists in {self.job_root}", "choose another job_name, or remove that job's directory")
+
+    def _output_dir(self, spec: JobSpec) -> Path:
+        return Path(spec.output_path.removeprefix("file://")).expanduser().absolute() if spec.output_path else self.job_root
+
+    def _request(self, spec: JobSpec, job_name: str, **planned: Any) -> dict[str, Any]:
+        """The job record's request: what every host-tree job has around what its scheduler ``planned``."""
+        job_dir = JobDir(self.job_root / job_name)
+        artifacts = self._output_dir(spec) / job_name / "output"
+        return {
+            "job_name": job_name,
+            "handle": str(JobHandle(self.name, job_name)),
+            "job_dir": str(job_dir.path),
+            "code": {"source": spec.source_dir or spec.entry_point, "dependencies": list(spec.dependencies), "snapshot": str(job_dir.code_dir)},
+            **planned,
+            "artifacts": {"model_data": str(artifacts / "model.tar.gz"), "output_data": str(artifacts / "output.tar.gz")},
+            "backend": self.backend,
+            "max_run": spec.max_run,
+            "stop_grace_period": self.stop_grace_period,
+        }
+
+    def _simulated_gpus(self, spec: JobSpec, *, gpus_passed: bool) -> int | None:
+        """SMDDP_NUM_GPUS for every host; None lets the runtime count the GPUs it is given."""
+        if self.processes_per_host is not None:
+            return self.processes_per_host
+        if gpus_passed:
+            return None
+        instance = instance_types.lookup(spec.instance_type)
+        return instance.gpus if instance is not None else 0
 
     # --- starting ---------------------------------------------------------------------------------
 
@@ -47,7 +101,7 @@ class HostTreeScheduler(Scheduler):
         """Fill the (new, empty) job directory: code snapshot, host trees. Subclasses implement it."""
         raise NotImplementedError
 
-    def _start_job(self, dryrun: DryRun, owner_pid: int | None) -> JobHandle:
+    def run(self, dryrun: DryRun, *, owner_pid: int | None) -> JobHandle:
         """Create the job directory under a unique name, fill it, record the job, start its supervisor."""
         dryrun, job_dir = self._claim_job_dir(dryrun)
         try:
@@ -78,9 +132,9 @@ class HostTreeScheduler(Scheduler):
                 return dryrun, job_dir
             except FileExistsError:
                 if dryrun.spec.job_name:
-                    raise SpecError(SpecIssue("job_name", f"a {self.name} job named {dryrun.job_name!r} already exists in {self.job_root}", "choose another job_name")) from None
+                    raise SpecError(self._name_taken(dryrun.job_name)) from None
             time.sleep(0.002)  # the generated name carries milliseconds
-            dryrun = self.dryrun(dryrun.spec)
+            dryrun = self.plan(dryrun.spec)
         raise SpecError(SpecIssue("base_job_name", f"no free job name after {_NAME_ATTEMPTS} attempts in {self.job_root}"))
 
     def _start_supervisor(self, job_dir: JobDir) -> None:
@@ -235,13 +289,29 @@ class HostTreeScheduler(Scheduler):
     def has_job(self, job_name: str) -> bool:
         return JobDir(self.job_root / job_name).exists()
 
-    def list_jobs(self) -> list[JobStatus]:
-        """Every job under the job root, newest first."""
+    def list_jobs(self, limit: int | None = None) -> list[JobStatus]:
+        """The jobs under the job root, newest first; one whose record cannot be read says why."""
         if not self.job_root.is_dir():
             return []
         jobs = [JobDir(path) for path in self.job_root.iterdir() if JobDir(path).exists()]
         jobs.sort(key=lambda job: job.record_file.stat().st_mtime, reverse=True)
-        return [self.status(JobHandle(self.name, job.path.name)) for job in jobs]
+        return [self._listed_status(JobHandle(self.name, job.path.name)) for job in jobs[:limit]]
+
+    def _listed_status(self, handle: JobHandle) -> JobStatus:
+        try:
+            return self.status(handle)
+        except SmddpError as err:
+            return JobStatus(handle, JobState.UNKNOWN, str(err).splitlines()[0])
+
+    def job_path(self, handle: JobHandle) -> Path:
+        """Where the job's directory is (whether or not it still exists)."""
+        return self.job_root / handle.job_id
+
+    def remove(self, handle: JobHandle) -> None:
+        """Delete a finished job's directory (``smddp-launch clean``); a running job is refused."""
+        if not self.status(handle).state.is_terminal:
+            raise SpecError(SpecIssue("job", f"{handle} is still running", f"cancel it first: smddp-launch cancel {handle.job_id}"))
+        shutil.rmtree(self.job_path(handle), ignore_errors=True)
 
     def job_record(self, handle: JobHandle) -> dict[str, Any]:
         """What ``schedule`` wrote to ``job.json``: handle, spec (``JobSpec.as_dict()``), request, owner."""
@@ -259,6 +329,18 @@ def _reap_finished_children() -> None:
 def package_parent() -> str:
     """The directory holding the ``smddp_sdk`` package, for the supervisor's and runtimes' PYTHONPATH."""
     return str(Path(smddp_sdk.__file__).resolve().parent.parent)
+
+
+def _unwritable(path: Path) -> str:
+    """Why ``path`` (existing or to be created) cannot receive files, or "" when it can."""
+    probe = path.expanduser()
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{str(probe)!r} is not a directory"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{str(probe)!r} is not writable"
+    return ""
 
 
 def _stale(job_dir: JobDir, limit: float = 60.0) -> bool:
