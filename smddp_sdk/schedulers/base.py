@@ -77,7 +77,7 @@ class Scheduler(abc.ABC):
         if dryrun.scheduler != self.name:
             raise SpecError(SpecIssue("scheduler", f"this dryrun was made for the {dryrun.scheduler!r} scheduler, not {self.name!r}"))
         if self.capabilities.warns_notes:
-            from smddp_sdk.schedulers import fidelity
+            from smddp_sdk.schedulers.hosttree import fidelity
 
             fidelity.warn(dryrun.notes)
         return self.run(dryrun, owner_pid=owner_pid if self.capabilities.bound_to_owner else None)

@@ -6,12 +6,12 @@ network carry labels (``ai.smddp.job=<job>``), so status, logs, cancel and clean
 process. The docker CLI is driven through subprocess: no compose, no Docker SDK.
 
 This module is the plan (every ``docker create`` argv) and the engine checks. The run belongs to the one
-host-tree lifecycle (``hosts``): ``schedule`` writes the job directory (the same code snapshot and
+host-tree lifecycle (``hosttree``): ``schedule`` writes the job directory (the same code snapshot and
 per-host trees local mode writes) and starts the detached supervisor, which creates the network and the
 containers through the container backend, watches them, stops them on cancel, owner gone, ``max_run``
 or a peer's failure, names the root cause, collects ``model.tar.gz``/``output.tar.gz``, writes the job's
 state and removes containers and network (``keep_containers=True`` keeps them). ``status``, ``logs``
-and ``cancel`` come from ``hosts.jobs`` and work after the containers are gone.
+and ``cancel`` come from ``hosttree.jobs`` and work after the containers are gone.
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from typing import Any, ClassVar
 
 import smddp_sdk
 from smddp_sdk.errors import SpecIssue, UnavailableError
-from smddp_sdk.schedulers import channels, fidelity
 from smddp_sdk.schedulers.base import DryRun
-from smddp_sdk.schedulers.host_trees import host_names, prepare_host_trees, stage_code
-from smddp_sdk.schedulers.hosts.container_backend import LABEL_HOST, LABEL_JOB, LABEL_JOB_DIR, remove_job
-from smddp_sdk.schedulers.hosts.jobs import HostTreeScheduler
-from smddp_sdk.schedulers.hosts.supervisor import LIFELINE
-from smddp_sdk.schedulers.local_job import JobDir, default_job_root
+from smddp_sdk.schedulers.hosttree import channels, fidelity
+from smddp_sdk.schedulers.hosttree.container_backend import LABEL_HOST, LABEL_JOB, LABEL_JOB_DIR, remove_job
+from smddp_sdk.schedulers.hosttree.host_trees import host_names, prepare_host_trees, stage_code
+from smddp_sdk.schedulers.hosttree.job_dir import JobDir, default_job_root
+from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler
+from smddp_sdk.schedulers.hosttree.supervisor import LIFELINE
 from smddp_sdk.schedulers.options import (
     PROCESSES_PER_HOST,
     STOP_GRACE_PERIOD,

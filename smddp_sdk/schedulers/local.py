@@ -1,10 +1,10 @@
 """The local scheduler: N simulated hosts as process trees on this machine, no Docker and no AWS.
 
 This module is the plan: ``dryrun`` computes every host's command, environment and config files, and
-``schedule`` writes the job directory (see ``local_job``): a code snapshot and one ``/opt/ml`` tree per
-host (``host_trees``). The run itself belongs to the one host-tree lifecycle (``hosts``): the detached
+``schedule`` writes the job directory (see ``hosttree.job_dir``): a code snapshot and one ``/opt/ml`` tree per
+host (``host_trees``). The run itself belongs to the one host-tree lifecycle (``hosttree``): the detached
 supervisor starts the runtime once per host through the process backend (``python -m
-smddp_sdk.runtime``, never imported), and ``status``, ``logs`` and ``cancel`` come from ``hosts.jobs``.
+smddp_sdk.runtime``, never imported), and ``status``, ``logs`` and ``cancel`` come from ``hosttree.jobs``.
 
 Its options are declared on the class (``LocalScheduler.options``; ``smddp-launch options local``).
 """
@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from smddp_sdk.errors import SpecIssue
-from smddp_sdk.schedulers import fidelity
 from smddp_sdk.schedulers.base import DryRun
-from smddp_sdk.schedulers.host_trees import config_files, host_names, largest_entries, prepare_host_trees, stage_code
-from smddp_sdk.schedulers.hosts.jobs import HostTreeScheduler, package_parent
-from smddp_sdk.schedulers.hosts.process_backend import PORT_PLACEHOLDER, TOKEN_PLACEHOLDER
-from smddp_sdk.schedulers.local_job import JobDir, default_job_root
+from smddp_sdk.schedulers.hosttree import fidelity
+from smddp_sdk.schedulers.hosttree.host_trees import config_files, host_names, largest_entries, prepare_host_trees, stage_code
+from smddp_sdk.schedulers.hosttree.job_dir import JobDir, default_job_root
+from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler, package_parent
+from smddp_sdk.schedulers.hosttree.process_backend import PORT_PLACEHOLDER, TOKEN_PLACEHOLDER
 from smddp_sdk.schedulers.options import PROCESSES_PER_HOST, STOP_GRACE_PERIOD, Option, SchedulerOptions, boolean, job_root, with_default
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.job import JobSpec, TrainingInput, make_job_name

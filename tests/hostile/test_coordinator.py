@@ -18,7 +18,7 @@ import pytest
 from smddp_sdk.runtime import coordination
 from smddp_sdk.runtime.coordination import Coordinator, CoordinatorClient, decode_message
 from smddp_sdk.runtime.failures import RankFailure
-from smddp_sdk.schedulers.local_job import pick_free_ports
+from smddp_sdk.schedulers.hosttree.job_dir import pick_free_ports
 
 HOSTS = ("algo-1", "algo-2")
 

@@ -7,7 +7,7 @@ import pytest
 from smddp_sdk import launcher
 from smddp_sdk.errors import JobFailedError
 from smddp_sdk.schedulers import get_scheduler
-from smddp_sdk.schedulers.local_job import JobDir
+from smddp_sdk.schedulers.hosttree.job_dir import JobDir
 from smddp_sdk.specs.status import Failure, JobHandle, JobState, JobStatus
 
 CONSOLE = """[algo-1]: job j: launch shape smdistributed

@@ -9,7 +9,7 @@ import pytest
 
 from smddp_sdk.runtime.coordination import Coordinator, CoordinatorClient
 from smddp_sdk.runtime.failures import RankFailure
-from smddp_sdk.schedulers.local_job import pick_free_ports
+from smddp_sdk.schedulers.hosttree.job_dir import pick_free_ports
 from smddp_sdk.specs.failure import SETTLE_SECONDS
 
 HOSTS = ("algo-1", "algo-2", "algo-3")

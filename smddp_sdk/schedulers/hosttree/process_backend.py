@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
-from smddp_sdk.schedulers.hosts.backend import HostBackend, HostExit, Output
-from smddp_sdk.schedulers.local_job import JobDir, pick_free_ports, pid_alive, port_lock, ports_of_live_jobs, session_members, signal_session
+from smddp_sdk.schedulers.hosttree.backend import HostBackend, HostExit, Output
+from smddp_sdk.schedulers.hosttree.job_dir import JobDir, pick_free_ports, pid_alive, port_lock, ports_of_live_jobs, session_members, signal_session
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.failure import exit_code_of, signal_name
 

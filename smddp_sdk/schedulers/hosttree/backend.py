@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from smddp_sdk.schedulers.local_job import JobDir
+from smddp_sdk.schedulers.hosttree.job_dir import JobDir
 
 # Called with (host, one raw output line) from the backend's reader threads.
 Output = Callable[[str, bytes], None]

@@ -1,4 +1,4 @@
-"""The one supervisor of a host-tree job: ``python -m smddp_sdk.schedulers.hosts.supervisor <job_dir>``.
+"""The one supervisor of a host-tree job: ``python -m smddp_sdk.schedulers.hosttree.supervisor <job_dir>``.
 
 One detached process per job, for local processes and docker containers alike. It reads ``job.json``,
 starts every host through its backend, copies their output into ``console.log`` and keeps
@@ -27,10 +27,10 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from smddp_sdk.schedulers import checkpoints
-from smddp_sdk.schedulers.host_trees import collect_artifacts
-from smddp_sdk.schedulers.hosts.backend import HostBackend, HostExit
-from smddp_sdk.schedulers.local_job import JobDir, pid_alive
+from smddp_sdk.schedulers.hosttree import checkpoints
+from smddp_sdk.schedulers.hosttree.backend import HostBackend, HostExit
+from smddp_sdk.schedulers.hosttree.host_trees import collect_artifacts
+from smddp_sdk.schedulers.hosttree.job_dir import JobDir, pid_alive
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.archives import read_inside
 from smddp_sdk.specs.contract import OptMl
@@ -59,10 +59,10 @@ def backend_for(job_dir: JobDir, record: dict[str, Any]) -> HostBackend:
     """The backend a job record names (``process`` for local jobs, ``container`` for docker jobs)."""
     kind = record["request"].get("backend", "process")
     if kind == "container":
-        from smddp_sdk.schedulers.hosts.container_backend import ContainerBackend
+        from smddp_sdk.schedulers.hosttree.container_backend import ContainerBackend
 
         return ContainerBackend(job_dir, record["request"])
-    from smddp_sdk.schedulers.hosts.process_backend import ProcessBackend
+    from smddp_sdk.schedulers.hosttree.process_backend import ProcessBackend
 
     return ProcessBackend(job_dir, record["request"])
 
@@ -332,7 +332,7 @@ def remove_host_trees(job_dir: JobDir, hosts: list[str]) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m smddp_sdk.schedulers.hosts.supervisor <job_dir>", file=sys.stderr)
+        print("usage: python -m smddp_sdk.schedulers.hosttree.supervisor <job_dir>", file=sys.stderr)
         return 2
     os.umask(0o077)  # job files, logs and host trees are the caller's alone
     supervisor = Supervisor(JobDir(Path(argv[0])))

@@ -17,8 +17,8 @@ from datetime import datetime, timezone
 from typing import IO, Any, ClassVar
 
 from smddp_sdk.errors import UnavailableError
-from smddp_sdk.schedulers.hosts.backend import HostBackend, HostExit, Output
-from smddp_sdk.schedulers.local_job import JobDir
+from smddp_sdk.schedulers.hosttree.backend import HostBackend, HostExit, Output
+from smddp_sdk.schedulers.hosttree.job_dir import JobDir
 from smddp_sdk.specs.failure import signal_name
 
 LABEL_JOB = "ai.smddp.job"

@@ -142,7 +142,7 @@ def is_supervisor_of(pid: int | None, job_dir: Path) -> bool:
     except OSError:
         return True  # no /proc (macOS): trust the pid
     args = [arg for arg in raw.split("\0") if arg]
-    # ... -m smddp_sdk.schedulers.hosts.supervisor <job dir>; the root may be spelt another way (a symlink)
+    # ... -m smddp_sdk.schedulers.hosttree.supervisor <job dir>; the root may be spelt another way (a symlink)
     return len(args) >= 2 and args[-2].endswith("supervisor") and Path(args[-1]).resolve() == job_dir.resolve()
 
 

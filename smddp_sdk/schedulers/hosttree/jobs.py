@@ -1,7 +1,7 @@
 """The scheduler side of host-tree jobs, shared by the local and docker schedulers.
 
 A subclass plans (``dryrun``) and prepares the job directory (``_write_job_dir``); this base writes the
-record, starts the one supervisor (``hosts.supervisor``) and answers ``status``, ``logs``, ``cancel``
+record, starts the one supervisor (``hosttree.supervisor``) and answers ``status``, ``logs``, ``cancel``
 and ``list`` from the job directory, so they work from any process, later -- and ``cancel`` works even
 when the supervisor is gone or frozen, from what the job recorded.
 """
@@ -20,16 +20,16 @@ from typing import Any, ClassVar
 
 import smddp_sdk
 from smddp_sdk.errors import SmddpError, SpecError, SpecIssue
-from smddp_sdk.schedulers import fidelity
 from smddp_sdk.schedulers.base import Capabilities, DryRun, Scheduler
-from smddp_sdk.schedulers.hosts.supervisor import HEARTBEAT, LIFELINE, SCRATCH, backend_for
-from smddp_sdk.schedulers.local_job import JobDir, follow_lines, is_supervisor_of
+from smddp_sdk.schedulers.hosttree import fidelity
+from smddp_sdk.schedulers.hosttree.job_dir import JobDir, follow_lines, is_supervisor_of
+from smddp_sdk.schedulers.hosttree.supervisor import HEARTBEAT, LIFELINE, SCRATCH, backend_for
 from smddp_sdk.specs import contract, instance_types
 from smddp_sdk.specs.failure import FailureRecord
 from smddp_sdk.specs.job import JobSpec
 from smddp_sdk.specs.status import HostStatus, JobHandle, JobState, JobStatus, LogLine
 
-SUPERVISOR_MODULE = "smddp_sdk.schedulers.hosts.supervisor"
+SUPERVISOR_MODULE = "smddp_sdk.schedulers.hosttree.supervisor"
 # A supervisor that neither answers a SIGTERM nor touches its heartbeat for this long is taken to be
 # frozen; ``cancel`` then stops the hosts itself.
 FROZEN_AFTER = 3.0
@@ -37,7 +37,7 @@ _NAME_ATTEMPTS = 20
 
 
 class HostTreeScheduler(Scheduler):
-    """Status, logs and cancel of jobs whose state lives in ``<job_root>/<job>/`` (see ``local_job``)."""
+    """Status, logs and cancel of jobs whose state lives in ``<job_root>/<job>/`` (see ``hosttree.job_dir``)."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(bound_to_owner=True, cancel_on_interrupt=True, warns_notes=True)
     backend: ClassVar[str]  # the host backend the supervisor runs the hosts with: "process" or "container"

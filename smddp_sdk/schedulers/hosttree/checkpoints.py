@@ -30,7 +30,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from smddp_sdk.errors import SmddpError, SpecIssue
-from smddp_sdk.schedulers import stores
+from smddp_sdk.schedulers.hosttree import stores
 from smddp_sdk.specs.job import JobSpec
 
 DEFAULT_LOCAL_PATH = "/opt/ml/checkpoints"
