@@ -35,6 +35,7 @@ from smddp_sdk.runtime.training_env import TrainingEnv, number_env, read_trainin
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.failure import SOURCE_EARLY_EXIT, SOURCE_RUNTIME, SOURCE_STOPPED, FailureRecord, must_stop
+from smddp_sdk.specs.processes import pid_alive
 
 DEFAULT_STOP_GRACE = 5.0
 DEFAULT_AGENT_TIMEOUT = 600.0  # hosts may start minutes apart (image pulls)
@@ -454,7 +455,7 @@ def _sweep_stale_scratch() -> None:
     for entry in entries:
         pid = entry.name[len(_SCRATCH_PREFIX):].split("-", 1)[0]
         try:
-            if not pid.isdigit() or entry.stat().st_uid != os.getuid() or _alive(int(pid)):
+            if not pid.isdigit() or entry.stat().st_uid != os.getuid() or pid_alive(int(pid)):
                 continue
         except OSError:
             continue
@@ -466,16 +467,6 @@ def _remove_if_empty(path: Path) -> None:
         path.rmdir()
     except OSError:
         pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _settled_tail(proc: RankProcess) -> str:

@@ -43,7 +43,6 @@ class Capabilities:
 
     bound_to_owner: bool = False  # schedule(owner_pid=...) ends the job when that process goes away
     cancel_on_interrupt: bool = False  # Ctrl-C while following cancels the job (it runs on this machine)
-    warns_notes: bool = False  # the dry run's notes are fidelity warnings, printed when the job starts
 
 
 class Scheduler(abc.ABC):
@@ -76,10 +75,7 @@ class Scheduler(abc.ABC):
         """
         if dryrun.scheduler != self.name:
             raise SpecError(SpecIssue("scheduler", f"this dryrun was made for the {dryrun.scheduler!r} scheduler, not {self.name!r}"))
-        if self.capabilities.warns_notes:
-            from smddp_sdk.schedulers.hosttree import fidelity
-
-            fidelity.warn(dryrun.notes)
+        self.warn(dryrun)
         return self.run(dryrun, owner_pid=owner_pid if self.capabilities.bound_to_owner else None)
 
     def submit(self, spec: JobSpec) -> JobHandle:
@@ -94,6 +90,9 @@ class Scheduler(abc.ABC):
     def validate(self, spec: JobSpec) -> list[SpecIssue]:
         """Problems this target has with an otherwise valid spec (e.g. a feature it cannot run)."""
         return []
+
+    def warn(self, dryrun: DryRun) -> None:
+        """Say, as the job starts, what the user should know of its plan (e.g. where a rehearsal differs)."""
 
     @abc.abstractmethod
     def plan(self, spec: JobSpec) -> DryRun:

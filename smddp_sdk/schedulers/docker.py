@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -26,8 +25,8 @@ from typing import Any, ClassVar
 import smddp_sdk
 from smddp_sdk.errors import SpecIssue, UnavailableError
 from smddp_sdk.schedulers.base import DryRun
-from smddp_sdk.schedulers.hosttree import channels, fidelity
-from smddp_sdk.schedulers.hosttree.container_backend import LABEL_HOST, LABEL_JOB, LABEL_JOB_DIR, remove_job
+from smddp_sdk.schedulers.hosttree import channels, docker_cli, fidelity
+from smddp_sdk.schedulers.hosttree.docker_cli import ENGINE_HINT, LABEL_HOST, LABEL_JOB, LABEL_JOB_DIR, remove_job
 from smddp_sdk.schedulers.hosttree.host_trees import host_names, prepare_host_trees, stage_code
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir, default_job_root
 from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler
@@ -52,10 +51,6 @@ __all__ = ["DockerScheduler", "DEFAULT_IMAGE", "LABEL_HOST", "LABEL_JOB", "LABEL
 
 DEFAULT_IMAGE = f"smddp-sdk:{smddp_sdk.__version__}"
 BUILD_COMMAND = "scripts/build-image.sh (in a smddp-sdk checkout)"
-ENGINE_HINT = (
-    "start Docker (sudo systemctl start docker), or as root in a smddp-sdk checkout: "
-    'eval "$(scripts/docker-engine.sh start)"; point DOCKER_HOST at a running engine otherwise'
-)
 GPU_CHOICES = ("auto", "all", "none")
 CODE_MOUNT = "/opt/smddp/code"  # the job's code snapshot, read-only; the runtime copies it to /opt/ml/code
 LIFELINE_MOUNT = "/opt/smddp/lifeline"  # the supervisor's FIFO: the runtime stops its ranks when it closes
@@ -213,35 +208,18 @@ class DockerScheduler(HostTreeScheduler):
         # Made here so that the bind mount finds a FIFO, not a directory the engine would create.
         os.mkfifo(job_dir.path / LIFELINE, 0o600)
 
-    # --- the engine -----------------------------------------------------------------------------
+    def leftovers(self, removed: set[str]) -> dict[str, list[str]]:
+        """Containers and networks of this job root's jobs that are gone or in ``removed`` (``clean``)."""
+        return docker_cli.leftovers(self.docker, self.job_root, removed)
 
-    def _docker(self, *args: str, check: bool = True, merge: bool = False, timeout: float = 120) -> str:
-        """Run one docker CLI command; engine trouble becomes an UnavailableError saying how to fix it."""
-        try:
-            proc = subprocess.run(
-                [self.docker, *args],
-                capture_output=not merge,
-                stdout=subprocess.PIPE if merge else None,
-                stderr=subprocess.STDOUT if merge else None,
-                text=True,
-                errors="replace",
-                timeout=timeout,
-                check=False,
-            )
-        except FileNotFoundError:
-            raise UnavailableError(f"the docker CLI ({self.docker!r}) is not installed; install Docker, then {ENGINE_HINT}") from None
-        except subprocess.TimeoutExpired:
-            raise UnavailableError(f"docker {args[0]} did not answer within {timeout:.0f} s; is the engine healthy? ({ENGINE_HINT})") from None
-        if check and proc.returncode != 0:
-            error = (proc.stderr or proc.stdout or "").strip()
-            if "Cannot connect to the Docker daemon" in error or "error during connect" in error:
-                raise UnavailableError(f"no Docker engine answers ({error.splitlines()[-1]}); {ENGINE_HINT}")
-            raise UnavailableError(f"docker {' '.join(args[:2])} failed: {error}")
-        return proc.stdout or ""
+    def remove_leftovers(self, found: dict[str, list[str]]) -> None:
+        docker_cli.remove_leftovers(self.docker, found)
+
+    # --- the engine -----------------------------------------------------------------------------
 
     def _check_engine(self) -> None:
         try:
-            self._docker("version", "--format", "{{.Server.Version}}", timeout=30)
+            docker_cli.run(self.docker, "version", "--format", "{{.Server.Version}}", timeout=30)
         except UnavailableError as exc:
             if "not installed" in str(exc):
                 raise
@@ -263,10 +241,10 @@ class DockerScheduler(HostTreeScheduler):
         )
 
     def _has_image(self, image: str) -> bool:
-        return bool(self._docker("image", "ls", "-q", image, check=False).strip())
+        return bool(docker_cli.run(self.docker, "image", "ls", "-q", image, check=False).strip())
 
     def _check_gpu_support(self, spec: JobSpec) -> None:
-        runtimes = self._docker("info", "--format", "{{json .Runtimes}}", check=False)
+        runtimes = docker_cli.run(self.docker, "info", "--format", "{{json .Runtimes}}", check=False)
         if "nvidia" in runtimes or shutil.which("nvidia-container-runtime-hook"):
             return
         raise UnavailableError(

@@ -24,7 +24,7 @@ from smddp_sdk.schedulers.base import Capabilities, DryRun, Scheduler
 from smddp_sdk.schedulers.hosttree import fidelity
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir, follow_lines, is_supervisor_of
 from smddp_sdk.schedulers.hosttree.supervisor import HEARTBEAT, LIFELINE, SCRATCH, backend_for
-from smddp_sdk.specs import contract, instance_types
+from smddp_sdk.specs import contract, instance_types, processes
 from smddp_sdk.specs.failure import FailureRecord
 from smddp_sdk.specs.job import JobSpec
 from smddp_sdk.specs.status import HostStatus, JobHandle, JobState, JobStatus, LogLine
@@ -39,7 +39,7 @@ _NAME_ATTEMPTS = 20
 class HostTreeScheduler(Scheduler):
     """Status, logs and cancel of jobs whose state lives in ``<job_root>/<job>/`` (see ``hosttree.job_dir``)."""
 
-    capabilities: ClassVar[Capabilities] = Capabilities(bound_to_owner=True, cancel_on_interrupt=True, warns_notes=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(bound_to_owner=True, cancel_on_interrupt=True)
     backend: ClassVar[str]  # the host backend the supervisor runs the hosts with: "process" or "container"
     job_root: Path
     processes_per_host: int | None
@@ -96,6 +96,9 @@ class HostTreeScheduler(Scheduler):
         return instance.gpus if instance is not None else 0
 
     # --- starting ---------------------------------------------------------------------------------
+
+    def warn(self, dryrun: DryRun) -> None:
+        fidelity.warn(dryrun.notes)  # what a rehearsal cannot emulate, once per process
 
     def _write_job_dir(self, dryrun: DryRun, job_dir: JobDir) -> None:
         """Fill the (new, empty) job directory: code snapshot, host trees. Subclasses implement it."""
@@ -243,7 +246,7 @@ class HostTreeScheduler(Scheduler):
             if supervisor is None:
                 if _stale(job_dir, limit=5.0):
                     return False  # it never started
-            elif not is_supervisor_of(supervisor, job_dir.path) or _frozen(supervisor):
+            elif not is_supervisor_of(supervisor, job_dir.path) or processes.is_stopped(supervisor):
                 return False
             elif signalled_at is None:
                 os.kill(supervisor, signal.SIGTERM)
@@ -349,15 +352,6 @@ def _stale(job_dir: JobDir, limit: float = 60.0) -> bool:
         return time.time() - job_dir.state_file.stat().st_mtime > limit
     except FileNotFoundError:
         return False
-
-
-def _frozen(pid: int) -> bool:
-    """Stopped (SIGSTOP, a debugger): it will not answer whatever we wait."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] in ("T", "t")
 
 
 def _last_sign_of_life(job_dir: JobDir) -> float:

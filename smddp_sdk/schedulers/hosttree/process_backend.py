@@ -14,13 +14,13 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import IO, Any, ClassVar
 
 from smddp_sdk.schedulers.hosttree.backend import HostBackend, HostExit, Output
-from smddp_sdk.schedulers.hosttree.job_dir import JobDir, pick_free_ports, pid_alive, port_lock, ports_of_live_jobs, session_members, signal_session
+from smddp_sdk.schedulers.hosttree.job_dir import JobDir, pick_free_ports, port_lock, ports_of_live_jobs
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.failure import exit_code_of, signal_name
+from smddp_sdk.specs.processes import session_alive, signal_session
 
 PORT_PLACEHOLDER = "<free port, picked at start>"
 TOKEN_PLACEHOLDER = "<random, made at start>"
@@ -124,17 +124,13 @@ class ProcessBackend(HostBackend):
         for session in sessions:
             signal_session(session, signal.SIGTERM)
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(_session_alive(session) for session in sessions):
+        while time.monotonic() < deadline and any(session_alive(session) for session in sessions):
             time.sleep(0.05)
         for session in sessions:
             signal_session(session, signal.SIGKILL)
 
     def _host(self, host: str) -> Mapping[str, Any]:
         return next(item for item in self.request["hosts"] if item["host"] == host)
-
-
-def _session_alive(session: int) -> bool:
-    return bool(session_members(session)) if Path("/proc").is_dir() else pid_alive(session)
 
 
 def _copy(host: str, stream: IO[bytes], output: Output) -> None:

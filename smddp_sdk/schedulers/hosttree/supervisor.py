@@ -30,8 +30,8 @@ from typing import IO, Any
 from smddp_sdk.schedulers.hosttree import checkpoints
 from smddp_sdk.schedulers.hosttree.backend import HostBackend, HostExit
 from smddp_sdk.schedulers.hosttree.host_trees import collect_artifacts
-from smddp_sdk.schedulers.hosttree.job_dir import JobDir, pid_alive
-from smddp_sdk.specs import contract
+from smddp_sdk.schedulers.hosttree.job_dir import JobDir
+from smddp_sdk.specs import contract, processes
 from smddp_sdk.specs.archives import read_inside
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.failure import (
@@ -177,7 +177,7 @@ class Supervisor:
         """The owner started us: it is gone once we are re-parented (no pid-reuse doubt); otherwise poll it."""
         if self.first_parent == owner:
             return os.getppid() != owner
-        return not pid_alive(owner)
+        return not processes.pid_alive(owner)
 
     def cancel_wanted(self) -> bool:
         return self.signalled.is_set() or self.job_dir.cancel_requested
