@@ -197,14 +197,7 @@ class HostTreeScheduler(Scheduler):
         job_dir.write_state(state)
         return state
 
-    def logs(
-        self,
-        handle: JobHandle,
-        *,
-        hosts: Sequence[str] | None = None,
-        ranks: Sequence[int] | None = None,
-        follow: bool = False,
-    ) -> Iterator[LogLine]:
+    def logs(self, handle: JobHandle, *, hosts: Sequence[str] | None = None, ranks: Sequence[int] | None = None, follow: bool = False) -> Iterator[LogLine]:
         """Every host's output in the order it arrived; ``ranks`` keeps only those ranks' lines."""
         job_dir = self._job_dir(handle)
         finished = (lambda: self.status(handle).state.is_terminal) if follow else (lambda: True)
