@@ -23,6 +23,7 @@ from smddp_sdk.errors import SmddpError, SpecError, SpecIssue
 from smddp_sdk.schedulers.base import Capabilities, DryRun, Scheduler
 from smddp_sdk.schedulers.hosttree import fidelity
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir, follow_lines, is_supervisor_of
+from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
 from smddp_sdk.schedulers.hosttree.supervisor import HEARTBEAT, LIFELINE, SCRATCH, backend_for
 from smddp_sdk.specs import contract, instance_types, processes
 from smddp_sdk.specs.failure import FailureRecord
@@ -228,7 +229,7 @@ class HostTreeScheduler(Scheduler):
         self._take_over(job_dir)
 
     def _cancel_through_supervisor(self, job_dir: JobDir) -> bool:
-        grace = float(job_dir.read_record()["request"].get("stop_grace_period", self.stop_grace_period))
+        grace = HostTreePlan.from_request(job_dir.read_record()["request"]).grace
         deadline = time.monotonic() + grace + 15
         signalled_at: float | None = None
         while time.monotonic() < deadline:
@@ -266,7 +267,7 @@ class HostTreeScheduler(Scheduler):
     def _sweep(self, job_dir: JobDir, state: dict[str, Any]) -> None:
         """Stop and remove what a job without a supervisor left (processes, containers, its network)."""
         record = job_dir.read_record()
-        grace = float(record["request"].get("stop_grace_period", self.stop_grace_period))
+        grace = HostTreePlan.from_request(record["request"]).grace
         backend_for(job_dir, record).stop_orphans(job_dir, record, state, grace)
         (job_dir.path / LIFELINE).unlink(missing_ok=True)
         shutil.rmtree(job_dir.path / SCRATCH, ignore_errors=True)

@@ -63,15 +63,15 @@ class ProcessBackend(HostBackend):
         return {"ports": self.ports}
 
     def start(self, host: str, extra_env: Mapping[str, str], output: Output) -> dict[str, Any]:
-        planned = self._host(host)
+        planned = self.plan.host(host)
         env = inherited_env(os.environ)
-        env.update({key: str(self.ports[key]) if value == PORT_PLACEHOLDER else value for key, value in planned["environment"].items()})
+        env.update({key: str(self.ports[key]) if value == PORT_PLACEHOLDER else value for key, value in planned.environment.items()})
         env[contract.JOB_TOKEN_ENV] = self.token
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [planned["environment"].get("PYTHONPATH"), os.environ.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [planned.environment.get("PYTHONPATH"), os.environ.get("PYTHONPATH")]))
         env.update(extra_env)
         env[contract.PARENT_PID_ENV] = str(os.getpid())  # the runtime dies with us (PR_SET_PDEATHSIG)
         process = subprocess.Popen(
-            planned["command"], env=env, cwd=planned["base_dir"], stdin=subprocess.DEVNULL,
+            list(planned.command), env=env, cwd=planned.opt_ml, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
         )
         self.processes[host] = process
@@ -128,9 +128,6 @@ class ProcessBackend(HostBackend):
             time.sleep(0.05)
         for session in sessions:
             signal_session(session, signal.SIGKILL)
-
-    def _host(self, host: str) -> Mapping[str, Any]:
-        return next(item for item in self.request["hosts"] if item["host"] == host)
 
 
 def _copy(host: str, stream: IO[bytes], output: Output) -> None:
