@@ -25,10 +25,10 @@ from smddp_sdk.cli.params import OUTPUT_GROUP, GroupedOption, JobCommand, job_op
 from smddp_sdk.config.job_file import JobFileError, LocatedIssue, ResolvedJob
 from smddp_sdk.config.yaml_io import YamlSyntaxError
 from smddp_sdk.errors import EXIT_INTERRUPTED, JobFailedError, SpecError, SpecIssue, UnavailableError
+from smddp_sdk.schedulers import scheduler_class
 from smddp_sdk.schedulers.base import DryRun, Scheduler
 from smddp_sdk.specs.status import JobHandle, JobStatus
 
-LOCAL_SCHEDULERS = ("local", "docker")  # Ctrl-C cancels these; remote jobs keep running
 
 def complete_files(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     """Let the shell complete file names (job files and scripts)."""
@@ -203,7 +203,7 @@ def follow_job(ctx: click.Context, out: Console, scheduler: Scheduler, handle: J
 
 def interrupted(out: Console, scheduler: Scheduler, handle: JobHandle) -> None:
     out.say("")
-    if handle.scheduler in LOCAL_SCHEDULERS:
+    if scheduler_class(handle.scheduler).capabilities.cancel_on_interrupt:
         with out.stage(f"Interrupted: cancelling {handle}"):
             scheduler.cancel(handle)
         return

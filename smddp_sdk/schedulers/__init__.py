@@ -24,8 +24,8 @@ def get_scheduler(name: str, **options: Any) -> Scheduler:
 
 
 def scheduler_class(name: str) -> type[Scheduler]:
-    """The class registered as ``name``, imported on first use (its options are its constructor's
-    keyword arguments, which the CLI checks and lists)."""
+    """The class registered as ``name``, imported on first use (its declared ``options`` are what the
+    job file, the CLI and the docs check and list)."""
     issue = unknown_scheduler(name)
     if issue is not None:
         raise SpecError(issue)
