@@ -27,7 +27,7 @@ from smddp_sdk.errors import SpecIssue, UnavailableError
 from smddp_sdk.schedulers.base import DryRun
 from smddp_sdk.schedulers.hosttree import channels, docker_cli, fidelity
 from smddp_sdk.schedulers.hosttree.docker_cli import ENGINE_HINT, LABEL_HOST, LABEL_JOB, LABEL_JOB_DIR, remove_job
-from smddp_sdk.schedulers.hosttree.host_trees import host_names, prepare_host_trees, stage_code
+from smddp_sdk.schedulers.hosttree.host_trees import HostTree, host_names
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir, default_job_root
 from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler
 from smddp_sdk.schedulers.hosttree.supervisor import LIFELINE
@@ -195,18 +195,19 @@ class DockerScheduler(HostTreeScheduler):
         remove_job(self.docker, dryrun.job_name)  # leftovers of an earlier job of the same name (keep_containers)
         return super().run(dryrun, owner_pid=owner_pid)
 
-    def _write_job_dir(self, dryrun: DryRun, job_dir: JobDir) -> None:
-        spec, request = dryrun.spec, dryrun.request
-        stage_code(spec, job_dir.code_dir)
-        hosts = [c["host"] for c in request["containers"]]
-        trees = prepare_host_trees(spec, job_dir.path, dryrun.job_name, hosts, submit_directory=f"file://{CODE_MOUNT}", link_inputs=False)
+    def _tree_options(self, job_dir: JobDir) -> dict[str, Any]:
+        return {"submit_directory": f"file://{CODE_MOUNT}", "link_inputs": False}  # data is mounted, not linked
+
+    def _write_job_dir(self, dryrun: DryRun, job_dir: JobDir) -> list[HostTree]:
+        trees = super()._write_job_dir(dryrun, job_dir)
         for tree in trees:
             # Mount points made now, by the caller: the engine would otherwise create them as root.
-            for channel in spec.inputs:
+            for channel in dryrun.spec.inputs:
                 tree.opt_ml.channel_dir(channel).mkdir(parents=True, exist_ok=True)
             tree.opt_ml.output_dir.mkdir(parents=True, exist_ok=True)
         # Made here so that the bind mount finds a FIFO, not a directory the engine would create.
         os.mkfifo(job_dir.path / LIFELINE, 0o600)
+        return trees
 
     def leftovers(self, removed: set[str]) -> dict[str, list[str]]:
         """Containers and networks of this job root's jobs that are gone or in ``removed`` (``clean``)."""

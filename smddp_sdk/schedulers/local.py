@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from smddp_sdk.errors import SpecIssue
 from smddp_sdk.schedulers.base import DryRun
 from smddp_sdk.schedulers.hosttree import fidelity
-from smddp_sdk.schedulers.hosttree.host_trees import config_files, host_names, largest_entries, prepare_host_trees, stage_code
+from smddp_sdk.schedulers.hosttree.host_trees import HostTree, config_files, host_names, largest_entries
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir, default_job_root
 from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler, package_parent
 from smddp_sdk.schedulers.hosttree.process_backend import PORT_PLACEHOLDER, TOKEN_PLACEHOLDER
@@ -100,12 +100,10 @@ class LocalScheduler(HostTreeScheduler):
 
     # --- running ----------------------------------------------------------------------------------
 
-    def _write_job_dir(self, dryrun: DryRun, job_dir: JobDir) -> None:
-        spec, request = dryrun.spec, dryrun.request
-        stage_code(spec, job_dir.code_dir)
+    def _write_job_dir(self, dryrun: DryRun, job_dir: JobDir) -> list[HostTree]:
+        trees = super()._write_job_dir(dryrun, job_dir)
         _warn_if_large(job_dir.code_dir)
-        hosts = [host["host"] for host in request["hosts"]]
-        prepare_host_trees(spec, job_dir.path, dryrun.job_name, hosts, submit_directory=f"file://{job_dir.code_dir}")
+        return trees
 
 
 LARGE_CODE_BYTES = 100 * 2**20

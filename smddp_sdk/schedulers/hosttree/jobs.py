@@ -22,6 +22,7 @@ import smddp_sdk
 from smddp_sdk.errors import SmddpError, SpecError, SpecIssue
 from smddp_sdk.schedulers.base import Capabilities, DryRun, Scheduler
 from smddp_sdk.schedulers.hosttree import fidelity
+from smddp_sdk.schedulers.hosttree.host_trees import HostTree, prepare_host_trees, stage_code
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir, follow_lines, is_supervisor_of
 from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
 from smddp_sdk.schedulers.hosttree.supervisor import HEARTBEAT, LIFELINE, SCRATCH, backend_for
@@ -101,9 +102,15 @@ class HostTreeScheduler(Scheduler):
     def warn(self, dryrun: DryRun) -> None:
         fidelity.warn(dryrun.notes)  # what a rehearsal cannot emulate, once per process
 
-    def _write_job_dir(self, dryrun: DryRun, job_dir: JobDir) -> None:
-        """Fill the (new, empty) job directory: code snapshot, host trees. Subclasses implement it."""
-        raise NotImplementedError
+    def _write_job_dir(self, dryrun: DryRun, job_dir: JobDir) -> list[HostTree]:
+        """Fill the (new, empty) job directory: the code snapshot and one /opt/ml tree per host."""
+        stage_code(dryrun.spec, job_dir.code_dir)
+        hosts = [item.host for item in HostTreePlan.from_request(dryrun.request).hosts]
+        return prepare_host_trees(dryrun.spec, job_dir.path, dryrun.job_name, hosts, **self._tree_options(job_dir))
+
+    def _tree_options(self, job_dir: JobDir) -> dict[str, Any]:
+        """How this scheduler's hosts see their trees (``prepare_host_trees``' options)."""
+        return {"submit_directory": f"file://{job_dir.code_dir}"}
 
     def run(self, dryrun: DryRun, *, owner_pid: int | None) -> JobHandle:
         """Create the job directory under a unique name, fill it, record the job, start its supervisor."""
