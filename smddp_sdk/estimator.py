@@ -20,7 +20,6 @@ imports torch or boto3: schedulers are looked up by name.
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 import time
 from collections.abc import Mapping
@@ -412,16 +411,9 @@ def _resolve_handle(name: str, scheduler: str | None, options: Mapping[str, Any]
 def job_arguments(scheduler: Scheduler, handle: JobHandle) -> dict[str, Any] | None:
     """The attached job's own arguments (``JobSpec.as_dict()`` shape): the record a local or docker job
     keeps, or SageMaker's DescribeTrainingJob read back into v2's argument names."""
-    record = getattr(scheduler, "job_record", None)
+    record = getattr(scheduler, "job_record", None)  # local and docker: job.json
     if record is not None:
         return dict(record(handle)["spec"])
-    job_root = getattr(scheduler, "job_root", None)
-    if job_root is not None:
-        record_file = Path(job_root) / handle.job_id / "job.json"
-        if not record_file.is_file():
-            scheduler.status(handle)  # raises the scheduler's own "no such job" error
-            return None
-        return dict(json.loads(record_file.read_text(encoding="utf-8"))["spec"])
     describe = getattr(scheduler, "describe", None)
     return spec_dict_from_description(describe(handle)) if describe is not None else None
 

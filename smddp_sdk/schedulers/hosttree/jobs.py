@@ -290,9 +290,6 @@ class HostTreeScheduler(Scheduler):
             raise SpecError(SpecIssue("handle", f"no {self.name} job {handle.job_id!r} in {self.job_root}", f"list jobs with `smddp-launch list --scheduler {self.name}`; set job_root or SMDDP_JOB_ROOT if they live elsewhere"))
         return job_dir
 
-    def has_job(self, job_name: str) -> bool:
-        return JobDir(self.job_root / job_name).exists()
-
     def list_jobs(self, limit: int | None = None) -> list[JobStatus]:
         """The jobs under the job root, newest first; one whose record cannot be read says why."""
         if not self.job_root.is_dir():
