@@ -94,7 +94,7 @@ class DockerScheduler(HostTreeScheduler):
         job_root("where job directories go (default $SMDDP_JOB_ROOT/docker)", lambda: default_job_root() / "docker"),
         with_default(PROCESSES_PER_HOST, None, "ranks per container (default: the instance type's GPU count)"),
         Option("user", "str", None, "uid:gid the containers run as (default the caller's)", check=matching(r"\d+(:\d+)?", "uid or uid:gid (numbers)"),
-               convert=lambda user: user or f"{os.getuid()}:{os.getgid()}"),
+               convert=lambda user: str(user) if user else f"{os.getuid()}:{os.getgid()}"),
         with_default(STOP_GRACE_PERIOD, 30.0),
         Option("docker", "str", "docker", "the docker CLI to run", check=is_text),
         Option("wheelhouse", "path", None, "folder of wheels mounted read-only; requirements.txt installs from it offline",

@@ -1,9 +1,10 @@
 """The scheduler side of host-tree jobs, shared by the local and docker schedulers.
 
-A subclass plans (``dryrun``) and prepares the job directory (``_write_job_dir``); this base writes the
-record, starts the one supervisor (``hosttree.supervisor``) and answers ``status``, ``logs``, ``cancel``
-and ``list`` from the job directory, so they work from any process, later -- and ``cancel`` works even
-when the supervisor is gone or frozen, from what the job recorded.
+A subclass plans (``plan``: its hosts' commands or containers, inside ``_request``) and adds what its
+trees need; this base validates what a machine cannot run, writes the job directory and its record,
+starts the one supervisor (``hosttree.supervisor``) and answers ``status``, ``logs``, ``cancel``,
+``list_jobs`` and ``remove`` from the job directory, so they work from any process, later -- and
+``cancel`` works even when the supervisor is gone or frozen, from what the job recorded.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ _NAME_ATTEMPTS = 20
 
 
 class HostTreeScheduler(Scheduler):
-    """Status, logs and cancel of jobs whose state lives in ``<job_root>/<job>/`` (see ``hosttree.job_dir``)."""
+    """Jobs of N host trees on this machine, whose state lives in ``<job_root>/<job>/`` (``hosttree.job_dir``)."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(bound_to_owner=True, cancel_on_interrupt=True)
     backend: ClassVar[str]  # the host backend the supervisor runs the hosts with: "process" or "container"

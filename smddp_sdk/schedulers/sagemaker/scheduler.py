@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from smddp_sdk.errors import SpecError, SpecIssue, UnavailableError
 from smddp_sdk.schedulers.base import DryRun, Scheduler
-from smddp_sdk.schedulers.options import Option, SchedulerOptions, is_text, seconds
+from smddp_sdk.schedulers.options import Option, SchedulerOptions, is_text, matching, seconds
 from smddp_sdk.schedulers.sagemaker import request as req
 from smddp_sdk.schedulers.sagemaker import states, validation
 from smddp_sdk.schedulers.sagemaker.errors import INSTALL_HINT, REGION_HINT, Detached
@@ -62,7 +62,9 @@ class SageMakerScheduler(Scheduler):
         _text("code_location", "where the code tarball goes when the job has none"),
         _text("output_path", "where model and output go when the job has none"),
         _text("profile", "AWS profile from ~/.aws/config"),
-        _text("account_id", "the account, to save an STS lookup"),
+        # YAML reads 111122223333 as a number: taken as the 12 digits it spells.
+        Option("account_id", "str", None, "the account, to save an STS lookup", check=matching(r"\d{12}", "the 12-digit account id"),
+               convert=lambda account: None if account is None else str(account)),
         Option("poll", "float", 10.0, "seconds between DescribeTrainingJob calls while following", check=seconds),
         Option("min_poll", "float", 5.0, "the shortest poll allowed (DescribeTrainingJob is rate-limited)", check=seconds),
         _python("session", "a boto3 session to make the clients from"),
