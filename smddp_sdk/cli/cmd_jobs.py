@@ -20,10 +20,10 @@ from smddp_sdk.cli.output import color_enabled, state_text
 from smddp_sdk.cli.params import key_value
 from smddp_sdk.errors import SmddpError, SpecError, SpecIssue
 from smddp_sdk.schedulers.base import Scheduler
+from smddp_sdk.specs.status import SCHEDULER_NAMES, JobHandle, JobState, JobStatus, LogLine
 
 if TYPE_CHECKING:
     from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler
-from smddp_sdk.specs.status import SCHEDULER_NAMES, JobHandle, JobState, JobStatus, LogLine
 
 JOB_HELP = ("JOB is the job name `run` printed, or its handle: local://<job>, docker://<job> or "
             "sagemaker://<region>/<job>. Names are looked up in this machine's job index.")
