@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from smddp_sdk.schedulers.local_job import pick_free_ports
+from smddp_sdk.schedulers.hosttree.job_dir import pick_free_ports
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 

@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from smddp_sdk.schedulers.local_job import pick_free_ports  # noqa: E402
+from smddp_sdk.schedulers.hosttree.job_dir import pick_free_ports  # noqa: E402
 from smddp_sdk.specs import contract  # noqa: E402
 from smddp_sdk.specs.contract import OptMl  # noqa: E402
 

@@ -20,7 +20,6 @@ imports torch or boto3: schedulers are looked up by name.
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 import time
 from collections.abc import Mapping
@@ -30,12 +29,12 @@ from typing import Any
 from smddp_sdk import job_index, launcher
 from smddp_sdk.errors import JobFailedError, NotOfferedAttributeError, SpecError, SpecIssue, did_you_mean
 from smddp_sdk.inputs import normalise_inputs
-from smddp_sdk.schedulers import get_scheduler, infer_scheduler
+from smddp_sdk.schedulers import get_scheduler, infer_scheduler, scheduler_class, unknown_scheduler
 from smddp_sdk.schedulers.base import DryRun, Scheduler
-from smddp_sdk.specs import contract, limits, v2_arguments
+from smddp_sdk.specs import contract, v2_arguments
 from smddp_sdk.specs.distribution import parse_distribution
 from smddp_sdk.specs.job import JobSpec, TrainingInput
-from smddp_sdk.specs.status import SCHEDULER_NAMES, JobHandle, JobState, JobStatus
+from smddp_sdk.specs.status import JobHandle, JobState, JobStatus
 
 _OWN_ARGUMENTS = ("scheduler", "scheduler_options")
 # v2 arguments that have no meaning here, each with what to do instead (one table: specs/v2_arguments.py).
@@ -74,8 +73,10 @@ class Estimator:
         if self.sagemaker_session is not None and self.scheduler == "sagemaker":
             # v2 takes region and credentials from its session; so does this estimator (explicit options win).
             self.scheduler_options = {**_session_options(self.sagemaker_session), **self.scheduler_options}
-        if self.scheduler not in SCHEDULER_NAMES:
-            issues.append(SpecIssue("scheduler", f"unknown scheduler {self.scheduler!r}", did_you_mean(str(self.scheduler), SCHEDULER_NAMES) or f"expected one of {', '.join(SCHEDULER_NAMES)}"))
+        if unknown := unknown_scheduler(self.scheduler):
+            issues.append(unknown)
+        elif isinstance(scheduler_options, Mapping):  # values now; unknown names when the scheduler is built
+            issues += scheduler_class(self.scheduler).options.issues(scheduler_options, unknown=False)
         if issues:
             raise SpecError(issues)
         assert spec is not None
@@ -93,8 +94,6 @@ class Estimator:
                 issues.append(SpecIssue(name, "unknown argument", did_you_mean(name, known)))
         if scheduler_options is not None and not isinstance(scheduler_options, Mapping):
             issues.append(SpecIssue("scheduler_options", f"must be a mapping of option names to values, got {type(scheduler_options).__name__}"))
-        elif isinstance(scheduler_options, Mapping):
-            issues += limits.scheduler_option_issues(scheduler_options)
         return issues
 
     def _spec_arguments(self, **overrides: Any) -> dict[str, Any]:
@@ -189,12 +188,7 @@ class Estimator:
     def dryrun(self, inputs: Any = None, job_name: str | None = None) -> DryRun:
         """The exact request ``fit`` would make (pure: nothing written, started or uploaded; nothing printed).
         ``print(estimator.dryrun().render())`` shows it."""
-        spec = self.job_spec(inputs, job_name)
-        scheduler = self._get_scheduler()
-        issues = scheduler.validate(spec)
-        if issues:
-            raise SpecError(issues)
-        return scheduler.dryrun(spec)
+        return self._get_scheduler().dryrun(self.job_spec(inputs, job_name))
 
     def plan(self, instances: Any = "1,2,4,8,16,32", **options: Any) -> Any:
         """Predicted step time, scaling efficiency and cost per instance count, as ``smddp-launch plan``
@@ -417,16 +411,9 @@ def _resolve_handle(name: str, scheduler: str | None, options: Mapping[str, Any]
 def job_arguments(scheduler: Scheduler, handle: JobHandle) -> dict[str, Any] | None:
     """The attached job's own arguments (``JobSpec.as_dict()`` shape): the record a local or docker job
     keeps, or SageMaker's DescribeTrainingJob read back into v2's argument names."""
-    record = getattr(scheduler, "job_record", None)
+    record = getattr(scheduler, "job_record", None)  # local and docker: job.json
     if record is not None:
         return dict(record(handle)["spec"])
-    job_root = getattr(scheduler, "job_root", None)
-    if job_root is not None:
-        record_file = Path(job_root) / handle.job_id / "job.json"
-        if not record_file.is_file():
-            scheduler.status(handle)  # raises the scheduler's own "no such job" error
-            return None
-        return dict(json.loads(record_file.read_text(encoding="utf-8"))["spec"])
     describe = getattr(scheduler, "describe", None)
     return spec_dict_from_description(describe(handle)) if describe is not None else None
 

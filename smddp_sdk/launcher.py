@@ -11,7 +11,6 @@ These names are stable: the CLI builds on them.
 
 from __future__ import annotations
 
-import inspect
 import os
 import sys
 import time
@@ -32,10 +31,7 @@ _RESET = "\033[0m"
 def schedule(scheduler: Scheduler, dryrun: DryRun, *, attached: bool) -> JobHandle:
     """Start the job. ``attached`` jobs end with the calling process on schedulers that can do that
     (the local one: ``owner_pid``); remote jobs always outlive their caller."""
-    if attached and "owner_pid" in inspect.signature(scheduler.schedule).parameters:
-        handle = scheduler.schedule(dryrun, owner_pid=os.getpid())  # type: ignore[call-arg]
-    else:
-        handle = scheduler.schedule(dryrun)
+    handle = scheduler.schedule(dryrun, owner_pid=os.getpid() if attached else None)
     _index(scheduler, dryrun, handle)
     return handle
 

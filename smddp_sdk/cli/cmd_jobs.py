@@ -5,14 +5,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import shutil
-import subprocess
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from datetime import datetime
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from click.shell_completion import CompletionItem
@@ -25,10 +22,11 @@ from smddp_sdk.errors import SmddpError, SpecError, SpecIssue
 from smddp_sdk.schedulers.base import Scheduler
 from smddp_sdk.specs.status import SCHEDULER_NAMES, JobHandle, JobState, JobStatus, LogLine
 
+if TYPE_CHECKING:
+    from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler
+
 JOB_HELP = ("JOB is the job name `run` printed, or its handle: local://<job>, docker://<job> or "
             "sagemaker://<region>/<job>. Names are looked up in this machine's job index.")
-DOCKER_JOB_LABEL = "ai.smddp.job"  # the labels the docker scheduler puts on its containers and networks
-DOCKER_JOB_DIR_LABEL = "ai.smddp.job-dir"
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -230,14 +228,10 @@ def list_command(ctx: click.Context, scheduler: str | None, options: list[tuple[
 
 def list_statuses(scheduler: str | None, options: Sequence[tuple[str, str]], limit: int = 20) -> list[JobStatus]:
     """``scheduler``'s jobs, or (None) every job this machine submitted and every local job, newest first."""
-    if scheduler == "local":
-        return list(scheduler_named("local", options).list_jobs())  # type: ignore[attr-defined]
-    if scheduler == "sagemaker":
-        return list(scheduler_named("sagemaker", options).list_jobs(limit=limit))  # type: ignore[attr-defined]
-    if scheduler == "docker":
-        return _docker_jobs(options)
+    if scheduler is not None:
+        return scheduler_named(scheduler, options).list_jobs(limit)
     found: dict[str, JobStatus] = {}
-    for item in scheduler_named("local", options).list_jobs():  # type: ignore[attr-defined]
+    for item in scheduler_named("local", options).list_jobs():
         found[str(item.handle)] = item
     for entry in reversed(job_index.entries()):
         if entry.handle in found or entry.scheduler == "local" or len(found) >= limit * 2:
@@ -257,20 +251,6 @@ def _indexed_status(entry: job_index.IndexEntry) -> JobStatus:
     return item
 
 
-def _docker_jobs(options: Sequence[tuple[str, str]]) -> list[JobStatus]:
-    sched = scheduler_named("docker", options)
-    root = Path(sched.job_root)  # type: ignore[attr-defined]
-    dirs = sorted((p for p in root.iterdir() if (p / "job.json").is_file()), key=lambda p: p.stat().st_mtime, reverse=True) if root.is_dir() else []
-    statuses = []
-    for path in dirs:
-        handle = JobHandle("docker", path.name)
-        try:
-            statuses.append(sched.status(handle))
-        except SmddpError as err:
-            statuses.append(JobStatus(handle, JobState.UNKNOWN, str(err).splitlines()[0]))
-    return statuses
-
-
 @click.command(short_help="Remove finished local and docker jobs and docker leftovers.")
 @click.argument("jobs", nargs=-1, metavar="[JOB]...", shell_complete=complete_jobs)
 @click.option("--older-than", "older_than", default="0s", show_default=True, metavar="AGE",
@@ -288,73 +268,58 @@ def clean(ctx: click.Context, jobs: tuple[str, ...], older_than: str, dry_run: b
     out = console(ctx)
     targets = _clean_targets(jobs, cutoff)
     removed = []
-    for status_, path in targets:
-        out.say(f"{'would remove' if dry_run else 'removing'} {status_.handle} ({status_.state.value}) {path}")
+    for sched, status_ in targets:
+        out.say(f"{'would remove' if dry_run else 'removing'} {status_.handle} ({status_.state.value}) {sched.job_path(status_.handle)}")
         if not dry_run:
-            shutil.rmtree(path, ignore_errors=True)
+            sched.remove(status_.handle)
             removed.append(str(status_.handle))
     if removed:
         job_index.forget(removed)
-    docker_root = Path(scheduler_named("docker").job_root)  # type: ignore[attr-defined]
-    leftovers = _docker_leftovers(docker_root.absolute(), {s.handle.job_id for s, _ in targets if s.handle.scheduler == "docker"}, dry_run, out)
+    leftovers = _docker_leftovers({s.handle.job_id for _, s in targets if s.handle.scheduler == "docker"}, dry_run, out)
     out.say(f"{'Would remove' if dry_run else 'Removed'} {len(targets)} job{'s' if len(targets) != 1 else ''}"
             f"{f' and {leftovers} docker leftover' + ('s' if leftovers != 1 else '') if leftovers else ''}.")
 
 
-def _clean_targets(jobs: tuple[str, ...], cutoff: float) -> list[tuple[JobStatus, Path]]:
-    """(status, directory) of every finished local/docker job to remove."""
-    candidates: list[JobHandle] = []
+def _clean_targets(jobs: tuple[str, ...], cutoff: float) -> list[tuple[HostTreeScheduler, JobStatus]]:
+    """(scheduler, status) of every finished local/docker job to remove."""
     if jobs:
         candidates = [job_index.resolve(job)[0] for job in jobs]
         for handle in candidates:
             if handle.scheduler == "sagemaker":
                 raise SpecError(SpecIssue("job", f"{handle} runs on SageMaker; clean removes only local and docker jobs"))
     else:
-        candidates = [item.handle for item in list_statuses("local", ())]
-        candidates += [item.handle for item in _docker_jobs(())]
+        candidates = [item.handle for name in ("local", "docker") for item in scheduler_named(name).list_jobs()]
+    from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler  # loaded only for clean
+
     targets = []
     for handle in candidates:
         sched = scheduler_named(handle.scheduler)
+        assert isinstance(sched, HostTreeScheduler)  # local or docker, checked above
         item = sched.status(handle)
         if not item.state.is_terminal:
             if jobs:
                 raise SpecError(SpecIssue("job", f"{handle} is {item.state.value}", f"cancel it first: smddp-launch cancel {handle.job_id}"))
             continue
-        path = Path(sched.job_root) / handle.job_id  # type: ignore[attr-defined]
+        path = sched.job_path(handle)
         ended = item.details.get("ended") or (path.stat().st_mtime if path.exists() else 0)
         if isinstance(ended, (int, float)) and ended <= cutoff and path.is_dir():
-            targets.append((item, path))
+            targets.append((sched, item))
     return targets
 
 
-def _docker_leftovers(docker_root: Path, removed: set[str], dry_run: bool, out: Any) -> int:
-    """Stopped containers, and networks without running containers, of docker jobs from this job root whose
-    directory is gone or being removed. Other job roots' containers (another user's, a test's) are left alone."""
-    docker = shutil.which("docker")
-    if docker is None:
-        return 0
+def _docker_leftovers(removed: set[str], dry_run: bool, out: Any) -> int:
+    """Leftover containers and networks of docker jobs from this job root that are gone or being removed."""
+    from smddp_sdk.schedulers.docker import DockerScheduler
 
-    def run(*args: str) -> list[str]:
-        try:
-            done = subprocess.run([docker, *args], capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.TimeoutExpired):
-            return []
-        return done.stdout.splitlines() if done.returncode == 0 else []
-
-    template = f'{{{{.ID}}}} {{{{.State}}}} {{{{.Label "{DOCKER_JOB_LABEL}"}}}} {{{{.Label "{DOCKER_JOB_DIR_LABEL}"}}}}'
-    rows = [line.split(" ", 3) for line in run("ps", "-a", "--filter", f"label={DOCKER_JOB_LABEL}", "--format", template)]
-    mine = [row for row in rows if len(row) == 4 and Path(row[3]).parent == docker_root]
-    gone = {row[2] for row in mine if row[2] in removed or not Path(row[3]).is_dir()}
-    containers = [row[0] for row in mine if row[2] in gone and row[1] in ("exited", "created", "dead")]
-    live_jobs = {row[2] for row in rows if len(row) == 4 and row[1] == "running"}
-    networks = [line.split(" ", 1) for line in run("network", "ls", "--filter", f"label={DOCKER_JOB_LABEL}", "--format", f'{{{{.ID}}}} {{{{.Label "{DOCKER_JOB_LABEL}"}}}}')]
-    idle_networks = [item[0] for item in networks if len(item) == 2 and item[1] in gone and item[1] not in live_jobs]
-    for kind, ids in (("container", containers), ("network", idle_networks)):
+    docker = scheduler_named("docker")
+    assert isinstance(docker, DockerScheduler)
+    found = docker.leftovers(removed)
+    for kind, ids in found.items():
         if ids:
             out.say(f"{'would remove' if dry_run else 'removing'} {len(ids)} docker {kind}{'s' if len(ids) != 1 else ''}")
-            if not dry_run:
-                run(*(["rm", "-f"] if kind == "container" else ["network", "rm"]), *ids)
-    return len(containers) + len(idle_networks)
+    if not dry_run:
+        docker.remove_leftovers(found)
+    return sum(len(ids) for ids in found.values())
 
 
 def _started(job_status: JobStatus) -> str:

@@ -13,11 +13,11 @@ from click.shell_completion import CompletionItem
 from smddp_sdk import launcher
 from smddp_sdk.cli.common import (
     build_scheduler,
-    check_with_scheduler,
     console,
     job_summary,
     parse_hosts,
     parse_ranks,
+    plan_job,
     resolve_from_cli,
 )
 from smddp_sdk.cli.output import Console, color_enabled, render_resolved
@@ -25,10 +25,10 @@ from smddp_sdk.cli.params import OUTPUT_GROUP, GroupedOption, JobCommand, job_op
 from smddp_sdk.config.job_file import JobFileError, LocatedIssue, ResolvedJob
 from smddp_sdk.config.yaml_io import YamlSyntaxError
 from smddp_sdk.errors import EXIT_INTERRUPTED, JobFailedError, SpecError, SpecIssue, UnavailableError
+from smddp_sdk.schedulers import scheduler_class
 from smddp_sdk.schedulers.base import DryRun, Scheduler
 from smddp_sdk.specs.status import JobHandle, JobStatus
 
-LOCAL_SCHEDULERS = ("local", "docker")  # Ctrl-C cancels these; remote jobs keep running
 
 def complete_files(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     """Let the shell complete file names (job files and scripts)."""
@@ -131,11 +131,9 @@ def checked_job(ctx: click.Context, job_file: str | None, params: dict[str, Any]
     """The resolved job, also checked by its scheduler when that scheduler is installed."""
     job = resolve_from_cli(ctx, job_file, params)
     try:
-        scheduler = build_scheduler(job.scheduler, job.scheduler_options, job)
+        plan_job(job, build_scheduler(job.scheduler, job.scheduler_options, job))
     except UnavailableError as err:  # the spec is still checked; say what could not be
         console(ctx).say(f"note: {job.scheduler} scheduler checks skipped: {err}")
-    else:
-        check_with_scheduler(job, scheduler)
     return job
 
 
@@ -165,8 +163,7 @@ def prepare(ctx: click.Context, out: Console, job_file: str | None, params: dict
     with out.stage(f"Validating {job_file or 'job'}"):
         job = resolve_from_cli(ctx, job_file, params)
         scheduler = build_scheduler(job.scheduler, job.scheduler_options, job)
-        check_with_scheduler(job, scheduler)
-        plan = scheduler.dryrun(job.spec)
+        plan = plan_job(job, scheduler)
     out.say(f"{out.style('⚙', fg='cyan')} Job {job_summary(job, plan.job_name)}")
     return job, scheduler, plan
 
@@ -206,7 +203,7 @@ def follow_job(ctx: click.Context, out: Console, scheduler: Scheduler, handle: J
 
 def interrupted(out: Console, scheduler: Scheduler, handle: JobHandle) -> None:
     out.say("")
-    if handle.scheduler in LOCAL_SCHEDULERS:
+    if scheduler_class(handle.scheduler).capabilities.cancel_on_interrupt:
         with out.stage(f"Interrupted: cancelling {handle}"):
             scheduler.cancel(handle)
         return

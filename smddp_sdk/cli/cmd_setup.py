@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 import sys
 from dataclasses import replace
@@ -103,62 +102,19 @@ def schema(output: Path | None) -> None:
 @click.argument("scheduler", type=click.Choice(SCHEDULER_NAMES))
 def options(scheduler: str) -> None:
     """List the options SCHEDULER accepts in scheduler_options: (or -o KEY=VALUE), with defaults."""
-    parameters = [p for p in inspect.signature(load_scheduler_class(scheduler)).parameters.values()
-                  if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    settable = [p for p in parameters if _settable(p)]
+    declared = list(load_scheduler_class(scheduler).options)
+    settable = [option for option in declared if not option.code_only]
     if not settable:
         click.echo(f"The {scheduler} scheduler takes no options.")
         return
     header = ("OPTION", "TYPE", "DEFAULT", "DESCRIPTION")
-    rows = [(p.name, _annotation(p), "required" if p.default is p.empty else repr(p.default), OPTION_HELP.get((scheduler, p.name), ""))
-            for p in settable]
+    rows = [(option.name, option.type, repr(option.default), option.help) for option in settable]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(3)]
     for row in [header, *rows]:
         click.echo("  ".join([*(cell.ljust(width) for cell, width in zip(row, widths)), row[3]]).rstrip())
-    code_only = [p.name for p in parameters if not _settable(p)]
+    code_only = [option.name for option in declared if option.code_only]
     if code_only:
         click.echo(f"\nFor Python callers only (objects, not YAML values): {', '.join(code_only)}")
-
-
-# One line per settable option (tests/cli/test_commands.py checks every option has one).
-OPTION_HELP = {
-    ("local", "job_root"): "where job directories go (default $SMDDP_JOB_ROOT or ~/.smddp/jobs)",
-    ("local", "processes_per_host"): "ranks per simulated host (default: the instance type's GPU count, else 1)",
-    ("local", "keep_job_dir"): "keep the job directory (logs, /opt/ml trees) after the job",
-    ("local", "stop_grace_period"): "seconds between SIGTERM and SIGKILL on cancel",
-    ("docker", "image"): "image when the job has no image_uri (default smddp-sdk:<version>)",
-    ("docker", "keep_containers"): "leave containers and network after the job, for debugging",
-    ("docker", "shm_size"): "--shm-size of every container (the shared-memory transport lives in /dev/shm)",
-    ("docker", "gpus"): "auto: --gpus all for GPU instance types; all: always; none: never",
-    ("docker", "job_root"): "where job directories go (default $SMDDP_JOB_ROOT/docker)",
-    ("docker", "processes_per_host"): "ranks per container (default: the instance type's GPU count)",
-    ("docker", "user"): "uid:gid the containers run as (default the caller's)",
-    ("docker", "stop_grace_period"): "seconds between SIGTERM and SIGKILL on cancel",
-    ("docker", "docker"): "the docker CLI to run",
-    ("docker", "wheelhouse"): "folder of wheels mounted read-only; requirements.txt installs from it offline",
-    ("sagemaker", "region"): "AWS region (default AWS_REGION or ~/.aws/config)",
-    ("sagemaker", "role"): "execution role ARN when the job has no role",
-    ("sagemaker", "bucket"): "bucket for code and output instead of sagemaker-<region>-<account>",
-    ("sagemaker", "code_location"): "where the code tarball goes when the job has none",
-    ("sagemaker", "output_path"): "where model and output go when the job has none",
-    ("sagemaker", "profile"): "AWS profile from ~/.aws/config",
-    ("sagemaker", "account_id"): "the account, to save an STS lookup",
-    ("sagemaker", "poll"): "seconds between DescribeTrainingJob calls while following",
-    ("sagemaker", "min_poll"): "the shortest poll allowed (DescribeTrainingJob is rate-limited)",
-}
-
-
-def _settable(parameter: inspect.Parameter) -> bool:
-    """Options a job file can set: plain values, not clients, sessions or callables."""
-    text = _annotation(parameter)
-    return not any(word in text for word in ("Any", "Callable", "Echo", "Client", "Session")) and text != "any"
-
-
-def _annotation(parameter: inspect.Parameter) -> str:
-    annotation = parameter.annotation
-    if annotation is parameter.empty:
-        return "any"
-    return annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
 
 
 @click.command(short_help="Show versions and what is available here (for bug reports).")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +12,9 @@ import click
 from smddp_sdk.cli.output import Console
 from smddp_sdk.cli.params import flags_layer, yaml_value
 from smddp_sdk.config.job_file import JobFileError, ResolvedJob, locate, resolve_job, user_scheduler_options
-from smddp_sdk.errors import SpecError, SpecIssue, UnavailableError
+from smddp_sdk.errors import SpecError, UnavailableError
 from smddp_sdk.schedulers import scheduler_class
-from smddp_sdk.schedulers.base import Scheduler
+from smddp_sdk.schedulers.base import DryRun, Scheduler
 
 
 def console(ctx: click.Context) -> Console:
@@ -45,21 +46,27 @@ def load_scheduler_class(name: str) -> type[Scheduler]:
 def build_scheduler(name: str, options: Mapping[str, Any], job: ResolvedJob | None = None) -> Scheduler:
     """Create a scheduler; unavailable ones exit 3, options it rejects exit 2 (located when ``job`` is given)."""
     cls = load_scheduler_class(name)
-    try:
+    with located(job):
         return cls(**options)
-    except TypeError as err:
-        raise SpecError(SpecIssue("scheduler_options", f"the {name} scheduler rejected its options: {err}")) from err
+
+
+def plan_job(job: ResolvedJob, scheduler: Scheduler) -> DryRun:
+    """The scheduler's dry run of the job: its objections to the spec are located like every other problem."""
+    with located(job):
+        return scheduler.dryrun(job.spec)
+
+
+@contextmanager
+def located(job: ResolvedJob | None) -> Iterator[None]:
+    """Spec problems raised inside, each placed where the job said it (file:line, variable or flag)."""
+    try:
+        yield
+    except JobFileError:
+        raise
     except SpecError as err:
         if job is None:
             raise
         raise JobFileError([locate(job.source(issue.path), issue, job.job_file) for issue in err.issues]) from err
-
-
-def check_with_scheduler(job: ResolvedJob, scheduler: Scheduler) -> None:
-    """The scheduler's own objections to a valid spec, located like every other problem."""
-    issues = scheduler.validate(job.spec)
-    if issues:
-        raise JobFileError([locate(job.source(issue.path), issue, job.job_file) for issue in issues])
 
 
 def scheduler_named(name: str, option_pairs: Sequence[tuple[str, str]] = ()) -> Scheduler:

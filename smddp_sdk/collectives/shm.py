@@ -28,6 +28,7 @@ from smddp_sdk.collectives import futex, native
 from smddp_sdk.collectives.calls import Call, describe
 from smddp_sdk.collectives.errors import CollectiveError
 from smddp_sdk.collectives.memory import copy_bytes
+from smddp_sdk.specs.processes import pid_alive
 
 SHM_DIR_ENV = "SMDDP_SHM_DIR"
 SLOT_BYTES_ENV = "SMDDP_SHM_SLOT_BYTES"
@@ -136,18 +137,6 @@ def map_file(path: str, nbytes: int) -> torch.Tensor:
     finally:
         os.close(fd)
     return torch.frombuffer(mapping, dtype=torch.uint8)[:nbytes]
-
-
-def _pid_alive(pid: int) -> bool:
-    """False when the process is gone or a zombie (killed but not yet reaped by its parent)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            fields = stat.read().rsplit(b")", 1)[1].split()
-        return fields[0] != b"Z"
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    except OSError:
-        return True
 
 
 @dataclass(frozen=True)
@@ -371,7 +360,7 @@ class ShmArena:
             raise CollectiveError(f"smddp {what} aborted: {aborted}")
         for i in pending:
             peer = self.peers[i]
-            if not _pid_alive(peer.pid):
+            if not pid_alive(peer.pid):
                 raise CollectiveError(
                     f"smddp {what} failed: peer rank {peer.group_rank} (pid {peer.pid}, same host) exited "
                     "before completing it"

@@ -7,7 +7,6 @@ started or uploaded while any problem is left.
 
 from __future__ import annotations
 
-import inspect
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,11 +24,9 @@ from smddp_sdk.config.layers import (
     merge,
 )
 from smddp_sdk.config.yaml_io import KEY_PROBLEMS, Mark, YamlDocument, load_yaml_file
-from smddp_sdk.errors import SpecError, SpecIssue, did_you_mean
-from smddp_sdk.schedulers import infer_scheduler, scheduler_class
-from smddp_sdk.specs import limits
+from smddp_sdk.errors import SpecError, SpecIssue
+from smddp_sdk.schedulers import infer_scheduler, scheduler_class, unknown_scheduler
 from smddp_sdk.specs.job import JobSpec
-from smddp_sdk.specs.status import SCHEDULER_NAMES
 
 DOCS_HINT = "See `smddp-launch schema` or docs/job-file.md"
 
@@ -132,7 +129,6 @@ def resolve_job(
         problems += [(lookup_source(sources, issue.path), issue) for issue in err.issues]
     if scheduler:
         problems += [(lookup_source(sources, issue.path), issue) for issue in check_scheduler_options(scheduler, options)]
-    problems += [(lookup_source(sources, issue.path), issue) for issue in limits.scheduler_option_issues(options)]
     if problems or spec is None:
         missing = any(issue.message == "is required" for _, issue in problems)
         advice = "No job file was given: name one (smddp-launch run job.yaml), or set --entry-point and --instance-type." if missing and not document else ""
@@ -155,30 +151,12 @@ def locate(source: Source, issue: SpecIssue, document: YamlDocument | None) -> L
 
 
 def check_scheduler_options(scheduler: str, options: Mapping[str, Any]) -> list[SpecIssue]:
-    """Unknown option names for ``scheduler``'s constructor, with suggestions (skipped if it cannot load)."""
+    """Every problem with ``scheduler``'s options, from their declarations (skipped if it cannot load)."""
     try:
-        accepted = scheduler_option_names(scheduler)
+        declared = scheduler_class(scheduler).options
     except ImportError:
         return []  # the CLI reports an unavailable scheduler when it needs one
-    if accepted is None:
-        return []
-    return [
-        SpecIssue(f"scheduler_options.{name}", "unknown scheduler option", did_you_mean(name, accepted) or _expected(scheduler, accepted))
-        for name in options
-        if name not in accepted
-    ]
-
-
-def scheduler_option_names(scheduler: str) -> tuple[str, ...] | None:
-    """The keyword options a scheduler accepts (None when it takes any ``**kwargs``)."""
-    parameters = inspect.signature(scheduler_class(scheduler)).parameters.values()
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        return None
-    return tuple(p.name for p in parameters if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD))
-
-
-def _expected(scheduler: str, accepted: tuple[str, ...]) -> str:
-    return f"{scheduler} accepts {', '.join(accepted)}" if accepted else f"the {scheduler} scheduler takes no options"
+    return declared.file_issues(options)
 
 
 def _user_config_layer(environ: Mapping[str, str], problems: list[tuple[Source, SpecIssue]]) -> tuple[Layer | None, dict[str, Any]]:
@@ -198,8 +176,8 @@ def _user_config_layer(environ: Mapping[str, str], problems: list[tuple[Source, 
         problems.append((source, SpecIssue("scheduler_options", "in the user config, must map scheduler names to options", "e.g. scheduler_options: {sagemaker: {region: us-west-2}}")))
         return layer, {}
     for name, options in by_scheduler.items():
-        if name not in SCHEDULER_NAMES:
-            problems.append((source, SpecIssue(f"scheduler_options.{name}", f"unknown scheduler {name!r}", did_you_mean(str(name), SCHEDULER_NAMES))))
+        if unknown := unknown_scheduler(name, f"scheduler_options.{name}"):
+            problems.append((source, unknown))
         elif not isinstance(options, Mapping):
             problems.append((source, SpecIssue(f"scheduler_options.{name}", f"must be a mapping of options, got {type(options).__name__}")))
     return layer, {str(name): (dict(options), source) for name, options in by_scheduler.items() if isinstance(options, Mapping)}
@@ -232,9 +210,8 @@ def _scheduler_name(values: dict[str, Any], sources: dict[str, Source], problems
     if name is None:
         instance_type = values.get("instance_type")
         return infer_scheduler(instance_type) if isinstance(instance_type, str) else ""
-    if name not in SCHEDULER_NAMES:
-        hint = did_you_mean(str(name), SCHEDULER_NAMES) or f"expected one of {', '.join(SCHEDULER_NAMES)}"
-        problems.append((lookup_source(sources, "scheduler"), SpecIssue("scheduler", f"unknown scheduler {name!r}", hint)))
+    if unknown := unknown_scheduler(name):
+        problems.append((lookup_source(sources, "scheduler"), unknown))
         return ""
     return str(name)
 

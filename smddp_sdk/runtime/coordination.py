@@ -38,8 +38,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from smddp_sdk.runtime.failures import RankFailure, root_cause
-from smddp_sdk.specs.failure import SETTLE_SECONDS, must_stop
+from smddp_sdk.runtime.failures import root_cause
+from smddp_sdk.specs.failure import SETTLE_SECONDS, FailureRecord, must_stop
 
 HANDSHAKE_TIMEOUT = 10.0
 MAX_LINE_BYTES = 64 * 1024 * 1024  # from a joined host: a final report of 512 ranks with long tracebacks
@@ -170,7 +170,7 @@ class Coordinator:
         self._channels: dict[str, _Channel] = {}
         self._finals: dict[str, str] = {}
         self._gone: set[str] = set()
-        self._failures: dict[tuple[str, int | None], RankFailure] = {}
+        self._failures: dict[tuple[str, int | None], FailureRecord] = {}
         self._stop_sent = False
         self._first_failure_at: float | None = None  # monotonic
         self._verdict: dict[str, Any] | None = None
@@ -275,16 +275,16 @@ class Coordinator:
     def _handle(self, host: str, message: dict[str, Any]) -> None:
         kind = message.get("type")
         if kind == "failure":
-            self._on_failure(RankFailure.from_json(message["failure"]))
+            self._on_failure(FailureRecord.from_json(message["failure"]))
         elif kind == "final":
-            failures = [RankFailure.from_json(f) for f in message.get("failures", [])]
+            failures = [FailureRecord.from_json(f) for f in message.get("failures", [])]
             for failure in failures:
                 self._on_failure(failure)
             with self._lock:
                 self._finals[host] = str(message.get("status", "failed"))
             self._check_complete()
 
-    def _on_failure(self, failure: RankFailure) -> None:
+    def _on_failure(self, failure: FailureRecord) -> None:
         """Stop every host at once on a culprit's failure; on a victim's, after the settle time."""
         with self._lock:
             self._failures.setdefault((failure.host, failure.rank), failure)
@@ -320,7 +320,7 @@ class Coordinator:
                 self._gone.add(host)
         if not reported:
             self._on_failure(
-                RankFailure(
+                FailureRecord(
                     host=host, rank=None, exit_code=1, error_type="LostPeer",
                     message=f"the runtime on {host} disconnected before reporting its result",
                     timestamp=time.time(),
@@ -334,7 +334,7 @@ class Coordinator:
             self._gone.update(silent)
         if silent:  # a host that never joins would leave the others waiting in rendezvous: fail loudly
             self._on_failure(
-                RankFailure(
+                FailureRecord(
                     host=silent[0], rank=None, exit_code=1, error_type="HostNeverJoined",
                     message=f"the runtimes on {silent} never reached the coordinator within {self._connect_timeout:.0f} s",
                     timestamp=time.time(),
@@ -385,7 +385,7 @@ class CoordinatorClient:
         token: str,
         *,
         log: Log,
-        on_stop: Callable[[RankFailure], None],
+        on_stop: Callable[[FailureRecord], None],
         connect_timeout: float = 600.0,
         on_lost: Callable[[], None] | None = None,
     ) -> None:
@@ -404,19 +404,19 @@ class CoordinatorClient:
         self.gave_up = threading.Event()  # could not connect, was rejected, or lost the coordinator
         self.connected = threading.Event()
         self.verdict_event = threading.Event()
-        self.verdict: tuple[RankFailure, list[RankFailure]] | None = None
+        self.verdict: tuple[FailureRecord, list[FailureRecord]] | None = None
 
     def start(self) -> None:
         threading.Thread(target=self._run, name="coordination client", daemon=True).start()
 
-    def report_failure(self, failure: RankFailure) -> None:
+    def report_failure(self, failure: FailureRecord) -> None:
         self._send({"type": "failure", "failure": failure.to_json()})
 
-    def report_final(self, status: str, failures: Sequence[RankFailure]) -> None:
+    def report_final(self, status: str, failures: Sequence[FailureRecord]) -> None:
         self._final_sent = True  # from now on the coordinator may close first: that is no loss
         self._send({"type": "final", "status": status, "failures": [f.to_json() for f in failures]})
 
-    def wait_verdict(self, timeout: float) -> tuple[RankFailure, list[RankFailure]] | None:
+    def wait_verdict(self, timeout: float) -> tuple[FailureRecord, list[FailureRecord]] | None:
         deadline = time.monotonic() + timeout
         while not self.verdict_event.is_set() and not self.gave_up.is_set() and time.monotonic() < deadline:
             self.verdict_event.wait(0.05)
@@ -510,8 +510,8 @@ class CoordinatorClient:
     def _handle(self, message: dict[str, Any]) -> None:
         kind = message.get("type")
         if kind == "stop" and message.get("failure"):
-            self._on_stop(RankFailure.from_json(message["failure"]))
+            self._on_stop(FailureRecord.from_json(message["failure"]))
         elif kind == "verdict":
-            cause = RankFailure.from_json(message["root_cause"])
-            self.verdict = (cause, [RankFailure.from_json(f) for f in message.get("failures", [])])
+            cause = FailureRecord.from_json(message["root_cause"])
+            self.verdict = (cause, [FailureRecord.from_json(f) for f in message.get("failures", [])])
             self.verdict_event.set()

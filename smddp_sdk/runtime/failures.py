@@ -2,21 +2,19 @@
 
 A rank's failure comes from its error file when the bootstrap wrote one, else from how it died. The
 root cause is ``specs.failure.decide``'s: culprits before victims, then the first in time. Ranks the
-runtime stopped itself are never root causes.
+runtime stopped itself are never root causes. The failure file's text (``failure_reason``) and the
+console summary (``render_summary``) are ``specs.failure``'s, shared with every scheduler.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 
-from smddp_sdk.specs.contract import FAILURE_REASON_LIMIT, error_record
-from smddp_sdk.specs.failure import FailureRecord, decide, exit_code_of, from_death, from_error_file, render_summary
+from smddp_sdk.specs.contract import error_record
+from smddp_sdk.specs.failure import FailureRecord, decide, exit_code_of, from_death, from_error_file
 
-RankFailure = FailureRecord  # the runtime's name for the one failure record type
-_MESSAGE_LIMIT = 300  # keeps host, rank and code inside the 1024 characters SageMaker shows
-
-__all__ = ["RankFailure", "rank_failure", "root_cause", "failure_reason", "console_summary", "exit_code_of"]
+__all__ = ["rank_failure", "root_cause"]
 
 
 def rank_failure(
@@ -42,28 +40,3 @@ def rank_failure(
 def root_cause(failures: Iterable[FailureRecord]) -> FailureRecord | None:
     verdict = decide(failures)
     return verdict.root if verdict else None
-
-
-def failure_reason(root: FailureRecord, others: Sequence[FailureRecord] = ()) -> str:
-    """The text of output/failure: host, rank, exit code and error within the first 1024 characters."""
-    details = root.traceback.strip() or root.log_tail.strip()
-    lines = [
-        root.cause.line,
-        f"ExitCode {root.exit_code}",
-        f"ErrorMessage {root.error_type}: {root.message[:_MESSAGE_LIMIT]}".rstrip(": "),
-    ]
-    if details:
-        lines += ["", _last_chars(details, FAILURE_REASON_LIMIT // 2)]
-    others = [f for f in others if f != root]
-    if others:
-        lines += ["", f"Other failures ({len(others)}):"] + [f"  {f.headline}" for f in others]
-    return "\n".join(lines) + "\n"
-
-
-def console_summary(root: FailureRecord, others: Sequence[FailureRecord] = ()) -> str:
-    """torchrun's layout: other failures first, the root cause last (it is what the eye finds at the end)."""
-    return render_summary(root, others)
-
-
-def _last_chars(text: str, limit: int) -> str:
-    return text if len(text) <= limit else "..." + text[-limit:]

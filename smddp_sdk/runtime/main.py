@@ -27,14 +27,15 @@ from smddp_sdk.runtime import optml_mount, usercode
 from smddp_sdk.runtime import plan as planning
 from smddp_sdk.runtime import store as rendezvous_store
 from smddp_sdk.runtime.coordination import Coordinator, CoordinatorClient
-from smddp_sdk.runtime.failures import RankFailure, console_summary, failure_reason, rank_failure, root_cause
+from smddp_sdk.runtime.failures import rank_failure, root_cause
 from smddp_sdk.runtime.logs import Console
 from smddp_sdk.runtime.procs import RankProcess, die_with_parent, reap_groups, spawn_rank, stop_ranks
 from smddp_sdk.runtime.pythonpath import rank_python_path
 from smddp_sdk.runtime.training_env import TrainingEnv, number_env, read_training_env
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.contract import OptMl
-from smddp_sdk.specs.failure import SOURCE_EARLY_EXIT, SOURCE_RUNTIME, SOURCE_STOPPED, FailureRecord, must_stop
+from smddp_sdk.specs.failure import SOURCE_EARLY_EXIT, SOURCE_RUNTIME, SOURCE_STOPPED, FailureRecord, failure_reason, must_stop, render_summary
+from smddp_sdk.specs.processes import pid_alive
 
 DEFAULT_STOP_GRACE = 5.0
 DEFAULT_AGENT_TIMEOUT = 600.0  # hosts may start minutes apart (image pulls)
@@ -57,7 +58,7 @@ def main(environ: Mapping[str, str] | None = None) -> int:
         env = read_training_env(environ)
         if bound:
             env = dataclasses.replace(env, visible_base=optml_mount.OPT_ML)
-            console.say(f"[{env.current_host}/runtime]: ", f"this host's tree {opt_ml.base} is its /opt/ml (private mount namespace, {bound})")
+            console.say(contract.console_prefix(env.current_host, role="runtime"), f"this host's tree {opt_ml.base} is its /opt/ml (private mount namespace, {bound})")
         grace = number_env(environ, contract.STOP_GRACE_ENV, DEFAULT_STOP_GRACE, float)
         agent_timeout = number_env(environ, contract.AGENT_TIMEOUT_ENV, DEFAULT_AGENT_TIMEOUT, float)
     except ContractError as exc:
@@ -89,13 +90,13 @@ class NodeRuntime:
         self.agent_timeout = agent_timeout
         self.prefix = contract.console_prefix(env.current_host)  # the one console-line format
         self.wake = threading.Event()
-        self.remote_stop: RankFailure | None = None
+        self.remote_stop: FailureRecord | None = None
         self.signalled: signal.Signals | None = None
         self.coordinator: Coordinator | None = None
         self.client: CoordinatorClient | None = None
         self.procs: list[RankProcess] = []
         self.interpreter = usercode.Interpreter()
-        self._signal_record: RankFailure | None = None
+        self._signal_record: FailureRecord | None = None
         self.early_exits: list[FailureRecord] = []  # ranks that ended with 0 while others ran
         self.supervisor_gone = False
         self.supervised = bool(environ.get(contract.LIFELINE_ENV))
@@ -196,7 +197,7 @@ class NodeRuntime:
         usercode.check_entry_point(env.user_entry_point, code_dir, kind)
         cache = self.environ.get(contract.ENV_CACHE_ENV, "").strip()
         self.interpreter = usercode.install(
-            code_dir, kind, lambda line: self.console.say(f"[{env.current_host}/setup]: ", line),
+            code_dir, kind, lambda line: self.console.say(contract.console_prefix(env.current_host, role="setup"), line),
             cache=Path(cache) if cache else None, job_key=env.submit_directory or env.job_name or "",
         )
         args = rank_env.hyperparameter_argv(env.hyperparameters)
@@ -219,8 +220,8 @@ class NodeRuntime:
 
     # --- watching -----------------------------------------------------------------------------------
 
-    def _watch(self) -> list[RankFailure]:
-        failures: list[RankFailure] = []
+    def _watch(self) -> list[FailureRecord]:
+        failures: list[FailureRecord] = []
         first_seen: float | None = None
         stopping = False
         while any(p.running for p in self.procs):
@@ -240,13 +241,13 @@ class NodeRuntime:
             self._stop(failures)
         return failures
 
-    def _report(self, failures: list[RankFailure]) -> None:
+    def _report(self, failures: list[FailureRecord]) -> None:
         """Tell the job of every rank failure at once; whether it stops now is the coordinator's call."""
         if self.client:
             for failure in failures:
                 self.client.report_failure(failure)
 
-    def _collect_exits(self) -> list[RankFailure]:
+    def _collect_exits(self) -> list[FailureRecord]:
         failures = []
         for proc in self.procs:
             if not proc.poll() or proc.stopped:
@@ -268,7 +269,7 @@ class NodeRuntime:
                 )
         return failures
 
-    def _stop(self, failures: list[RankFailure]) -> None:
+    def _stop(self, failures: list[FailureRecord]) -> None:
         """Stop every rank here (failures went to the job as they came; a signal is told now)."""
         if failures:
             first = root_cause(failures)
@@ -285,7 +286,7 @@ class NodeRuntime:
 
     # --- outcome ------------------------------------------------------------------------------------
 
-    def _finish(self, local_failures: list[RankFailure]) -> int:
+    def _finish(self, local_failures: list[FailureRecord]) -> int:
         if self.signalled and not local_failures:
             local_failures = [self._signal_failure()]
         status = "failed" if local_failures else ("stopped" if self.remote_stop else "ok")
@@ -302,7 +303,7 @@ class NodeRuntime:
         if self.supervised:  # the supervisor prints the job's summary, once, for every host
             self.say(f"this host failed; root cause: {cause.headline}")
         else:
-            self.console.say(self.prefix, console_summary(cause, others))
+            self.console.say(self.prefix, render_summary(cause, others))
         if self.signalled and cause.rank is None and cause.host == self.env.current_host:
             return 128 + int(self.signalled)
         return _job_exit_code(cause.exit_code)
@@ -317,7 +318,7 @@ class NodeRuntime:
         except OSError as exc:
             self.say(f"could not write {self.env.opt_ml.failures_file}: {exc}")
 
-    def _settle(self, status: str, failures: list[RankFailure]) -> tuple[RankFailure, list[RankFailure]] | None:
+    def _settle(self, status: str, failures: list[FailureRecord]) -> tuple[FailureRecord, list[FailureRecord]] | None:
         """Report this host's result; when the job failed, learn the job-wide root cause."""
         if self.client is None:
             return None
@@ -348,7 +349,7 @@ class NodeRuntime:
 
     def _finish_setup_failure(self, exc: SmddpError) -> int:
         code = exc.exit_code
-        failure = RankFailure(
+        failure = FailureRecord(
             host=self.env.current_host, rank=None, exit_code=code, error_type=type(exc).__name__,
             message=str(exc), timestamp=time.time(), source=SOURCE_RUNTIME,
         )
@@ -421,15 +422,15 @@ class NodeRuntime:
             timestamp=time.time(), error_type="LostPeer", source=SOURCE_RUNTIME,
         ))
 
-    def _on_remote_stop(self, failure: RankFailure) -> None:
+    def _on_remote_stop(self, failure: FailureRecord) -> None:
         if self.remote_stop is None:
             self.remote_stop = failure
         self.wake.set()
 
-    def _signal_failure(self) -> RankFailure:
+    def _signal_failure(self) -> FailureRecord:
         assert self.signalled is not None
         if self._signal_record is None:
-            self._signal_record = RankFailure(
+            self._signal_record = FailureRecord(
                 host=self.env.current_host, rank=None, exit_code=128 + int(self.signalled), error_type="Signal",
                 message=f"the runtime received {self.signalled.name} and stopped its ranks", timestamp=time.time(),
             )
@@ -454,7 +455,7 @@ def _sweep_stale_scratch() -> None:
     for entry in entries:
         pid = entry.name[len(_SCRATCH_PREFIX):].split("-", 1)[0]
         try:
-            if not pid.isdigit() or entry.stat().st_uid != os.getuid() or _alive(int(pid)):
+            if not pid.isdigit() or entry.stat().st_uid != os.getuid() or pid_alive(int(pid)):
                 continue
         except OSError:
             continue
@@ -466,16 +467,6 @@ def _remove_if_empty(path: Path) -> None:
         path.rmdir()
     except OSError:
         pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _settled_tail(proc: RankProcess) -> str:

@@ -24,14 +24,21 @@ def get_scheduler(name: str, **options: Any) -> Scheduler:
 
 
 def scheduler_class(name: str) -> type[Scheduler]:
-    """The class registered as ``name``, imported on first use (its options are its constructor's
-    keyword arguments, which the CLI checks and lists)."""
-    target = _REGISTRY.get(name)
-    if target is None:
-        raise SpecError(SpecIssue("scheduler", f"unknown scheduler {name!r}", did_you_mean(name, _REGISTRY) or f"expected one of {', '.join(_REGISTRY)}"))
-    module_name, _, class_name = target.partition(":")
+    """The class registered as ``name``, imported on first use (its declared ``options`` are what the
+    job file, the CLI and the docs check and list)."""
+    issue = unknown_scheduler(name)
+    if issue is not None:
+        raise SpecError(issue)
+    module_name, _, class_name = _REGISTRY[name].partition(":")
     scheduler: type[Scheduler] = getattr(importlib.import_module(module_name), class_name)
     return scheduler
+
+
+def unknown_scheduler(name: Any, path: str = "scheduler") -> SpecIssue | None:
+    """The problem with a scheduler name nobody registered (None for a known one)."""
+    if name in _REGISTRY:
+        return None
+    return SpecIssue(path, f"unknown scheduler {name!r}", did_you_mean(str(name), _REGISTRY) or f"expected one of {', '.join(_REGISTRY)}")
 
 
 def infer_scheduler(instance_type: str) -> str:

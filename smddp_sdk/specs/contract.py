@@ -410,9 +410,12 @@ class ConsoleLine:
     text: str
 
 
-def console_prefix(host: str, rank: int | None = None) -> str:
-    """``[algo-2/rank3]: `` for a rank's line, ``[algo-2]: `` for the runtime's own."""
-    return f"[{host}/rank{rank}]: " if rank is not None else f"[{host}]: "
+def console_prefix(host: str, rank: int | None = None, role: str = "") -> str:
+    """``[algo-2/rank3]: `` for a rank's line, ``[algo-2]: `` for the runtime's own (``[algo-2/setup]: ``
+    for one of its steps, read back as the host's)."""
+    if rank is not None:
+        return f"[{host}/rank{rank}]: "
+    return f"[{host}/{role}]: " if role else f"[{host}]: "
 
 
 def parse_console_line(raw: str, default_host: str = "") -> ConsoleLine:

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from smddp_sdk.specs.contract import RootCause
+from smddp_sdk.specs.contract import FAILURE_REASON_LIMIT, RootCause, parse_root_cause
 
 # Where a record comes from (``FailureRecord.source``).
 SOURCE_ERROR_FILE = "error_file"  # the rank's bootstrap wrote output/errors/rank-N.json
@@ -266,6 +266,71 @@ def _time(record: FailureRecord) -> float:
 
 
 # --- the summary -------------------------------------------------------------------------------------
+
+
+# --- the failure file (output/failure, SageMaker's FailureReason) -----------------------------------
+
+EXIT_CODE_LABEL = "ExitCode"
+ERROR_MESSAGE_LABEL = "ErrorMessage"
+OTHER_FAILURES_LABEL = "Other failures"
+# Read back from our own text and, as far as they say it, other toolkits' (SageMaker prefixes "AlgorithmError: ").
+_HOST = re.compile(r"\b(algo-\d+)(?:/rank(\d+))?")
+_EXIT_CODE = re.compile(r"exit(?:ed with)?[ _]?code[:=]?\s*(\d+)", re.IGNORECASE)
+_ERROR_MESSAGE = re.compile(rf"^(?:AlgorithmError: )?{ERROR_MESSAGE_LABEL} (.+)$", re.MULTILINE)
+
+
+def failure_reason(root: FailureRecord, others: Sequence[FailureRecord] = ()) -> str:
+    """The text of output/failure: host, rank, exit code and error within the first 1024 characters
+    (all SageMaker shows), then the traceback's tail and the other failures."""
+    details = root.traceback.strip() or root.log_tail.strip()
+    lines = [
+        root.cause.line,
+        f"{EXIT_CODE_LABEL} {root.exit_code}",
+        f"{ERROR_MESSAGE_LABEL} {root.error_type}: {root.message[:_MESSAGE_LIMIT]}".rstrip(": "),
+    ]
+    if details:
+        lines += ["", _last_chars(details, FAILURE_REASON_LIMIT // 2)]
+    others = [f for f in others if f != root]
+    if others:
+        lines += ["", f"{OTHER_FAILURES_LABEL} ({len(others)}):"] + [f"  {f.headline}" for f in others]
+    return "\n".join(lines) + "\n"
+
+
+def parse_failure_reason(reason: str, *, timestamp: float | None = None) -> FailureRecord:
+    """The root cause named by a failure reason: ``failure_reason``'s text, or another toolkit's as far
+    as it names a host (``algo-2``, ``algo-2/rank3``), an exit code and an ``ErrorMessage``."""
+    host, rank = _where(reason)
+    code = _EXIT_CODE.search(reason)
+    message = _ERROR_MESSAGE.search(reason)
+    return FailureRecord(
+        host=host,
+        rank=rank,
+        exit_code=int(code.group(1)) if code else 1,
+        message=message.group(1).strip() if message else reason.strip(),
+        traceback=_details(reason),
+        timestamp=timestamp,
+    )
+
+
+def _where(reason: str) -> tuple[str, int | None]:
+    """Host and rank: ``rank 3 on host algo-2`` (our runtime), ``algo-2/rank3``, or a bare ``algo-2``."""
+    cause = parse_root_cause(reason)
+    if cause is not None:
+        return cause.host, cause.rank
+    short = _HOST.search(reason)
+    if short:
+        return short.group(1), int(short.group(2)) if short.group(2) else None
+    return "", None
+
+
+def _details(reason: str) -> str:
+    """The block after the headline lines, up to the list of other failures."""
+    _, blank, rest = reason.partition("\n\n")
+    return rest.split(f"\n{OTHER_FAILURES_LABEL}", 1)[0].strip() if blank else ""
+
+
+def _last_chars(text: str, limit: int) -> str:
+    return text if len(text) <= limit else "..." + text[-limit:]
 
 
 def render_summary(root: FailureRecord, others: Sequence[FailureRecord] = (), *, title: str = "Job failed", hints: Sequence[str] = ()) -> str:

@@ -104,11 +104,6 @@ def processes_per_host_issues(value: Any, path: str) -> list[SpecIssue]:
     return []
 
 
-def scheduler_option_issues(options: Mapping[str, Any]) -> list[SpecIssue]:
-    """Bounds on the scheduler options every host-tree scheduler shares (checked before one is built)."""
-    return processes_per_host_issues(options.get("processes_per_host"), "scheduler_options.processes_per_host")
-
-
 def name_issues(name: Any, path: str) -> list[SpecIssue]:
     """job_name and base_job_name: SageMaker's rule (letters, digits, hyphens), so never a path."""
     if not isinstance(name, str) or not name:

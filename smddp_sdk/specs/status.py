@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from smddp_sdk.errors import SpecError, SpecIssue, did_you_mean
+from smddp_sdk.specs.contract import console_prefix
 from smddp_sdk.specs.failure import FailureRecord
 
 SCHEDULER_NAMES = ("local", "docker", "sagemaker")
@@ -48,10 +49,6 @@ class JobHandle:
         return f"{self.scheduler}://{self.job_id}"
 
 
-# The root cause of a failed job: the one failure record type (host, rank, exit code, message, ...).
-Failure = FailureRecord
-
-
 @dataclass(frozen=True)
 class HostStatus:
     host: str
@@ -64,7 +61,7 @@ class JobStatus:
     handle: JobHandle
     state: JobState
     message: str = ""
-    failure: Failure | None = None
+    failure: FailureRecord | None = None  # the root cause of a failed job
     hosts: tuple[HostStatus, ...] = ()
     model_data: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
@@ -86,4 +83,4 @@ class LogLine:
 
     @property
     def prefix(self) -> str:
-        return f"[{self.host}/rank{self.rank}]:" if self.rank is not None else f"[{self.host}]:"
+        return console_prefix(self.host, self.rank).rstrip()

@@ -250,11 +250,12 @@ def test_options_describe_every_option(invoke, scheduler):
     assert result.exit_code == 0, result.output
     header, *rows = [line for line in result.stdout.split("\n\n")[0].splitlines() if line]
     assert header.split() == ["OPTION", "TYPE", "DEFAULT", "DESCRIPTION"]
-    from smddp_sdk.cli.cmd_setup import OPTION_HELP
+    from smddp_sdk.schedulers import scheduler_class
 
+    declared = {option.name: option.help for option in scheduler_class(scheduler).options}
     for row in rows:
         name = row.split()[0]
-        assert (scheduler, name) in OPTION_HELP and row.rstrip().endswith(OPTION_HELP[(scheduler, name)]), row
+        assert declared.get(name) and row.rstrip().endswith(declared[name]), row
 
 
 def test_set_null_unsets_a_string_field(invoke, isolated):

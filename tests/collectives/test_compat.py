@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("torch")
 import smddp_sdk  # noqa: E402
-from smddp_sdk.schedulers.local_job import pick_free_ports  # noqa: E402
+from smddp_sdk.schedulers.hosttree.job_dir import pick_free_ports  # noqa: E402
 from tests.collectives.cluster import PROJECT_ROOT  # noqa: E402
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from smddp_sdk.schedulers import checkpoints
+from smddp_sdk.schedulers.hosttree import checkpoints
 from smddp_sdk.specs.job import JobSpec
 
 # A "rank" that resumes from the newest checkpoint it finds and writes one per step, slowly enough

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from smddp_sdk import PyTorch
-from smddp_sdk.schedulers import fidelity
+from smddp_sdk.schedulers.hosttree import fidelity
 
 pytestmark = pytest.mark.integration
 
@@ -86,7 +86,7 @@ def _supervisor_syncs_checkpoints() -> bool:
     """The periodic/final sync runs in the host supervisor; true once that calls checkpoints.for_record."""
     import importlib
 
-    for name in ("smddp_sdk.schedulers.hosts.supervisor", "smddp_sdk.schedulers.local_supervisor"):
+    for name in ("smddp_sdk.schedulers.hosttree.supervisor", "smddp_sdk.schedulers.local_supervisor"):
         try:
             module = importlib.import_module(name)
         except ImportError:

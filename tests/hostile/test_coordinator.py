@@ -17,8 +17,8 @@ import pytest
 
 from smddp_sdk.runtime import coordination
 from smddp_sdk.runtime.coordination import Coordinator, CoordinatorClient, decode_message
-from smddp_sdk.runtime.failures import RankFailure
-from smddp_sdk.schedulers.local_job import pick_free_ports
+from smddp_sdk.schedulers.hosttree.job_dir import pick_free_ports
+from smddp_sdk.specs.failure import FailureRecord
 
 HOSTS = ("algo-1", "algo-2")
 
@@ -69,7 +69,7 @@ def job_still_works(coord: Coordinator) -> None:
     """Both real hosts join, one fails, both are told to stop and get the verdict."""
     peers = [Peer(host, coord.port) for host in HOSTS]  # type: ignore[attr-defined]
     assert all(p.client.connected.wait(10) for p in peers), [p.logs for p in peers]
-    failure = RankFailure(host="algo-2", rank=1, exit_code=3, error_type="ValueError", message="boom", timestamp=time.time())
+    failure = FailureRecord(host="algo-2", rank=1, exit_code=3, error_type="ValueError", message="boom", timestamp=time.time())
     peers[1].client.report_failure(failure)
     assert all(p.stopped.wait(10) for p in peers)
     peers[0].client.report_final("stopped", [])

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from smddp_sdk.runtime import store as rendezvous_store
-from smddp_sdk.schedulers.local_job import pick_free_ports
+from smddp_sdk.schedulers.hosttree.job_dir import pick_free_ports
 from tests.integration.runtime_job import make_job, wait_all
 
 LOOPBACK_HEX = "0100007F"  # 127.0.0.1 as /proc/net/tcp writes it

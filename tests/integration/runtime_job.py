@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import smddp_sdk
-from smddp_sdk.schedulers.local_job import pick_free_ports
+from smddp_sdk.schedulers.hosttree.job_dir import pick_free_ports
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.contract import OptMl
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from smddp_sdk.runtime.failures import RankFailure, failure_reason
 from smddp_sdk.schedulers.sagemaker import states
+from smddp_sdk.specs.failure import FailureRecord, failure_reason
 from smddp_sdk.specs.status import JobState
 
 
@@ -29,9 +29,9 @@ def test_job_states(primary: str, secondary: str, expected: JobState) -> None:
 
 
 def test_failure_reason_written_by_our_runtime() -> None:
-    root = RankFailure(host="algo-2", rank=3, exit_code=7, error_type="ZeroDivisionError", message="division by zero",
+    root = FailureRecord(host="algo-2", rank=3, exit_code=7, error_type="ZeroDivisionError", message="division by zero",
                        timestamp=1.0, traceback='Traceback (most recent call last):\n  File "train.py", line 9\nZeroDivisionError: division by zero')
-    other = RankFailure(host="algo-1", rank=0, exit_code=1, error_type="RuntimeError", message="peer lost", timestamp=2.0)
+    other = FailureRecord(host="algo-1", rank=0, exit_code=1, error_type="RuntimeError", message="peer lost", timestamp=2.0)
     reason = "AlgorithmError: " + failure_reason(root, [other])  # SageMaker prefixes the failure file's text
     failure = states.failure({"TrainingJobStatus": "Failed", "FailureReason": reason})
     assert (failure.host, failure.rank, failure.exit_code) == ("algo-2", 3, 7)

@@ -13,7 +13,7 @@ import pytest
 from smddp_sdk.errors import EXIT_UNAVAILABLE, SpecError, UnavailableError
 from smddp_sdk.schedulers import get_scheduler
 from smddp_sdk.schedulers.docker import DEFAULT_IMAGE, LABEL_HOST, LABEL_JOB, DockerScheduler
-from smddp_sdk.schedulers.local_job import JobDir
+from smddp_sdk.schedulers.hosttree.job_dir import JobDir
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.job import JobSpec
 

@@ -194,7 +194,7 @@ def test_spec_survives_a_round_trip_through_its_record(project):
 
 @pytest.mark.parametrize(
     "module",
-    ["smddp_sdk.estimator", "smddp_sdk.launcher", "smddp_sdk.schedulers.local", "smddp_sdk.schedulers.hosts.supervisor", "smddp_sdk.schedulers.docker"],
+    ["smddp_sdk.estimator", "smddp_sdk.launcher", "smddp_sdk.schedulers.local", "smddp_sdk.schedulers.hosttree.supervisor", "smddp_sdk.schedulers.docker"],
 )
 def test_client_side_modules_never_import_heavy_packages(module):
     blocked = ("torch", "boto3", "botocore", "click", "yaml", "docker")

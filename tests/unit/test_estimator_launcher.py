@@ -7,8 +7,9 @@ import pytest
 from smddp_sdk import launcher
 from smddp_sdk.errors import JobFailedError
 from smddp_sdk.schedulers import get_scheduler
-from smddp_sdk.schedulers.local_job import JobDir
-from smddp_sdk.specs.status import Failure, JobHandle, JobState, JobStatus
+from smddp_sdk.schedulers.hosttree.job_dir import JobDir
+from smddp_sdk.specs.failure import FailureRecord
+from smddp_sdk.specs.status import JobHandle, JobState, JobStatus
 
 CONSOLE = """[algo-1]: job j: launch shape smdistributed
 [algo-1/rank0]: epoch 1 loss 2.30
@@ -95,7 +96,7 @@ def test_failure_summary_puts_the_root_cause_last(finished_job):
 
 
 def test_long_tracebacks_keep_their_tail():
-    failure = Failure("algo-1", 0, 1, "E: x", traceback="\n".join(f"line {i}" for i in range(100)))
+    failure = FailureRecord("algo-1", 0, 1, "E: x", traceback="\n".join(f"line {i}" for i in range(100)))
     summary = launcher.failure_summary(JobStatus(JobHandle("local", "j"), JobState.FAILED, failure=failure))
     assert "(80 lines above)" in summary and "line 99" in summary and "line 79" not in summary
 
@@ -117,10 +118,10 @@ def test_raise_for_status_passes_success_and_reports_other_ends():
     with pytest.raises(JobFailedError, match="cancelled") as info:
         launcher.raise_for_status(JobStatus(handle, JobState.CANCELLED, "cancelled"))
     assert info.value.exit_code == 1
-    runtime_failure = Failure("algo-1", None, 2, "ContractError: bad resourceconfig.json")
+    runtime_failure = FailureRecord("algo-1", None, 2, "ContractError: bad resourceconfig.json")
     with pytest.raises(JobFailedError, match="host algo-1 \\(its runtime\\) exited with code 2") as info:
         launcher.raise_for_status(JobStatus(handle, JobState.FAILED, failure=runtime_failure))
     assert (info.value.exit_code, info.value.rank_exit_code) == (1, 2)  # 2 is "bad job file" for the launcher
     with pytest.raises(JobFailedError) as info:
-        launcher.raise_for_status(JobStatus(handle, JobState.FAILED, failure=Failure("algo-1", 0, 137, "killed")))
+        launcher.raise_for_status(JobStatus(handle, JobState.FAILED, failure=FailureRecord("algo-1", 0, 137, "killed")))
     assert (info.value.exit_code, info.value.rank_exit_code) == (1, 137)

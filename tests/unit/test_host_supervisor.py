@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from smddp_sdk.schedulers.hosts.backend import HostBackend, HostExit, Output
-from smddp_sdk.schedulers.hosts.supervisor import Supervisor
-from smddp_sdk.schedulers.local_job import JobDir
+from smddp_sdk.schedulers.hosttree.backend import HostBackend, HostExit, Output
+from smddp_sdk.schedulers.hosttree.job_dir import JobDir
+from smddp_sdk.schedulers.hosttree.supervisor import Supervisor
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.failure import SOURCE_ERROR_FILE, FailureRecord, signal_name
 

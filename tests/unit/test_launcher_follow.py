@@ -35,11 +35,14 @@ class FlakyStream(Scheduler):
     def status(self, handle: JobHandle) -> JobStatus:
         return JobStatus(handle, JobState.SUCCEEDED if self.served_all else JobState.RUNNING)
 
-    def dryrun(self, spec) -> DryRun:  # pragma: no cover - not used
+    def plan(self, spec) -> DryRun:  # pragma: no cover - not used
         raise NotImplementedError
 
-    def schedule(self, dryrun: DryRun) -> JobHandle:  # pragma: no cover - not used
+    def run(self, dryrun: DryRun, *, owner_pid: int | None) -> JobHandle:  # pragma: no cover - not used
         raise NotImplementedError
+
+    def list_jobs(self, limit: int | None = None) -> list[JobStatus]:  # pragma: no cover - not used
+        return []
 
     def cancel(self, handle: JobHandle) -> None:  # pragma: no cover - not used
         pass

@@ -8,20 +8,19 @@ import time
 import pytest
 
 from smddp_sdk.runtime.coordination import Coordinator, CoordinatorClient
-from smddp_sdk.runtime.failures import RankFailure
-from smddp_sdk.schedulers.local_job import pick_free_ports
-from smddp_sdk.specs.failure import SETTLE_SECONDS
+from smddp_sdk.schedulers.hosttree.job_dir import pick_free_ports
+from smddp_sdk.specs.failure import SETTLE_SECONDS, FailureRecord
 
 HOSTS = ("algo-1", "algo-2", "algo-3")
 
 
-def failure(host: str, rank: int, at: float, message: str = "boom") -> RankFailure:
-    return RankFailure(host=host, rank=rank, exit_code=1, error_type="ValueError", message=message, timestamp=at)
+def failure(host: str, rank: int, at: float, message: str = "boom") -> FailureRecord:
+    return FailureRecord(host=host, rank=rank, exit_code=1, error_type="ValueError", message=message, timestamp=at)
 
 
 class Peer:
     def __init__(self, host: str, port: int, token: str = "secret", connect_timeout: float = 5.0) -> None:
-        self.stops: list[RankFailure] = []
+        self.stops: list[FailureRecord] = []
         self.stopped = threading.Event()
         self.logs: list[str] = []
         self.client = CoordinatorClient(
@@ -29,7 +28,7 @@ class Peer:
         )
         self.client.start()
 
-    def _on_stop(self, f: RankFailure) -> None:
+    def _on_stop(self, f: FailureRecord) -> None:
         self.stops.append(f)
         self.stopped.set()
 

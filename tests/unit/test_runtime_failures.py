@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import signal
 
-from smddp_sdk.runtime.failures import RankFailure, console_summary, failure_reason, rank_failure, root_cause
+from smddp_sdk.runtime.failures import rank_failure, root_cause
 from smddp_sdk.specs.contract import FAILURE_REASON_LIMIT
+from smddp_sdk.specs.failure import FailureRecord, failure_reason, render_summary
 
 
 def test_error_file_gives_the_traceback_and_the_time(tmp_path):
@@ -24,15 +25,15 @@ def test_death_by_signal_is_described_without_an_error_file(tmp_path):
 
 
 def test_root_cause_is_the_earliest_culprit_not_the_earliest_victim():
-    late = RankFailure(host="algo-1", rank=0, exit_code=1, error_type="RuntimeError", message="connection reset", timestamp=20.0)
-    early = RankFailure(host="algo-2", rank=3, exit_code=1, error_type="ValueError", message="boom", timestamp=10.0)
+    late = FailureRecord(host="algo-1", rank=0, exit_code=1, error_type="RuntimeError", message="connection reset", timestamp=20.0)
+    early = FailureRecord(host="algo-2", rank=3, exit_code=1, error_type="ValueError", message="boom", timestamp=10.0)
     assert root_cause([late, early]) == early and root_cause([]) is None
 
 
 def test_failure_reason_names_host_rank_code_and_error_within_the_limit():
     huge = "x" * 5000
-    root = RankFailure(host="algo-2", rank=3, exit_code=1, error_type="ValueError", message="boom", timestamp=10.0, traceback="Traceback\n" + huge + "\nValueError: boom")
-    other = RankFailure(host="algo-1", rank=0, exit_code=1, error_type="RuntimeError", message="connection reset", timestamp=20.0)
+    root = FailureRecord(host="algo-2", rank=3, exit_code=1, error_type="ValueError", message="boom", timestamp=10.0, traceback="Traceback\n" + huge + "\nValueError: boom")
+    other = FailureRecord(host="algo-1", rank=0, exit_code=1, error_type="RuntimeError", message="connection reset", timestamp=20.0)
     reason = failure_reason(root, [root, other])
     head = reason[:FAILURE_REASON_LIMIT]
     assert head.startswith("Root cause: rank 3 on host algo-2 failed with exit code 1: ValueError: boom")
@@ -41,20 +42,20 @@ def test_failure_reason_names_host_rank_code_and_error_within_the_limit():
 
 
 def test_console_summary_puts_the_root_cause_last():
-    root = RankFailure(host="algo-2", rank=3, exit_code=1, error_type="ValueError", message="boom", timestamp=10.0)
-    other = RankFailure(host="algo-1", rank=0, exit_code=1, error_type="RuntimeError", message="connection reset", timestamp=20.0)
-    text = console_summary(root, [other, root])
+    root = FailureRecord(host="algo-2", rank=3, exit_code=1, error_type="ValueError", message="boom", timestamp=10.0)
+    other = FailureRecord(host="algo-1", rank=0, exit_code=1, error_type="RuntimeError", message="connection reset", timestamp=20.0)
+    text = render_summary(root, [other, root])
     assert text.index("Other failure") < text.index("Root cause (first failure in time)")
     assert text.rindex("host      : algo-2") > text.index("Root cause")
 
 
 def test_failure_records_survive_json():
-    f = RankFailure(host="algo-2", rank=None, exit_code=143, error_type="Signal", message="stopped", timestamp=1.5)
-    assert RankFailure.from_json(json.loads(json.dumps(f.to_json()))) == f
+    f = FailureRecord(host="algo-2", rank=None, exit_code=143, error_type="Signal", message="stopped", timestamp=1.5)
+    assert FailureRecord.from_json(json.loads(json.dumps(f.to_json()))) == f
 
 
 def test_a_huge_error_message_cannot_push_the_headline_out():
-    root = RankFailure(host="algo-2", rank=3, exit_code=1, error_type="RuntimeError", message="y" * 10_000, timestamp=10.0)
+    root = FailureRecord(host="algo-2", rank=3, exit_code=1, error_type="RuntimeError", message="y" * 10_000, timestamp=10.0)
     head = failure_reason(root)[:FAILURE_REASON_LIMIT]
     assert head.startswith("Root cause: rank 3 on host algo-2 failed with exit code 1: RuntimeError: yyy")
     assert "ExitCode 1" in head

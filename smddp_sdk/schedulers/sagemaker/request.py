@@ -63,6 +63,17 @@ class Placement:
         return ACCOUNT_PLACEHOLDER in self.role_arn or ACCOUNT_PLACEHOLDER in self.default_bucket
 
 
+def fill_account(request: Any, account: str) -> Any:
+    """The request with every ``<account-id>`` replaced by ``account`` (the dry run's request, at submit)."""
+    if isinstance(request, str):
+        return request.replace(ACCOUNT_PLACEHOLDER, account)
+    if isinstance(request, dict):
+        return {key: fill_account(value, account) for key, value in request.items()}
+    if isinstance(request, list):
+        return [fill_account(value, account) for value in request]
+    return request
+
+
 def job_name_for(spec: JobSpec, image_uri: str) -> str:
     """``job_name`` verbatim, else ``<base>-<UTC timestamp>`` with the base from base_job_name or the image."""
     if spec.job_name:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from smddp_sdk.errors import SpecError, SpecIssue, UnavailableError
 from smddp_sdk.schedulers.base import DryRun, Scheduler
+from smddp_sdk.schedulers.options import Option, SchedulerOptions, is_text, matching, seconds
 from smddp_sdk.schedulers.sagemaker import request as req
 from smddp_sdk.schedulers.sagemaker import states, validation
 from smddp_sdk.schedulers.sagemaker.errors import INSTALL_HINT, REGION_HINT, Detached
@@ -40,50 +41,56 @@ def _stdout(text: str) -> None:
     print(text, flush=True)
 
 
+def _text(name: str, description: str) -> Option:
+    return Option(name, "str", None, description, check=is_text)
+
+
+def _python(name: str, description: str, default: Any = None) -> Option:
+    return Option(name, "object", default, description, code_only=True)
+
+
 class SageMakerScheduler(Scheduler):
-    """Options: ``region``, ``role``, ``bucket`` (instead of ``sagemaker-<region>-<account>``),
-    ``code_location``/``output_path`` (used when the spec has none), ``profile``, ``account_id`` (saves a
-    lookup), injected boto3 clients (``sagemaker_client``, ``s3_client``, ``logs_client``, ``sts_client``)
-    or a boto3 ``session``, ``echo`` (upload progress and submit messages), ``log_sink`` (lines printed by
-    ``wait(logs=True)``), ``poll``/``min_poll`` seconds between DescribeTrainingJob calls while following."""
+    """Runs a job as a SageMaker training job; its options are declared below (``smddp-launch options
+    sagemaker``). Python callers may also inject boto3 clients or a session, and callbacks."""
 
     name: ClassVar[str] = "sagemaker"
+    options: ClassVar[SchedulerOptions] = SchedulerOptions.of(
+        "sagemaker",
+        _text("region", "AWS region (default AWS_REGION or ~/.aws/config)"),
+        _text("role", "execution role ARN when the job has no role"),
+        _text("bucket", "bucket for code and output instead of sagemaker-<region>-<account>"),
+        _text("code_location", "where the code tarball goes when the job has none"),
+        _text("output_path", "where model and output go when the job has none"),
+        _text("profile", "AWS profile from ~/.aws/config"),
+        # YAML reads 111122223333 as a number: taken as the 12 digits it spells.
+        Option("account_id", "str", None, "the account, to save an STS lookup", check=matching(r"\d{12}", "the 12-digit account id"),
+               convert=lambda account: None if account is None else str(account)),
+        Option("poll", "float", 10.0, "seconds between DescribeTrainingJob calls while following", check=seconds),
+        Option("min_poll", "float", 5.0, "the shortest poll allowed (DescribeTrainingJob is rate-limited)", check=seconds),
+        _python("session", "a boto3 session to make the clients from"),
+        *(_python(f"{service}_client", f"a boto3 {service} client") for service in ("sagemaker", "s3", "logs", "sts")),
+        _python("echo", "called with upload progress and submit messages (default: stderr)", _stderr),
+        _python("log_sink", "called with the lines wait(logs=True) prints (default: stdout)", _stdout),
+        _python("sleep", "how to wait between polls", time.sleep),
+    )
+    region: str | None
+    role: str | None
+    bucket: str | None
+    code_location: str | None
+    output_path: str | None
+    profile: str | None
+    account_id: str | None
+    poll: float
+    min_poll: float
+    echo: Echo
+    log_sink: Echo
+    sleep: Callable[[float], None]
 
-    def __init__(
-        self,
-        *,
-        region: str | None = None,
-        role: str | None = None,
-        bucket: str | None = None,
-        code_location: str | None = None,
-        output_path: str | None = None,
-        profile: str | None = None,
-        account_id: str | None = None,
-        session: Any = None,
-        sagemaker_client: Any = None,
-        s3_client: Any = None,
-        logs_client: Any = None,
-        sts_client: Any = None,
-        echo: Echo | None = None,
-        log_sink: Echo | None = None,
-        poll: float = 10.0,
-        min_poll: float = 5.0,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        self.region = region
-        self.role = role
-        self.bucket = bucket
-        self.code_location = code_location
-        self.output_path = output_path
-        self.profile = profile
-        self.account_id = account_id
-        self._injected = {"session": session, "sagemaker": sagemaker_client, "s3": s3_client, "logs": logs_client, "sts": sts_client}
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        injected = ("session", "sagemaker_client", "s3_client", "logs_client", "sts_client")
+        self._injected = {name.removesuffix("_client"): getattr(self, name) for name in injected}
         self._clients: dict[str, AwsClients] = {}
-        self.echo = echo or _stderr
-        self.log_sink = log_sink or _stdout
-        self.poll = poll
-        self.min_poll = min_poll  # DescribeTrainingJob is rate-limited; callers asking for 0.2 s get this
-        self.sleep = sleep
 
     # --- pure: validation and the request ---------------------------------------------------------
 
@@ -97,7 +104,7 @@ class SageMakerScheduler(Scheduler):
         except ImportError:
             raise UnavailableError(f"no AWS region configured; {REGION_HINT} (or {INSTALL_HINT} to read ~/.aws/config)") from None
 
-    def with_options(self, spec: JobSpec) -> JobSpec:
+    def resolve(self, spec: JobSpec) -> JobSpec:
         """The spec with this scheduler's role/code_location/output_path filled in where it has none."""
         return spec.replace(
             role=spec.role or self.role,
@@ -106,18 +113,15 @@ class SageMakerScheduler(Scheduler):
         )
 
     def validate(self, spec: JobSpec) -> list[SpecIssue]:
-        spec = self.with_options(spec)
+        spec = self.resolve(spec)  # also called directly, on a spec as written
         issues = validation.spec_issues(spec)
         if not spec.image_uri:
             issues += req.resolve_image(spec, self.resolved_region())[1]
         return issues
 
-    def dryrun(self, spec: JobSpec) -> DryRun:
-        spec = self.with_options(spec)
+    def plan(self, spec: JobSpec) -> DryRun:
+        """The exact request, with ``<account-id>`` where the account is not known yet (``run`` fills it in)."""
         region = self.resolved_region()
-        issues = self.validate(spec)
-        if issues:
-            raise SpecError(issues)
         image_uri, _ = req.resolve_image(spec, region)
         assert image_uri is not None  # validate() reported any image problem
         job_name = req.job_name_for(spec, image_uri)
@@ -141,7 +145,8 @@ class SageMakerScheduler(Scheduler):
             self._clients[key] = AwsClients(region=region or self.region, profile=self.profile, **self._injected)
         return self._clients[key]
 
-    def schedule(self, dryrun: DryRun) -> JobHandle:
+    def run(self, dryrun: DryRun, *, owner_pid: int | None) -> JobHandle:
+        """Upload the code and create the job the dry run shows, its account filled in."""
         from smddp_sdk.schedulers.sagemaker.client import call
 
         spec, job_name = dryrun.spec, dryrun.job_name
@@ -156,9 +161,7 @@ class SageMakerScheduler(Scheduler):
         if placement.code is not None:
             owner = account if placement.code.bucket == placement.default_bucket and not self.bucket else None
             self._upload_code(aws, spec, placement.code, owner)
-        request = req.build_request(spec, job_name=job_name, placement=placement)
-        if "ExperimentConfig" in dryrun.request:  # fit(experiment_config=...) adds it to the dryrun
-            request["ExperimentConfig"] = dryrun.request["ExperimentConfig"]
+        request = req.fill_account(dryrun.request, account) if account is not None else dryrun.request
         call(f"create the training job {job_name}", aws.sagemaker.create_training_job, **request)
         handle = JobHandle(self.name, f"{region}/{job_name}")
         self.echo(_next_steps(handle, region, job_name))
@@ -202,12 +205,12 @@ class SageMakerScheduler(Scheduler):
     def status(self, handle: JobHandle) -> JobStatus:
         return _job_status(handle, self.describe(handle))
 
-    def list_jobs(self, limit: int = 50, name_contains: str | None = None) -> list[JobStatus]:
-        """This region's training jobs, newest first (one ListTrainingJobs call; at most 100)."""
+    def list_jobs(self, limit: int | None = None, name_contains: str | None = None) -> list[JobStatus]:
+        """This region's training jobs, newest first (one ListTrainingJobs call; at most 100, 50 unless told)."""
         from smddp_sdk.schedulers.sagemaker.client import call
 
         region = self.resolved_region()
-        query: dict[str, Any] = {"SortBy": "CreationTime", "SortOrder": "Descending", "MaxResults": max(1, min(limit, 100))}
+        query: dict[str, Any] = {"SortBy": "CreationTime", "SortOrder": "Descending", "MaxResults": max(1, min(limit or 50, 100))}
         if name_contains:
             query["NameContains"] = name_contains
         listed = call("list training jobs", self.clients(region).sagemaker.list_training_jobs, **query)

@@ -1,13 +1,12 @@
-"""SageMaker's training job states, read as the product's JobState, Failure and status lines."""
+"""SageMaker's training job states, read as the product's JobState, FailureRecord and status lines."""
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from typing import Any
 
-from smddp_sdk.specs import contract
-from smddp_sdk.specs.status import Failure, JobState
+from smddp_sdk.specs.failure import FailureRecord, parse_failure_reason
+from smddp_sdk.specs.status import JobState
 
 # TrainingJobStatus -> JobState; "InProgress" is refined by the secondary status below.
 _PRIMARY = {
@@ -18,9 +17,6 @@ _PRIMARY = {
 }
 _STARTING = frozenset({"Starting", "LaunchingMLInstances", "PreparingTrainingStack", "Downloading",
                        "DownloadingTrainingImage", "Restarting", "Pending", "Updating", "Interrupted"})
-_HOST = re.compile(r"\b(algo-\d+)(?:/rank(\d+))?")
-_EXIT_CODE = re.compile(r"exit(?:ed with)?[ _]?code[:=]?\s*(\d+)", re.IGNORECASE)
-_ERROR_MESSAGE = re.compile(r"^(?:AlgorithmError: )?ErrorMessage (.+)$", re.MULTILINE)
 
 
 def job_state(description: dict[str, Any]) -> JobState:
@@ -42,40 +38,13 @@ def status_message(description: dict[str, Any]) -> str:
     return f"{secondary} - {latest}" if latest else str(secondary)
 
 
-def failure(description: dict[str, Any]) -> Failure | None:
+def failure(description: dict[str, Any]) -> FailureRecord | None:
     """The root cause from FailureReason, which holds the text our runtime (or AWS's toolkit) wrote to
     /opt/ml/output/failure: host, rank, exit code, error and the traceback's tail."""
     if description.get("TrainingJobStatus") != "Failed":
         return None
     reason = str(description.get("FailureReason") or "the job failed without a reason; see its logs")
-    host, rank = _where(reason)
-    code = _EXIT_CODE.search(reason)
-    message = _ERROR_MESSAGE.search(reason)
-    return Failure(
-        host=host,
-        rank=rank,
-        exit_code=int(code.group(1)) if code else 1,
-        message=message.group(1).strip() if message else reason.strip(),
-        traceback=_traceback(reason),
-        timestamp=_epoch(description.get("TrainingEndTime")),
-    )
-
-
-def _where(reason: str) -> tuple[str, int | None]:
-    """Host and rank: ``rank 3 on host algo-2`` (our runtime), ``algo-2/rank3``, or a bare ``algo-2``."""
-    cause = contract.parse_root_cause(reason)
-    if cause is not None:
-        return cause.host, cause.rank
-    short = _HOST.search(reason)
-    if short:
-        return short.group(1), int(short.group(2)) if short.group(2) else None
-    return "", None
-
-
-def _traceback(reason: str) -> str:
-    """The block after the headline lines, up to the list of other failures."""
-    _, blank, rest = reason.partition("\n\n")
-    return rest.split("\nOther failures", 1)[0].strip() if blank else ""
+    return parse_failure_reason(reason, timestamp=_epoch(description.get("TrainingEndTime")))
 
 
 def new_transitions(description: dict[str, Any], already_shown: int) -> list[tuple[float | None, str]]:

@@ -11,7 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from smddp_sdk.schedulers.local_job import JobDir
+from smddp_sdk.schedulers.hosttree.job_dir import JobDir
+from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
 
 # Called with (host, one raw output line) from the backend's reader threads.
 Output = Callable[[str, bytes], None]
@@ -34,7 +35,7 @@ class HostBackend(abc.ABC):
 
     def __init__(self, job_dir: JobDir, request: Mapping[str, Any]) -> None:
         self.job_dir = job_dir
-        self.request = request
+        self.plan = HostTreePlan.from_request(request)
 
     def prepare(self) -> None:
         """Whatever must exist before the first host starts (a network, the containers)."""

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from smddp_sdk.errors import SpecIssue
-from smddp_sdk.schedulers import channels, checkpoints
+from smddp_sdk.schedulers.hosttree import channels, checkpoints
 from smddp_sdk.specs.job import JobSpec
 
 _WARNED: set[str] = set()

@@ -1,4 +1,4 @@
-"""The one supervisor of a host-tree job: ``python -m smddp_sdk.schedulers.hosts.supervisor <job_dir>``.
+"""The one supervisor of a host-tree job: ``python -m smddp_sdk.schedulers.hosttree.supervisor <job_dir>``.
 
 One detached process per job, for local processes and docker containers alike. It reads ``job.json``,
 starts every host through its backend, copies their output into ``console.log`` and keeps
@@ -27,11 +27,12 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from smddp_sdk.schedulers import checkpoints
-from smddp_sdk.schedulers.host_trees import collect_artifacts
-from smddp_sdk.schedulers.hosts.backend import HostBackend, HostExit
-from smddp_sdk.schedulers.local_job import JobDir, pid_alive
-from smddp_sdk.specs import contract
+from smddp_sdk.schedulers.hosttree import checkpoints
+from smddp_sdk.schedulers.hosttree.backend import HostBackend, HostExit
+from smddp_sdk.schedulers.hosttree.host_trees import collect_artifacts
+from smddp_sdk.schedulers.hosttree.job_dir import JobDir
+from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
+from smddp_sdk.specs import contract, processes
 from smddp_sdk.specs.archives import read_inside
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.failure import (
@@ -57,12 +58,11 @@ SCRATCH = "scratch"  # the runtimes' scratch files, removed when the job ends
 
 def backend_for(job_dir: JobDir, record: dict[str, Any]) -> HostBackend:
     """The backend a job record names (``process`` for local jobs, ``container`` for docker jobs)."""
-    kind = record["request"].get("backend", "process")
-    if kind == "container":
-        from smddp_sdk.schedulers.hosts.container_backend import ContainerBackend
+    if HostTreePlan.from_request(record["request"]).backend == "container":
+        from smddp_sdk.schedulers.hosttree.container_backend import ContainerBackend
 
         return ContainerBackend(job_dir, record["request"])
-    from smddp_sdk.schedulers.hosts.process_backend import ProcessBackend
+    from smddp_sdk.schedulers.hosttree.process_backend import ProcessBackend
 
     return ProcessBackend(job_dir, record["request"])
 
@@ -74,9 +74,9 @@ class Supervisor:
     def __init__(self, job_dir: JobDir, backend: HostBackend | None = None) -> None:
         self.job_dir = job_dir
         self.record = job_dir.read_record()
-        self.request: dict[str, Any] = self.record["request"]
+        self.plan = HostTreePlan.from_request(self.record["request"])
         self.backend = backend or backend_for(job_dir, self.record)
-        self.hosts: list[str] = [item["host"] for item in self.request.get("hosts") or self.request.get("containers") or []]
+        self.hosts: list[str] = [item.host for item in self.plan.hosts]
         self.console_lock = threading.Lock()
         self.console: IO[bytes] | None = None
         self.signalled = threading.Event()
@@ -121,7 +121,7 @@ class Supervisor:
         self.update(**(self.backend.prepare() or {}))
         self.console = open(self.job_dir.console_log, "ab")  # noqa: SIM115 - closed at the end of run()
         extra: dict[str, str] = {}
-        if self.request.get("backend", "process") == "process":  # a container has its lifeline mount in its plan, and a /tmp of its own
+        if self.plan.backend == "process":  # a container has its lifeline mount in its plan, and a /tmp of its own
             extra = {contract.LIFELINE_ENV: str(self.job_dir.path / LIFELINE), contract.SCRATCH_ENV: str(self.job_dir.path / SCRATCH)}
         for host in self.hosts:
             info = self.backend.start(host, extra, self.copy_output)
@@ -142,7 +142,7 @@ class Supervisor:
     # --- watching -------------------------------------------------------------------------------
 
     def watch(self) -> None:
-        deadline = self.state["started"] + int(self.request.get("max_run") or 86_400)
+        deadline = self.state["started"] + self.plan.max_run
         while self.running():
             self.record_exits()
             if self.stop_reason is None:
@@ -169,7 +169,7 @@ class Supervisor:
         elif owner and self.owner_gone(owner):
             self.stop(JobState.CANCELLED, f"cancelled: the process that started it (pid {owner}) exited")
         elif time.time() > deadline:
-            self.stop(JobState.FAILED, f"MaxRuntimeExceeded: the job ran longer than max_run={self.request.get('max_run')} seconds")
+            self.stop(JobState.FAILED, f"MaxRuntimeExceeded: the job ran longer than max_run={self.plan.max_run} seconds")
         elif first_failure is not None and time.time() - first_failure > self.peer_failure_grace:
             self.stop(JobState.FAILED, "")  # the root cause decides the message
 
@@ -177,7 +177,7 @@ class Supervisor:
         """The owner started us: it is gone once we are re-parented (no pid-reuse doubt); otherwise poll it."""
         if self.first_parent == owner:
             return os.getppid() != owner
-        return not pid_alive(owner)
+        return not processes.pid_alive(owner)
 
     def cancel_wanted(self) -> bool:
         return self.signalled.is_set() or self.job_dir.cancel_requested
@@ -187,7 +187,7 @@ class Supervisor:
         for host in self.running_hosts():
             self.stopped_by_us.add(host)
             self.backend.signal(host, signal.SIGTERM)
-        self.kill_at = time.monotonic() + float(self.request.get("stop_grace_period", 10.0))
+        self.kill_at = time.monotonic() + self.plan.grace
 
     def running_hosts(self) -> list[str]:
         return [host for host in self.state.get("hosts", {}) if host not in self.exits]
@@ -226,7 +226,7 @@ class Supervisor:
             return self.finish(JobState.FAILED, message + (f"; also {problem}" if problem else ""), verdict)
         if problem:
             return self.finish(JobState.FAILED, problem)
-        if not self.request.get("keep_job_dir", True):
+        if not self.plan.keep_job_dir:
             remove_host_trees(self.job_dir, self.hosts)
         return self.finish(JobState.SUCCEEDED, "")
 
@@ -236,12 +236,12 @@ class Supervisor:
     def collect(self) -> str:
         """Artifacts are collected whether the job succeeded or failed, as SageMaker uploads both.
         Returns "" or what went wrong (which fails the job: a job without its model is no success)."""
-        artifacts = self.request["artifacts"]
+        target = self.plan.model_data.parent
         trees = [OptMl(self.job_dir.host_dir(host)) for host in self.hosts]
         try:
-            model, output = collect_artifacts(trees, Path(artifacts["model_data"]).parent)
+            model, output = collect_artifacts(trees, target)
         except (OSError, ValueError) as exc:
-            return f"ArtifactCollectionFailed: could not collect the artifacts into {Path(artifacts['model_data']).parent}: {exc}"
+            return f"ArtifactCollectionFailed: could not collect the artifacts into {target}: {exc}"
         self.update(model_data=str(model), output_data=str(output))
         return ""
 
@@ -332,7 +332,7 @@ def remove_host_trees(job_dir: JobDir, hosts: list[str]) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m smddp_sdk.schedulers.hosts.supervisor <job_dir>", file=sys.stderr)
+        print("usage: python -m smddp_sdk.schedulers.hosttree.supervisor <job_dir>", file=sys.stderr)
         return 2
     os.umask(0o077)  # job files, logs and host trees are the caller's alone
     supervisor = Supervisor(JobDir(Path(argv[0])))

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from smddp_sdk.specs import contract
+from smddp_sdk.specs import contract, processes
 from smddp_sdk.specs.status import JobState, LogLine
 
 DEFAULT_JOB_ROOT = "~/.smddp/jobs"
@@ -113,69 +113,15 @@ def write_json_atomic(path: Path, obj: Any) -> None:
 # --- processes ----------------------------------------------------------------------------------
 
 
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return not _is_zombie(pid)
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] == "Z"
-
-
 def is_supervisor_of(pid: int | None, job_dir: Path) -> bool:
     """True when ``pid`` is alive and is this job's supervisor (guards against a recycled pid)."""
-    if not pid_alive(pid):
+    if not processes.pid_alive(pid):
         return False
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-    except OSError:
+    args = processes.command_line(pid) if pid else None
+    if args is None:
         return True  # no /proc (macOS): trust the pid
-    args = [arg for arg in raw.split("\0") if arg]
-    # ... -m smddp_sdk.schedulers.hosts.supervisor <job dir>; the root may be spelt another way (a symlink)
+    # ... -m smddp_sdk.schedulers.hosttree.supervisor <job dir>; the root may be spelt another way (a symlink)
     return len(args) >= 2 and args[-2].endswith("supervisor") and Path(args[-1]).resolve() == job_dir.resolve()
-
-
-def session_members(session_id: int) -> list[int]:
-    """Every live process in the session a runtime leads: the runtime, its ranks and their children,
-    even those that moved to a process group of their own."""
-    members = []
-    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == session_id and fields[0] != "Z":
-            members.append(int(entry.name))
-    return members
-
-
-def signal_session(session_id: int, sig: int) -> None:
-    """Signal a runtime's whole session; where /proc is missing, its process group."""
-    targets = session_members(session_id) if Path("/proc").is_dir() else []
-    if not targets:
-        try:
-            os.killpg(session_id, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-        return
-    for pid in targets:
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 # --- ports --------------------------------------------------------------------------------------

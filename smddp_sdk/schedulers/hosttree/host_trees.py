@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from smddp_sdk.schedulers import channels, checkpoints
+from smddp_sdk.schedulers.hosttree import channels, checkpoints
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.archives import write_archive
 from smddp_sdk.specs.contract import OptMl

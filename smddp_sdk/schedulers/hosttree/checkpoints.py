@@ -31,7 +31,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from smddp_sdk.errors import SmddpError, SpecIssue
-from smddp_sdk.schedulers import stores
+from smddp_sdk.schedulers.hosttree import stores
 from smddp_sdk.specs.job import JobSpec
 
 DEFAULT_LOCAL_PATH = "/opt/ml/checkpoints"
@@ -168,9 +168,10 @@ def for_record(record: Mapping[str, Any], **options: Any) -> CheckpointSync | No
     """The sync of a local or docker job from its ``job.json`` record (spec and request), for the
     process that watches the hosts: ``sync = checkpoints.for_record(record)``; ``sync.start()`` once
     the hosts run, ``sync.stop()`` after they end (restoring happened when the trees were written)."""
-    spec, request = record.get("spec") or {}, record.get("request") or {}
+    from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
+
+    spec = record.get("spec") or {}
     if not spec.get("checkpoint_s3_uri"):
         return None  # most jobs: nothing to read from the request
-    roots = [host["base_dir"] for host in request.get("hosts", ()) if "base_dir" in host]
-    roots = roots or [c["opt_ml"] for c in request.get("containers", ()) if "opt_ml" in c]
-    return for_job(spec.get("checkpoint_s3_uri"), spec.get("checkpoint_local_path"), [Path(root) for root in roots], **options)
+    roots = [host.opt_ml for host in HostTreePlan.from_request(record.get("request") or {}).hosts]
+    return for_job(spec.get("checkpoint_s3_uri"), spec.get("checkpoint_local_path"), roots, **options)

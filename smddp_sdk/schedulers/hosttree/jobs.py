@@ -1,9 +1,10 @@
 """The scheduler side of host-tree jobs, shared by the local and docker schedulers.
 
-A subclass plans (``dryrun``) and prepares the job directory (``_write_job_dir``); this base writes the
-record, starts the one supervisor (``hosts.supervisor``) and answers ``status``, ``logs``, ``cancel``
-and ``list`` from the job directory, so they work from any process, later -- and ``cancel`` works even
-when the supervisor is gone or frozen, from what the job recorded.
+A subclass plans (``plan``: its hosts' commands or containers, inside ``_request``) and adds what its
+trees need; this base validates what a machine cannot run, writes the job directory and its record,
+starts the one supervisor (``hosttree.supervisor``) and answers ``status``, ``logs``, ``cancel``,
+``list_jobs`` and ``remove`` from the job directory, so they work from any process, later -- and
+``cancel`` works even when the supervisor is gone or frozen, from what the job recorded.
 """
 
 from __future__ import annotations
@@ -19,15 +20,19 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import smddp_sdk
-from smddp_sdk.errors import SpecError, SpecIssue
-from smddp_sdk.schedulers.base import DryRun, Scheduler
-from smddp_sdk.schedulers.hosts.supervisor import HEARTBEAT, LIFELINE, SCRATCH, backend_for
-from smddp_sdk.schedulers.local_job import JobDir, follow_lines, is_supervisor_of
-from smddp_sdk.specs import contract
+from smddp_sdk.errors import SmddpError, SpecError, SpecIssue
+from smddp_sdk.schedulers.base import Capabilities, DryRun, Scheduler
+from smddp_sdk.schedulers.hosttree import fidelity
+from smddp_sdk.schedulers.hosttree.host_trees import HostTree, prepare_host_trees, stage_code
+from smddp_sdk.schedulers.hosttree.job_dir import JobDir, follow_lines, is_supervisor_of
+from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
+from smddp_sdk.schedulers.hosttree.supervisor import HEARTBEAT, LIFELINE, SCRATCH, backend_for
+from smddp_sdk.specs import contract, instance_types, processes
 from smddp_sdk.specs.failure import FailureRecord
+from smddp_sdk.specs.job import JobSpec
 from smddp_sdk.specs.status import HostStatus, JobHandle, JobState, JobStatus, LogLine
 
-SUPERVISOR_MODULE = "smddp_sdk.schedulers.hosts.supervisor"
+SUPERVISOR_MODULE = "smddp_sdk.schedulers.hosttree.supervisor"
 # A supervisor that neither answers a SIGTERM nor touches its heartbeat for this long is taken to be
 # frozen; ``cancel`` then stops the hosts itself.
 FROZEN_AFTER = 3.0
@@ -35,19 +40,80 @@ _NAME_ATTEMPTS = 20
 
 
 class HostTreeScheduler(Scheduler):
-    """Status, logs and cancel of jobs whose state lives in ``<job_root>/<job>/`` (see ``local_job``)."""
+    """Jobs of N host trees on this machine, whose state lives in ``<job_root>/<job>/`` (``hosttree.job_dir``)."""
 
-    name: ClassVar[str]
+    capabilities: ClassVar[Capabilities] = Capabilities(bound_to_owner=True, cancel_on_interrupt=True)
+    backend: ClassVar[str]  # the host backend the supervisor runs the hosts with: "process" or "container"
     job_root: Path
+    processes_per_host: int | None
     stop_grace_period: float
+
+    # --- planning ---------------------------------------------------------------------------------
+
+    def validate(self, spec: JobSpec) -> list[SpecIssue]:
+        """What this machine cannot run: S3 code or output, what the rehearsal cannot emulate, a name clash."""
+        issues = []
+        if spec.source_dir and spec.source_dir.startswith("s3://"):
+            issues.append(SpecIssue("source_dir", f"{self.name} mode runs code from this machine, not from S3", "give a local directory"))
+        if spec.output_path and spec.output_path.startswith("s3://"):
+            issues.append(SpecIssue("output_path", f"{self.name} mode writes artifacts to this machine", "use a local path or file:// URI, or leave it unset"))
+        elif problem := _unwritable(self._output_dir(spec)):
+            issues.append(SpecIssue("output_path" if spec.output_path else "scheduler_options.job_root", problem))
+        if spec.job_name and JobDir(self.job_root / spec.job_name).path.exists():
+            issues.append(self._name_taken(spec.job_name))
+        return [*issues, *self._feature_issues(spec), *fidelity.issues(spec)]
+
+    def _feature_issues(self, spec: JobSpec) -> list[SpecIssue]:
+        """What this scheduler cannot run of what SageMaker can (beyond the fidelity checks)."""
+        return []
+
+    def _name_taken(self, job_name: str) -> SpecIssue:
+        return SpecIssue("job_name", f"a {self.name} job named {job_name!r} already exists in {self.job_root}", "choose another job_name, or remove that job's directory")
+
+    def _output_dir(self, spec: JobSpec) -> Path:
+        return Path(spec.output_path.removeprefix("file://")).expanduser().absolute() if spec.output_path else self.job_root
+
+    def _request(self, spec: JobSpec, job_name: str, **planned: Any) -> dict[str, Any]:
+        """The job record's request: what every host-tree job has around what its scheduler ``planned``."""
+        job_dir = JobDir(self.job_root / job_name)
+        artifacts = self._output_dir(spec) / job_name / "output"
+        return {
+            "job_name": job_name,
+            "handle": str(JobHandle(self.name, job_name)),
+            "job_dir": str(job_dir.path),
+            "code": {"source": spec.source_dir or spec.entry_point, "dependencies": list(spec.dependencies), "snapshot": str(job_dir.code_dir)},
+            **planned,
+            "artifacts": {"model_data": str(artifacts / "model.tar.gz"), "output_data": str(artifacts / "output.tar.gz")},
+            "backend": self.backend,
+            "max_run": spec.max_run,
+            "stop_grace_period": self.stop_grace_period,
+        }
+
+    def _simulated_gpus(self, spec: JobSpec, *, gpus_passed: bool) -> int | None:
+        """SMDDP_NUM_GPUS for every host; None lets the runtime count the GPUs it is given."""
+        if self.processes_per_host is not None:
+            return self.processes_per_host
+        if gpus_passed:
+            return None
+        instance = instance_types.lookup(spec.instance_type)
+        return instance.gpus if instance is not None else 0
 
     # --- starting ---------------------------------------------------------------------------------
 
-    def _write_job_dir(self, dryrun: DryRun, job_dir: JobDir) -> None:
-        """Fill the (new, empty) job directory: code snapshot, host trees. Subclasses implement it."""
-        raise NotImplementedError
+    def warn(self, dryrun: DryRun) -> None:
+        fidelity.warn(dryrun.notes)  # what a rehearsal cannot emulate, once per process
 
-    def _start_job(self, dryrun: DryRun, owner_pid: int | None) -> JobHandle:
+    def _write_job_dir(self, dryrun: DryRun, job_dir: JobDir) -> list[HostTree]:
+        """Fill the (new, empty) job directory: the code snapshot and one /opt/ml tree per host."""
+        stage_code(dryrun.spec, job_dir.code_dir)
+        hosts = [item.host for item in HostTreePlan.from_request(dryrun.request).hosts]
+        return prepare_host_trees(dryrun.spec, job_dir.path, dryrun.job_name, hosts, **self._tree_options(job_dir))
+
+    def _tree_options(self, job_dir: JobDir) -> dict[str, Any]:
+        """How this scheduler's hosts see their trees (``prepare_host_trees``' options)."""
+        return {"submit_directory": f"file://{job_dir.code_dir}"}
+
+    def run(self, dryrun: DryRun, *, owner_pid: int | None) -> JobHandle:
         """Create the job directory under a unique name, fill it, record the job, start its supervisor."""
         dryrun, job_dir = self._claim_job_dir(dryrun)
         try:
@@ -78,9 +144,9 @@ class HostTreeScheduler(Scheduler):
                 return dryrun, job_dir
             except FileExistsError:
                 if dryrun.spec.job_name:
-                    raise SpecError(SpecIssue("job_name", f"a {self.name} job named {dryrun.job_name!r} already exists in {self.job_root}", "choose another job_name")) from None
+                    raise SpecError(self._name_taken(dryrun.job_name)) from None
             time.sleep(0.002)  # the generated name carries milliseconds
-            dryrun = self.dryrun(dryrun.spec)
+            dryrun = self.plan(dryrun.spec)
         raise SpecError(SpecIssue("base_job_name", f"no free job name after {_NAME_ATTEMPTS} attempts in {self.job_root}"))
 
     def _start_supervisor(self, job_dir: JobDir) -> None:
@@ -140,14 +206,7 @@ class HostTreeScheduler(Scheduler):
         job_dir.write_state(state)
         return state
 
-    def logs(
-        self,
-        handle: JobHandle,
-        *,
-        hosts: Sequence[str] | None = None,
-        ranks: Sequence[int] | None = None,
-        follow: bool = False,
-    ) -> Iterator[LogLine]:
+    def logs(self, handle: JobHandle, *, hosts: Sequence[str] | None = None, ranks: Sequence[int] | None = None, follow: bool = False) -> Iterator[LogLine]:
         """Every host's output in the order it arrived; ``ranks`` keeps only those ranks' lines."""
         job_dir = self._job_dir(handle)
         finished = (lambda: self.status(handle).state.is_terminal) if follow else (lambda: True)
@@ -178,7 +237,7 @@ class HostTreeScheduler(Scheduler):
         self._take_over(job_dir)
 
     def _cancel_through_supervisor(self, job_dir: JobDir) -> bool:
-        grace = float(job_dir.read_record()["request"].get("stop_grace_period", self.stop_grace_period))
+        grace = HostTreePlan.from_request(job_dir.read_record()["request"]).grace
         deadline = time.monotonic() + grace + 15
         signalled_at: float | None = None
         while time.monotonic() < deadline:
@@ -189,7 +248,7 @@ class HostTreeScheduler(Scheduler):
             if supervisor is None:
                 if _stale(job_dir, limit=5.0):
                     return False  # it never started
-            elif not is_supervisor_of(supervisor, job_dir.path) or _frozen(supervisor):
+            elif not is_supervisor_of(supervisor, job_dir.path) or processes.is_stopped(supervisor):
                 return False
             elif signalled_at is None:
                 os.kill(supervisor, signal.SIGTERM)
@@ -216,7 +275,7 @@ class HostTreeScheduler(Scheduler):
     def _sweep(self, job_dir: JobDir, state: dict[str, Any]) -> None:
         """Stop and remove what a job without a supervisor left (processes, containers, its network)."""
         record = job_dir.read_record()
-        grace = float(record["request"].get("stop_grace_period", self.stop_grace_period))
+        grace = HostTreePlan.from_request(record["request"]).grace
         backend_for(job_dir, record).stop_orphans(job_dir, record, state, grace)
         (job_dir.path / LIFELINE).unlink(missing_ok=True)
         shutil.rmtree(job_dir.path / SCRATCH, ignore_errors=True)
@@ -232,16 +291,29 @@ class HostTreeScheduler(Scheduler):
             raise SpecError(SpecIssue("handle", f"no {self.name} job {handle.job_id!r} in {self.job_root}", f"list jobs with `smddp-launch list --scheduler {self.name}`; set job_root or SMDDP_JOB_ROOT if they live elsewhere"))
         return job_dir
 
-    def has_job(self, job_name: str) -> bool:
-        return JobDir(self.job_root / job_name).exists()
-
-    def list_jobs(self) -> list[JobStatus]:
-        """Every job under the job root, newest first."""
+    def list_jobs(self, limit: int | None = None) -> list[JobStatus]:
+        """The jobs under the job root, newest first; one whose record cannot be read says why."""
         if not self.job_root.is_dir():
             return []
         jobs = [JobDir(path) for path in self.job_root.iterdir() if JobDir(path).exists()]
         jobs.sort(key=lambda job: job.record_file.stat().st_mtime, reverse=True)
-        return [self.status(JobHandle(self.name, job.path.name)) for job in jobs]
+        return [self._listed_status(JobHandle(self.name, job.path.name)) for job in jobs[:limit]]
+
+    def _listed_status(self, handle: JobHandle) -> JobStatus:
+        try:
+            return self.status(handle)
+        except SmddpError as err:
+            return JobStatus(handle, JobState.UNKNOWN, str(err).splitlines()[0])
+
+    def job_path(self, handle: JobHandle) -> Path:
+        """Where the job's directory is (whether or not it still exists)."""
+        return self.job_root / handle.job_id
+
+    def remove(self, handle: JobHandle) -> None:
+        """Delete a finished job's directory (``smddp-launch clean``); a running job is refused."""
+        if not self.status(handle).state.is_terminal:
+            raise SpecError(SpecIssue("job", f"{handle} is still running", f"cancel it first: smddp-launch cancel {handle.job_id}"))
+        shutil.rmtree(self.job_path(handle), ignore_errors=True)
 
     def job_record(self, handle: JobHandle) -> dict[str, Any]:
         """What ``schedule`` wrote to ``job.json``: handle, spec (``JobSpec.as_dict()``), request, owner."""
@@ -261,21 +333,24 @@ def package_parent() -> str:
     return str(Path(smddp_sdk.__file__).resolve().parent.parent)
 
 
+def _unwritable(path: Path) -> str:
+    """Why ``path`` (existing or to be created) cannot receive files, or "" when it can."""
+    probe = path.expanduser()
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{str(probe)!r} is not a directory"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{str(probe)!r} is not writable"
+    return ""
+
+
 def _stale(job_dir: JobDir, limit: float = 60.0) -> bool:
     """A job still PENDING long after it was written: its supervisor failed before its first word."""
     try:
         return time.time() - job_dir.state_file.stat().st_mtime > limit
     except FileNotFoundError:
         return False
-
-
-def _frozen(pid: int) -> bool:
-    """Stopped (SIGSTOP, a debugger): it will not answer whatever we wait."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] in ("T", "t")
 
 
 def _last_sign_of_life(job_dir: JobDir) -> float:

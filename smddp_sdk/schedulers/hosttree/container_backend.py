@@ -16,14 +16,12 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import IO, Any, ClassVar
 
-from smddp_sdk.errors import UnavailableError
-from smddp_sdk.schedulers.hosts.backend import HostBackend, HostExit, Output
-from smddp_sdk.schedulers.local_job import JobDir
+from smddp_sdk.schedulers.hosttree import docker_cli
+from smddp_sdk.schedulers.hosttree.backend import HostBackend, HostExit, Output
+from smddp_sdk.schedulers.hosttree.job_dir import JobDir
+from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
 from smddp_sdk.specs.failure import signal_name
 
-LABEL_JOB = "ai.smddp.job"
-LABEL_HOST = "ai.smddp.host"
-LABEL_JOB_DIR = "ai.smddp.job-dir"
 _INSPECT_EVERY = 1.0  # seconds between inspections of a container whose attach ended early
 
 
@@ -32,21 +30,20 @@ class ContainerBackend(HostBackend):
 
     def __init__(self, job_dir: JobDir, request: Mapping[str, Any]) -> None:
         super().__init__(job_dir, request)
-        self.docker = str(request.get("docker_cli") or "docker")
-        self.containers = {item["host"]: item for item in request["containers"]}
+        self.docker = self.plan.docker_cli
         self.attached: dict[str, subprocess.Popen[bytes]] = {}
         self.readers: list[threading.Thread] = []
         self.exits: dict[str, HostExit] = {}
         self.inspected_at: dict[str, float] = {}
 
     def prepare(self) -> dict[str, Any]:
-        run_docker(self.docker, *self.request["network"])
-        for item in self.containers.values():
-            run_docker(self.docker, *item["argv"])
-        return {"containers": [item["name"] for item in self.containers.values()]}
+        docker_cli.run(self.docker, *self.plan.network)
+        for item in self.plan.hosts:
+            docker_cli.run(self.docker, *item.create)
+        return {"containers": [item.container for item in self.plan.hosts]}
 
     def start(self, host: str, extra_env: Mapping[str, str], output: Output) -> dict[str, Any]:
-        name = self.containers[host]["name"]
+        name = self.plan.host(host).container
         # The attach client is ours (it dies with us); the container lives on its own, which is why the
         # runtime inside also watches the lifeline FIFO mounted into it.
         process = subprocess.Popen([self.docker, "start", "-a", name], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -75,7 +72,7 @@ class ContainerBackend(HostBackend):
         return self.exits[host]
 
     def signal(self, host: str, sig: int) -> None:
-        run_docker(self.docker, "kill", "-s", str(int(sig)), self.containers[host]["name"], check=False, timeout=30)
+        docker_cli.run(self.docker, "kill", "-s", str(int(sig)), self.plan.host(host).container, check=False, timeout=30)
 
     def drain(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -87,51 +84,26 @@ class ContainerBackend(HostBackend):
             process.wait()
 
     def release(self, *, keep: bool = False) -> None:
-        if not keep and not self.request.get("keep_containers"):
-            remove_job(self.docker, str(self.request["job_name"]))
+        if not keep and not self.plan.keep_containers:
+            docker_cli.remove_job(self.docker, self.plan.job_name)
 
     @classmethod
     def stop_orphans(cls, job_dir: JobDir, record: Mapping[str, Any], state: Mapping[str, Any], grace: float) -> None:
-        request = record["request"]
-        docker, job = str(request.get("docker_cli") or "docker"), str(request["job_name"])
-        names = run_docker(docker, "ps", "-q", "--filter", f"label={LABEL_JOB}={job}", check=False).split()
+        plan = HostTreePlan.from_request(record["request"])
+        docker, job = plan.docker_cli, plan.job_name
+        names = docker_cli.run(docker, "ps", "-q", "--filter", f"label={docker_cli.LABEL_JOB}={job}", check=False).split()
         if names:
-            run_docker(docker, "stop", "-t", str(int(grace)), *names, check=False, timeout=grace + 60)
-        if not request.get("keep_containers"):
-            remove_job(docker, job)
+            docker_cli.run(docker, "stop", "-t", str(int(grace)), *names, check=False, timeout=grace + 60)
+        if not plan.keep_containers:
+            docker_cli.remove_job(docker, job)
 
     def _inspect(self, host: str) -> dict[str, Any] | None:
-        text = run_docker(self.docker, "inspect", "--format", "{{json .State}}", self.containers[host]["name"], check=False)
+        text = docker_cli.run(self.docker, "inspect", "--format", "{{json .State}}", self.plan.host(host).container, check=False)
         try:
             state = json.loads(text)
         except ValueError:
             return None
         return state if isinstance(state, dict) else None
-
-
-def run_docker(docker: str, *args: str, check: bool = True, timeout: float = 120) -> str:
-    """One docker CLI command; trouble becomes an UnavailableError that says what failed."""
-    try:
-        proc = subprocess.run([docker, *args], capture_output=True, text=True, errors="replace", timeout=timeout, check=False)
-    except FileNotFoundError:
-        raise UnavailableError(f"the docker CLI ({docker!r}) is not installed") from None
-    except subprocess.TimeoutExpired:
-        if check:
-            raise UnavailableError(f"docker {args[0]} did not answer within {timeout:.0f} s") from None
-        return ""
-    if check and proc.returncode != 0:
-        raise UnavailableError(f"docker {' '.join(args[:2])} failed: {(proc.stderr or proc.stdout).strip()}")
-    return proc.stdout
-
-
-def remove_job(docker: str, job: str) -> None:
-    """Remove every container and the network of ``job`` (by label); nothing to do is fine."""
-    ids = run_docker(docker, "ps", "-aq", "--filter", f"label={LABEL_JOB}={job}", check=False).split()
-    if ids:
-        run_docker(docker, "rm", "-f", *ids, check=False)
-    networks = run_docker(docker, "network", "ls", "-q", "--filter", f"label={LABEL_JOB}={job}", check=False).split()
-    if networks:
-        run_docker(docker, "network", "rm", *networks, check=False)
 
 
 def _epoch(stamp: str) -> float | None:

@@ -14,13 +14,13 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import IO, Any, ClassVar
 
-from smddp_sdk.schedulers.hosts.backend import HostBackend, HostExit, Output
-from smddp_sdk.schedulers.local_job import JobDir, pick_free_ports, pid_alive, port_lock, ports_of_live_jobs, session_members, signal_session
+from smddp_sdk.schedulers.hosttree.backend import HostBackend, HostExit, Output
+from smddp_sdk.schedulers.hosttree.job_dir import JobDir, pick_free_ports, port_lock, ports_of_live_jobs
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.failure import exit_code_of, signal_name
+from smddp_sdk.specs.processes import session_alive, signal_session
 
 PORT_PLACEHOLDER = "<free port, picked at start>"
 TOKEN_PLACEHOLDER = "<random, made at start>"
@@ -63,15 +63,15 @@ class ProcessBackend(HostBackend):
         return {"ports": self.ports}
 
     def start(self, host: str, extra_env: Mapping[str, str], output: Output) -> dict[str, Any]:
-        planned = self._host(host)
+        planned = self.plan.host(host)
         env = inherited_env(os.environ)
-        env.update({key: str(self.ports[key]) if value == PORT_PLACEHOLDER else value for key, value in planned["environment"].items()})
+        env.update({key: str(self.ports[key]) if value == PORT_PLACEHOLDER else value for key, value in planned.environment.items()})
         env[contract.JOB_TOKEN_ENV] = self.token
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [planned["environment"].get("PYTHONPATH"), os.environ.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [planned.environment.get("PYTHONPATH"), os.environ.get("PYTHONPATH")]))
         env.update(extra_env)
         env[contract.PARENT_PID_ENV] = str(os.getpid())  # the runtime dies with us (PR_SET_PDEATHSIG)
         process = subprocess.Popen(
-            planned["command"], env=env, cwd=planned["base_dir"], stdin=subprocess.DEVNULL,
+            list(planned.command), env=env, cwd=planned.opt_ml, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
         )
         self.processes[host] = process
@@ -124,17 +124,10 @@ class ProcessBackend(HostBackend):
         for session in sessions:
             signal_session(session, signal.SIGTERM)
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(_session_alive(session) for session in sessions):
+        while time.monotonic() < deadline and any(session_alive(session) for session in sessions):
             time.sleep(0.05)
         for session in sessions:
             signal_session(session, signal.SIGKILL)
-
-    def _host(self, host: str) -> Mapping[str, Any]:
-        return next(item for item in self.request["hosts"] if item["host"] == host)
-
-
-def _session_alive(session: int) -> bool:
-    return bool(session_members(session)) if Path("/proc").is_dir() else pid_alive(session)
 
 
 def _copy(host: str, stream: IO[bytes], output: Output) -> None:

@@ -1,0 +1,72 @@
+"""The plan of a host-tree job, typed: what the local and docker planners put in the dry run's request
+(and so in ``job.json``), read here once for the supervisor, its backends and the checkpoint sync.
+
+The defaults live here and nowhere else: a record written by hand (tests, an older job) gets them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from smddp_sdk.schedulers.options import STOP_GRACE_PERIOD
+from smddp_sdk.specs.job import JobSpec
+
+DEFAULT_MAX_RUN: int = JobSpec.__dataclass_fields__["max_run"].default
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    """One host: its ``/opt/ml`` tree and how it starts (a process's argv and environment, or a container)."""
+
+    host: str
+    opt_ml: Path
+    command: tuple[str, ...] = ()
+    environment: Mapping[str, str] = field(default_factory=dict)
+    container: str = ""  # the container's name
+    create: tuple[str, ...] = ()  # the exact ``docker create`` argv
+
+
+@dataclass(frozen=True)
+class HostTreePlan:
+    job_name: str
+    hosts: tuple[HostPlan, ...]
+    model_data: Path
+    output_data: Path
+    backend: str = "process"  # or "container"
+    max_run: int = DEFAULT_MAX_RUN
+    grace: float = STOP_GRACE_PERIOD.default  # seconds between SIGTERM and SIGKILL
+    keep_job_dir: bool = True
+    keep_containers: bool = False
+    docker_cli: str = "docker"
+    network: tuple[str, ...] = ()  # the ``docker network create`` argv
+
+    @classmethod
+    def from_request(cls, request: Mapping[str, Any]) -> HostTreePlan:
+        processes = [
+            HostPlan(item["host"], Path(item.get("base_dir", "")), tuple(item.get("command", ())), dict(item.get("environment", {})))
+            for item in request.get("hosts", ())
+        ]
+        containers = [
+            HostPlan(item["host"], Path(item.get("opt_ml", "")), container=item.get("name", ""), create=tuple(item.get("argv", ())))
+            for item in request.get("containers", ())
+        ]
+        artifacts = request.get("artifacts") or {}
+        return cls(
+            job_name=str(request.get("job_name", "")),
+            hosts=(*processes, *containers),
+            model_data=Path(artifacts.get("model_data", "")),
+            output_data=Path(artifacts.get("output_data", "")),
+            backend=str(request.get("backend", "process")),
+            max_run=int(request.get("max_run") or DEFAULT_MAX_RUN),
+            grace=float(request.get("stop_grace_period", STOP_GRACE_PERIOD.default)),
+            keep_job_dir=bool(request.get("keep_job_dir", True)),
+            keep_containers=bool(request.get("keep_containers", False)),
+            docker_cli=str(request.get("docker_cli") or "docker"),
+            network=tuple(request.get("network", ())),
+        )
+
+    def host(self, name: str) -> HostPlan:
+        return next(item for item in self.hosts if item.host == name)

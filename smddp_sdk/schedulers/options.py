@@ -1,0 +1,149 @@
+"""Scheduler options, each declared once (torchx's ``runopts``): name, type, default, help and check.
+
+A scheduler lists its options as ``options = SchedulerOptions(...)`` on its class. From that one list
+come the constructor's checks and defaults (``Scheduler.__init__``), the job file's checks
+(``config.job_file``), ``smddp-launch options`` and the scheduler reference in the docs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from smddp_sdk.errors import SpecError, SpecIssue, did_you_mean
+from smddp_sdk.specs import limits
+
+# What is wrong with a value, or "" when nothing is: (value, issue path) -> issues.
+Check = Callable[[Any, str], list[SpecIssue]]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One scheduler option. ``code_only`` options are Python objects (clients, callbacks) that a job file
+    cannot hold; ``convert`` turns a checked value (or the default) into what the scheduler keeps."""
+
+    name: str
+    type: str
+    default: Any
+    help: str
+    check: Check | None = None
+    convert: Callable[[Any], Any] | None = None
+    code_only: bool = False
+
+    def issues(self, value: Any) -> list[SpecIssue]:
+        if self.check is None or (value is None and self.default is None):
+            return []
+        return self.check(value, f"scheduler_options.{self.name}")
+
+    def value(self, given: Mapping[str, Any]) -> Any:
+        value = given.get(self.name, self.default)
+        return self.convert(value) if self.convert is not None else value
+
+
+@dataclass(frozen=True)
+class SchedulerOptions:
+    """The options one scheduler accepts, in the order ``smddp-launch options`` lists them."""
+
+    scheduler: str = ""
+    declared: tuple[Option, ...] = field(default=())
+
+    @classmethod
+    def of(cls, scheduler: str, *declared: Option) -> SchedulerOptions:
+        return cls(scheduler, declared)
+
+    def __iter__(self) -> Iterator[Option]:
+        return iter(self.declared)
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(option.name for option in self.declared)
+
+    def issues(self, given: Mapping[str, Any], *, unknown: bool = True) -> list[SpecIssue]:
+        """Every problem at once: unknown names first (with ``unknown``), then bad values in declared order."""
+        names = self.names()
+        expected = f"expected one of {', '.join(names)}" if names else f"the {self.scheduler} scheduler takes no options"
+        found = [SpecIssue(f"scheduler_options.{key}", f"unknown option of the {self.scheduler} scheduler", did_you_mean(key, names) or expected) for key in given if unknown and key not in names]
+        for option in self.declared:
+            if option.name in given:
+                found += option.issues(given[option.name])
+        return found
+
+    def file_issues(self, given: Mapping[str, Any]) -> list[SpecIssue]:
+        """What a job file or user config may not say: the issues above, and Python-only options."""
+        code_only = [
+            SpecIssue(f"scheduler_options.{option.name}", "can only be given from Python (it is an object, not a value)") for option in self.declared if option.code_only and option.name in given
+        ]
+        return [*self.issues(given), *code_only]
+
+    def resolve(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """Checked values with defaults filled in and converted; raises SpecError with every problem."""
+        issues = self.issues(given)
+        if issues:
+            raise SpecError(issues)
+        return {option.name: option.value(given) for option in self.declared}
+
+
+# --- checks ------------------------------------------------------------------------------------
+
+
+def boolean(value: Any, path: str) -> list[SpecIssue]:
+    return [] if isinstance(value, bool) else [SpecIssue(path, f"must be true or false, got {value!r}")]
+
+
+def seconds(value: Any, path: str) -> list[SpecIssue]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        return [SpecIssue(path, f"must be a number of seconds >= 0, got {value!r}")]
+    return []
+
+
+def is_text(value: Any, path: str) -> list[SpecIssue]:
+    return [] if isinstance(value, str) else [SpecIssue(path, f"must be text, got {value!r}")]
+
+
+def path_like(value: Any, path: str) -> list[SpecIssue]:
+    return [] if isinstance(value, (str, os.PathLike)) else [SpecIssue(path, f"must be a path, got {value!r}")]
+
+
+def one_of(*choices: str) -> Check:
+    def check(value: Any, path: str) -> list[SpecIssue]:
+        if value in choices:
+            return []
+        return [SpecIssue(path, f"must be one of {', '.join(choices)}, got {value!r}", did_you_mean(str(value), choices))]
+
+    return check
+
+
+def matching(pattern: str, what: str) -> Check:
+    def check(value: Any, path: str) -> list[SpecIssue]:
+        return [] if re.fullmatch(pattern, str(value)) else [SpecIssue(path, f"must be {what}, got {value!r}")]
+
+    return check
+
+
+def absolute_path(default: Callable[[], Path]) -> Callable[[Any], Path]:
+    """A path option's value: the given path (``~`` expanded) or ``default()``, made absolute."""
+    return lambda value: Path(value).expanduser().absolute() if value else default().expanduser().absolute()
+
+
+# --- options several schedulers share ------------------------------------------------------------
+
+PROCESSES_PER_HOST = Option(
+    "processes_per_host",
+    "int",
+    None,
+    "ranks per host (default: the instance type's GPU count, else 1)",
+    check=limits.processes_per_host_issues,
+)
+STOP_GRACE_PERIOD = Option("stop_grace_period", "float", 10.0, "seconds between SIGTERM and SIGKILL on cancel", check=seconds, convert=float)
+
+
+def job_root(description: str, default: Callable[[], Path]) -> Option:
+    return Option("job_root", "path", None, description, check=path_like, convert=absolute_path(default))
+
+
+def with_default(option: Option, default: Any, description: str | None = None) -> Option:
+    """A shared option with this scheduler's own default (and help)."""
+    return replace(option, default=default, help=description or option.help)

@@ -1,0 +1,85 @@
+"""Processes as /proc shows them: the one place that reads it (stdlib only, as the runtime needs).
+
+Used by the runtime (stale scratch of dead runtimes), the host-tree schedulers (supervisors, a host's
+session of processes) and the collectives (peers of a shared-memory group). Where /proc is missing
+(macOS) the answers fall back to what signals can tell.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PROC = Path("/proc")
+
+
+def state(pid: int) -> str | None:
+    """The process's state letter (``R``, ``S``, ``Z`` zombie, ``T``/``t`` stopped), None when unknown."""
+    try:
+        stat = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()[0]
+
+
+def pid_alive(pid: int | None) -> bool:
+    """The process exists and is not a zombie (killed, not yet reaped by its parent)."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return state(pid) != "Z"
+
+
+def is_stopped(pid: int) -> bool:
+    """Stopped by SIGSTOP or a debugger: it will not answer whatever we wait."""
+    return state(pid) in ("T", "t")
+
+
+def command_line(pid: int) -> list[str] | None:
+    """The process's argv, None where it cannot be read (no /proc, gone)."""
+    try:
+        raw = (PROC / str(pid) / "cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return None
+    return [arg for arg in raw.split("\0") if arg]
+
+
+def session_members(session_id: int) -> list[int]:
+    """Every live process in a session: a leader, its children and theirs, even those that moved to a
+    process group of their own."""
+    members = []
+    for entry in PROC.iterdir() if PROC.is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == session_id and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+def session_alive(session_id: int) -> bool:
+    return bool(session_members(session_id)) if PROC.is_dir() else pid_alive(session_id)
+
+
+def signal_session(session_id: int, sig: int) -> None:
+    """Signal a whole session; where /proc is missing, its process group."""
+    targets = session_members(session_id) if PROC.is_dir() else []
+    if not targets:
+        try:
+            os.killpg(session_id, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        return
+    for pid in targets:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
