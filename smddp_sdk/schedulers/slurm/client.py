@@ -7,7 +7,6 @@ knows a job until ``MinJobAge`` after its end) and ``sacct`` only when ``scontro
 
 from __future__ import annotations
 
-import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +16,6 @@ from smddp_sdk.specs.slurm_job import scontrol_records
 
 CLUSTER_HINT = 'run this on a machine where sbatch works (the cluster\'s login or head node); for a local test cluster, as root in a smddp-sdk checkout: eval "$(scripts/slurm-cluster.sh start)"'
 # Pending reasons that never clear by themselves: the request exceeds what the partition has or allows.
-_BROKEN = re.compile(r"DOWN|FAIL|NOT_RESPONDING")
 NEVER_STARTS = ("PartitionNodeLimit", "PartitionConfig", "BadConstraints", "PartitionTimeLimit", "AccountNotAllowed", "InvalidAccount", "InvalidQOS")
 
 
@@ -77,13 +75,6 @@ class SlurmClient:
         state, reason, nodes, exit_code = (line.split("|") + ["", "", "", ""])[:4]
         code, signal = _exit_code(exit_code)
         return JobInfo(state.split()[0], reason, nodes, code, signal)
-
-    def failed_nodes(self, nodelist: str) -> list[str]:
-        """The nodes of ``nodelist`` that Slurm counts as down or failed now."""
-        if not nodelist:
-            return []
-        proc = self._run("scontrol", "show", "node", "-o", nodelist)
-        return [node["NodeName"] for node in scontrol_records(proc.stdout) if _BROKEN.search(node.get("State", ""))]
 
     def cancel(self, job_id: str) -> None:
         proc = self._run("scancel", job_id)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import time
@@ -33,7 +34,7 @@ from smddp_sdk.schedulers.slurm import options as declared
 from smddp_sdk.schedulers.slurm.client import JobInfo, SlurmClient
 from smddp_sdk.schedulers.slurm.logs import job_lines
 from smddp_sdk.schedulers.slurm.script import BatchPlan, render
-from smddp_sdk.schedulers.slurm.states import job_state
+from smddp_sdk.schedulers.slurm.states import ENDINGS, job_state
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.failure import FailureRecord, decide
@@ -41,6 +42,7 @@ from smddp_sdk.specs.job import JobSpec, make_job_name
 from smddp_sdk.specs.slurm_job import SlurmJobDir, read_json, write_json
 from smddp_sdk.specs.status import HostStatus, JobHandle, JobState, JobStatus, LogLine
 
+NODE_FAILURE = "NodeFailure"
 HYPERPOD_MARKER = Path("/opt/sagemaker_cluster")  # present on HyperPod's Slurm nodes
 
 
@@ -209,8 +211,10 @@ class SlurmScheduler(Scheduler):
         result = read_json(job_dir.result_file)
         state, message = job_state(info, result, cancel_requested=job_dir.cancel_file.exists(), max_retries=int(record["request"]["max_retries"]))
         failure, others = self._root_cause(job_dir, info) if state is JobState.FAILED else (None, [])
-        if failure is not None and not message.startswith(("a node", "the job reached")):
-            message = failure.headline
+        if failure is not None and (info is None or info.state not in ENDINGS):
+            message = failure.headline  # the script's failure; Slurm's own endings (node, time) say more
+        elif failure is not None and failure.error_type == NODE_FAILURE:
+            message = f"node {failure.host} failed: {message}"
         artifacts = record["request"]["artifacts"]
         details = {
             "slurm_job_id": record["slurm_job_id"],
@@ -226,20 +230,22 @@ class SlurmScheduler(Scheduler):
             "output_data": artifacts["output_data"],
             "other_failures": [other.to_json() for other in others],
         }
-        model_data = (result or {}).get("model_data") or artifacts["model_data"]
+        # Where the archive is (after the step) or will be (before it); nowhere when the job ended without one.
+        model_data = (result or {}).get("model_data") or (None if state.is_terminal else artifacts["model_data"])
         return JobStatus(handle, state, message, failure, self._hosts(job_dir, state), model_data, details)
 
     def _root_cause(self, job_dir: SlurmJobDir, info: JobInfo | None) -> tuple[FailureRecord | None, list[FailureRecord]]:
         """The first failure by host and rank, from every node's records (the runtime wrote them)."""
-        records = []
+        records: dict[tuple[Any, ...], FailureRecord] = {}  # every node wrote the job's root cause: keep one
         for path in job_dir.node_trees():
-            written = contract.read_failure_records(OptMl(path)) or []
-            records += [FailureRecord.from_json(item) for item in written]
+            for item in contract.read_failure_records(OptMl(path)) or []:
+                record = FailureRecord.from_json(item)
+                records.setdefault((record.host, record.rank, record.error_type, record.message, record.source), record)
         if info is not None and info.state == "NODE_FAIL":
-            lost = [FailureRecord(node, None, 1, "the node failed (Slurm NODE_FAIL): its ranks were lost", error_type="NodeFailure", timestamp=0.0) for node in self.client.failed_nodes(info.nodes)]
+            lost = [FailureRecord(node, None, 1, "the node failed (Slurm NODE_FAIL): its ranks were lost", error_type=NODE_FAILURE, timestamp=0.0) for node in _failed_nodes(job_dir)]
             if lost:  # the node is the cause; what the other nodes saw afterwards is its consequence
-                return lost[0], records
-        verdict = decide(records)
+                return lost[0], list(records.values())
+        verdict = decide(records.values())
         return (verdict.root, list(verdict.others)) if verdict else (None, [])
 
     def _hosts(self, job_dir: SlurmJobDir, job_state_now: JobState) -> tuple[HostStatus, ...]:
@@ -249,6 +255,8 @@ class SlurmScheduler(Scheduler):
             name = (contract.read_json_file(opt_ml.resource_config_file, default={}) or {}).get("current_host", path.name)
             if opt_ml.success_file.exists():
                 state = JobState.SUCCEEDED
+            elif job_state_now is JobState.CANCELLED:
+                state = job_state_now
             elif opt_ml.failure_file.exists():
                 state = JobState.FAILED
             else:
@@ -296,3 +304,15 @@ class SlurmScheduler(Scheduler):
     def job_record(self, handle: JobHandle) -> dict[str, Any]:
         """What ``schedule`` wrote to ``job.json``: handle, spec, request, Slurm job id."""
         return self._job(handle)[1]
+
+
+_NODE_FAILURE = re.compile(r"srun: error: Node failure on (\S+)")
+
+
+def _failed_nodes(job_dir: SlurmJobDir) -> list[str]:
+    """The nodes srun saw fail (the batch log keeps its word after the node is back)."""
+    try:
+        text = job_dir.batch_log.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    return list(dict.fromkeys(_NODE_FAILURE.findall(text)))

@@ -16,7 +16,7 @@ _STATES = {
     "CANCELLED": JobState.CANCELLED,
     **dict.fromkeys(("FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"), JobState.FAILED),
 }
-_ENDINGS = {
+ENDINGS = {
     "NODE_FAIL": "a node of the job failed and Slurm ended the job",
     "TIMEOUT": "the job reached its time limit (max_run)",
     "OUT_OF_MEMORY": "a node ran out of memory",
@@ -38,9 +38,9 @@ def job_state(info: JobInfo | None, result: Mapping[str, Any] | None, *, cancel_
     state = _STATES.get(info.state.rstrip("+"), JobState.UNKNOWN)
     if state is JobState.PENDING:
         return state, _pending_message(info)
-    if state is JobState.FAILED and info.state in _ENDINGS:
+    if state is JobState.FAILED and info.state in ENDINGS:
         requeue = f"; not requeued (max_retries {max_retries})" if max_retries == 0 else f" after {info.restarts} restarts"
-        return state, f"{_ENDINGS[info.state]} (Slurm {info.state}{', ' + info.reason if info.reason not in ('', 'None') else ''}){requeue}"
+        return state, f"{ENDINGS[info.state]} (Slurm {info.state}{', ' + info.reason if info.reason not in ('', 'None') else ''}){requeue}"
     if state is JobState.CANCELLED:
         return state, "cancelled" + (" (smddp-launch cancel)" if cancel_requested else " (scancel)")
     if state is JobState.UNKNOWN:
