@@ -13,6 +13,7 @@ machine that sees it can watch or stop the job.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -316,3 +317,18 @@ def _failed_nodes(job_dir: SlurmJobDir) -> list[str]:
     except OSError:
         return []
     return list(dict.fromkeys(_NODE_FAILURE.findall(text)))
+
+
+def _declared_signature() -> inspect.Signature:
+    """The constructor's signature as the option table declares it, for ``smddp-launch options`` and the job file's checks."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    return inspect.Signature(
+        [
+            inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+            *(inspect.Parameter(option.name, keyword, default=option.default, annotation=option.type) for option in declared.OPTIONS),
+            inspect.Parameter("client", keyword, default=None, annotation="SlurmClient | None"),
+        ]
+    )
+
+
+setattr(SlurmScheduler.__init__, "__signature__", _declared_signature())  # noqa: B010 - the table is the one declaration
