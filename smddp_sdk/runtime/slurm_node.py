@@ -76,7 +76,7 @@ def node_environ(environ: Mapping[str, str]) -> dict[str, str]:
         {
             contract.BASE_DIR_ENV: str(tree.base),
             "TRAINING_JOB_NAME": node["job_name"],
-            contract.HOST_ADDRESSES_ENV: json.dumps(node_addresses(hosts, nodelist), separators=(",", ":")),
+            contract.HOST_ADDRESSES_ENV: json.dumps(node_addresses(hosts, nodelist, environ), separators=(",", ":")),
             contract.JOB_TOKEN_ENV: node["job_token"],
         }
     )
@@ -140,10 +140,11 @@ def _split_top_level(nodelist: str) -> list[str]:
     return [item for item in items if item]
 
 
-def node_addresses(hosts: list[str], nodelist: str) -> dict[str, str]:
+def node_addresses(hosts: list[str], nodelist: str, environ: Mapping[str, str]) -> dict[str, str]:
     """Each node's ``NodeAddr`` as the controller knows it (the name itself where it cannot say)."""
     try:
-        shown = subprocess.run(["scontrol", "show", "node", "-o", nodelist], capture_output=True, text=True, timeout=30, check=False).stdout
+        argv = ["scontrol", "show", "node", "-o", nodelist]
+        shown = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False, env=dict(environ)).stdout
     except (OSError, subprocess.TimeoutExpired):
         shown = ""
     addresses = {node["NodeName"]: node["NodeAddr"] for node in scontrol_records(shown) if node.get("NodeName") and node.get("NodeAddr")}
