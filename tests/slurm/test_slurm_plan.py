@@ -5,6 +5,7 @@ run the real thing."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -84,10 +85,12 @@ def test_script_asks_for_one_task_per_node_and_runs_the_node_runtime(tmp_path: P
         f"--output={tmp_path / 'job-1' / 'logs' / 'batch.log'}",
         "--no-requeue",
     ]
-    assert f"srun --ntasks-per-node=1 --kill-on-bad-exit=0 --output={tmp_path}/job-1/logs/%N.log /usr/bin/python3 -m smddp_sdk.runtime\n" in script
+    assert f'srun --ntasks-per-node=1 --kill-on-bad-exit=0 --output={tmp_path}/job-1/logs/%N.log "${{auto_resume[@]}}" /usr/bin/python3 -m smddp_sdk.runtime\n' in script
     assert f"export {JOB_DIR_ENV}={tmp_path / 'job-1'}\n" in script
     assert script.rstrip().endswith('exit "$code"')
-    assert "--auto-resume" not in script and "container" not in script and "requeue" not in script.split("--no-requeue")[1]
+    assert "if [ -d /opt/sagemaker_cluster ]; then auto_resume=(--auto-resume=1); fi" in script  # auto: decided on the node
+    assert "container" not in script
+    assert subprocess.run(["bash", "-n"], input=script, text=True, check=False).returncode == 0  # valid bash and "requeue" not in script.split("--no-requeue")[1]
 
 
 def test_script_renders_every_option(tmp_path: Path) -> None:

@@ -31,7 +31,12 @@ OPTIONS = (
     Option("extra_sbatch", "list[str]", (), "more #SBATCH lines, as sbatch options: ['--exclusive', '--gres=gpu:8', '--constraint=p4d']"),
     Option("container_image", "str", None, "an enroot image for every node: srun --container-image (clusters with pyxis); the image needs smddp-sdk"),
     Option("max_retries", "int", 0, "requeue the job up to this many times when a node fails or the step fails (sbatch --requeue; Slurm holds a requeued job ~2 min)"),
-    Option("auto_resume", "'auto'|bool", "auto", "srun --auto-resume=1 (HyperPod replaces faulty nodes and restarts the step); 'auto': on HyperPod nodes (/opt/sagemaker_cluster)"),
+    Option(
+        "auto_resume",
+        "'auto'|bool",
+        "auto",
+        "srun --auto-resume=1 (HyperPod replaces faulty nodes and restarts the step); 'auto': when the node is a HyperPod node (/opt/sagemaker_cluster), as AWS's samples decide",
+    ),
     Option("processes_per_host", "int", None, "ranks per node (default: the instance type's GPU count, or the GPUs each node finds)"),
     Option("python", "str", sys.executable, "the Python on the nodes that has smddp-sdk (default: this one, the usual case with a shared file system; 'python3' in a container)"),
 )

@@ -44,7 +44,6 @@ from smddp_sdk.specs.slurm_job import SlurmJobDir, read_json, write_json
 from smddp_sdk.specs.status import HostStatus, JobHandle, JobState, JobStatus, LogLine
 
 NODE_FAILURE = "NodeFailure"
-HYPERPOD_MARKER = Path("/opt/sagemaker_cluster")  # present on HyperPod's Slurm nodes
 
 
 @dataclass(frozen=True)
@@ -128,9 +127,9 @@ class SlurmScheduler(Scheduler):
             environment=environment,
         )
 
-    def _auto_resume(self) -> bool:
+    def _auto_resume(self) -> bool | None:
         setting = self.options["auto_resume"]
-        return HYPERPOD_MARKER.exists() if setting == "auto" else bool(setting)
+        return None if setting == "auto" else bool(setting)  # auto: the batch script looks on the node
 
     def _hyperparameters(self, spec: JobSpec, job_name: str, job_dir: SlurmJobDir) -> dict[str, Any]:
         return spec.training_hyperparameters(job_name=job_name, submit_directory=f"file://{job_dir.code_dir}", region=None)
@@ -146,8 +145,9 @@ class SlurmScheduler(Scheduler):
             notes.append(f"checkpoint_s3_uri {spec.checkpoint_s3_uri} is not synced on Slurm: /opt/ml/checkpoints of every node is the job's checkpoints/ folder on the shared file system")
         if spec.image_uri and not self.options["container_image"]:
             notes.append("image_uri is not used on Slurm: set scheduler_options container_image to run the nodes in an enroot image (pyxis)")
-        if self._auto_resume():
-            notes.append("srun --auto-resume=1: HyperPod replaces a faulty node and restarts the step; the script must load its checkpoint")
+        if self._auto_resume() is not False:
+            where = "on HyperPod's nodes (auto_resume: auto)" if self._auto_resume() is None else "(auto_resume: true)"
+            notes.append(f"srun --auto-resume=1 {where}: HyperPod replaces a faulty node and restarts the step; the script must load its checkpoint")
         return notes
 
     # --- submitting -----------------------------------------------------------------------------

@@ -27,9 +27,17 @@ class BatchPlan:
     account: str | None = None
     extra_sbatch: tuple[str, ...] = ()
     max_retries: int = 0
-    auto_resume: bool = False
+    auto_resume: bool | None = None  # None: on HyperPod's nodes (/opt/sagemaker_cluster), decided on the node
     container_image: str | None = None
     environment: Mapping[str, str] = field(default_factory=dict)
+
+
+# As AWS's HyperPod samples decide it: HyperPod replaces a faulty node and restarts the step from there.
+AUTO_RESUME_ON_HYPERPOD = [
+    "# On HyperPod (/opt/sagemaker_cluster on its nodes) srun resumes the step on a replaced node.",
+    "auto_resume=()",
+    "if [ -d /opt/sagemaker_cluster ]; then auto_resume=(--auto-resume=1); fi",
+]
 
 
 def time_limit(seconds: int) -> str:
@@ -54,9 +62,11 @@ def render(plan: BatchPlan) -> str:
         *plan.extra_sbatch,
     ]
     exports = {JOB_DIR_ENV: str(plan.job_dir), "PYTHONPATH": plan.python_path, **plan.environment}
-    step = ["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=0", f"--output={job_dir.logs_dir}/%N.log"]
+    step = shlex.join(["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=0", f"--output={job_dir.logs_dir}/%N.log"])
     if plan.auto_resume:
-        step.append("--auto-resume=1")
+        step += " --auto-resume=1"
+    elif plan.auto_resume is None:
+        step += ' "${auto_resume[@]}"'
     container = [f"--container-image={plan.container_image}", f"--container-mounts={plan.job_dir}:{plan.job_dir}"] if plan.container_image else []
     finish = ["srun", "--nodes=1", "--ntasks=1", *container] if plan.container_image else []
     lines = [
@@ -66,8 +76,9 @@ def render(plan: BatchPlan) -> str:
         "",
         *(f"export {key}={shlex.quote(value)}" for key, value in exports.items()),
         "",
+        *(AUTO_RESUME_ON_HYPERPOD if plan.auto_resume is None else []),
         "# The ranks of every node; each node's runtime coordinates the failure handling itself.",
-        shlex.join([*step, *container, plan.python, "-m", "smddp_sdk.runtime"]),
+        f"{step} {shlex.join([*container, plan.python, '-m', 'smddp_sdk.runtime'])}",
         "code=$?",
         "# The nodes' model/ and output/data/ merged into the archives, and the result for `status`.",
         shlex.join([*finish, plan.python, "-m", "smddp_sdk.runtime.slurm_node", "finish"]) + ' "$code"',
