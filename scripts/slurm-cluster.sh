@@ -51,6 +51,9 @@ SlurmctldPort=$CTLD_PORT
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
+# A requeued job waits cred_expire+1 s (default 120) before it may start again, and the scheduler looks
+# at waiting jobs every sched_interval s (default 60): short here, so that requeue tests take seconds.
+AuthInfo=cred_expire=10
 CredType=cred/munge
 MpiDefault=none
 ProctrackType=proctrack/linuxproc
@@ -58,6 +61,7 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SchedulerType=sched/builtin
+SchedulerParameters=sched_interval=2
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 ReturnToService=2

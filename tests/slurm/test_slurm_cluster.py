@@ -66,6 +66,23 @@ FAILING = textwrap.dedent(
     time.sleep(60)
     """
 )
+# Fails once after saving a checkpoint; the requeued attempt must find it on the shared file system.
+RESUMING = textwrap.dedent(
+    """
+    import os, sys, time
+    attempt = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+    checkpoint = "/opt/ml/checkpoints/step.txt"
+    resumed = open(checkpoint).read() if os.path.exists(checkpoint) else None
+    print(f"attempt {attempt} resumed from {resumed}", flush=True)
+    if attempt == 0:
+        if os.environ["RANK"] == "0":
+            open(checkpoint, "w").write("step-5")
+            sys.exit(3)
+        time.sleep(60)
+    if os.environ["RANK"] == "0":
+        open("/opt/ml/model/resumed.txt", "w").write(str(resumed))
+    """
+)
 SLEEPING = "import time\nprint('sleeping', flush=True)\ntime.sleep(120)\n"
 
 
@@ -168,6 +185,18 @@ def test_a_node_taken_down_mid_job_fails_the_job_and_is_named(tmp_path: Path) ->
     assert status.message.endswith("not requeued (max_retries 0)")
     assert status.failure is not None and status.failure.host == "n2" and status.failure.error_type == "NodeFailure"
     _wait_nodes_idle()
+
+
+def test_max_retries_requeues_a_failed_step_which_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+    scheduler = slurm(tmp_path, max_retries=1, processes_per_host=1)
+    handle = scheduler.submit(spec_for(tmp_path, RESUMING, 2, "requeued"))
+    status = scheduler.wait(handle, poll=0.5, timeout=JOB_TIMEOUT)
+    assert status.state is JobState.SUCCEEDED and status.details["restarts"] == 1, status
+    texts = [line.text for line in scheduler.logs(handle, ranks=[0])]
+    assert texts[:1] == ["attempt 0 resumed from None"] and "attempt 1 resumed from step-5" in texts, texts
+    assert any("requeueing (restart 0 of 1)" in line.text for line in scheduler.logs(handle, hosts=["batch"]))
+    with tarfile.open(status.model_data) as archive:
+        assert archive.extractfile("resumed.txt").read() == b"step-5"
 
 
 def test_a_job_the_cluster_can_never_run_is_refused_at_once(tmp_path: Path) -> None:

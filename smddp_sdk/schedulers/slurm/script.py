@@ -56,13 +56,14 @@ def render(plan: BatchPlan) -> str:
         f"--time={time_limit(plan.max_run)}",
         f"--chdir={plan.job_dir}",
         f"--output={job_dir.batch_log}",
+        "--open-mode=append",  # a requeued job adds to its logs
         "--requeue" if plan.max_retries else "--no-requeue",
         *([f"--partition={plan.partition}"] if plan.partition else []),
         *([f"--account={plan.account}"] if plan.account else []),
         *plan.extra_sbatch,
     ]
     exports = {JOB_DIR_ENV: str(plan.job_dir), "PYTHONPATH": plan.python_path, **plan.environment}
-    step = shlex.join(["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=0", f"--output={job_dir.logs_dir}/%N.log"])
+    step = shlex.join(["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=0", "--open-mode=append", f"--output={job_dir.logs_dir}/%N.log"])
     if plan.auto_resume:
         step += " --auto-resume=1"
     elif plan.auto_resume is None:
