@@ -199,6 +199,16 @@ def test_max_retries_requeues_a_failed_step_which_resumes_from_its_checkpoint(tm
         assert archive.extractfile("resumed.txt").read() == b"step-5"
 
 
+def test_a_node_python_that_cannot_run_fails_clearly(tmp_path: Path) -> None:
+    """No runtime ever starts: no failure record, so status points at the logs that say why."""
+    scheduler = slurm(tmp_path, python="/no/such/python3")
+    handle = scheduler.submit(spec_for(tmp_path, SLEEPING, 2, "no-python"))
+    status = scheduler.wait(handle, poll=0.5, timeout=JOB_TIMEOUT)
+    assert status.state is JobState.FAILED and status.failure is None, status
+    assert status.message.startswith("the job failed (Slurm FAILED, exit code") and "batch.log" in status.message, status.message
+    assert any("/no/such/python3" in line.text for line in scheduler.logs(handle)), list(scheduler.logs(handle))
+
+
 def test_a_job_the_cluster_can_never_run_is_refused_at_once(tmp_path: Path) -> None:
     scheduler = slurm(tmp_path)
     started = time.monotonic()

@@ -193,6 +193,7 @@ def test_s3_output_and_spot_are_refused(tmp_path: Path, code: Path) -> None:
         (JobInfo("COMPLETED", exit_code=0), None, JobState.SUCCEEDED, ""),
         (JobInfo("NODE_FAIL", "NodeDown"), None, JobState.FAILED, "not requeued (max_retries 0)"),
         (JobInfo("TIMEOUT"), None, JobState.FAILED, "time limit"),
+        (JobInfo("FAILED", exit_code=127), None, JobState.FAILED, "exit code 127"),
         (JobInfo("CANCELLED"), None, JobState.CANCELLED, "scancel"),
         (None, {"exit_code": 0}, JobState.SUCCEEDED, ""),
         (None, {"exit_code": 3}, JobState.FAILED, "exit code 3"),

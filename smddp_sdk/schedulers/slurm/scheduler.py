@@ -161,6 +161,7 @@ class SlurmScheduler(Scheduler):
             raise SpecError(issues)
         request = dryrun.request
         job_dir = SlurmJobDir(Path(request["job_dir"]))
+        job_dir.path.mkdir(parents=True)  # outside the try: a directory that exists is another job's
         try:
             self._stage(dryrun, job_dir)
             self.client.check(job_dir.script_file)
@@ -174,7 +175,6 @@ class SlurmScheduler(Scheduler):
 
     def _stage(self, dryrun: DryRun, job_dir: SlurmJobDir) -> None:
         spec, request = dryrun.spec, dryrun.request
-        job_dir.path.mkdir(parents=True)
         stage_code(spec, job_dir.code_dir)
         placeholders = [f"node-{index}" for index in range(spec.instance_count)]  # the nodes write the real names
         trees = [OptMl(job_dir.node_tree(index)) for index in range(spec.instance_count)]
@@ -216,6 +216,8 @@ class SlurmScheduler(Scheduler):
             message = failure.headline  # the script's failure; Slurm's own endings (node, time) say more
         elif failure is not None and failure.error_type == NODE_FAILURE:
             message = f"node {failure.host} failed: {message}"
+        elif state is JobState.FAILED:
+            message = f"{message}; no node left a failure record: see {job_dir.batch_log} and {job_dir.logs_dir}"
         artifacts = record["request"]["artifacts"]
         details = {
             "slurm_job_id": record["slurm_job_id"],
@@ -232,7 +234,7 @@ class SlurmScheduler(Scheduler):
             "other_failures": [other.to_json() for other in others],
         }
         # Where the archive is (after the step) or will be (before it); nowhere when the job ended without one.
-        model_data = (result or {}).get("model_data") or (None if state.is_terminal else artifacts["model_data"])
+        model_data = (result or {}).get("model_data") if state.is_terminal else artifacts["model_data"]
         return JobStatus(handle, state, message, failure, self._hosts(job_dir, state), model_data, details)
 
     def _root_cause(self, job_dir: SlurmJobDir, info: JobInfo | None) -> tuple[FailureRecord | None, list[FailureRecord]]:

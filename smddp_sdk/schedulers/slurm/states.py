@@ -41,6 +41,8 @@ def job_state(info: JobInfo | None, result: Mapping[str, Any] | None, *, cancel_
     if state is JobState.FAILED and info.state in ENDINGS:
         requeue = f"; not requeued (max_retries {max_retries})" if max_retries == 0 else f" after {info.restarts} restarts"
         return state, f"{ENDINGS[info.state]} (Slurm {info.state}{', ' + info.reason if info.reason not in ('', 'None') else ''}){requeue}"
+    if state is JobState.FAILED:
+        return state, f"the job failed (Slurm {info.state}, exit code {info.exit_code})"
     if state is JobState.CANCELLED:
         return state, "cancelled" + (" (smddp-launch cancel)" if cancel_requested else " (scancel)")
     if state is JobState.UNKNOWN:
