@@ -154,7 +154,7 @@ def test_schedule_stages_code_trees_and_channels_then_submits(tmp_path: Path, co
     shards = [sorted(p.name for p in (tree / "input" / "data" / "train").iterdir()) for tree in job_dir.node_trees()]
     assert shards == [["a.csv", "c.csv"], ["b.csv"]]
     node = json.loads(job_dir.node_file.read_text())
-    assert node["processes_per_host"] == 2 and len(node["job_token"]) == 32 and job_dir.node_file.stat().st_mode & 0o077 == 0
+    assert node["processes_per_host"] == 2 and len(node["job_token"]) == 32 and job_dir.path.stat().st_mode & 0o077 == 0
     assert (job_dir.node_tree(0) / "checkpoints").resolve() == job_dir.checkpoint_dir.resolve()
     assert json.loads(job_dir.record_file.read_text())["slurm_job_id"] == "42"
     status = scheduler.status(handle)

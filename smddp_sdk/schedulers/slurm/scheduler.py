@@ -161,7 +161,8 @@ class SlurmScheduler(Scheduler):
             raise SpecError(issues)
         request = dryrun.request
         job_dir = SlurmJobDir(Path(request["job_dir"]))
-        job_dir.path.mkdir(parents=True)  # outside the try: a directory that exists is another job's
+        job_dir.path.parent.mkdir(parents=True, exist_ok=True)
+        job_dir.path.mkdir(mode=0o700)  # the caller's alone (environment, token); outside the try: one that exists is another job's
         try:
             self._stage(dryrun, job_dir)
             self.client.check(job_dir.script_file)
