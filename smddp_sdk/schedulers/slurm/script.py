@@ -73,7 +73,7 @@ def render(plan: BatchPlan) -> str:
     lines = [
         "#!/bin/bash",
         f"# smddp-sdk job {plan.job_name}: one task per node runs the node runtime (docs/slurm.md)",
-        *(f"#SBATCH {shlex.quote(directive)}" for directive in directives),
+        *(f"#SBATCH {directive}" for directive in directives),  # sbatch reads these itself, not a shell
         "",
         *(f"export {key}={shlex.quote(value)}" for key, value in exports.items()),
         "",
