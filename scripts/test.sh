@@ -50,6 +50,28 @@ if [[ ${SMDDP_SKIP_DOCKER:-0} != 1 ]]; then
   [[ $drc == 0 || $drc == 5 ]] || rc=$drc
   if [[ $started == 1 ]]; then bash scripts/docker-engine.sh stop; trap - EXIT; unset DOCKER_HOST; fi
 fi
+# Slurm part: a controller and three node daemons on this machine (scripts/slurm-cluster.sh, installing
+# Debian's slurmctld, slurmd, slurm-client and munge when missing; needs root), the tests marked `slurm`
+# run real jobs through it, and the cluster this started is stopped. Elsewhere they use a running cluster
+# or skip with the reason. SMDDP_SKIP_SLURM=1 leaves the Slurm part out.
+if [[ ${SMDDP_SKIP_SLURM:-0} != 1 ]]; then
+  echo "==> slurm tests"
+  slurm_started=0
+  if bash scripts/slurm-cluster.sh status >/dev/null 2>&1; then
+    eval "$(bash scripts/slurm-cluster.sh env)"  # one that runs already: use it, leave it running
+  elif [[ $(id -u) == 0 ]]; then
+    if cluster_env=$(CI=true bash scripts/slurm-cluster.sh start); then
+      eval "$cluster_env"; slurm_started=1
+      trap 'bash scripts/slurm-cluster.sh stop' EXIT
+    else
+      echo "==> could not start a local Slurm cluster; the slurm tests will skip" >&2
+    fi
+  fi
+  src=0
+  python3 -m pytest -m slurm "$@" || src=$?
+  [[ $src == 0 || $src == 5 ]] || rc=$src  # 5: no test collected, not a failure
+  if [[ $slurm_started == 1 ]]; then bash scripts/slurm-cluster.sh stop; trap - EXIT; unset SLURM_CONF; fi
+fi
 # Fault injection into running local jobs (kills, hangs, a frozen supervisor): culprit named, nothing left.
 echo "==> fault-injection tests"
 frc=0
@@ -57,7 +79,7 @@ python3 -m pytest -m faults "$@" || frc=$?
 [[ $frc == 0 || $frc == 5 ]] || rc=$frc  # 5: no test collected (torch missing), not a failure
 # The rest of the suite last, so that its summary closes the output.
 echo "==> running the tests"
-python3 -m pytest -m "not docker and not faults and not hostile" "$@" || rc=$?
+python3 -m pytest -m "not docker and not faults and not hostile and not slurm" "$@" || rc=$?
 # The hostile-input suite (bad job files and arguments, hostile tarballs and connections) on its own, so
 # its summary stands apart. pytest exits 5 when "$@" selects none of it, which is not a failure.
 echo "==> hostile-input tests"

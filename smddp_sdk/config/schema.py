@@ -63,7 +63,7 @@ FIELD_DOCS: dict[str, str] = {
     "disable_profiler": "Turn off the SageMaker profiler.",
     "enable_sagemaker_metrics": "Publish metric_definitions to SageMaker's metrics.",
     "metric_definitions": "Metrics parsed from the logs: a list of `{Name, Regex}`.",
-    "scheduler": "Where the job runs: `local`, `docker` or `sagemaker` (default: `local` for local* instance types, else `sagemaker`).",
+    "scheduler": "Where the job runs: `local`, `docker`, `sagemaker` or `slurm` (default: `local` for local* instance types, else `sagemaker`).",
     "scheduler_options": "Options for the chosen scheduler, passed to it as keyword arguments (`smddp-launch options <scheduler>` lists them).",
 }
 

@@ -1,8 +1,13 @@
-"""``python -m smddp_sdk.runtime``: run this host's share of a training job (see docs/runtime.md)."""
+"""``python -m smddp_sdk.runtime``: run this host's share of a training job (see docs/runtime.md).
 
+As a task of a Slurm job (``SMDDP_SLURM_JOB_DIR`` set) it first builds the node's contract from Slurm's
+environment (``slurm_node``)."""
+
+import os
 import sys
 
+from smddp_sdk.runtime import slurm_node
 from smddp_sdk.runtime.main import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(slurm_node.main() if slurm_node.wanted(os.environ) else main())

@@ -14,6 +14,7 @@ _REGISTRY = {
     "local": "smddp_sdk.schedulers.local:LocalScheduler",
     "docker": "smddp_sdk.schedulers.docker:DockerScheduler",
     "sagemaker": "smddp_sdk.schedulers.sagemaker:SageMakerScheduler",
+    "slurm": "smddp_sdk.schedulers.slurm:SlurmScheduler",
 }
 assert tuple(_REGISTRY) == SCHEDULER_NAMES
 

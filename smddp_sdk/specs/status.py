@@ -11,7 +11,7 @@ from smddp_sdk.errors import SpecError, SpecIssue, did_you_mean
 from smddp_sdk.specs.contract import console_prefix
 from smddp_sdk.specs.failure import FailureRecord
 
-SCHEDULER_NAMES = ("local", "docker", "sagemaker")
+SCHEDULER_NAMES = ("local", "docker", "sagemaker", "slurm")
 
 
 class JobState(str, enum.Enum):

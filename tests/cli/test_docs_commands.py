@@ -32,6 +32,8 @@ PARSE_ONLY = {
     "--scheduler sagemaker": "needs AWS (covered with moto in tests/sagemaker)",
     "docker://": "needs a Docker engine (tests/docker)",
     "--scheduler docker": "needs a Docker engine (tests/docker)",
+    "slurm://": "needs a Slurm cluster (tests/slurm)",
+    "--scheduler slurm": "needs a Slurm cluster (tests/slurm)",
     "image build": "builds the training image (minutes; tests/docker)",
     "--follow": "follows until the job ends (exercised in tests/cli/test_run_local.py)",
 }

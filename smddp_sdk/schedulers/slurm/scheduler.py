@@ -1,0 +1,337 @@
+"""The slurm scheduler: a job as one sbatch allocation of ``instance_count`` nodes on a Slurm cluster
+(SageMaker HyperPod's included), run from a machine where ``sbatch`` works.
+
+``dryrun`` is the exact batch script (``script.render``) and what gets staged. ``schedule`` stages the
+job directory on the shared file system (``specs.slurm_job``: code, one /opt/ml tree per node with its
+hyperparameters and channels), asks Slurm whether the job can ever run (``sbatch --test-only``) and
+submits it. Each node's task runs the node runtime, which finishes the node's contract from Slurm's
+environment (``runtime.slurm_node``). ``status`` comes from scontrol (sacct when Slurm has forgotten
+the job) and the job directory (result, failure records of every node), ``logs`` from the per-node
+files, ``cancel`` is scancel. Everything but the Slurm job id lives in the job directory, so any
+machine that sees it can watch or stop the job.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import re
+import secrets
+import shutil
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import smddp_sdk
+from smddp_sdk.errors import SpecError, SpecIssue
+from smddp_sdk.schedulers import channels
+from smddp_sdk.schedulers.base import DryRun, Scheduler
+from smddp_sdk.schedulers.host_trees import config_files, stage_code
+from smddp_sdk.schedulers.local_job import default_job_root
+from smddp_sdk.schedulers.slurm import options as declared
+from smddp_sdk.schedulers.slurm.client import JobInfo, SlurmClient
+from smddp_sdk.schedulers.slurm.logs import job_lines
+from smddp_sdk.schedulers.slurm.script import BatchPlan, render
+from smddp_sdk.schedulers.slurm.states import ENDINGS, job_state
+from smddp_sdk.specs import contract
+from smddp_sdk.specs.contract import OptMl
+from smddp_sdk.specs.failure import FailureRecord, decide
+from smddp_sdk.specs.job import JobSpec, make_job_name
+from smddp_sdk.specs.slurm_job import SlurmJobDir, read_json, write_json
+from smddp_sdk.specs.status import HostStatus, JobHandle, JobState, JobStatus, LogLine
+
+NODE_FAILURE = "NodeFailure"
+
+
+@dataclass(frozen=True)
+class SlurmDryRun(DryRun):
+    def render(self) -> str:
+        """The request as JSON, then the batch script exactly as sbatch will get it."""
+        request = {key: value for key, value in self.request.items() if key != "script"}
+        return json.dumps(request, indent=2, default=str) + f"\n--- {request['script_file']} ---\n{self.request['script']}"
+
+
+class SlurmScheduler(Scheduler):
+    """Runs a job on a Slurm cluster; options in ``slurm.options.OPTIONS``; ``client`` is for tests."""
+
+    name: ClassVar[str] = "slurm"
+
+    def __init__(self, client: SlurmClient | None = None, **options: Any) -> None:
+        self.options = declared.checked(options)
+        self.given = frozenset(options)
+        self.client = client or SlurmClient()
+        root = self.options["job_root"]
+        self.job_root = Path(root).expanduser().absolute() if root else (default_job_root() / "slurm").absolute()
+
+    # --- planning (pure) ------------------------------------------------------------------------
+
+    def validate(self, spec: JobSpec) -> list[SpecIssue]:
+        issues = list(channels.issues(spec))
+        if spec.source_dir and spec.source_dir.startswith("s3://"):
+            issues.append(SpecIssue("source_dir", "the slurm scheduler stages code from this machine, not from S3", "give a local directory"))
+        if spec.output_path and spec.output_path.startswith("s3://"):
+            issues.append(SpecIssue("output_path", "the slurm scheduler writes the archives to the shared file system", "use a local path or file:// URI on the shared file system, or leave it unset"))
+        if spec.use_spot_instances:
+            issues.append(SpecIssue("use_spot_instances", "spot training is a SageMaker feature", "drop it; on Slurm use scheduler_options max_retries (requeue) or auto_resume on HyperPod"))
+        if spec.distribution.modelparallel is not None:
+            issues.append(SpecIssue("distribution.smdistributed.modelparallel", "the bundled runtime cannot run SageMaker model parallelism", "use scheduler='sagemaker' with an AWS image"))
+        if spec.job_name and SlurmJobDir(self.job_root / spec.job_name).path.exists():
+            issues.append(SpecIssue("job_name", f"a slurm job named {spec.job_name!r} already exists in {self.job_root}", "choose another job_name, or remove that job's directory"))
+        return issues
+
+    def dryrun(self, spec: JobSpec) -> DryRun:
+        """The batch script and everything ``schedule`` stages; touches no file and no Slurm command."""
+        job_name = spec.job_name or make_job_name(spec.base_job_name)
+        job_dir = SlurmJobDir(self.job_root / job_name)
+        plan = self._batch_plan(spec, job_name, job_dir)
+        artifacts = self._artifacts_dir(spec, job_dir, job_name)
+        request = {
+            "job_name": job_name,
+            "handle": str(JobHandle(self.name, job_name)),
+            "job_dir": str(job_dir.path),
+            "script_file": str(job_dir.script_file),
+            "sbatch": ["sbatch", "--parsable", str(job_dir.script_file)],
+            "code": {"source": spec.source_dir or spec.entry_point, "dependencies": list(spec.dependencies), "snapshot": str(job_dir.code_dir)},
+            "nodes": {"count": spec.instance_count, "trees": str(job_dir.nodes_dir / "<SLURM_NODEID>"), "logs": str(job_dir.logs_dir / "<node>.log")},
+            "inputs": {name: {"source": str(ch.local_path) if ch.local_path is not None else ch.s3_data, "distribution": ch.distribution} for name, ch in spec.inputs.items()},
+            "hyperparameters": contract.encode_hyperparameters(self._hyperparameters(spec, job_name, job_dir)),
+            "checkpoints": str(job_dir.checkpoint_dir),
+            "artifacts": {"model_data": str(artifacts / "model.tar.gz"), "output_data": str(artifacts / "output.tar.gz")},
+            "max_run": spec.max_run,
+            "max_retries": self.options["max_retries"],
+            "auto_resume": self.options["auto_resume"],
+            "script": render(plan),
+        }
+        return SlurmDryRun(self.name, spec, job_name, request, tuple(self._notes(spec)))
+
+    def _batch_plan(self, spec: JobSpec, job_name: str, job_dir: SlurmJobDir) -> BatchPlan:
+        opts = self.options
+        image = opts["container_image"]
+        environment = {contract.ENV_CACHE_ENV: str(self.job_root / ".envs"), **spec.environment}
+        return BatchPlan(
+            job_name=job_name,
+            job_dir=job_dir.path,
+            nodes=spec.instance_count,
+            max_run=spec.max_run,
+            python=opts["python"] if not image or "python" in self.given else "python3",  # the image's own
+            python_path=os.pathsep.join(filter(None, [str(Path(smddp_sdk.__file__).resolve().parent.parent), spec.environment.get("PYTHONPATH")])),
+            partition=opts["partition"],
+            account=opts["account"],
+            extra_sbatch=opts["extra_sbatch"],
+            max_retries=opts["max_retries"],
+            auto_resume=self._auto_resume(),
+            container_image=image,
+            environment=environment,
+        )
+
+    def _auto_resume(self) -> bool | None:
+        setting = self.options["auto_resume"]
+        return None if setting == "auto" else bool(setting)  # auto: the batch script looks on the node
+
+    def _hyperparameters(self, spec: JobSpec, job_name: str, job_dir: SlurmJobDir) -> dict[str, Any]:
+        return spec.training_hyperparameters(job_name=job_name, submit_directory=f"file://{job_dir.code_dir}", region=None)
+
+    def _artifacts_dir(self, spec: JobSpec, job_dir: SlurmJobDir, job_name: str) -> Path:
+        if spec.output_path:
+            return Path(spec.output_path.removeprefix("file://")).expanduser().absolute() / job_name / "output"
+        return job_dir.artifacts_dir
+
+    def _notes(self, spec: JobSpec) -> list[str]:
+        notes = channels.notes(spec, spec.instance_count)
+        if spec.checkpoint_s3_uri:
+            notes.append(f"checkpoint_s3_uri {spec.checkpoint_s3_uri} is not synced on Slurm: /opt/ml/checkpoints of every node is the job's checkpoints/ folder on the shared file system")
+        if spec.image_uri and not self.options["container_image"]:
+            notes.append("image_uri is not used on Slurm: set scheduler_options container_image to run the nodes in an enroot image (pyxis)")
+        if self._auto_resume() is not False:
+            where = "on HyperPod's nodes (auto_resume: auto)" if self._auto_resume() is None else "(auto_resume: true)"
+            notes.append(f"srun --auto-resume=1 {where}: HyperPod replaces a faulty node and restarts the step; the script must load its checkpoint")
+        return notes
+
+    # --- submitting -----------------------------------------------------------------------------
+
+    def schedule(self, dryrun: DryRun) -> JobHandle:
+        """Stage the job directory, check the job can run at all, submit it; returns at once."""
+        if dryrun.scheduler != self.name:
+            raise SpecError(SpecIssue("scheduler", f"this dryrun was made for the {dryrun.scheduler!r} scheduler, not 'slurm'"))
+        issues = self.validate(dryrun.spec)
+        if issues:
+            raise SpecError(issues)
+        request = dryrun.request
+        job_dir = SlurmJobDir(Path(request["job_dir"]))
+        job_dir.path.parent.mkdir(parents=True, exist_ok=True)
+        job_dir.path.mkdir(mode=0o700)  # the caller's alone (environment, token); outside the try: one that exists is another job's
+        try:
+            self._stage(dryrun, job_dir)
+            self.client.check(job_dir.script_file)
+            slurm_id = self.client.submit(job_dir.script_file)
+        except BaseException:
+            shutil.rmtree(job_dir.path, ignore_errors=True)  # nothing was submitted: leave no half job
+            raise
+        handle = JobHandle(self.name, dryrun.job_name)
+        write_json(job_dir.record_file, {"handle": str(handle), "spec": dryrun.spec.as_dict(), "request": request, "slurm_job_id": slurm_id, "submitted": time.time()})
+        return handle
+
+    def _stage(self, dryrun: DryRun, job_dir: SlurmJobDir) -> None:
+        spec, request = dryrun.spec, dryrun.request
+        stage_code(spec, job_dir.code_dir)
+        placeholders = [f"node-{index}" for index in range(spec.instance_count)]  # the nodes write the real names
+        trees = [OptMl(job_dir.node_tree(index)) for index in range(spec.instance_count)]
+        for tree, host in zip(trees, placeholders):
+            files = config_files(spec, job_name=dryrun.job_name, hosts=placeholders, current_host=host, submit_directory=f"file://{job_dir.code_dir}")
+            contract.write_config_files(tree, **files)
+            tree.output_data_dir.mkdir(parents=True, exist_ok=True)
+            (tree.base / "checkpoints").symlink_to(job_dir.checkpoint_dir, target_is_directory=True)
+        channels.deliver(spec.inputs, trees, job_dir.path / "inputs", style="copy")
+        job_dir.checkpoint_dir.mkdir()
+        job_dir.logs_dir.mkdir()
+        write_json(
+            job_dir.node_file,
+            {
+                "job_name": dryrun.job_name,
+                "instance_type": spec.instance_type,
+                "job_token": secrets.token_hex(16),
+                "processes_per_host": self._processes_per_host(spec),
+                "artifacts": request["artifacts"],
+            },
+        )
+        job_dir.script_file.write_text(request["script"], encoding="utf-8")
+
+    def _processes_per_host(self, spec: JobSpec) -> int | None:
+        if self.options["processes_per_host"] is not None:
+            return int(self.options["processes_per_host"])
+        instance = spec.instance
+        return instance.gpus if instance is not None and instance.gpus else None
+
+    # --- watching -------------------------------------------------------------------------------
+
+    def status(self, handle: JobHandle) -> JobStatus:
+        job_dir, record = self._job(handle)
+        info = self.client.job_info(record["slurm_job_id"])
+        result = read_json(job_dir.result_file)
+        state, message = job_state(info, result, cancel_requested=job_dir.cancel_file.exists(), max_retries=int(record["request"]["max_retries"]))
+        failure, others = self._root_cause(job_dir, info) if state is JobState.FAILED else (None, [])
+        if failure is not None and (info is None or info.state not in ENDINGS):
+            message = failure.headline  # the script's failure; Slurm's own endings (node, time) say more
+        elif failure is not None and failure.error_type == NODE_FAILURE:
+            message = f"node {failure.host} failed: {message}"
+        elif state is JobState.FAILED:
+            message = f"{message}; no node left a failure record: see {job_dir.batch_log} and {job_dir.logs_dir}"
+        artifacts = record["request"]["artifacts"]
+        details = {
+            "slurm_job_id": record["slurm_job_id"],
+            "slurm_state": info.state if info else None,
+            "nodes": info.nodes if info else None,
+            "restarts": info.restarts if info else (result or {}).get("restart_count"),
+            "job_dir": str(job_dir.path),
+            "logs": str(job_dir.logs_dir),
+            "checkpoints": str(job_dir.checkpoint_dir),
+            "submitted": record.get("submitted"),
+            "started": record.get("submitted"),
+            "ended": (result or {}).get("ended"),
+            "output_data": artifacts["output_data"],
+            "other_failures": [other.to_json() for other in others],
+        }
+        # Where the archive is (after the step) or will be (before it); nowhere when the job ended without one.
+        model_data = (result or {}).get("model_data") if state.is_terminal else artifacts["model_data"]
+        return JobStatus(handle, state, message, failure, self._hosts(job_dir, state), model_data, details)
+
+    def _root_cause(self, job_dir: SlurmJobDir, info: JobInfo | None) -> tuple[FailureRecord | None, list[FailureRecord]]:
+        """The first failure by host and rank, from every node's records (the runtime wrote them)."""
+        records: dict[tuple[Any, ...], FailureRecord] = {}  # every node wrote the job's root cause: keep one
+        for path in job_dir.node_trees():
+            for item in contract.read_failure_records(OptMl(path)) or []:
+                record = FailureRecord.from_json(item)
+                records.setdefault((record.host, record.rank, record.error_type, record.message, record.source), record)
+        if info is not None and info.state == "NODE_FAIL":
+            lost = [FailureRecord(node, None, 1, "the node failed (Slurm NODE_FAIL): its ranks were lost", error_type=NODE_FAILURE, timestamp=0.0) for node in _failed_nodes(job_dir)]
+            if lost:  # the node is the cause; what the other nodes saw afterwards is its consequence
+                return lost[0], list(records.values())
+        verdict = decide(records.values())
+        return (verdict.root, list(verdict.others)) if verdict else (None, [])
+
+    def _hosts(self, job_dir: SlurmJobDir, job_state_now: JobState) -> tuple[HostStatus, ...]:
+        hosts = []
+        for path in job_dir.node_trees():
+            opt_ml = OptMl(path)
+            name = (contract.read_json_file(opt_ml.resource_config_file, default={}) or {}).get("current_host", path.name)
+            if opt_ml.success_file.exists():
+                state = JobState.SUCCEEDED
+            elif job_state_now is JobState.CANCELLED:
+                state = job_state_now
+            elif opt_ml.failure_file.exists():
+                state = JobState.FAILED
+            else:
+                state = job_state_now
+            hosts.append(HostStatus(name, state))
+        return tuple(hosts)
+
+    def logs(self, handle: JobHandle, *, hosts: Sequence[str] | None = None, ranks: Sequence[int] | None = None, follow: bool = False) -> Iterator[LogLine]:
+        """Every node's lines (each node's file in order); with ``follow`` until the job ends."""
+        job_dir, _ = self._job(handle)
+        finished = (lambda: self.status(handle).state.is_terminal) if follow else (lambda: True)
+        for line in job_lines(job_dir.logs_dir, finished):
+            if line.matches(hosts, ranks):
+                yield line
+
+    def cancel(self, handle: JobHandle) -> None:
+        """scancel; a finished job is left alone (Slurm ignores it)."""
+        job_dir, record = self._job(handle)
+        if read_json(job_dir.result_file) is None:
+            job_dir.cancel_file.touch()
+        self.client.cancel(record["slurm_job_id"])
+
+    # --- lookups --------------------------------------------------------------------------------
+
+    def _job(self, handle: JobHandle) -> tuple[SlurmJobDir, dict[str, Any]]:
+        if handle.scheduler != self.name:
+            raise SpecError(SpecIssue("handle", f"{handle} is not a slurm job", f"use get_scheduler({handle.scheduler!r})"))
+        job_dir = SlurmJobDir(self.job_root / handle.job_id)
+        record = read_json(job_dir.record_file)
+        if record is None:
+            raise SpecError(SpecIssue("handle", f"no slurm job {handle.job_id!r} in {self.job_root}", "set scheduler_options job_root (or SMDDP_JOB_ROOT) to where its job directory lives"))
+        return job_dir, record
+
+    def has_job(self, job_name: str) -> bool:
+        return SlurmJobDir(self.job_root / job_name).exists()
+
+    def list_jobs(self) -> list[JobStatus]:
+        """Every job under the job root, newest first."""
+        if not self.job_root.is_dir():
+            return []
+        jobs = [SlurmJobDir(path) for path in self.job_root.iterdir() if SlurmJobDir(path).exists()]
+        jobs.sort(key=lambda job: job.record_file.stat().st_mtime, reverse=True)
+        return [self.status(JobHandle(self.name, job.path.name)) for job in jobs]
+
+    def job_record(self, handle: JobHandle) -> dict[str, Any]:
+        """What ``schedule`` wrote to ``job.json``: handle, spec, request, Slurm job id."""
+        return self._job(handle)[1]
+
+
+_NODE_FAILURE = re.compile(r"srun: error: Node failure on (\S+)")
+
+
+def _failed_nodes(job_dir: SlurmJobDir) -> list[str]:
+    """The nodes srun saw fail (the batch log keeps its word after the node is back)."""
+    try:
+        text = job_dir.batch_log.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    return list(dict.fromkeys(_NODE_FAILURE.findall(text)))
+
+
+def _declared_signature() -> inspect.Signature:
+    """The constructor's signature as the option table declares it, for ``smddp-launch options`` and the job file's checks."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    return inspect.Signature(
+        [
+            inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+            *(inspect.Parameter(option.name, keyword, default=option.default, annotation=option.type) for option in declared.OPTIONS),
+            inspect.Parameter("client", keyword, default=None, annotation="SlurmClient | None"),
+        ]
+    )
+
+
+setattr(SlurmScheduler.__init__, "__signature__", _declared_signature())  # noqa: B010 - the table is the one declaration

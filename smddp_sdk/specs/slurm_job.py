@@ -1,0 +1,112 @@
+"""The shared job directory of a Slurm job: written by the ``slurm`` scheduler, read by every node's runtime.
+
+One module for both sides, so the layout cannot drift between them (stdlib only: the runtime imports it):
+
+    <job_root>/<job_name>/          on the cluster's shared file system (FSx for Lustre on HyperPod)
+      job.json                      what was submitted: handle, spec, request, Slurm job id (scheduler)
+      job.sbatch                    the exact batch script ``--dryrun`` shows
+      node.json                     what every node's runtime needs beyond Slurm's environment (0600: the token)
+      code/                         the code snapshot (sagemaker_submit_directory)
+      nodes/<i>/                    the /opt/ml tree of the job's i-th node (SLURM_NODEID), staged with the
+                                    hyperparameters and channels; resourceconfig.json is written by the node
+      checkpoints/                  every node's /opt/ml/checkpoints (a link here): survives requeues
+      logs/<node>.log               one file per node, lines prefixed ``[<node>/rank<r>]:`` by the runtime
+      logs/batch.log                the batch script's own output
+      result.json                   the job step's exit code and the archives, written after the step ends
+      output/model.tar.gz, output/output.tar.gz   the nodes' model/ and output/data/ merged (as local mode)
+      cancel-requested              present once someone cancelled the job
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+JOB_DIR_ENV = "SMDDP_SLURM_JOB_DIR"  # set in the batch script: the node runtime builds its tree from Slurm's env
+
+
+@dataclass(frozen=True)
+class SlurmJobDir:
+    path: Path
+
+    @property
+    def record_file(self) -> Path:
+        return self.path / "job.json"
+
+    @property
+    def script_file(self) -> Path:
+        return self.path / "job.sbatch"
+
+    @property
+    def node_file(self) -> Path:
+        return self.path / "node.json"
+
+    @property
+    def code_dir(self) -> Path:
+        return self.path / "code"
+
+    @property
+    def nodes_dir(self) -> Path:
+        return self.path / "nodes"
+
+    def node_tree(self, index: int) -> Path:
+        return self.nodes_dir / str(index)
+
+    def node_trees(self) -> list[Path]:
+        """Every node's tree, in node order."""
+        if not self.nodes_dir.is_dir():
+            return []
+        return sorted((p for p in self.nodes_dir.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.path / "logs"
+
+    @property
+    def batch_log(self) -> Path:
+        return self.logs_dir / "batch.log"
+
+    @property
+    def result_file(self) -> Path:
+        return self.path / "result.json"
+
+    @property
+    def artifacts_dir(self) -> Path:
+        return self.path / "output"
+
+    @property
+    def cancel_file(self) -> Path:
+        return self.path / "cancel-requested"
+
+    def exists(self) -> bool:
+        return self.record_file.is_file()
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object file, or None when it is missing or half written."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Atomically, 0600: readers on other nodes see the old file or the new one."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(json.dumps(obj, indent=2, default=str) + "\n")
+    os.replace(partial, path)
+
+
+def scontrol_records(text: str) -> list[dict[str, str]]:
+    """``scontrol show ... -o`` output: one ``Key=Value`` record per line."""
+    return [dict(token.split("=", 1) for token in line.split() if "=" in token) for line in text.splitlines() if line.strip()]
