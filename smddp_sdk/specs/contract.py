@@ -6,6 +6,8 @@ reads it. Both sides use this one stdlib module so the format cannot drift betwe
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import re
@@ -32,6 +34,7 @@ SERVER_PORT_ENV = "SMDDP_SERVER_PORT"  # SMDATAPARALLEL_SERVER_PORT
 AGENT_PORT_ENV = "SMDDP_AGENT_PORT"  # runtime-to-runtime coordination (failure propagation)
 NUM_GPUS_ENV = "SMDDP_NUM_GPUS"  # GPUs per host to plan for; probed with nvidia-smi when unset
 JOB_TOKEN_ENV = "SMDDP_JOB_TOKEN"  # shared secret the runtimes of one job prove to each other
+MESH_SECRET_ENV = "SMDDP_MESH_SECRET"  # the runtime to its ranks: the secret the inter-host mesh proves (mesh_secret)
 ERROR_FILE_ENV = "SMDDP_ERROR_FILE"  # where a rank's bootstrap writes its error JSON (set per rank)
 STOP_GRACE_ENV = "SMDDP_STOP_GRACE"  # seconds between SIGTERM and SIGKILL when ranks are stopped (default 5)
 AGENT_TIMEOUT_ENV = "SMDDP_AGENT_TIMEOUT"  # seconds a runtime tries to reach the coordinator (default 600)
@@ -164,6 +167,13 @@ class OptMl:
 
 
 # --- hyperparameters ----------------------------------------------------------------------------
+
+
+def mesh_secret(job_token: str) -> str:
+    """The ranks' secret for the inter-host mesh, from the runtimes' job token (not the token itself:
+    user code sees this one). Handed to ranks in their environment, never through the rendezvous store,
+    which any local user can read."""
+    return hmac.new(job_token.encode(), b"smddp inter-host mesh", hashlib.sha256).hexdigest()
 
 
 def encode_hyperparameters(hyperparameters: Mapping[str, Any]) -> dict[str, str]:

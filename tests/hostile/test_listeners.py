@@ -61,3 +61,16 @@ def test_store_is_not_served_where_not_wanted(tmp_path: Path) -> None:
     assert rendezvous_store.rank_environment("", is_master=False, served=False) == {}
     assert rendezvous_store.store_address("127.0.0.1", {"SMDDP_RUNTIME_STORE": "0"}) == ""
     assert rendezvous_store.store_address("127.0.0.1", {}) == "127.0.0.1"
+
+
+def test_the_mesh_secret_reaches_ranks_from_the_runtime_not_through_the_store(tmp_path: Path) -> None:
+    code = tmp_path / "code"
+    code.mkdir()
+    shutil.copy(SCRIPTS / "mesh_secret.py", code / "train.py")
+    job = make_job(tmp_path / "job", code, ["algo-1", "algo-2"], {"sagemaker_distributed_dataparallel_enabled": True}, num_gpus=1)
+    results = wait_all(job.start(), timeout=180)
+    for host, (code_, out) in results.items():
+        assert code_ == 0, f"{host}:\n{out}"
+    reports = [json.loads(p.read_text()) for p in sorted((tmp_path / "job").rglob("mesh-*.json"))]
+    assert len(reports) == 2 and all(r["sum"] == 2 for r in reports), reports
+    assert all(r["secret_from_runtime"] and not r["token_in_store"] for r in reports), reports
