@@ -292,7 +292,10 @@ class NodeRuntime:
         # Without a supervisor there is nobody left to settle with: stop at once (the 10 s budget).
         verdict = None if self.supervisor_gone else self._settle(status, local_failures)
         if status == "ok":
-            contract.write_success(self.env.opt_ml)
+            try:
+                contract.write_success(self.env.opt_ml)
+            except OSError as exc:  # output (or output/success) is a link the job made: not followed
+                self.say(f"output/success not written: {exc.strerror} (a link in {self.env.opt_ml.output_dir}?)")
             self.say("all ranks on this host finished successfully")
             return 0
         cause, others = verdict or (root_cause(local_failures) or self.remote_stop, local_failures)

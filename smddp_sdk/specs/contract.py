@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from smddp_sdk.errors import ContractError
-from smddp_sdk.specs.archives import read_inside
+from smddp_sdk.specs.archives import read_inside, write_inside
 
 DEFAULT_BASE_DIR = "/opt/ml"
 BASE_DIR_ENV = "SAGEMAKER_BASE_DIR"
@@ -278,10 +278,8 @@ def _write_json(path: Path, obj: Any) -> None:
 
 def write_failure(opt_ml: OptMl, reason: str) -> bool:
     """Write output/failure unless it already exists (the first writer is the root cause); True if written."""
-    opt_ml.output_dir.mkdir(parents=True, exist_ok=True)
     try:
-        with open(opt_ml.failure_file, "x", encoding="utf-8") as handle:
-            handle.write(reason)
+        write_inside(opt_ml.base, "output/failure", reason.encode("utf-8", "replace"), exclusive=True)
     except FileExistsError:
         return False
     return True
@@ -362,8 +360,8 @@ def _json_object(path: Path) -> dict[str, Any] | None:
 
 
 def write_success(opt_ml: OptMl) -> None:
-    opt_ml.output_dir.mkdir(parents=True, exist_ok=True)
-    opt_ml.success_file.touch()
+    """output/success, never through a link the job made (OSError then)."""
+    write_inside(opt_ml.base, opt_ml.success_file.relative_to(opt_ml.base).as_posix(), b"")
 
 
 # --- the root-cause line -------------------------------------------------------------------------

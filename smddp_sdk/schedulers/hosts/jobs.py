@@ -110,6 +110,7 @@ class HostTreeScheduler(Scheduler):
             "started": state.get("started"),
             "ended": state.get("ended"),
             "output_data": state.get("output_data"),
+            "archive_skipped": state.get("archive_skipped", []),  # files left out of the archives, one line each
             "other_failures": state.get("other_failures", []),
             "rank_log": state.get("rank_log"),
             "error_file": state.get("error_file"),
