@@ -38,6 +38,8 @@ from smddp_sdk.specs.failure import SOURCE_EARLY_EXIT, SOURCE_RUNTIME, SOURCE_ST
 
 DEFAULT_STOP_GRACE = 5.0
 DEFAULT_AGENT_TIMEOUT = 600.0  # hosts may start minutes apart (image pulls)
+MAX_STOP_GRACE = 3600.0  # SMDDP_STOP_GRACE: a stop must end
+MAX_AGENT_TIMEOUT = 86_400.0
 POLL_INTERVAL = 0.1
 
 
@@ -58,8 +60,8 @@ def main(environ: Mapping[str, str] | None = None) -> int:
         if bound:
             env = dataclasses.replace(env, visible_base=optml_mount.OPT_ML)
             console.say(f"[{env.current_host}/runtime]: ", f"this host's tree {opt_ml.base} is its /opt/ml (private mount namespace, {bound})")
-        grace = number_env(environ, contract.STOP_GRACE_ENV, DEFAULT_STOP_GRACE, float)
-        agent_timeout = number_env(environ, contract.AGENT_TIMEOUT_ENV, DEFAULT_AGENT_TIMEOUT, float)
+        grace = number_env(environ, contract.STOP_GRACE_ENV, DEFAULT_STOP_GRACE, float, MAX_STOP_GRACE)
+        agent_timeout = number_env(environ, contract.AGENT_TIMEOUT_ENV, DEFAULT_AGENT_TIMEOUT, float, MAX_AGENT_TIMEOUT)
     except ContractError as exc:
         return _fail_before_start(opt_ml, console, exc)
     try:

@@ -76,7 +76,9 @@ class LocalScheduler(HostTreeScheduler):
 
     def validate(self, spec: JobSpec) -> list[SpecIssue]:
         """What this machine cannot run: S3 code or output, spot, Pipe mode, model parallelism, a name clash."""
-        return [*self._location_issues(spec), *self._feature_issues(spec), *fidelity.issues(spec)]
+        per_host = spec.distribution.mpi_processes_per_host or self._simulated_gpus(spec) or 1
+        return [*self._location_issues(spec), *self._feature_issues(spec), *fidelity.issues(spec),
+                *limits.local_processes_issues(spec.instance_count, per_host)]
 
     def _location_issues(self, spec: JobSpec) -> list[SpecIssue]:
         issues = []

@@ -84,6 +84,8 @@ def check_members(members: Sequence[tarfile.TarInfo], label: str) -> list[tuple[
             raise _refuse(label, member, "the name appears twice in the archive")
         if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
             raise _refuse(label, member, "device files, FIFOs and other special members are not allowed")
+        if member.islnk():
+            _check_hardlink(member, kinds, label)  # against the members before it, as tar links only back
         kinds[parts] = member
         plan.append((member, parts))
     links = {parts: member for parts, member in kinds.items() if member.issym()}
@@ -93,8 +95,6 @@ def check_members(members: Sequence[tarfile.TarInfo], label: str) -> list[tuple[
                 raise _refuse(label, member, f"it lies beneath the symlink {'/'.join(parts[:depth])!r}")
         if member.issym():
             _check_symlink(member, parts, links, label)
-        elif member.islnk():
-            _check_hardlink(member, kinds, links, label)
     return plan
 
 
@@ -148,16 +148,16 @@ def _resolve(directory: tuple[str, ...], target: str, links: dict[tuple[str, ...
     return ""
 
 
-def _check_hardlink(member: tarfile.TarInfo, kinds: dict[tuple[str, ...], tarfile.TarInfo], links: dict[tuple[str, ...], tarfile.TarInfo], label: str) -> None:
+def _check_hardlink(member: tarfile.TarInfo, earlier: dict[tuple[str, ...], tarfile.TarInfo], label: str) -> None:
     target = member.linkname
     if target.startswith("/") or PurePosixPath(target).is_absolute():
         raise _refuse(label, member, f"hard link to absolute path {target!r}")
     parts = tuple(part for part in target.split("/") if part not in ("", "."))
     if ".." in parts:
         raise _refuse(label, member, f"hard link {target!r} contains '..'")
-    linked = kinds.get(parts)
-    if linked is None or not linked.isfile() or parts in links:
-        raise _refuse(label, member, f"hard link {target!r} does not name a regular file of the archive")
+    linked = earlier.get(parts)
+    if linked is None or not linked.isfile():
+        raise _refuse(label, member, f"hard link {target!r} does not name a regular file earlier in the archive")
 
 
 def _refuse(label: str, member: tarfile.TarInfo, reason: str) -> UnsafeArchiveError:

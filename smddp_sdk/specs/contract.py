@@ -185,7 +185,7 @@ def decode_hyperparameter(raw: str) -> Any:
     """Decode one value as the training toolkit does: JSON when it parses, else the raw string."""
     try:
         return json.loads(raw)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # deep nesting: left as the text it is
         return raw
 
 
@@ -262,10 +262,14 @@ def read_json_file(path: Path, *, default: Any = None, required: bool = False) -
         return default
     except OSError as exc:
         raise ContractError(f"{path}: cannot be read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ContractError(f"{path}: not UTF-8 (byte {exc.start}); contract files are UTF-8 JSON") from None
     try:
         return json.loads(text)
     except ValueError as exc:
         raise ContractError(f"{path}: not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ContractError(f"{path}: JSON nested too deeply for the parser") from None
 
 
 def _write_json(path: Path, obj: Any) -> None:
