@@ -1,8 +1,8 @@
-"""TCP transport between hosts: one connection per pair of node leaders, authenticated with a job token.
+"""TCP transport between hosts: one connection per pair of node leaders, authenticated with a secret.
 
-The token is a random secret that rank 0 puts in the group's store; a peer proves it holds the token by
-answering a fresh nonce with an HMAC (both directions), so a stray or hostile connection to the listening
-port is closed without ever touching the data path.
+The secret is the one the runtime hands every rank (topology.py's _mesh_secret); a peer proves it holds it
+by answering a fresh nonce with an HMAC (both directions), so a stray or hostile connection to the
+listening port (bound to the host's own address) is closed without ever touching the data path.
 
 Every exchange carries a call header ahead of each peer's bytes: the collective's call record (calls.py:
 sequence number, op, reduce op, dtype, element count, root) and the exchange's step within the call. A
