@@ -14,7 +14,6 @@ import pytest
 
 from smddp_sdk.specs import contract
 
-
 RESOURCE = {"current_host": "algo-1", "hosts": ["algo-1"]}
 HYPERPARAMETERS = {"sagemaker_program": '"train.py"'}
 
