@@ -59,7 +59,7 @@ def record(handle: JobHandle, *, name: str, options: Mapping[str, Any] | None = 
     path = index_path(root)
     path.parent.mkdir(parents=True, exist_ok=True)
     line = (json.dumps(asdict(entry), default=str, sort_keys=True) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)  # the caller's jobs, as the job directories are
     try:
         os.write(fd, line)
     finally:

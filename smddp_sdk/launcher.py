@@ -154,6 +154,8 @@ def _log_hints(status: JobStatus) -> list[str]:
         hints.append(f"Error file: {status.details['error_file']}")
     if status.details.get("rank_log"):
         hints.append(f"Rank log: {status.details['rank_log']}")
+    if status.model_data:  # a failed job's archives hold what it wrote, as SageMaker uploads them
+        hints.append(f"Archives: {status.model_data}, {status.details.get('output_data') or 'no output.tar.gz'}")
     failure = status.failure
     rank = f" --rank {failure.rank}" if failure is not None and failure.rank is not None else ""
     hints.append(f"Logs: smddp-launch logs {status.handle}{rank}")

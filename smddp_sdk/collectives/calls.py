@@ -17,7 +17,7 @@ OPS = (
     "barrier", "all_reduce", "all_reduce_coalesced", "reduce", "broadcast", "scatter", "all_gather",
     "all_gather_coalesced", "all_gather_into_tensor", "all_gather_into_tensor_coalesced", "gather",
     "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_tensor_coalesced", "all_to_all",
-    "all_to_all_single", "shared_buffers",
+    "all_to_all_single", "shared_buffers", "destroy_process_group",
 )
 REDUCE_OPS = ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM", "UNUSED")
 DTYPES = (

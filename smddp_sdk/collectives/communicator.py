@@ -71,7 +71,7 @@ class Communicator:
 
     def close(self) -> None:
         if self.mesh:
-            self.mesh.close()
+            self.mesh.close(farewell=self._failure is None)
         if self.local.arena:
             self.local.arena.close()
 
@@ -81,9 +81,12 @@ class Communicator:
         return self._forced
 
     def begin(self, call: Call) -> None:
-        """Number and tag the barriers of the collective about to run, so that ranks check they agree on it."""
+        """Number and tag the collective about to run, so that ranks check they agree on it: in the host's
+        barriers and, between hosts, in the header of every exchange."""
         if self.local.arena:
             self.local.arena.begin(call)
+        if self.mesh:
+            self.mesh.begin(call)
 
     @property
     def multi_node(self) -> bool:

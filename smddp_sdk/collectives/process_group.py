@@ -192,7 +192,8 @@ class SmddpProcessGroup:
         kernels = native.library()
         if comm.multi_node:
             self._core_attach_hosts(comm.topo.nodes, comm.topo.node, comm.topo.is_leader,
-                                    comm.mesh.fds() if comm.mesh else [], _address(kernels.smddp_exchange),
+                                    comm.mesh.fds() if comm.mesh else [], ctypes.addressof(comm.mesh.header) if comm.mesh else 0,
+                                    _address(kernels.smddp_exchange),
                                     _address(kernels.smddp_reduce), *comm.inter_host_rules(), int(CHECK_EVERY_S * 1e9))
         if local:
             self._core_attach(arena.base_address, arena.n, arena.index, arena.slot_bytes,
@@ -239,6 +240,13 @@ class SmddpProcessGroup:
         """A transfer of the core's exchange with node failed (error: an errno, or -1: the peer closed)."""
         def fail() -> None:
             raise self._comm.mesh.failure(what, node, error)
+
+        self._guarded(what, fail)
+
+    def _exchange_mismatch(self, what: str, node: int, theirs: bytes, mine: bytes) -> None:
+        """The core's exchange received a call header from node that differs from this rank's."""
+        def fail() -> None:
+            raise self._comm.mesh.mismatch(what, node, theirs, mine)
 
         self._guarded(what, fail)
 

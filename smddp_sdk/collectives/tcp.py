@@ -1,8 +1,14 @@
-"""TCP transport between hosts: one connection per pair of node leaders, authenticated with a job token.
+"""TCP transport between hosts: one connection per pair of node leaders, authenticated with a secret.
 
-The token is a random secret that rank 0 puts in the group's store; a peer proves it holds the token by
-answering a fresh nonce with an HMAC (both directions), so a stray or hostile connection to the listening
-port is closed without ever touching the data path.
+The secret is the one the runtime hands every rank (topology.py's _mesh_secret); a peer proves it holds it
+by answering a fresh nonce with an HMAC (both directions), so a stray or hostile connection to the
+listening port (bound to the host's own address) is closed without ever touching the data path.
+
+Every exchange carries a call header ahead of each peer's bytes: the collective's call record (calls.py:
+sequence number, op, reduce op, dtype, element count, root) and the exchange's step within the call. A
+receiver compares the header it gets with its own before it uses the data, so hosts that run different
+collectives fail at once naming both calls, instead of reducing garbage. The native core (smddp_core.cpp)
+writes the same header, byte for byte.
 
 An exchange moves its bytes in the native progress loop (smddp_native.c: one thread polls every socket,
 without the GIL) where the native kernels are loaded; otherwise sender threads and a receive loop in
@@ -19,16 +25,23 @@ import secrets
 import socket
 import struct
 import time
+import warnings
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 from smddp_sdk.collectives import native
+from smddp_sdk.collectives.calls import Call, describe
 from smddp_sdk.collectives.errors import CollectiveError
 
 NONCE_BYTES = 16
+HEADER_MAGIC = 0x48444D53  # b"SMDH" on the wire
+HEADER_WORDS = 8  # magic, the six words of the call record, the exchange's step within the call
+HEADER_BYTES = HEADER_WORDS * 4
 _HELLO = struct.Struct("!16sI")  # client nonce, client node index
 _SOCKET_BUFFER = 4 << 20
 _SLICE_S = 0.05  # the native loop returns this often: the deadline is checked and signal handlers run
+_SETTLE_S = 1.0  # after a mismatch, how long the sender threads may take to deliver this rank's header
+_HEADER_WAIT_S = 0.1  # after a failed transfer, how long to wait for the headers peers may have sent
 
 
 def new_token() -> str:
@@ -55,19 +68,64 @@ def _tune(sock: socket.socket) -> None:
         sock.setsockopt(socket.SOL_SOCKET, option, _SOCKET_BUFFER)
 
 
+def _listen(address: str) -> socket.socket:
+    """A listener on the host's own address (the one peers dial), not on every interface; on every
+    interface only where that address is not this machine's (a name that resolves elsewhere)."""
+    if address:
+        try:
+            return socket.create_server((address, 0), backlog=64)
+        except OSError as exc:
+            warnings.warn(f"smddp: cannot listen on this host's address {address} ({exc.strerror}); listening on "
+                          "every interface (peers still prove the mesh secret)", RuntimeWarning, stacklevel=3)
+    return socket.create_server(("", 0), backlog=64)
+
+
 class TcpMesh:
     """Full mesh between node leaders; node i dials every j < i and accepts every j > i."""
 
-    def __init__(self, node: int, token: str, describe: Mapping[int, str], native_progress: bool = True) -> None:
+    def __init__(self, node: int, token: str, describe: Mapping[int, str], address: str = "",
+                 native_progress: bool = True) -> None:
         self.node = node
         self._token = token
         self._describe = dict(describe)  # node index -> "rank R (host H)" for error messages
-        self._listener = socket.create_server(("", 0), backlog=64)
+        self._listener = _listen(address)
         self.port = self._listener.getsockname()[1]
         self._socks: dict[int, socket.socket] = {}
         self._connected = False
         self._native = native.library() if native_progress else None  # None: Python threads move the bytes
         self._pool: ThreadPoolExecutor | None = None  # the Python path's sender threads
+        # the header of the call now running, shared with the native core; [7] counts its exchanges
+        self.header = (ctypes.c_uint32 * HEADER_WORDS)(HEADER_MAGIC)
+
+    def begin(self, call: Call) -> None:
+        """Number the collective about to run (as the native core's tag does) and reset its step."""
+        seq = (self.header[1] + 1) & 0xFFFFFFFF
+        self.header[1:7] = call.words(seq)
+        self.header[7] = 0
+
+    def _next_header(self) -> bytes:
+        """This exchange's header; every exchange of a call, with transfers or not, counts a step."""
+        mine = bytes(self.header)
+        self.header[7] = (self.header[7] + 1) & 0xFFFFFFFF
+        return mine
+
+    def mismatch(self, what: str, peer: int, theirs: bytes, mine: bytes) -> CollectiveError:
+        """The error for a peer whose header differs from ours: both calls, both ranks."""
+        words, own = struct.unpack("=8I", theirs), struct.unpack("=8I", mine)
+        me, other = self._describe[self.node], self._describe[peer]
+        if words[0] != HEADER_MAGIC:
+            return CollectiveError(
+                f"smddp {what}: {other} sent bytes where a call header belongs: the hosts' collectives are out of "
+                f"step (this rank is in {describe(own[1:7])}; do the hosts run the same code and the same "
+                "SMDDP_ALLREDUCE_ALGO and SMDDP_PIPELINE_CHUNK_BYTES?)")
+        if words[1:7] != own[1:7]:
+            return CollectiveError(
+                f"smddp {what}: collective mismatch between hosts: {me} called {describe(own[1:7])} but {other} "
+                f"called {describe(words[1:7])} (every rank must call the same collectives in the same order, "
+                "with the same dtype, size, reduce op and root)")
+        return CollectiveError(
+            f"smddp {what}: {me} and {other} split {describe(own[1:7])} differently between hosts (step {own[7]} "
+            f"against {words[7]}): set SMDDP_ALLREDUCE_ALGO and SMDDP_PIPELINE_CHUNK_BYTES alike on every host")
 
     def connect(self, addresses: Mapping[int, tuple[str, int]], deadline: float) -> None:
         """Dial lower nodes and accept higher ones, verifying every peer's proof of the token."""
@@ -131,29 +189,46 @@ class TcpMesh:
         what: str,
         deadline: float,
     ) -> None:
-        """Send each peer its buffers while receiving each peer's into the given views."""
+        """Send each peer its buffers while receiving each peer's into the given views, each behind the
+        call header (only to and from peers with bytes to move)."""
         if not self._connected:
             raise CollectiveError(f"smddp {what} failed: the connections to the other hosts are closed")
+        mine = self._next_header()
+        sends = {peer: [memoryview(bytearray(mine)), *views] for peer, views in sends.items() if any(len(v) for v in views)}
+        recvs = {peer: views for peer, views in recvs.items() if any(len(v) for v in views)}
+        headers = {peer: bytearray(HEADER_BYTES) for peer in recvs}
         try:
             if self._native is not None:
-                self._exchange_native(sends, recvs, what, deadline)
+                self._exchange_native(sends, recvs, headers, mine, what, deadline)
             else:
-                self._exchange_threads(sends, recvs, what, deadline)
+                self._exchange_threads(sends, recvs, headers, mine, what, deadline)
         except BaseException:
             self.close()  # peers blocked on us see the connection drop instead of waiting for the timeout
             raise
 
+    def _check_headers(self, headers: Mapping[int, bytearray], arrived: Sequence[int], mine: bytes, what: str) -> None:
+        """Raise the mismatch error for the first peer in arrived whose header differs from ours."""
+        for peer in arrived:
+            if headers[peer] != mine:
+                raise self.mismatch(what, peer, bytes(headers[peer]), mine)
+
     def _exchange_native(self, sends: Mapping[int, Sequence[memoryview]], recvs: Mapping[int, Sequence[memoryview]],
-                         what: str, deadline: float) -> None:
+                         headers: Mapping[int, bytearray], mine: bytes, what: str, deadline: float) -> None:
+        recvs = {peer: [memoryview(headers[peer]), *views] for peer, views in recvs.items()}
         moves = [(peer, receive, view if not view.readonly else memoryview(bytearray(view)))
                  for receive, table in ((0, sends), (1, recvs)) for peer, views in table.items() for view in views if len(view)]
         transfers = (native.Transfer * len(moves))()
         for transfer, (peer, receive, view) in zip(transfers, moves):
             transfer.fd, transfer.receive, transfer.length = self._socks[peer].fileno(), receive, len(view)
             transfer.data = ctypes.addressof(ctypes.c_char.from_buffer(view))
+        header_at = {peer: next(i for i, (p, receive, _) in enumerate(moves) if p == peer and receive) for peer in recvs}
         while True:
             slice_ns = int(max(0.0, min(_SLICE_S, deadline - time.monotonic())) * 1e9)
             status = self._native.smddp_exchange(transfers, len(moves), slice_ns)
+            if status >= 0:  # a peer that left may have said why first (a header, such as its farewell)
+                for i in header_at.values():
+                    self._native.smddp_exchange(ctypes.byref(transfers[i]), 1, int(_HEADER_WAIT_S * 1e9))
+            self._check_headers(headers, [peer for peer, i in header_at.items() if transfers[i].done == HEADER_BYTES], mine, what)
             if status == -1:
                 return
             if status >= 0:
@@ -187,10 +262,16 @@ class TcpMesh:
         return [self._socks[n].fileno() if n in self._socks else -1 for n in range(len(self._describe))]
 
     def _exchange_threads(self, sends: Mapping[int, Sequence[memoryview]], recvs: Mapping[int, Sequence[memoryview]],
-                          what: str, deadline: float) -> None:
+                          headers: Mapping[int, bytearray], mine: bytes, what: str, deadline: float) -> None:
         assert self._pool is not None  # made in connect() for the Python path
         sent = [self._pool.submit(self._send_all, peer, views, what, deadline) for peer, views in sends.items()]
         for peer, views in recvs.items():
+            self._recv_all(peer, [memoryview(headers[peer])], what, deadline)
+            try:
+                self._check_headers(headers, [peer], mine, what)
+            except CollectiveError:
+                wait(sent, timeout=_SETTLE_S)  # our header reaches the peers first, so they name the mismatch too
+                raise
             self._recv_all(peer, views, what, deadline)
         for future in sent:
             future.result()
@@ -228,7 +309,17 @@ class TcpMesh:
             raise CollectiveError(f"smddp {what} timed out waiting for {self._describe[peer]}")
         return left
 
-    def close(self) -> None:
+    def close(self, farewell: bool = False) -> None:
+        """Close the connections; with farewell, first tell each peer that this rank left the group (a
+        header for destroy_process_group), so a peer that still calls a collective names this end."""
+        if farewell and self._connected:
+            self.begin(Call("destroy_process_group"))
+            goodbye = self._next_header()
+            for sock in self._socks.values():
+                try:
+                    sock.send(goodbye, socket.MSG_DONTWAIT)
+                except OSError:
+                    pass  # the peer is gone already: nothing to tell
         self._connected = False
         for sock in self._socks.values():
             try:

@@ -29,7 +29,7 @@ from smddp_sdk.collectives.shm import (
     shm_dir,
 )
 from smddp_sdk.collectives.tcp import TcpMesh, new_token
-from smddp_sdk.specs.contract import HOST_ADDRESSES_ENV
+from smddp_sdk.specs.contract import HOST_ADDRESSES_ENV, MESH_SECRET_ENV
 
 HOST_ENV = "SM_CURRENT_HOST"
 TRANSPORT_ENV = "SMDDP_TRANSPORT"  # "auto" (default) or "tcp" (no shared memory)
@@ -162,13 +162,23 @@ def _attach_arena(store: dist.Store, topo: Topology, decision: dict, peers: list
     return arena
 
 
-def _connect_mesh(store: dist.Store, topo: Topology, deadline: float) -> TcpMesh:
+def _mesh_secret(store: dist.Store, topo: Topology) -> str:
+    """What the mesh's peers prove: the runtime's secret for the job's ranks (MESH_SECRET_ENV), which no
+    other user can read. Ranks started without the runtime (torchrun, tests) share a token through the
+    store instead, which only keeps out strangers that cannot read the store (docs/security.md)."""
+    secret = os.environ.get(MESH_SECRET_ENV)
+    if secret:
+        return secret
     if topo.rank == 0:
         store.set(_KEY + "token", new_token())
-    token = store.get(_KEY + "token").decode()
+    return store.get(_KEY + "token").decode()
+
+
+def _connect_mesh(store: dist.Store, topo: Topology, deadline: float) -> TcpMesh:
     describe = {n: topo.describe_node(n) for n in range(len(topo.nodes))}
-    mesh = TcpMesh(topo.node, token, describe)
-    _set_json(store, f"tcp/{topo.node}", [advertised_address(topo.hosts[topo.rank]), mesh.port])
+    address = advertised_address(topo.hosts[topo.rank])
+    mesh = TcpMesh(topo.node, _mesh_secret(store, topo), describe, address)
+    _set_json(store, f"tcp/{topo.node}", [address, mesh.port])
     addresses = {n: tuple(_get_json(store, f"tcp/{n}")) for n in range(len(topo.nodes)) if n != topo.node}
     mesh.connect(addresses, deadline)
     return mesh

@@ -143,6 +143,7 @@ def rank_env(env: TrainingEnv, plan: RankPlan, slot: RankSlot) -> dict[str, str]
         "OMPI_COMM_WORLD_SIZE": plan.world_size,
         "OMPI_COMM_WORLD_LOCAL_SIZE": local_world,
         "SM_CURRENT_HOST": slot.host,
+        contract.MESH_SECRET_ENV: contract.mesh_secret(env.job_token),
     }
     return {key: str(value) for key, value in values.items()}
 

@@ -39,6 +39,8 @@ from smddp_sdk.specs.processes import pid_alive
 
 DEFAULT_STOP_GRACE = 5.0
 DEFAULT_AGENT_TIMEOUT = 600.0  # hosts may start minutes apart (image pulls)
+MAX_STOP_GRACE = 3600.0  # SMDDP_STOP_GRACE: a stop must end
+MAX_AGENT_TIMEOUT = 86_400.0
 POLL_INTERVAL = 0.1
 
 
@@ -59,8 +61,8 @@ def main(environ: Mapping[str, str] | None = None) -> int:
         if bound:
             env = dataclasses.replace(env, visible_base=optml_mount.OPT_ML)
             console.say(contract.console_prefix(env.current_host, role="runtime"), f"this host's tree {opt_ml.base} is its /opt/ml (private mount namespace, {bound})")
-        grace = number_env(environ, contract.STOP_GRACE_ENV, DEFAULT_STOP_GRACE, float)
-        agent_timeout = number_env(environ, contract.AGENT_TIMEOUT_ENV, DEFAULT_AGENT_TIMEOUT, float)
+        grace = number_env(environ, contract.STOP_GRACE_ENV, DEFAULT_STOP_GRACE, float, MAX_STOP_GRACE)
+        agent_timeout = number_env(environ, contract.AGENT_TIMEOUT_ENV, DEFAULT_AGENT_TIMEOUT, float, MAX_AGENT_TIMEOUT)
     except ContractError as exc:
         return _fail_before_start(opt_ml, console, exc)
     try:
@@ -293,7 +295,10 @@ class NodeRuntime:
         # Without a supervisor there is nobody left to settle with: stop at once (the 10 s budget).
         verdict = None if self.supervisor_gone else self._settle(status, local_failures)
         if status == "ok":
-            contract.write_success(self.env.opt_ml)
+            try:
+                contract.write_success(self.env.opt_ml)
+            except OSError as exc:  # output (or output/success) is a link the job made: not followed
+                self.say(f"output/success not written: {exc.strerror} (a link in {self.env.opt_ml.output_dir}?)")
             self.say("all ranks on this host finished successfully")
             return 0
         cause, others = verdict or (root_cause(local_failures) or self.remote_stop, local_failures)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -20,7 +21,7 @@ from typing import Any, TypeVar
 
 from smddp_sdk.errors import ContractError
 from smddp_sdk.runtime.plan import truthy
-from smddp_sdk.specs import contract
+from smddp_sdk.specs import contract, limits
 from smddp_sdk.specs.contract import OptMl
 
 N = TypeVar("N", int, float)
@@ -176,6 +177,8 @@ def read_training_env(environ: Mapping[str, str] | None = None) -> TrainingEnv:
     input_data = contract.read_json_file(opt_ml.input_data_config_file, default={})
     _require_object(opt_ml.hyperparameters_file, raw_hps)
     _require_object(opt_ml.input_data_config_file, input_data)
+    _check_hyperparameters(opt_ml.hyperparameters_file, raw_hps)
+    _check_channel_names(opt_ml.input_data_config_file, input_data)
     decoded = {key: contract.decode_hyperparameter(value) if isinstance(value, str) else value for key, value in raw_hps.items()}
     user_hps, framework = contract.split_hyperparameters(decoded)
     topology = _read_topology(opt_ml, resource)
@@ -237,7 +240,10 @@ def _read_topology(opt_ml: OptMl, resource: Any) -> dict[str, Any]:
     current = resource.get("current_host")
     if current not in hosts:
         raise ContractError(f"{path}: field 'current_host' must be one of 'hosts' {hosts!r}, got {current!r}")
-    groups = tuple(_instance_group(path, index, raw, hosts) for index, raw in enumerate(resource.get("instance_groups") or []))
+    raw_groups = resource.get("instance_groups") or []
+    if not isinstance(raw_groups, list):
+        raise ContractError(f"{path}: field 'instance_groups' must be a list of groups, got {raw_groups!r}")
+    groups = tuple(_instance_group(path, index, raw, hosts) for index, raw in enumerate(raw_groups))
     return {
         "current_host": current,
         "hosts": tuple(hosts),
@@ -303,6 +309,32 @@ def _log_level(opt_ml: OptMl, decoded: Mapping[str, Any]) -> int:
     return value
 
 
+_CHANNEL_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")  # SageMaker's ChannelName
+
+
+def _check_channel_names(path: Any, input_data: Mapping[str, Any]) -> None:
+    """Channel names become directories under input/data: SageMaker's rule, and never '.' or '..'."""
+    for name in input_data:
+        if not _CHANNEL_NAME.fullmatch(name) or name in (".", ".."):
+            raise ContractError(f"{path}: channel name {name[:80]!r} must be 1-64 letters, digits, '.', '-' or '_' (not '.' or '..')")
+
+
+def _check_hyperparameters(path: Any, raw: Mapping[str, Any]) -> None:
+    """What a rank's argv cannot carry: NUL, text that is not Unicode (lone surrogates), one argument over
+    Linux's 128 KiB (found here, not as a rank that fails to start)."""
+    for key, value in raw.items():
+        text = value if isinstance(value, str) else json.dumps(value)
+        for what, item in (("name", key), ("value", text)):
+            try:
+                size = len(item.encode("utf-8"))
+            except UnicodeEncodeError:
+                raise ContractError(f"{path}: hyperparameter {key.encode('utf-8', 'replace')[:60]!r}: its {what} is not valid Unicode (a lone surrogate)") from None
+            if "\0" in item:
+                raise ContractError(f"{path}: hyperparameter {key[:60]!r}: its {what} holds a NUL character, which no argument can carry")
+            if size > limits.MAX_HYPERPARAMETERS_BYTES:
+                raise ContractError(f"{path}: hyperparameter {key[:60]!r}: its {what} takes {size} bytes; one argument holds at most {limits.MAX_HYPERPARAMETERS_BYTES}")
+
+
 def _require_object(path: Any, value: Any) -> None:
     if not isinstance(value, dict):
         raise ContractError(f"{path}: must hold a JSON object, got {type(value).__name__}")
@@ -322,7 +354,7 @@ def _gpu_counts(environ: Mapping[str, str]) -> tuple[int, int | None]:
     if not environ.get(contract.NUM_GPUS_ENV, "").strip():
         found = probe_gpu_count()
         return found, None
-    simulated = _int_env(environ, contract.NUM_GPUS_ENV, 0)
+    simulated = number_env(environ, contract.NUM_GPUS_ENV, 0, int, limits.MAX_PROCESSES_PER_HOST)
     reported = simulated if simulated and probe_gpu_count() > 0 else 0
     return reported, (simulated if simulated != reported else None)
 
@@ -338,8 +370,9 @@ def probe_gpu_count() -> int:
     return sum(1 for line in listing.splitlines() if line.startswith("GPU "))
 
 
-def number_env(environ: Mapping[str, str], name: str, default: N, kind: type[N]) -> N:
-    """A non-negative number from the environment (``kind`` is int or float), or ``default`` when unset."""
+def number_env(environ: Mapping[str, str], name: str, default: N, kind: type[N], maximum: N | None = None) -> N:
+    """A finite number from 0 to ``maximum`` from the environment (``kind`` is int or float), or ``default``
+    when unset; nan, inf and anything out of range is a ContractError."""
     raw = environ.get(name, "").strip()
     if not raw:
         return default
@@ -347,9 +380,10 @@ def number_env(environ: Mapping[str, str], name: str, default: N, kind: type[N])
         value = kind(raw)
     except ValueError:
         value = kind(-1)
-    if value < 0:
+    if not 0 <= value <= (math.inf if maximum is None else maximum):  # false for nan too
         what = "a non-negative integer" if kind is int else "a number of seconds (>= 0)"
-        raise ContractError(f"environment variable {name}={raw!r} must be {what}")
+        bounds = f" up to {maximum:g}" if maximum is not None else ""
+        raise ContractError(f"environment variable {name}={raw[:40]!r} must be {what}{bounds}")
     return value
 
 
@@ -371,7 +405,7 @@ def _host_addresses(environ: Mapping[str, str], hosts: tuple[str, ...]) -> dict[
     name = contract.HOST_ADDRESSES_ENV
     try:
         mapping = json.loads(raw)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise ContractError(f"environment variable {name} is not valid JSON ({exc}); expected {{\"algo-1\": \"127.0.0.1\", ...}}") from None
     if not isinstance(mapping, dict) or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in mapping.items()):
         raise ContractError(f"environment variable {name} must map host names to address strings, got {raw!r}")

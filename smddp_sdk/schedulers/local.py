@@ -25,7 +25,7 @@ from smddp_sdk.schedulers.hosttree.job_dir import JobDir, default_job_root
 from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler, package_parent
 from smddp_sdk.schedulers.hosttree.process_backend import PORT_PLACEHOLDER, TOKEN_PLACEHOLDER
 from smddp_sdk.schedulers.options import PROCESSES_PER_HOST, STOP_GRACE_PERIOD, Option, SchedulerOptions, boolean, job_root, with_default
-from smddp_sdk.specs import contract
+from smddp_sdk.specs import contract, limits
 from smddp_sdk.specs.job import JobSpec, TrainingInput, make_job_name
 
 LOOPBACK = "127.0.0.1"
@@ -57,7 +57,8 @@ class LocalScheduler(HostTreeScheduler):
             issues.append(SpecIssue("use_spot_instances", "spot training is not supported in local mode", "drop it, or use scheduler='sagemaker'"))
         if spec.distribution.modelparallel is not None:
             issues.append(SpecIssue("distribution.smdistributed.modelparallel", "the bundled runtime cannot run SageMaker model parallelism (it needs AWS's SMP containers)", "use scheduler='sagemaker' with an AWS image"))
-        return issues
+        per_host = spec.distribution.mpi_processes_per_host or self._simulated_gpus(spec, gpus_passed=spec.instance_type == "local_gpu") or 1
+        return [*issues, *limits.local_processes_issues(spec.instance_count, per_host)]
 
     def plan(self, spec: JobSpec) -> DryRun:
         """Everything ``schedule`` will write and start; ports and the job token are made at start."""

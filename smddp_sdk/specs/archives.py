@@ -24,6 +24,7 @@ Stdlib only: the runtime uses it inside any image.
 
 from __future__ import annotations
 
+import itertools
 import os
 import stat
 import tarfile
@@ -83,6 +84,8 @@ def check_members(members: Sequence[tarfile.TarInfo], label: str) -> list[tuple[
             raise _refuse(label, member, "the name appears twice in the archive")
         if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
             raise _refuse(label, member, "device files, FIFOs and other special members are not allowed")
+        if member.islnk():
+            _check_hardlink(member, kinds, label)  # against the members before it, as tar links only back
         kinds[parts] = member
         plan.append((member, parts))
     links = {parts: member for parts, member in kinds.items() if member.issym()}
@@ -92,8 +95,6 @@ def check_members(members: Sequence[tarfile.TarInfo], label: str) -> list[tuple[
                 raise _refuse(label, member, f"it lies beneath the symlink {'/'.join(parts[:depth])!r}")
         if member.issym():
             _check_symlink(member, parts, links, label)
-        elif member.islnk():
-            _check_hardlink(member, kinds, links, label)
     return plan
 
 
@@ -147,16 +148,16 @@ def _resolve(directory: tuple[str, ...], target: str, links: dict[tuple[str, ...
     return ""
 
 
-def _check_hardlink(member: tarfile.TarInfo, kinds: dict[tuple[str, ...], tarfile.TarInfo], links: dict[tuple[str, ...], tarfile.TarInfo], label: str) -> None:
+def _check_hardlink(member: tarfile.TarInfo, earlier: dict[tuple[str, ...], tarfile.TarInfo], label: str) -> None:
     target = member.linkname
     if target.startswith("/") or PurePosixPath(target).is_absolute():
         raise _refuse(label, member, f"hard link to absolute path {target!r}")
     parts = tuple(part for part in target.split("/") if part not in ("", "."))
     if ".." in parts:
         raise _refuse(label, member, f"hard link {target!r} contains '..'")
-    linked = kinds.get(parts)
-    if linked is None or not linked.isfile() or parts in links:
-        raise _refuse(label, member, f"hard link {target!r} does not name a regular file of the archive")
+    linked = earlier.get(parts)
+    if linked is None or not linked.isfile():
+        raise _refuse(label, member, f"hard link {target!r} does not name a regular file earlier in the archive")
 
 
 def _refuse(label: str, member: tarfile.TarInfo, reason: str) -> UnsafeArchiveError:
@@ -228,31 +229,48 @@ def _mode(mode: int, *, directory: bool) -> int:
 # --- reading one file a job wrote ------------------------------------------------------------------------
 
 
-def open_inside(root: Path, relative: str) -> BinaryIO | None:
-    """The regular file ``root/relative`` opened for reading, following no symlink on the way (a container
-    can make ``output/failure`` or a log file a link to a file of the machine); None when it is missing,
-    not a regular file, or reached through a link. For logs that are followed as they grow."""
+def _open_leaf(root: Path, relative: str, flags: int, make_dirs: bool = False) -> int:
+    """``root/relative`` opened with flags, following no symlink in any component (a container can make
+    ``output`` or ``output/failure`` a link to a place of the machine); OSError when one is a link."""
     parts = [part for part in relative.split("/") if part not in ("", ".")]
     if not parts:
-        return None
-    try:
-        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return None
+        raise IsADirectoryError(f"{root}: no file named")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
         for part in parts[:-1]:
+            if make_dirs:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                except FileExistsError:
+                    pass  # a link of that name is refused by O_NOFOLLOW next
             child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
             os.close(fd)
             fd = child
-        leaf = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
-    except OSError:
-        return None
+        return os.open(parts[-1], flags | os.O_NOFOLLOW, 0o644, dir_fd=fd)
     finally:
         os.close(fd)
+
+
+def open_inside(root: Path, relative: str) -> BinaryIO | None:
+    """The regular file ``root/relative`` opened for reading, following no symlink on the way; None when
+    it is missing, not a regular file, or reached through a link. For logs that are followed as they grow."""
+    try:
+        leaf = _open_leaf(root, relative, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
     if not stat.S_ISREG(os.fstat(leaf).st_mode):
         os.close(leaf)
         return None
     return os.fdopen(leaf, "rb")
+
+
+def write_inside(root: Path, relative: str, data: bytes, *, exclusive: bool = False) -> None:
+    """Write ``root/relative`` (its directories made as needed), following no symlink on the way, so a
+    job cannot point the runtime's writes (``output/success``, ``output/failure``) at a file of the
+    machine. OSError when a component is a link (or, with exclusive, when the file exists)."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_EXCL if exclusive else os.O_TRUNC)
+    with os.fdopen(_open_leaf(root, relative, flags, make_dirs=True), "wb") as handle:
+        handle.write(data)
 
 
 def read_inside(root: Path, relative: str, limit: int) -> bytes | None:
@@ -267,11 +285,14 @@ def read_inside(root: Path, relative: str, limit: int) -> bytes | None:
 # --- archiving ------------------------------------------------------------------------------------------
 
 
-def write_archive(archive: Path, roots: Sequence[Path], *, on_skip: Callable[[str], None] | None = None) -> list[str]:
+def write_archive(archive: Path, roots: Sequence[Path], *, trees: Sequence[Path] = (),
+                  on_skip: Callable[[str], None] | None = None) -> list[str]:
     """One gzip tar of several directories laid over each other (the last root wins on equal names).
 
+    ``trees[i]``, where given, is the tree that ``roots[i]`` lies in: a root reached from it through a
+    link in any component (``output`` made a link to a directory of the machine) is left out whole.
     Returns what was left out, one line each (also passed to ``on_skip``); written to ``<archive>.partial``
-    first so a reader never sees half an archive.
+    first so a reader never sees half an archive, and no ``.partial`` stays when writing fails.
     """
     skipped: list[str] = []
 
@@ -281,16 +302,32 @@ def write_archive(archive: Path, roots: Sequence[Path], *, on_skip: Callable[[st
             on_skip(text)
 
     members: dict[str, tuple[Path, Path]] = {}
-    for root in roots:
-        if root.is_dir() and not root.is_symlink():
+    for root, tree in itertools.zip_longest(roots, trees[:len(roots)]):
+        link = _first_link(root, tree or root)
+        if link is not None:
+            skip(f"{link}: a link ({os.readlink(link)!r}), so nothing under {root} is archived")
+        elif root.is_dir():
             for name, path in _tree_files(root, skip):
                 members[name] = (root, path)
     partial = archive.with_name(archive.name + ".partial")
-    with tarfile.open(partial, "w:gz") as tar:
-        for name, (root, path) in sorted(members.items()):
-            _add_file(tar, name, root, path, skip)
-    os.replace(partial, archive)
+    try:
+        with tarfile.open(partial, "w:gz") as tar:
+            for name, (root, path) in sorted(members.items()):
+                _add_file(tar, name, root, path, skip)
+        os.replace(partial, archive)
+    finally:
+        partial.unlink(missing_ok=True)  # ENOSPC and the like: no half archive stays behind
     return skipped
+
+
+def _first_link(root: Path, tree: Path) -> Path | None:
+    """The first of tree's components down to root (root itself included) that is a symlink, or None."""
+    parts = root.relative_to(tree).parts
+    for depth in range(len(parts) + 1):
+        path = tree.joinpath(*parts[:depth])
+        if path.is_symlink():
+            return path
+    return None
 
 
 def _tree_files(root: Path, skip: Callable[[str], None]) -> list[tuple[str, Path]]:

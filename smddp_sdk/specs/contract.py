@@ -6,6 +6,8 @@ reads it. Both sides use this one stdlib module so the format cannot drift betwe
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import re
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from smddp_sdk.errors import ContractError
-from smddp_sdk.specs.archives import read_inside
+from smddp_sdk.specs.archives import read_inside, write_inside
 
 DEFAULT_BASE_DIR = "/opt/ml"
 BASE_DIR_ENV = "SAGEMAKER_BASE_DIR"
@@ -32,6 +34,7 @@ SERVER_PORT_ENV = "SMDDP_SERVER_PORT"  # SMDATAPARALLEL_SERVER_PORT
 AGENT_PORT_ENV = "SMDDP_AGENT_PORT"  # runtime-to-runtime coordination (failure propagation)
 NUM_GPUS_ENV = "SMDDP_NUM_GPUS"  # GPUs per host to plan for; probed with nvidia-smi when unset
 JOB_TOKEN_ENV = "SMDDP_JOB_TOKEN"  # shared secret the runtimes of one job prove to each other
+MESH_SECRET_ENV = "SMDDP_MESH_SECRET"  # the runtime to its ranks: the secret the inter-host mesh proves (mesh_secret)
 ERROR_FILE_ENV = "SMDDP_ERROR_FILE"  # where a rank's bootstrap writes its error JSON (set per rank)
 STOP_GRACE_ENV = "SMDDP_STOP_GRACE"  # seconds between SIGTERM and SIGKILL when ranks are stopped (default 5)
 AGENT_TIMEOUT_ENV = "SMDDP_AGENT_TIMEOUT"  # seconds a runtime tries to reach the coordinator (default 600)
@@ -166,6 +169,13 @@ class OptMl:
 # --- hyperparameters ----------------------------------------------------------------------------
 
 
+def mesh_secret(job_token: str) -> str:
+    """The ranks' secret for the inter-host mesh, from the runtimes' job token (not the token itself:
+    user code sees this one). Handed to ranks in their environment, never through the rendezvous store,
+    which any local user can read."""
+    return hmac.new(job_token.encode(), b"smddp inter-host mesh", hashlib.sha256).hexdigest()
+
+
 def encode_hyperparameters(hyperparameters: Mapping[str, Any]) -> dict[str, str]:
     """Encode values as SageMaker SDK v2 does: every value JSON-encoded inside a string."""
     return {str(key): json.dumps(value) for key, value in hyperparameters.items()}
@@ -175,7 +185,7 @@ def decode_hyperparameter(raw: str) -> Any:
     """Decode one value as the training toolkit does: JSON when it parses, else the raw string."""
     try:
         return json.loads(raw)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # deep nesting: left as the text it is
         return raw
 
 
@@ -252,10 +262,14 @@ def read_json_file(path: Path, *, default: Any = None, required: bool = False) -
         return default
     except OSError as exc:
         raise ContractError(f"{path}: cannot be read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ContractError(f"{path}: not UTF-8 (byte {exc.start}); contract files are UTF-8 JSON") from None
     try:
         return json.loads(text)
     except ValueError as exc:
         raise ContractError(f"{path}: not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ContractError(f"{path}: JSON nested too deeply for the parser") from None
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -268,10 +282,8 @@ def _write_json(path: Path, obj: Any) -> None:
 
 def write_failure(opt_ml: OptMl, reason: str) -> bool:
     """Write output/failure unless it already exists (the first writer is the root cause); True if written."""
-    opt_ml.output_dir.mkdir(parents=True, exist_ok=True)
     try:
-        with open(opt_ml.failure_file, "x", encoding="utf-8") as handle:
-            handle.write(reason)
+        write_inside(opt_ml.base, "output/failure", reason.encode("utf-8", "replace"), exclusive=True)
     except FileExistsError:
         return False
     return True
@@ -352,8 +364,8 @@ def _json_object(path: Path) -> dict[str, Any] | None:
 
 
 def write_success(opt_ml: OptMl) -> None:
-    opt_ml.output_dir.mkdir(parents=True, exist_ok=True)
-    opt_ml.success_file.touch()
+    """output/success, never through a link the job made (OSError then)."""
+    write_inside(opt_ml.base, opt_ml.success_file.relative_to(opt_ml.base).as_posix(), b"")
 
 
 # --- the root-cause line -------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from smddp_sdk.errors import SpecIssue
 # --- the numbers (docs/job-file.md lists the same) ---------------------------------------------------
 MAX_INSTANCE_COUNT = 1000  # hosts per job; one runtime, one coordinator peer per host
 MAX_PROCESSES_PER_HOST = 512  # ranks per host
+MAX_LOCAL_PROCESSES = 1024  # ranks of a local job in all: every simulated host runs on this one machine
 MAX_RUN_SECONDS = 28 * 24 * 3600  # SageMaker's own ceiling for MaxRuntimeInSeconds
 MAX_VOLUME_SIZE_GB = 16384
 MAX_HYPERPARAMETERS_BYTES = 128 * 1024  # a rank's argv: Linux refuses one argument above 128 KiB
@@ -120,11 +121,13 @@ def hyperparameter_issues(hyperparameters: Mapping[Any, Any]) -> list[SpecIssue]
     for key, value in hyperparameters.items():
         if not isinstance(key, str):
             continue  # reported by the type check
-        path = f"hyperparameters.{key}"
-        if not key or "\0" in key:
-            issues.append(SpecIssue(path, f"name {key!r} must be non-empty text without NUL characters"))
+        path = f"hyperparameters.{key.encode('utf-8', 'backslashreplace').decode()}"  # printable even with surrogates
+        if not key or "\0" in key or not _is_unicode(key):
+            issues.append(SpecIssue(path, f"name {key!r} must be non-empty Unicode text without NUL characters"))
             continue
         encoded, problem = encode_hyperparameter(value)
+        if not problem and not _is_unicode(json.dumps(value, ensure_ascii=False)):
+            problem = "is not valid Unicode (it holds a lone surrogate)"
         if problem:
             hint = "pass large data as an input channel or a file in source_dir" if problem.startswith("holds") else "use strings, numbers, booleans, null, lists and mappings of them"
             issues.append(SpecIssue(path, problem, hint))
@@ -136,6 +139,15 @@ def hyperparameter_issues(hyperparameters: Mapping[Any, Any]) -> list[SpecIssue]
     if total > MAX_HYPERPARAMETERS_BYTES:
         issues.append(SpecIssue("hyperparameters", f"encode to {total} bytes; the limit is {MAX_HYPERPARAMETERS_BYTES}", "pass large data as an input channel or a file in source_dir"))
     return issues
+
+
+def _is_unicode(text: str) -> bool:
+    """False for text no process can receive: lone surrogates (from JSON escapes or surrogateescape)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def encode_hyperparameter(value: Any) -> tuple[str, str]:
@@ -225,3 +237,12 @@ def _short(value: Any, limit: int = 40) -> str:
             return "a number of more than 4300 digits"
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def local_processes_issues(hosts: int, per_host: int) -> list[SpecIssue]:
+    """A local job's ranks in all (hosts x ranks per host) up to MAX_LOCAL_PROCESSES: they share one machine."""
+    total = hosts * per_host
+    if total <= MAX_LOCAL_PROCESSES:
+        return []
+    return [SpecIssue("instance_count", f"{hosts} hosts x {per_host} ranks per host plan {total} processes on this machine; "
+                      f"the limit is {MAX_LOCAL_PROCESSES}", "use fewer hosts or ranks per host, or scheduler='sagemaker'")]

@@ -151,6 +151,35 @@ def mismatch(store: dist.TCPStore) -> None:
     _expect_failure(store, "mismatch", lambda: dist.all_reduce(torch.ones(1000, dtype=dtype)))
 
 
+MISMATCH_COUNT = 16384
+
+
+def _mismatched_call(kind: str) -> None:
+    """What the last host calls where the others call all_reduce(SUM, float32, MISMATCH_COUNT)."""
+    x = torch.ones(MISMATCH_COUNT)
+    if kind == "reduce_op":
+        dist.all_reduce(x, op=dist.ReduceOp.MAX)
+    elif kind == "dtype":
+        dist.all_reduce(x.int())
+    elif kind == "size":
+        dist.all_reduce(torch.ones(2 * MISMATCH_COUNT))
+    elif kind == "op":
+        dist.all_gather([torch.empty(MISMATCH_COUNT) for _ in range(dist.get_world_size())], x)
+    elif kind == "count":
+        dist.destroy_process_group()  # this host has run one collective fewer: it is done
+        os._exit(0)
+    else:
+        raise ValueError(f"unknown SMDDP_TEST_MISMATCH {kind!r}")
+
+
+def mismatch_between_hosts(store: dist.TCPStore) -> None:
+    """The last host's ranks call another collective than the others (SMDDP_TEST_MISMATCH says how)."""
+    dist.all_reduce(torch.ones(10))  # agree once first, so the sequence numbers are past the start
+    last_host = os.environ["SM_CURRENT_HOST"] == os.environ["SMDDP_TEST_LAST_HOST"]
+    kind = os.environ["SMDDP_TEST_MISMATCH"]
+    _expect_failure(store, "mismatch", lambda: _mismatched_call(kind) if last_host else dist.all_reduce(torch.ones(MISMATCH_COUNT)))
+
+
 def hung_after_a_call(store: dist.TCPStore) -> None:
     """The victim does one all_reduce, then never joins the next collective (hang warnings name it)."""
     dist.all_reduce(torch.ones(7))

@@ -118,3 +118,33 @@ def test_mismatched_collectives_raise_on_every_rank_naming_both_calls(hosts, nat
         assert "all_reduce #2 (SUM, float64, 1000 elements)" in error, report
         assert "all_reduce #2 (SUM, float32, 1000 elements)" in error, report
         assert report["elapsed"] < 10, report
+
+
+MISMATCHES_BETWEEN_HOSTS = {  # what the last host calls as call #2 where the others call all_reduce #2
+    "reduce_op": "all_reduce #2 (MAX, float32, 16384 elements)",
+    "dtype": "all_reduce #2 (SUM, int32, 16384 elements)",
+    "size": "all_reduce #2 (SUM, float32, 32768 elements)",
+    "op": "all_gather #2 (float32, 16384 elements)",
+    "count": "destroy_process_group #2",  # it ran one collective fewer and left
+}
+
+
+@pytest.mark.parametrize("kind", list(MISMATCHES_BETWEEN_HOSTS))
+@pytest.mark.parametrize("hosts", [["algo-1", "algo-2"], ["algo-1", "algo-1", "algo-2", "algo-2"]], ids=["2x1", "2x2"])
+def test_collectives_that_differ_between_hosts_fail_every_rank_naming_both_calls(kind, hosts):
+    """Mixed paths: the native core's leader on one host meets the Python path's on the other (2x1), or
+    each host's native leader meets the other's (2x2); both ends of the mesh check the call header."""
+    env = {"SMDDP_TEST_PG_TIMEOUT": "30", "SMDDP_TEST_MISMATCH": kind, "SMDDP_TEST_LAST_HOST": hosts[-1]}
+    cluster = Cluster(hosts, scenario="mismatch_between_hosts", env=env, native="mixed")
+    first_host = [r for r, h in enumerate(hosts) if h == hosts[0]]
+    checked = first_host if kind == "count" else range(len(hosts))  # the host that left reports nothing
+    reports = {r: json.loads(cluster.store.get(f"report/mismatch/{r}")) for r in checked}
+    cluster.finish(timeout=30)
+    for report in reports.values():
+        assert report["error"] and report["elapsed"] < 10, report
+    ours = "rank 0 (host algo-1) called all_reduce #2 (SUM, float32, 16384 elements)"
+    theirs = f"rank {len(hosts) // 2} (host algo-2) called {MISMATCHES_BETWEEN_HOSTS[kind]}"
+    assert f"collective mismatch between hosts: {ours} but {theirs}" in reports[0]["error"], reports
+    if kind != "count":
+        other_leader = reports[len(hosts) // 2]["error"]
+        assert f"collective mismatch between hosts: {theirs} but {ours}" in other_leader, reports

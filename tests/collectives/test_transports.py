@@ -54,7 +54,7 @@ def test_too_small_shm_gives_a_clear_error_before_anything_is_mapped(tiny_tmpfs)
 
 def _connect_pair(token_a: str, token_b: str, deadline_s: float = 5.0, native_progress: bool = True):
     describe = {0: "rank 0 (host a)", 1: "rank 1 (host b)"}
-    a, b = TcpMesh(0, token_a, describe, native_progress), TcpMesh(1, token_b, describe, native_progress)
+    a, b = (TcpMesh(node, token, describe, "127.0.0.1", native_progress) for node, token in ((0, token_a), (1, token_b)))
     errors: list[BaseException] = []
 
     def accept() -> None:
@@ -85,6 +85,16 @@ def test_mesh_rejects_a_stranger_and_accepts_the_real_peer():
     sender.join(10)
     assert bytes(out_a) == b"abc" and bytes(out_b) == b"hello"
     a.close(), b.close(), stranger.close()
+
+
+def test_mesh_listens_on_the_hosts_own_address_only():
+    mesh = TcpMesh(0, new_token(), {0: "rank 0 (host a)"}, "127.0.0.2")
+    try:
+        assert mesh._listener.getsockname()[0] == "127.0.0.2"
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", mesh.port), timeout=2).close()  # another address of the machine
+    finally:
+        mesh.close()
 
 
 def test_mesh_refuses_a_peer_with_the_wrong_token():
@@ -158,3 +168,18 @@ def test_exchange_reports_a_peer_that_closed_the_connection(mesh_pair):
     with pytest.raises(CollectiveError, match=r"rank 1 \(host b\) closed the connection"):
         a.exchange({}, {1: [memoryview(into)]}, "broadcast", time.monotonic() + 5)
     assert not errors and bytes(into[:4]) == b"part"
+
+
+def test_the_mesh_secret_comes_from_the_runtime_and_only_stray_launches_use_the_store(monkeypatch):
+    import torch.distributed as dist
+
+    from smddp_sdk.collectives.topology import Topology, _mesh_secret
+    from smddp_sdk.specs.contract import MESH_SECRET_ENV, mesh_secret
+
+    topo = Topology(rank=0, size=2, hosts=["algo-1", "algo-2"], nodes=[[0], [1]])
+    store = dist.HashStore()
+    monkeypatch.setenv(MESH_SECRET_ENV, mesh_secret("job token"))
+    assert _mesh_secret(store, topo) == mesh_secret("job token") != "job token"
+    assert not store.check(["smddp/token"])  # nothing for a reader of the store
+    monkeypatch.delenv(MESH_SECRET_ENV)
+    assert _mesh_secret(store, topo) == store.get("smddp/token").decode()  # torchrun-style launch: the store's token

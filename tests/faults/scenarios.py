@@ -48,6 +48,7 @@ class Scenario:
     victim: int = -1
     external: Callable[[Path, dict], None] | None = None  # done from outside once every rank trains
     cancel: bool = False
+    expect_message: tuple[str, ...] = ()  # each in the job's status message
 
 
 @dataclass
@@ -87,6 +88,16 @@ SCENARIOS = {
         Scenario("hang_outside", JobState.FAILED, ("algo-1", 1), fault="hang_outside", victim=1),
         Scenario("exit0_early", JobState.FAILED, ("algo-1", 1), fault="exit0_early", victim=1),
         Scenario("frozen_supervisor_cancel", JobState.CANCELLED, None, external=_freeze_supervisor, cancel=True),
+        # algo-2's ranks call another collective than algo-1's at step 5: call #6, after one all_reduce per step
+        *(Scenario(f"mismatch_between_hosts_{how}", JobState.FAILED, None, fault=f"mismatch_{how}", victim=2,
+                   expect_message=("collective mismatch between hosts", f"(host algo-2) called {theirs}"))
+          for how, theirs in (
+              ("reduce_op", "all_reduce #6 (MAX, float32, 1000 elements)"),
+              ("dtype", "all_reduce #6 (SUM, int32, 1000 elements)"),
+              ("size", "all_reduce #6 (SUM, float32, 2000 elements)"),
+              ("op", "all_gather #6 (float32, 1000 elements)"),
+              ("count", "destroy_process_group #6"),
+          )),
     )
 }
 

@@ -27,5 +27,6 @@ def test_fault_names_the_culprit_and_leaves_nothing(name: str, tmp_path: Path) -
     assert outcome.state == scenario.expect_state.value, outcome
     if scenario.expect_root is not None:
         assert outcome.root == scenario.expect_root, outcome
+    assert all(part in outcome.message for part in scenario.expect_message), outcome
     assert outcome.leftovers == [], outcome
     assert outcome.seconds_to_gone < BUDGET_SECONDS, outcome

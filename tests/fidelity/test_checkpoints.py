@@ -100,6 +100,23 @@ def test_unchanged_files_are_not_copied_again(tmp_path: Path) -> None:
     assert sync.sync_once() == 1
 
 
+def test_links_in_the_checkpoint_directory_are_not_followed_and_are_named(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("a file of the machine")
+    (tmp_path / "machine").mkdir()
+    (tmp_path / "machine" / "inner.txt").write_text("another")
+    stream = io.StringIO()
+    sync = checkpoints.for_job(str(tmp_path / "store"), "/opt/ml/checkpoints", [tmp_path / "algo-1"], stream=stream)
+    sync.restore()
+    directory = sync.host_dirs[0]
+    (directory / "real.pt").write_text("1")
+    (directory / "leak.pt").symlink_to(secret)
+    (directory / "dir").symlink_to(tmp_path / "machine")
+    assert sync.sync_once() == 1
+    assert sorted(p.name for p in (tmp_path / "store").rglob("*")) == ["real.pt"]
+    assert "leak.pt is a link, not copied" in stream.getvalue() and "dir is a link" in stream.getvalue()
+
+
 def test_restore_from_an_empty_location_makes_the_directories(tmp_path: Path, s3) -> None:
     roots = [tmp_path / "algo-1", tmp_path / "algo-2"]
     sync = checkpoints.for_job("s3://data-bucket/none", None, roots, s3=s3, stream=io.StringIO())

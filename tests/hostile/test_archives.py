@@ -86,7 +86,8 @@ CORPUS: dict[str, tuple[Callable[[], list[tarfile.TarInfo]], str]] = {
     "hard link absolute": (lambda: [hard("passwd", "/etc/passwd")], "hard link to absolute path"),
     "hard link dot-dot": (lambda: [hard("h", "../outside.txt")], "contains '..'"),
     "hard link to a missing file": (lambda: [hard("h", "nothere")], "does not name a regular file"),
-    "hard link to a symlink": (lambda: [sym("s", "/etc/passwd"), hard("h", "s")], "absolute path"),
+    "hard link to a symlink": (lambda: [sym("s", "/etc/passwd"), hard("h", "s")], "does not name a regular file"),
+    "hard link before its target": (lambda: [hard("h", "later.py"), member("later.py")], "regular file earlier in the archive"),
     "character device": (lambda: [member("tty", tarfile.CHRTYPE)], "special members"),
     "block device": (lambda: [member("disk", tarfile.BLKTYPE)], "special members"),
     "fifo": (lambda: [member("pipe", tarfile.FIFOTYPE)], "special members"),
@@ -278,3 +279,49 @@ def test_failure_records_are_read_without_following_links(tmp_path: Path) -> Non
     assert contract.read_failure_records(opt_ml) is None  # too deep: None, not a RecursionError
     opt_ml.failures_file.write_text('[{"host": "algo-1"}, 3]')
     assert contract.read_failure_records(opt_ml) == [{"host": "algo-1"}]
+
+
+def test_a_directory_reached_through_a_link_in_any_component_is_left_out_and_named(tmp_path: Path) -> None:
+    tree, machine = tmp_path / "algo-1", tmp_path / "machine"
+    (machine / "data").mkdir(parents=True)
+    (machine / "data" / "secret.txt").write_text("a file of the machine")
+    tree.mkdir()
+    (tree / "output").symlink_to(machine)  # output/data itself is no link: its parent is
+    skipped = write_archive(tmp_path / "output.tar.gz", [tree / "output" / "data"], trees=[tree])
+    with tarfile.open(tmp_path / "output.tar.gz") as archive:
+        assert archive.getnames() == []
+    assert len(skipped) == 1 and str(tree / "output") in skipped[0], skipped
+    assert not (tmp_path / "output.tar.gz.partial").exists()
+
+
+def test_the_runtime_writes_no_success_or_failure_file_through_a_link(tmp_path: Path) -> None:
+    from smddp_sdk.specs.contract import OptMl, write_failure, write_success
+
+    machine = tmp_path / "machine"
+    machine.mkdir()
+    opt_ml = OptMl(tmp_path / "algo-1")
+    opt_ml.base.mkdir()
+    (opt_ml.base / "output").symlink_to(machine)
+    with pytest.raises(OSError):
+        write_success(opt_ml)
+    with pytest.raises(OSError):
+        write_failure(opt_ml, "reason")
+    assert list(machine.iterdir()) == []
+    (opt_ml.base / "output").unlink()
+    write_success(opt_ml)  # the same call in a tree without links
+    assert opt_ml.success_file.exists()
+
+
+def test_an_archive_that_cannot_be_finished_leaves_no_partial_file(tmp_path: Path) -> None:
+    """A file size limit stands in for a full disk: the write fails midway, and nothing half-made stays."""
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "weights.bin").write_bytes(os.urandom(1 << 20))  # incompressible: past the limit
+    script = (
+        "import resource, signal, sys\nfrom pathlib import Path\nfrom smddp_sdk.specs.archives import write_archive\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\nroot = Path(sys.argv[1])\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))\n"
+        "try:\n    write_archive(root / 'model.tar.gz', [root / 'model'])\nexcept OSError as exc:\n    print('failed', exc.errno)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert result.stdout.startswith("failed"), result
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]

@@ -22,14 +22,20 @@ SCRIPTS = Path(__file__).parent / "scripts"
 pytest.importorskip("torch")
 
 
-def test_the_store_and_coordinator_listen_on_loopback_only(tmp_path: Path) -> None:
+def _run_two_hosts(tmp_path: Path, script: str, ranks_per_host: int) -> dict[str, tuple[int, str]]:
+    """A real 2-host job of ``script`` (from scripts/) with smddp enabled; every host must succeed."""
     code = tmp_path / "code"
     code.mkdir()
-    shutil.copy(SCRIPTS / "listeners.py", code / "train.py")
-    job = make_job(tmp_path / "job", code, ["algo-1", "algo-2"], {"sagemaker_distributed_dataparallel_enabled": True}, num_gpus=2)
+    shutil.copy(SCRIPTS / script, code / "train.py")
+    job = make_job(tmp_path / "job", code, ["algo-1", "algo-2"], {"sagemaker_distributed_dataparallel_enabled": True}, num_gpus=ranks_per_host)
     results = wait_all(job.start(), timeout=180)
     for host, (code_, out) in results.items():
         assert code_ == 0, f"{host}:\n{out}"
+    return results
+
+
+def test_the_store_and_coordinator_listen_on_loopback_only(tmp_path: Path) -> None:
+    results = _run_two_hosts(tmp_path, "listeners.py", 2)
     assert "rendezvous store serving on 127.0.0.1" in results["algo-1"][1]
     reports = [json.loads(p.read_text()) for p in sorted((tmp_path / "job").rglob("listeners-*.json"))]
     assert len(reports) == 4 and all(r["sum"] == 4 for r in reports), reports
@@ -61,3 +67,10 @@ def test_store_is_not_served_where_not_wanted(tmp_path: Path) -> None:
     assert rendezvous_store.rank_environment("", is_master=False, served=False) == {}
     assert rendezvous_store.store_address("127.0.0.1", {"SMDDP_RUNTIME_STORE": "0"}) == ""
     assert rendezvous_store.store_address("127.0.0.1", {}) == "127.0.0.1"
+
+
+def test_the_mesh_secret_reaches_ranks_from_the_runtime_not_through_the_store(tmp_path: Path) -> None:
+    _run_two_hosts(tmp_path, "mesh_secret.py", 1)
+    reports = [json.loads(p.read_text()) for p in sorted((tmp_path / "job").rglob("mesh-*.json"))]
+    assert len(reports) == 2 and all(r["sum"] == 2 for r in reports), reports
+    assert all(r["secret_from_runtime"] and not r["token_in_store"] for r in reports), reports

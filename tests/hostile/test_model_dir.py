@@ -4,6 +4,7 @@ job's own files only, and the job's failure file cannot be pointed at a file of 
 from __future__ import annotations
 
 import os
+import stat
 import tarfile
 import textwrap
 from pathlib import Path
@@ -68,3 +69,15 @@ def test_a_failure_file_linked_to_a_secret_is_not_read(tmp_path: Path, monkeypat
     assert "a file of the machine" not in str(caught.value)
     status = estimator.latest_training_job.describe()
     assert "a file of the machine" not in str(status)
+
+
+def test_job_files_are_the_callers_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/local-mode.md: the job directory is 0700 and its files 0600, code and host trees included."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SMDDP_JOB_ROOT", str(tmp_path / "jobs"))
+    (tmp_path / "train.py").write_text(textwrap.dedent(HOSTILE_SCRIPT.format(secret=str(tmp_path / "none"))))
+    (tmp_path / "train.py").chmod(0o755)
+    PyTorch(entry_point="train.py", instance_type="local", instance_count=2).fit(logs=False)
+    shared = [f"{oct(p.lstat().st_mode & 0o777)} {p}" for p in (tmp_path / "jobs").rglob("*")
+              if not p.is_symlink() and not stat.S_ISFIFO(p.lstat().st_mode) and p.lstat().st_mode & 0o077]
+    assert shared == [], shared

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import signal
+import tarfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -142,6 +143,10 @@ def test_cancel_stops_every_host_and_ends_cancelled(tmp_path: Path) -> None:
     state, backend = supervise(job_dir, {host: FakeHost() for host in HOSTS})
     assert state["state"] == "CANCELLED" and backend.started == {}  # asked before it started: nothing ran
     job_dir2 = make_job(tmp_path / "2")
+    model = contract.OptMl(job_dir2.host_dir("algo-1")).model_dir
+    model.mkdir(parents=True, exist_ok=True)
+    (model / "weights.bin").write_bytes(b"w")  # what the job wrote before it was stopped
+    (model / "leak").symlink_to("/etc/hostname")
     backend2 = FakeBackend(job_dir2, job_dir2.read_record()["request"], {host: FakeHost() for host in HOSTS})
     supervisor = Supervisor(job_dir2, backend2)
     supervisor.peer_failure_grace = 0.3
@@ -153,7 +158,12 @@ def test_cancel_stops_every_host_and_ends_cancelled(tmp_path: Path) -> None:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    assert job_dir2.read_state()["state"] == "CANCELLED"
+    state2 = job_dir2.read_state()
+    assert state2["state"] == "CANCELLED"
+    with tarfile.open(state2["model_data"]) as archive:  # as SageMaker uploads a stopped job's model
+        assert archive.getnames() == ["weights.bin"]
+    assert len(state2["archive_skipped"]) == 1 and "model.tar.gz: leak: a link" in state2["archive_skipped"][0], state2
+    assert "warning: left out of model.tar.gz: leak" in job_dir2.console_log.read_text()
     assert sorted(host for host, sig in backend2.signals if sig == signal.SIGTERM) == list(HOSTS)
 
 

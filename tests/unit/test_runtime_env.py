@@ -226,7 +226,9 @@ def test_rank_env_carries_own_host_and_launcher_variables(tmp_path):
         "SMDATAPARALLEL_LOCAL_RANK": "3", "SMDATAPARALLEL_SERVER_ADDR": "10.0.0.2", "SMDATAPARALLEL_SERVER_PORT": "7592",
         "SAGEMAKER_INSTANCE_TYPE": "ml.p4d.24xlarge", "OMPI_COMM_WORLD_RANK": "11", "OMPI_COMM_WORLD_LOCAL_RANK": "3",
         "OMPI_COMM_WORLD_SIZE": "16", "OMPI_COMM_WORLD_LOCAL_SIZE": "8", "SM_CURRENT_HOST": "algo-1",
+        "SMDDP_MESH_SECRET": contract.mesh_secret(env.job_token),  # the mesh's secret, never the job token itself
     }
+    assert env.job_token not in variables.values()
 
 
 def test_master_is_the_host_name_without_an_address_mapping(tmp_path):

@@ -7,7 +7,7 @@
 // call records as the Python path, so ranks may take either path for any call. A group across hosts runs
 // its all_reduces and all_gathers here as well: the host's ranks over shared memory, the host leaders over
 // the TCP mesh (the kernels' poll loop) with algorithms.py's algorithms, byte for byte (same order, same
-// chunks, same reduction order).
+// chunks, same reduction order), each exchange behind tcp.py's call header (the check between hosts).
 // Everything else goes to the Python implementation (`_python_<method>`); a call whose peers are late
 // past one check slice waits in Python (`_finish_barrier`, `_exchange_stalled`) with the deadline, abort
 // and liveness checks and the hang warning.
@@ -19,6 +19,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -59,6 +60,11 @@ struct HostRules {
   long pipeline_chunk;  // InterHostAllreduce.pipeline_chunk_bytes
   long rounds_from;     // ROUNDS_FROM_BYTES
 };
+
+// tcp.py's call header ahead of every peer's bytes in an exchange: magic, the call record, the step
+using Header = std::array<uint32_t, 8>;
+constexpr int kStep = 7;
+constexpr long kHeaderWaitNs = 100000000;  // tcp.py's _HEADER_WAIT_S
 
 constexpr uint32_t kNoRoot = 0xFFFFFFFF;
 constexpr int kDone = -1;
@@ -157,16 +163,17 @@ class SmddpCore : public c10d::PyProcessGroup {
 
   // Set by the Python group of a group across hosts, before attach: every host's group ranks (the leader
   // first), this host's index, whether this rank leads it (and holds the connections: fds[h] to host h's
-  // leader, -1 for its own), the kernels' exchange loop and reduction, algorithms.py's rules and the
-  // check slice.
-  void attach_hosts(std::vector<std::vector<int>> nodes, int node, bool leader, std::vector<int> fds, uintptr_t exchange_fn,
-                    uintptr_t reduce_fn, long oneshot_limit, long ring_from, long oneshot_chunk, long pipeline_chunk,
-                    long rounds_from, long slice_ns) {
+  // leader, -1 for its own), the mesh's call header (TcpMesh.header; 0 where this rank leads no host),
+  // the kernels' exchange loop and reduction, algorithms.py's rules and the check slice.
+  void attach_hosts(std::vector<std::vector<int>> nodes, int node, bool leader, std::vector<int> fds, uintptr_t header,
+                    uintptr_t exchange_fn, uintptr_t reduce_fn, long oneshot_limit, long ring_from, long oneshot_chunk,
+                    long pipeline_chunk, long rounds_from, long slice_ns) {
     nodes_ = std::move(nodes);
     node_ = node;
     hosts_ = static_cast<int>(nodes_.size());
     leader_ = leader;
     fds_ = std::move(fds);
+    header_ = reinterpret_cast<uint32_t*>(header);
     exchange_ = reinterpret_cast<ExchangeFn>(exchange_fn);
     reduce_ = reinterpret_cast<ReduceFn>(reduce_fn);
     rules_ = {oneshot_limit, ring_from, oneshot_chunk, pipeline_chunk, rounds_from};
@@ -193,7 +200,7 @@ class SmddpCore : public c10d::PyProcessGroup {
       int op = reducible(x, opts.reduceOp, codes);
       if (op >= 0 && x.numel() > 0 && claim_inline()) {
         Claim claim(this);
-        if (base_) tag(kAllReduce, codes.record, x.numel(), kNoRoot, static_cast<uint32_t>(opts.reduceOp.op_) + 1);
+        tag(kAllReduce, codes.record, x.numel(), kNoRoot, static_cast<uint32_t>(opts.reduceOp.op_) + 1);
         reduce_everywhere(x, codes.kernel, op);
         return c10::make_intrusive<DoneWork>(tensors);
       }
@@ -423,7 +430,7 @@ class SmddpCore : public c10d::PyProcessGroup {
     Claim claim(this);
     DtypeCodes codes;
     dtype_codes(x.scalar_type(), codes);
-    if (base_) tag(op, codes.record, x.numel(), kNoRoot, 0);
+    tag(op, codes.record, x.numel(), kNoRoot, 0);
     const char* what = op == kAllGather ? "all_gather" : "all_gather_into_tensor";
     start_call(what);
     auto* data = static_cast<char*>(x.data_ptr());
@@ -724,23 +731,49 @@ class SmddpCore : public c10d::PyProcessGroup {
     return sum;
   }
 
-  // Every peer's spans out and in at once through the kernels' poll loop; between slices Python checks
-  // the deadline and signals (`_exchange_stalled`), and a broken connection fails there (`_exchange_failed`).
+  // Every peer's spans out and in at once through the kernels' poll loop, each peer's behind the call
+  // header (tcp.py's TcpMesh.exchange: only to and from peers with bytes to move); a peer's header that
+  // differs from ours fails the call (`_exchange_mismatch`). Between slices Python checks the deadline and
+  // signals (`_exchange_stalled`), and a broken connection fails there (`_exchange_failed`).
   void exchange(const Spans& sends, const Spans& recvs) {
+    Header mine{};
+    std::memcpy(mine.data(), header_, sizeof(Header));
+    header_[kStep]++;  // every exchange of a call counts a step, with transfers or not
+    std::vector<Header> theirs(hosts_);
+    std::vector<std::pair<int, size_t>> headers;  // (peer, index of its header's transfer)
     std::vector<Transfer> transfers;
     std::vector<int> peers;
     for (int receive = 0; receive < 2; receive++)
-      for (int h = 0; h < hosts_; h++)
-        for (const Span& span : (receive ? recvs : sends)[h])
+      for (int h = 0; h < hosts_; h++) {
+        const std::vector<Span>& spans = (receive ? recvs : sends)[h];
+        if (total(spans) == 0) continue;
+        char* header = reinterpret_cast<char*>(receive ? theirs[h].data() : mine.data());
+        if (receive) headers.push_back({h, transfers.size()});
+        transfers.push_back({fds_[h], receive, header, static_cast<long>(sizeof(Header)), 0, 0});
+        peers.push_back(h);
+        for (const Span& span : spans)
           if (span.length > 0) {
             transfers.push_back({fds_[h], receive, span.data, span.length, 0, 0});
             peers.push_back(h);
           }
+      }
     for (;;) {
       int status = exchange_(transfers.data(), static_cast<int>(transfers.size()), slice_ns_);
-      if (status == kDone) return;
+      if (status >= 0)  // a peer that left may have said why first (a header, such as its farewell)
+        for (auto [h, i] : headers) exchange_(&transfers[i], 1, kHeaderWaitNs);
+      int differs = -1;
+      for (auto [h, i] : headers)
+        if (transfers[i].done == transfers[i].length && theirs[h] != mine) {
+          differs = h;
+          break;
+        }
+      if (status == kDone && differs < 0) return;
       pybind11::gil_scoped_acquire gil;
       try {
+        if (differs >= 0) {
+          call_python("_exchange_mismatch", differs, header_bytes(theirs[differs]), header_bytes(mine));
+          TORCH_CHECK(false, "smddp: _exchange_mismatch returned");
+        }
         if (status >= 0) {
           call_python("_exchange_failed", peers[status], transfers[status].receive != 0, transfers[status].error);
           TORCH_CHECK(false, "smddp: _exchange_failed returned");
@@ -757,6 +790,10 @@ class SmddpCore : public c10d::PyProcessGroup {
         throw;
       }
     }
+  }
+
+  static pybind11::bytes header_bytes(const Header& header) {
+    return pybind11::bytes(reinterpret_cast<const char*>(header.data()), sizeof(Header));
   }
 
   // A slice passed with transfers unfinished: Python fails the call past the deadline.
@@ -801,12 +838,21 @@ class SmddpCore : public c10d::PyProcessGroup {
     if (status != kDone) finish_in_python(what, status, generation);
   }
 
-  // counters_: [0] call sequence number, [1] barrier generation, [2] phase (shared with Python)
+  // The call record (calls.py's Call.words) of the collective about to run, as Python's begin writes it:
+  // into the arena's record (counters_: [0] call sequence number, [1] barrier generation, [2] phase, shared
+  // with Python) and into the mesh's call header, which numbers calls itself and restarts the step.
   void tag(uint32_t op, uint32_t dtype, int64_t count, uint32_t root, uint32_t reduce) {
-    uint32_t seq = ++counters_[0];
     uint64_t n = static_cast<uint64_t>(count);
-    uint32_t words[6] = {seq, op << 4 | reduce, dtype, static_cast<uint32_t>(n), static_cast<uint32_t>(n >> 32), root};
-    std::memcpy(record_, words, sizeof(words));
+    uint32_t words[6] = {0, op << 4 | reduce, dtype, static_cast<uint32_t>(n), static_cast<uint32_t>(n >> 32), root};
+    if (base_) {
+      words[0] = ++counters_[0];
+      std::memcpy(record_, words, sizeof(words));
+    }
+    if (header_) {
+      words[0] = header_[1] + 1;
+      std::memcpy(header_ + 1, words, sizeof(words));
+      header_[kStep] = 0;
+    }
   }
   uint32_t next_generation() { return ++counters_[1]; }
   uint32_t next_half() { return counters_[2]++ & 1; }
@@ -837,6 +883,7 @@ class SmddpCore : public c10d::PyProcessGroup {
   int hosts_ = 1;
   bool leader_ = true;
   std::vector<int> fds_;
+  uint32_t* header_ = nullptr;  // TcpMesh.header: magic, the call record, the step (kStep)
   ExchangeFn exchange_ = nullptr;
   HostRules rules_{};
   std::map<long, std::vector<char>> scratch_;

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -171,24 +172,40 @@ static int is_next(const struct smddp_transfer *t, int i) {
     return 1;
 }
 
-/* Move what the socket takes or has now, without blocking. 0 when it would block or the buffer is done,
- * 1 on failure (t->error says why). */
-static int advance(struct smddp_transfer *t) {
-    while (t->done < t->length) {
-        ssize_t moved = t->receive ? recv(t->fd, t->data + t->done, t->length - t->done, MSG_DONTWAIT)
-                                   : send(t->fd, t->data + t->done, t->length - t->done, MSG_DONTWAIT | MSG_NOSIGNAL);
+/* Move what the socket takes or has now, without blocking, for transfer i and the unfinished transfers of
+ * the same fd and direction after it, gathered into one sendmsg/recvmsg (a call header and its data leave
+ * in one segment and arrive in one wake-up). 0 when it would block or they are done, 1 on failure
+ * (t[i].error says why). */
+#define GATHER_MAX 16
+static int advance(struct smddp_transfer *t, int count, int i) {
+    for (;;) {
+        struct iovec iov[GATHER_MAX];
+        int index[GATHER_MAX], n = 0;
+        for (int j = i; j < count && n < GATHER_MAX; j++) {
+            if (t[j].fd != t[i].fd || t[j].receive != t[i].receive || t[j].done >= t[j].length) continue;
+            iov[n] = (struct iovec){.iov_base = t[j].data + t[j].done, .iov_len = (size_t)(t[j].length - t[j].done)};
+            index[n++] = j;
+        }
+        if (n == 0) return 0;
+        struct msghdr message = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t moved = t[i].receive ? recvmsg(t[i].fd, &message, MSG_DONTWAIT)
+                                     : sendmsg(t[i].fd, &message, MSG_DONTWAIT | MSG_NOSIGNAL);
         if (moved > 0) {
-            t->done += moved;
-        } else if (moved == 0 && t->receive) {
-            t->error = -1;
+            for (int k = 0; k < n && moved > 0; k++) {
+                long step = t[index[k]].length - t[index[k]].done;
+                if (step > moved) step = (long)moved;
+                t[index[k]].done += step;
+                moved -= step;
+            }
+        } else if (moved == 0 && t[i].receive) {
+            t[i].error = -1;
             return 1;
         } else if (errno != EINTR) {
             if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
-            t->error = errno;
+            t[i].error = errno;
             return 1;
         }
     }
-    return 0;
 }
 
 /* Every peer's sends and receives progress together from this one thread (no GIL, no thread hand-offs):
@@ -202,7 +219,7 @@ int smddp_exchange(struct smddp_transfer *t, int count, long slice_ns) {
         int waiting = 0;
         for (int i = 0; i < count; i++) {
             if (t[i].done >= t[i].length || !is_next(t, i)) continue;
-            if (advance(&t[i])) return i;
+            if (advance(t, count, i)) return i;
             if (t[i].done >= t[i].length) continue;
             short events = t[i].receive ? POLLIN : POLLOUT;
             int k = 0;

@@ -104,10 +104,16 @@ class CheckpointSync:
         with self._lock:
             copied = 0
             for directory in self.host_dirs:
-                for path in sorted(directory.rglob("*")) if directory.is_dir() else ():
+                if directory.is_symlink():  # the job made its checkpoint directory a link: not followed
+                    self._error(f"checkpoint sync: {directory} is a link, nothing under it is copied")
+                    continue
+                for path in sorted(directory.rglob("*")) if directory.is_dir() else ():  # rglob enters no linked directory
+                    key = path.relative_to(directory).as_posix()
+                    if path.is_symlink():  # its target may be any file of the machine
+                        self._error(f"checkpoint sync: {key} is a link, not copied")
+                        continue
                     if not path.is_file() or path.name.endswith(".partial"):
                         continue
-                    key = path.relative_to(directory).as_posix()
                     try:
                         stat = path.stat()
                         mark = (stat.st_size, stat.st_mtime_ns)

@@ -15,12 +15,15 @@ After the job, ``collect_artifacts`` merges every host's ``model`` and ``output/
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from smddp_sdk.errors import SpecError, SpecIssue
 from smddp_sdk.schedulers.hosttree import channels, checkpoints
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.archives import write_archive
@@ -116,13 +119,44 @@ def stage_code(spec: JobSpec, dest: Path) -> Path:
     ``dependencies`` directory under its own name, the layout of v2's sourcedir.tar.gz."""
     dest.mkdir(parents=True, exist_ok=True)
     ignore = _code_ignore(dest)
+    trees = [Path(spec.source_dir)] if spec.source_dir else []
+    problems = [problem for tree in [*trees, *map(Path, spec.dependencies)] for problem in unsafe_code_entries(tree, ignore)]
+    if problems:
+        raise SpecError([SpecIssue("", problem, "code directories hold files, directories and relative links that "
+                                   "stay inside them") for problem in problems])
     if spec.source_dir:
-        shutil.copytree(spec.source_dir, dest, ignore=ignore, dirs_exist_ok=True)
+        shutil.copytree(spec.source_dir, dest, symlinks=True, ignore=ignore, dirs_exist_ok=True)
     else:
         shutil.copy2(spec.entry_point, dest / Path(spec.entry_point).name)
     for dependency in spec.dependencies:
-        shutil.copytree(dependency, dest / Path(dependency).name, ignore=ignore, dirs_exist_ok=True)
+        shutil.copytree(dependency, dest / Path(dependency).name, symlinks=True, ignore=ignore, dirs_exist_ok=True)
     return dest
+
+
+def unsafe_code_entries(tree: Path, ignore: Callable[[str, list[str]], set[str]]) -> list[str]:
+    """What a code directory must not hold, one line each: links that leave it, dangle or loop (copied as
+    they are they would read a file of the machine, or break the copy), FIFOs, sockets and devices."""
+    problems = []
+    real_tree = tree.resolve()
+    for directory, dirnames, filenames in os.walk(tree):
+        skipped = ignore(directory, [*dirnames, *filenames])
+        dirnames[:] = [name for name in dirnames if name not in skipped]
+        for name in [*dirnames, *filenames]:
+            path = Path(directory, name)
+            if name in skipped:
+                continue
+            mode = path.lstat().st_mode
+            if stat.S_ISLNK(mode):
+                try:
+                    target = path.resolve(strict=True)
+                except (OSError, RuntimeError):
+                    problems.append(f"{path}: a dangling or looping link ({os.readlink(path)!r})")
+                    continue
+                if os.path.isabs(os.readlink(path)) or (target != real_tree and real_tree not in target.parents):
+                    problems.append(f"{path}: a link to {os.readlink(path)!r}, outside {tree} or absolute")
+            elif not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                problems.append(f"{path}: not a file, directory or link (a FIFO, socket or device)")
+    return problems
 
 
 def _code_ignore(dest: Path) -> Callable[[str, list[str]], set[str]]:
@@ -152,16 +186,13 @@ def largest_entries(root: Path, count: int = 3) -> tuple[int, list[tuple[str, in
     return sum(sizes.values()), ranked[:count]
 
 
-def collect_artifacts(trees: Iterable[OptMl], dest: Path) -> tuple[Path, Path]:
-    """Merge the hosts' ``model`` and ``output/data`` dirs into ``dest/model.tar.gz`` and ``dest/output.tar.gz``."""
+def collect_artifacts(trees: Iterable[OptMl], dest: Path, on_skip: Callable[[str], None] | None = None) -> tuple[Path, Path]:
+    """Merge the hosts' ``model`` and ``output/data`` dirs into ``dest/model.tar.gz`` and ``dest/output.tar.gz``;
+    what is left out (links out of a tree, FIFOs, unreadable files) goes to ``on_skip``, one line each."""
     trees = list(trees)
     dest.mkdir(parents=True, exist_ok=True)
-    model = _tar_merged(dest / "model.tar.gz", [tree.model_dir for tree in trees])
-    output = _tar_merged(dest / "output.tar.gz", [tree.output_data_dir for tree in trees])
-    return model, output
-
-
-def _tar_merged(archive: Path, roots: Sequence[Path]) -> Path:
-    """One archive of several directories laid over each other; links out of a directory are left out."""
-    write_archive(archive, roots)
-    return archive
+    bases = [tree.base for tree in trees]
+    for archive, roots in (("model.tar.gz", [tree.model_dir for tree in trees]),
+                           ("output.tar.gz", [tree.output_data_dir for tree in trees])):
+        write_archive(dest / archive, roots, trees=bases, on_skip=on_skip and (lambda line, name=archive: on_skip(f"{name}: {line}")))
+    return dest / "model.tar.gz", dest / "output.tar.gz"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -131,6 +132,7 @@ class HostTreeScheduler(Scheduler):
         except BaseException:
             shutil.rmtree(job_dir.path, ignore_errors=True)  # no half-written job is left to confuse list/status
             raise
+        _make_private(job_dir.path)
         self._start_supervisor(job_dir)
         return JobHandle.parse(dryrun.request["handle"])
 
@@ -152,7 +154,7 @@ class HostTreeScheduler(Scheduler):
     def _start_supervisor(self, job_dir: JobDir) -> None:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_parent(), env.get("PYTHONPATH")]))
-        with open(job_dir.supervisor_log, "ab") as log:
+        with open(job_dir.supervisor_log, "ab", opener=lambda path, flags: os.open(path, flags, 0o600)) as log:
             # A session of its own: Ctrl-C in the caller's terminal reaches the caller, which decides
             # whether to cancel; the job survives the caller only when nobody owns it.
             process = subprocess.Popen(
@@ -176,6 +178,7 @@ class HostTreeScheduler(Scheduler):
             "started": state.get("started"),
             "ended": state.get("ended"),
             "output_data": state.get("output_data"),
+            "archive_skipped": state.get("archive_skipped", []),  # files left out of the archives, one line each
             "other_failures": state.get("other_failures", []),
             "rank_log": state.get("rank_log"),
             "error_file": state.get("error_file"),
@@ -362,4 +365,16 @@ def _last_sign_of_life(job_dir: JobDir) -> float:
         except FileNotFoundError:
             pass
     return time.monotonic() - (time.time() - newest)
+
+
+def _make_private(job_path: Path) -> None:
+    """Job files 0600 (0700 where executable) and directories 0700, as docs/local-mode.md says: the copied
+    code and host trees keep their sources' modes otherwise. Links are left as they are."""
+    for directory, _, filenames in os.walk(job_path):
+        os.chmod(directory, 0o700)
+        for name in filenames:
+            path = os.path.join(directory, name)
+            mode = os.lstat(path).st_mode
+            if stat.S_ISREG(mode):
+                os.chmod(path, stat.S_IMODE(mode) & 0o700)
 

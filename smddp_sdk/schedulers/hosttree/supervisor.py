@@ -212,8 +212,9 @@ class Supervisor:
 
     def conclude(self) -> int:
         if self.stop_reason is not None and self.stop_reason[0] is JobState.CANCELLED:
+            problem = self.collect()  # SageMaker uploads what a stopped job wrote, too
             self.backend.release()
-            return self.finish(JobState.CANCELLED, self.stop_reason[1])
+            return self.finish(JobState.CANCELLED, self.stop_reason[1] + (f"; also {problem}" if problem else ""))
         verdict = self.verdict()
         failed = any(e.code != 0 for e in self.exits.values()) or (self.stop_reason is not None)
         self.before_collect(verdict)
@@ -238,11 +239,15 @@ class Supervisor:
         Returns "" or what went wrong (which fails the job: a job without its model is no success)."""
         target = self.plan.model_data.parent
         trees = [OptMl(self.job_dir.host_dir(host)) for host in self.hosts]
+        skipped: list[str] = []
         try:
-            model, output = collect_artifacts(trees, target)
+            model, output = collect_artifacts(trees, target, on_skip=skipped.append)
         except (OSError, ValueError) as exc:
             return f"ArtifactCollectionFailed: could not collect the artifacts into {target}: {exc}"
-        self.update(model_data=str(model), output_data=str(output))
+        if skipped:  # in the console log (closed by now: appended) and the job's status, never silent
+            with open(self.job_dir.console_log, "a", encoding="utf-8") as console:
+                console.writelines(f"smddp: warning: left out of {line}\n" for line in skipped)
+        self.update(model_data=str(model), output_data=str(output), archive_skipped=skipped)
         return ""
 
     def verdict(self) -> Verdict | None:

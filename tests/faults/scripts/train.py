@@ -1,7 +1,9 @@
 """A training loop for fault injection: all-reduces forever (or --steps times) and can fail on purpose.
 
 --fault: none | sigkill_rank | exit0_early | hang_in_collective | hang_outside | raise, done by --victim
-after step --at; quiet: every rank stops calling collectives at step --at and sleeps. Every rank writes <--ready>/rank-<N> once it has trained a few steps, so a test knows
+after step --at; quiet: every rank stops calling collectives at step --at and sleeps; mismatch_<how>
+(reduce_op, dtype, size, op, count): at step --at every rank on --victim's host calls another collective
+than the other hosts (count: leaves the group one call early). Every rank writes <--ready>/rank-<N> once it has trained a few steps, so a test knows
 when to inject a fault from outside (kill a supervisor or a runtime). --pg-timeout is the process group's
 timeout in seconds: what turns a hang into an error that names the hung rank.
 """
@@ -38,14 +40,40 @@ def main() -> None:
     for step in range(args.steps):
         if step == 3 and args.ready:
             Path(args.ready, f"rank-{rank}").write_text(str(time.time()))
-        if rank == args.victim and step == args.at:
+        if rank == args.victim and step == args.at and not args.fault.startswith("mismatch_"):
             inject(args.fault, tensor)
+        if args.fault.startswith("mismatch_") and step == args.at and on_host_of(args.victim):
+            mismatch(args.fault.removeprefix("mismatch_"), tensor)
+            continue
         if args.fault == "quiet" and step == args.at:
             time.sleep(10**6)  # every rank, outside any collective: nobody notices a lost peer by itself
         dist.all_reduce(tensor)
         tensor.fill_(1.0)
         time.sleep(pause)
     dist.destroy_process_group()
+
+
+def on_host_of(victim: int) -> bool:
+    ranks_per_host = int(os.environ["LOCAL_WORLD_SIZE"])
+    return dist.get_rank() // ranks_per_host == victim // ranks_per_host
+
+
+def mismatch(how: str, tensor: torch.Tensor) -> None:
+    """Instead of this step's all_reduce(SUM, float32, len(tensor)), another call."""
+    print(f"injecting mismatch_{how} at {time.time():.3f}", flush=True)
+    if how == "reduce_op":
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    elif how == "dtype":
+        dist.all_reduce(tensor.int())
+    elif how == "size":
+        dist.all_reduce(torch.ones(2 * tensor.numel()))
+    elif how == "op":
+        dist.all_gather([torch.empty_like(tensor) for _ in range(dist.get_world_size())], tensor)
+    elif how == "count":
+        dist.destroy_process_group()
+        sys.exit(0)
+    else:
+        sys.exit(f"unknown mismatch {how!r}")
 
 
 def inject(fault: str, tensor: torch.Tensor) -> None:
