@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from smddp_sdk.errors import ContractError
 from smddp_sdk.runtime.plan import LaunchShape, RankPlan, RankSlot
 from smddp_sdk.runtime.training_env import TrainingEnv
 from smddp_sdk.specs import contract
@@ -42,6 +43,20 @@ def hyperparameter_argv(hyperparameters: Mapping[str, Any]) -> list[str]:
         else:
             argv.append(str(value))
     return argv
+
+
+def script_argv(environ: Mapping[str, str]) -> list[str]:
+    """The arguments typed after the script (``smddp-launch train.py --fp16 data.csv``), exactly as typed."""
+    raw = environ.get(contract.SCRIPT_ARGS_ENV, "")
+    if not raw:
+        return []
+    try:
+        args = json.loads(raw)
+    except ValueError:
+        args = None
+    if not isinstance(args, list) or not all(isinstance(arg, str) for arg in args):
+        raise ContractError(f"{contract.SCRIPT_ARGS_ENV} must be a JSON list of strings, got {raw!r}")
+    return args
 
 
 def training_env_dict(env: TrainingEnv, plan: RankPlan) -> dict[str, Any]:

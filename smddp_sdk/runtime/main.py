@@ -199,7 +199,7 @@ class NodeRuntime:
             code_dir, kind, lambda line: self.console.say(f"[{env.current_host}/setup]: ", line),
             cache=Path(cache) if cache else None, job_key=env.submit_directory or env.job_name or "",
         )
-        args = rank_env.hyperparameter_argv(env.hyperparameters)
+        args = rank_env.hyperparameter_argv(env.hyperparameters) + rank_env.script_argv(self.environ)
         # The ranks start where SageMaker starts them: in /opt/ml/code when this host's tree is bound there.
         return usercode.user_command(env.user_entry_point, kind, env.rank_opt_ml.code_dir, args, self.interpreter.python)
 

@@ -42,6 +42,7 @@ PARENT_PID_ENV = "SMDDP_PARENT_PID"  # the process whose death stops this one (P
 SCRATCH_ENV = "SMDDP_SCRATCH_DIR"  # where the runtime keeps its scratch files (default: a temp dir)
 BIND_OPT_ML_ENV = "SMDDP_BIND_OPT_ML"  # "1": the runtime binds its tree on a private /opt/ml (local mode)
 ENV_CACHE_ENV = "SMDDP_ENV_CACHE"  # a folder: requirements.txt goes into a cached virtualenv there (local mode)
+SCRIPT_ARGS_ENV = "SMDDP_SCRIPT_ARGS"  # JSON list: arguments given after the script, appended verbatim to its argv
 DEFAULT_MASTER_PORT = 7777
 DEFAULT_SERVER_PORT = 7592
 DEFAULT_AGENT_PORT = 7778

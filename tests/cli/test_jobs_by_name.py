@@ -30,6 +30,25 @@ def test_script_arguments_are_split_torchrun_style() -> None:
         "--debug", "run", "--instance-count", "2", "-o", "processes_per_host=4", "--dryrun", "train.py", "--", "--lr", "0.1"]
     assert split(["logs", "train.py"], COMMANDS) == ["logs", "train.py"]  # a command word first: not a script
     assert split(["job.yaml", "--", "--script", "x.py"], COMMANDS) == ["run", "job.yaml", "--", "--script", "x.py"]
+    # after the script everything is the script's, --dryrun included
+    assert split(["train.py", "data.csv", "--fp16", "--dryrun"], COMMANDS) == ["run", "train.py", "--", "data.csv", "--fp16", "--dryrun"]
+
+
+def test_arguments_after_a_script_reach_it_untouched(invoke, job_root: Path) -> None:
+    args = ["data.csv", "--fp16", "--lr=0.1", "--epochs", "3", "--dryrun", "-v", "--"]
+    result = invoke("--hosts", "2", "train.py", *args)
+    assert result.exit_code == 0, result.output
+    assert f"[algo-2/rank1]: rank 1 of 2 args {args}" in result.stdout.splitlines()
+
+
+def test_arguments_after_a_job_files_double_dash_are_typed_hyperparameters(invoke, job_root: Path) -> None:
+    Path("job.yaml").write_text("entry_point: train.py\ninstance_type: local\n")
+    result = invoke("run", "job.yaml", "--dryrun", "-H", "seed=7", "--", "--epochs", "3", "--lr=0.1", "--name", "resnet")
+    assert result.exit_code == 0, result.output
+    request = result.stdout.split("=== REQUEST")[1]
+    assert '"epochs": "3"' in request and '"lr": "0.1"' in request and '"seed": "7"' in request and '"name": "\\"resnet\\""' in request
+    flag = invoke("run", "job.yaml", "--", "--fp16")
+    assert flag.exit_code == 2 and "has no value" in flag.stderr and "train.py --fp16" in flag.stderr
 
 
 def test_a_script_runs_on_simulated_hosts_and_is_found_by_name(invoke, job_root: Path) -> None:
