@@ -22,6 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from smddp_sdk.runtime.stacks import register_stack_dump
 from smddp_sdk.specs.contract import ERROR_FILE_ENV, PARENT_PID_ENV
 
 # Frames of ours to hide from user tracebacks (runpy is "<frozen runpy>" on Python 3.11+).
@@ -33,6 +34,7 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     _die_with_runtime()
+    register_stack_dump()  # `smddp-launch stacks` (the runtime forwards the signal)
     try:
         _run(argv)
     except SystemExit as stop:

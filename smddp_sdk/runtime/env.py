@@ -210,6 +210,7 @@ def process_env(
         merged.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # torchrun's default for its workers
     merged["PYTHONPATH"] = ":".join(python_path)
     merged[contract.ERROR_FILE_ENV] = error_file
+    merged[contract.STACKS_FILE_ENV] = str(env.opt_ml.rank_stacks_file(slot.rank))
     merged[contract.PARENT_PID_ENV] = str(os.getpid())  # the rank's bootstrap dies with this runtime
     merged.pop(contract.LIFELINE_ENV, None)  # the runtime's to watch, not the ranks'
     merged.setdefault("PYTHONUNBUFFERED", "1")  # logs reach the console as they are written

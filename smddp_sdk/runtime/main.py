@@ -23,7 +23,7 @@ from types import FrameType
 
 from smddp_sdk.errors import EXIT_JOB_FAILED, ContractError, SmddpError, UnavailableError
 from smddp_sdk.runtime import env as rank_env
-from smddp_sdk.runtime import optml_mount, usercode
+from smddp_sdk.runtime import optml_mount, stacks, usercode
 from smddp_sdk.runtime import plan as planning
 from smddp_sdk.runtime import store as rendezvous_store
 from smddp_sdk.runtime.coordination import Coordinator, CoordinatorClient
@@ -372,6 +372,7 @@ class NodeRuntime:
             return
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
+        stacks.forward_stack_requests(lambda: [p.popen.pid for p in self.procs if p.running])
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         if self.signalled is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,8 @@ PARENT_PID_ENV = "SMDDP_PARENT_PID"  # the process whose death stops this one (P
 SCRATCH_ENV = "SMDDP_SCRATCH_DIR"  # where the runtime keeps its scratch files (default: a temp dir)
 BIND_OPT_ML_ENV = "SMDDP_BIND_OPT_ML"  # "1": the runtime binds its tree on a private /opt/ml (local mode)
 ENV_CACHE_ENV = "SMDDP_ENV_CACHE"  # a folder: requirements.txt goes into a cached virtualenv there (local mode)
+STACKS_FILE_ENV = "SMDDP_STACKS_FILE"  # where a rank appends its Python stacks on STACKS_SIGNAL (set per rank)
+STACKS_SIGNAL = signal.SIGUSR2  # to a runtime: every rank of the host writes its stacks (`smddp-launch stacks`)
 SCRIPT_ARGS_ENV = "SMDDP_SCRIPT_ARGS"  # JSON list: arguments given after the script, appended verbatim to its argv
 DEFAULT_MASTER_PORT = 7777
 DEFAULT_SERVER_PORT = 7592
@@ -153,6 +156,10 @@ class OptMl:
 
     def rank_error_file(self, rank: int) -> Path:
         return self.errors_dir / f"rank-{rank}.json"
+
+    def rank_stacks_file(self, rank: int) -> Path:
+        """Every thread's Python stack, appended by the rank on each STACKS_SIGNAL."""
+        return self.output_dir / "stacks" / f"rank-{rank}.txt"
 
     def rank_torchelastic_error_file(self, rank: int) -> Path:
         """Where torch's ``@record`` writes (TORCHELASTIC_ERROR_FILE) under the torch_distributed launcher."""

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from smddp_sdk import stacks
 from smddp_sdk.schedulers import checkpoints
 from smddp_sdk.schedulers.host_trees import collect_artifacts
 from smddp_sdk.schedulers.hosts.backend import HostBackend, HostExit
@@ -160,6 +161,9 @@ class Supervisor:
         if now - self.last_heartbeat >= HEARTBEAT_SECONDS:
             self.last_heartbeat = now
             (self.job_dir.path / HEARTBEAT).touch()
+        if stacks.take_request(self.job_dir.path):  # `smddp-launch stacks`: the runtimes pass it to their ranks
+            for host in self.running_hosts():
+                self.backend.signal(host, contract.STACKS_SIGNAL)
 
     def check_stop_conditions(self, deadline: float) -> None:
         owner = self.record.get("owner_pid")
