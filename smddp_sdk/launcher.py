@@ -61,11 +61,12 @@ def use_colour(out: TextIO, color: bool | None = None) -> bool:
 
 
 def format_line(line: LogLine, *, colour: bool = False) -> str:
-    """``[algo-2/rank3]: text``; with colour the prefix takes its host's colour."""
+    """``[algo-2/rank3]: text``; with colour the prefix takes its host's colour. A progress bar's ``\r``
+    redraws each start with the prefix again, so the terminal never shows one without it."""
     prefix = line.prefix
     if colour:
         prefix = f"\033[{_host_colour(line.host)}m{prefix}{_RESET}"
-    return f"{prefix} {line.text}"
+    return f"{prefix} " + line.text.replace("\r", f"\r{prefix} ")
 
 
 def _host_colour(host: str) -> str:

@@ -33,6 +33,7 @@ def main() -> int:
         instance_count=args.instance_count,
         distribution={"smdistributed": {"dataparallel": {"enabled": True}}},
         hyperparameters={"epochs": args.epochs, "batch-size": 64},
+        metric_definitions=[{"Name": "loss", "Regex": "loss ([0-9.]+)"}, {"Name": "test:accuracy", "Regex": "test accuracy ([0-9.]+)"}],
         base_job_name="cnn-example",
         scheduler="local",
         scheduler_options={"processes_per_host": args.processes_per_host},

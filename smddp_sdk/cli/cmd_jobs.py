@@ -106,7 +106,7 @@ def logs(ctx: click.Context, job: str, options: list[tuple[str, str]], follow: b
         _explain_empty_filter(scheduler, handle, hosts, ranks)
     if since and keep.untimed:
         console(ctx).say(f"note: --since left out {keep.untimed} line{'s' if keep.untimed != 1 else ''} that carry no time "
-                         f"({handle.scheduler} jobs do not record one per line); use --tail or --grep instead")
+                         "(written before this version kept per-line times); use --tail or --grep instead")
 
 
 def select_lines(scheduler: Scheduler, handle: JobHandle, *, hosts: list[str] | None, ranks: list[int] | None, follow: bool,

@@ -179,9 +179,19 @@ def prepare(ctx: click.Context, out: Console, job_file: str | None, params: dict
 
 def render_dryrun(job: ResolvedJob, plan: DryRun) -> str:
     parts = ["=== JOB ===", render_resolved(job, plan.job_name), f"=== REQUEST ({plan.scheduler}) ===", plan.render()]
-    if plan.notes:
-        parts += ["=== NOTES ===", *[f"- {note}" for note in plan.notes]]
+    notes = [*plan.notes, *dryrun_only_notes(job)]
+    if notes:
+        parts += ["=== NOTES ===", *[f"- {note}" for note in notes]]
     return "\n".join(parts)
+
+
+def dryrun_only_notes(job: ResolvedJob) -> list[str]:
+    """Differences worth one line in the dry run, but no warning on every run."""
+    count = len(job.spec.metric_definitions)
+    if not count or job.scheduler not in LOCAL_SCHEDULERS:
+        return []
+    return [f"metric_definitions ({count}) are not scraped into CloudWatch here; `smddp-launch metrics <job>` and "
+            "training_job_analytics read them from the logs, as on SageMaker"]
 
 
 def follow_job(ctx: click.Context, out: Console, scheduler: Scheduler, handle: JobHandle, *, hosts: list[str] | None, ranks: list[int] | None) -> int:

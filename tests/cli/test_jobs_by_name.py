@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -66,8 +67,10 @@ def test_a_script_runs_on_simulated_hosts_and_is_found_by_name(invoke, job_root:
     assert invoke("logs", name, "--grep", "rank [02] of").stdout.count("\n") == 2
     no_rank = invoke("logs", name, "--rank", "9")
     assert no_rank.exit_code == 2 and "has no lines from ranks 9" in no_rank.stderr and "ranks 0-3" in no_rank.stderr
-    untimed = invoke("logs", name, "--since", "1h")
-    assert untimed.exit_code == 0 and untimed.stdout == "" and "--since left out" in untimed.stderr
+    assert invoke("logs", name, "--since", "1h").stdout == invoke("logs", name).stdout  # every line stamped when captured
+    assert invoke("logs", name, "--since", "2100-01-01T00:00").stdout == ""
+    stamped = invoke("logs", name, "-t", "--rank", "3").stdout
+    assert re.match(r"^20\d\d-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} \[algo-2/rank3\]: rank 3", stamped), stamped
     bad_since = invoke("logs", name, "--since", "yesterday")
     assert bad_since.exit_code == 2 and "neither a duration" in bad_since.stderr
 
@@ -101,3 +104,11 @@ def test_clean_removes_finished_jobs_and_their_index_entries(invoke, job_root: P
     assert invoke("list").stderr.startswith("No jobs yet")
     bad = invoke("clean", "--older-than", "soon")
     assert bad.exit_code == 2
+
+
+def test_progress_bar_redraws_keep_their_rank_and_prefix(invoke, job_root: Path) -> None:
+    Path("bar.py").write_text("import os, sys\nsys.stderr.write(f'\\r{os.environ[\"RANK\"]}: 50%\\r100%\\n')\nprint('after', flush=True)\n")
+    result = invoke("--hosts", "2", "--job-name", "bar", "bar.py")
+    assert result.exit_code == 0, result.output
+    assert "[algo-2/rank1]: \r[algo-2/rank1]: 1: 50%\r[algo-2/rank1]: 100%" in result.stdout.split("\n")
+    assert invoke("logs", "bar", "--rank", "1").stdout.split("\n")[:-1] == ["[algo-2/rank1]: \r[algo-2/rank1]: 1: 50%\r[algo-2/rank1]: 100%", "[algo-2/rank1]: after"]

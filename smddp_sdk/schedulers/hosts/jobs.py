@@ -21,8 +21,9 @@ from typing import Any, ClassVar
 import smddp_sdk
 from smddp_sdk.errors import SpecError, SpecIssue
 from smddp_sdk.schedulers.base import DryRun, Scheduler
+from smddp_sdk.schedulers.console_log import follow_stamped
 from smddp_sdk.schedulers.hosts.supervisor import HEARTBEAT, LIFELINE, SCRATCH, backend_for
-from smddp_sdk.schedulers.local_job import JobDir, follow_lines, is_supervisor_of
+from smddp_sdk.schedulers.local_job import JobDir, is_supervisor_of
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.failure import FailureRecord
 from smddp_sdk.specs.status import HostStatus, JobHandle, JobState, JobStatus, LogLine
@@ -151,9 +152,9 @@ class HostTreeScheduler(Scheduler):
         """Every host's output in the order it arrived; ``ranks`` keeps only those ranks' lines."""
         job_dir = self._job_dir(handle)
         finished = (lambda: self.status(handle).state.is_terminal) if follow else (lambda: True)
-        for raw in follow_lines(job_dir.console_log, finished):
+        for raw, timestamp in follow_stamped(job_dir.console_log, finished):
             parsed = contract.parse_console_line(raw)
-            line = LogLine(parsed.host, parsed.text, parsed.rank)
+            line = LogLine(parsed.host, parsed.text, parsed.rank, timestamp=timestamp)
             if line.matches(hosts, ranks):
                 yield line
 

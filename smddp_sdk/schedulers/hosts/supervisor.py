@@ -25,10 +25,11 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from smddp_sdk import stacks
 from smddp_sdk.schedulers import checkpoints
+from smddp_sdk.schedulers.console_log import StampedLog
 from smddp_sdk.schedulers.host_trees import collect_artifacts
 from smddp_sdk.schedulers.hosts.backend import HostBackend, HostExit
 from smddp_sdk.schedulers.local_job import JobDir, pid_alive
@@ -79,7 +80,7 @@ class Supervisor:
         self.backend = backend or backend_for(job_dir, self.record)
         self.hosts: list[str] = [item["host"] for item in self.request.get("hosts") or self.request.get("containers") or []]
         self.console_lock = threading.Lock()
-        self.console: IO[bytes] | None = None
+        self.console: StampedLog | None = None
         self.signalled = threading.Event()
         self.state: dict[str, Any] = {}
         self.exits: dict[str, HostExit] = {}
@@ -120,7 +121,7 @@ class Supervisor:
     def start_hosts(self) -> None:
         self.lifeline_fd = open_lifeline(self.job_dir.path / LIFELINE)
         self.update(**(self.backend.prepare() or {}))
-        self.console = open(self.job_dir.console_log, "ab")  # noqa: SIM115 - closed at the end of run()
+        self.console = StampedLog(self.job_dir.console_log)  # closed at the end of run()
         extra: dict[str, str] = {}
         if self.request.get("backend", "process") == "process":  # a container has its lifeline mount in its plan, and a /tmp of its own
             extra = {contract.LIFELINE_ENV: str(self.job_dir.path / LIFELINE), contract.SCRATCH_ENV: str(self.job_dir.path / SCRATCH)}
@@ -138,7 +139,6 @@ class Supervisor:
         with self.console_lock:
             if self.console is not None and not self.console.closed:
                 self.console.write(text.encode("utf-8"))
-                self.console.flush()
 
     # --- watching -------------------------------------------------------------------------------
 
