@@ -198,8 +198,13 @@ def _ranges(numbers: list[int]) -> str:
 @scheduler_option
 @click.pass_context
 def cancel(ctx: click.Context, job: str, options: list[tuple[str, str]]) -> None:
-    """Stop JOB. Cancelling a job that already ended does nothing."""
+    """Stop JOB: every host and rank (SIGTERM, then SIGKILL after the grace period); it ends CANCELLED.
+    Cancelling a job that already ended changes nothing and says so."""
     handle, scheduler = job_target(job, options)
+    before = scheduler.status(handle)
+    if before.state.is_terminal:
+        console(ctx).say(f"{handle} already ended ({before.state.value}); nothing to cancel")
+        return
     scheduler.cancel(handle)
     console(ctx).say(f"Cancel requested: {handle}")
 
@@ -367,7 +372,7 @@ def render_status(job_status: JobStatus, color: bool) -> str:
     if job_status.message:
         lines.append(f"  {job_status.message}")
     for host in job_status.hosts:
-        code = "" if host.exit_code is None else f"  exit {host.exit_code}"
+        code = "" if host.exit_code is None or host.state is JobState.CANCELLED else f"  exit {host.exit_code}"
         lines.append(f"  {host.host:<8} {state_text(host.state, color)}{code}")
     if job_status.model_data:
         lines.append(f"  model: {job_status.model_data}")

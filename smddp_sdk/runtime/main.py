@@ -299,7 +299,9 @@ class NodeRuntime:
         assert cause is not None
         self._write_records([*local_failures, cause, *others])
         contract.write_failure(self.env.opt_ml, failure_reason(cause, others))
-        if self.supervised:  # the supervisor prints the job's summary, once, for every host
+        if self.signalled and cause.rank is None:  # stopped from outside (cancel, StopTrainingJob): no failure to report
+            self.say(f"stopped by {self.signalled.name}")
+        elif self.supervised:  # the supervisor prints the job's summary, once, for every host
             self.say(f"this host failed; root cause: {cause.headline}")
         else:
             self.console.say(self.prefix, console_summary(cause, others))

@@ -115,7 +115,24 @@ def test_detach_then_status_logs_list_and_cancel(invoke, isolated, job_root):
     listed = invoke("list", env=env)
     assert listed.stdout.splitlines()[1].startswith("local://detach-1  SUCCEEDED")
     cancelled = invoke("cancel", "local://detach-1", env=env)
-    assert cancelled.exit_code == 0 and "Cancel requested: local://detach-1" in cancelled.stderr  # idempotent on a finished job
+    assert cancelled.exit_code == 0 and "local://detach-1 already ended (SUCCEEDED); nothing to cancel" in cancelled.stderr
+
+
+def test_a_cancelled_job_and_its_hosts_are_cancelled_not_failed(invoke, isolated, job_root):
+    env = env_for(job_root)
+    submitted = invoke("run", write_job(isolated, "cancel-1"), "--detach", "--", "--sleep", "60", env=env)
+    assert submitted.exit_code == 0, submitted.output
+    deadline = time.monotonic() + 60
+    while invoke("logs", "cancel-1", "--grep", "rank 1 of", env=env).stdout == "":
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
+    cancelled = invoke("cancel", "cancel-1", env=env)
+    assert cancelled.exit_code == 0 and "Cancel requested: local://cancel-1" in cancelled.stderr
+    status = json.loads(invoke("status", "cancel-1", "--json", env=env).stdout)
+    assert status["state"] == "CANCELLED" and {host["state"] for host in status["hosts"]} == {"CANCELLED"}
+    assert "exit" not in invoke("status", "cancel-1", env=env).stdout
+    logs = invoke("logs", "cancel-1", env=env).stdout
+    assert "stopped by SIGTERM" in logs and "failed" not in logs and "143" not in logs
 
 
 def test_unknown_scheduler_option_is_located(invoke, isolated, job_root):

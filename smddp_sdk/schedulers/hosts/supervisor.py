@@ -206,7 +206,8 @@ class Supervisor:
             if ended is None:
                 continue
             self.exits[host] = ended
-            state = JobState.SUCCEEDED if ended.code == 0 else JobState.FAILED
+            cancelled = self.stop_reason is not None and self.stop_reason[0] is JobState.CANCELLED and host in self.stopped_by_us
+            state = JobState.SUCCEEDED if ended.code == 0 else JobState.CANCELLED if cancelled else JobState.FAILED
             self.state["hosts"][host].update(exit_code=ended.code, signal=ended.signal, ended=ended.ended, state=state.value)
             changed = True
         if changed:
