@@ -15,7 +15,7 @@ import inspect
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TextIO
 
 from smddp_sdk import job_index
@@ -83,16 +83,21 @@ def follow(
     hosts: Sequence[str] | None = None,
     ranks: Sequence[int] | None = None,
     color: bool | None = None,
+    before_first_line: Callable[[], None] | None = None,
 ) -> JobStatus:
     """Print the job's log lines as they arrive until it ends; return its final status.
 
     ``hosts``/``ranks`` filter what is printed (the per-rank log files always hold everything).
-    Colour follows ``use_colour``. KeyboardInterrupt propagates: the caller decides whether that
-    cancels the job (local) or detaches from it (SageMaker).
+    Colour follows ``use_colour``. ``before_first_line`` runs once, before the first line is printed
+    (a start-up progress line is cleared there). KeyboardInterrupt propagates: the caller decides
+    whether that cancels the job (local) or detaches from it (SageMaker).
     """
     out = sys.stdout if out is None else out
     colour = use_colour(out, color)
     for line in follow_lines(scheduler, handle, hosts=hosts, ranks=ranks):
+        if before_first_line is not None:
+            before_first_line()
+            before_first_line = None
         out.write(format_line(line, colour=colour) + "\n")
         out.flush()
     return scheduler.wait(handle, poll=0.2)

@@ -75,10 +75,10 @@ def run(ctx: click.Context, job_file: str | None, dryrun: bool, detach: bool, ra
         click.echo(render_dryrun(job, plan))
         return
     # The scheduler may print its own progress (packaging, uploads), so this stage takes two lines.
-    out.say(f"{out.style('⚙', fg='cyan')} Submitting to {job.scheduler}")
+    out.say(f"{out.mark('⚙', fg='cyan')}Submitting to {job.scheduler}")
     # Attached local jobs end with this process; detached ones (and remote ones) outlive it.
     handle = launcher.schedule(scheduler, plan, attached=not detach)
-    out.say(f"{out.style('✓', fg='green')} Submitted {handle}")
+    out.say(f"{out.mark('✓', fg='green')}Submitted {handle}")
     if detach:
         click.echo(str(handle))
         out.next_steps(handle)
@@ -173,7 +173,7 @@ def prepare(ctx: click.Context, out: Console, job_file: str | None, params: dict
         scheduler = build_scheduler(job.scheduler, job.scheduler_options, job)
         check_with_scheduler(job, scheduler)
         plan = scheduler.dryrun(job.spec)
-    out.say(f"{out.style('⚙', fg='cyan')} Job {job_summary(job, plan.job_name)}")
+    out.say(f"{out.mark('⚙', fg='cyan')}Job {job_summary(job, plan.job_name)}")
     return job, scheduler, plan
 
 
@@ -203,7 +203,8 @@ def follow_job(ctx: click.Context, out: Console, scheduler: Scheduler, handle: J
     color = color_enabled(stdout, (ctx.find_root().obj or {}).get("color_mode", "auto"))
     started = time.monotonic()
     try:
-        status: JobStatus = launcher.follow(scheduler, handle, out=stdout, hosts=hosts, ranks=ranks, color=color)
+        status: JobStatus = launcher.follow(scheduler, handle, out=stdout, hosts=hosts, ranks=ranks, color=color,
+                                            before_first_line=out.progress(f"Starting {handle}: hosts, then ranks (importing torch)"))
     except KeyboardInterrupt:
         interrupted(out, scheduler, handle)
         return EXIT_INTERRUPTED
@@ -213,7 +214,7 @@ def follow_job(ctx: click.Context, out: Console, scheduler: Scheduler, handle: J
         out.say(launcher.failure_summary(status))
         return err.exit_code
     first, *rest = launcher.end_summary(status, time.monotonic() - started)
-    out.say(f"{out.style('✓', fg='green')} {first}")
+    out.say(f"{out.mark('✓', fg='green')}{first}")
     for line in rest:
         out.say(line)
     return 0

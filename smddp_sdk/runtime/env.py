@@ -212,6 +212,7 @@ def process_env(
     merged[contract.ERROR_FILE_ENV] = error_file
     merged[contract.STACKS_FILE_ENV] = str(env.opt_ml.rank_stacks_file(slot.rank))
     merged[contract.PARENT_PID_ENV] = str(os.getpid())  # the rank's bootstrap dies with this runtime
+    merged[contract.HOST_SESSION_ENV] = str(os.getsid(0))  # how the host's sweep finds the ranks and their children
     merged.pop(contract.LIFELINE_ENV, None)  # the runtime's to watch, not the ranks'
     merged.setdefault("PYTHONUNBUFFERED", "1")  # logs reach the console as they are written
     merged.setdefault("GLIBC_TUNABLES", MALLOC_KEEPS_MEMORY)

@@ -147,18 +147,20 @@ def is_supervisor_of(pid: int | None, job_dir: Path) -> bool:
 
 
 def session_members(session_id: int) -> list[int]:
-    """Every live process in the session a runtime leads: the runtime, its ranks and their children,
-    even those that moved to a process group of their own."""
+    """Every live process of the host whose runtime leads session ``session_id``: the runtime, and its
+    ranks and their children, which lead sessions of their own (one scheduler autogroup per rank, as
+    torchrun's workers) but inherit the runtime's session id in SMDDP_HOST_SESSION."""
+    marker = f"{contract.HOST_SESSION_ENV}={session_id}\0".encode()
     members = []
     for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
         if not entry.name.isdigit():
             continue
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
+            if fields[0] != "Z" and (int(fields[3]) == session_id or marker in (entry / "environ").read_bytes()):
+                members.append(int(entry.name))
         except OSError:
             continue
-        if int(fields[3]) == session_id and fields[0] != "Z":
-            members.append(int(entry.name))
     return members
 
 

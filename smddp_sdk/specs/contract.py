@@ -39,6 +39,7 @@ AGENT_TIMEOUT_ENV = "SMDDP_AGENT_TIMEOUT"  # seconds a runtime tries to reach th
 # Set by the host supervisor (local and docker modes): a FIFO the supervisor holds open for writing.
 # When the supervisor dies, however it dies, the runtime reads end-of-file and stops its ranks.
 LIFELINE_ENV = "SMDDP_LIFELINE"
+HOST_SESSION_ENV = "SMDDP_HOST_SESSION"  # the runtime's session id, inherited by its ranks (which lead sessions of their own)
 PARENT_PID_ENV = "SMDDP_PARENT_PID"  # the process whose death stops this one (PR_SET_PDEATHSIG)
 SCRATCH_ENV = "SMDDP_SCRATCH_DIR"  # where the runtime keeps its scratch files (default: a temp dir)
 BIND_OPT_ML_ENV = "SMDDP_BIND_OPT_ML"  # "1": the runtime binds its tree on a private /opt/ml (local mode)

@@ -34,7 +34,7 @@ def test_the_cnn_example_runs_locally_end_to_end(tmp_path: Path):
     assert any(line.startswith("[algo-1/rank0]: epoch 1: loss") for line in lines)
     assert any(line.startswith("[algo-2]:") for line in lines), "the second host's runtime said nothing"
     summary = done.stderr.splitlines()[-5:]
-    assert summary[0].startswith("✓ local://cnn-e2e SUCCEEDED in ") and summary[0].endswith(" s")
+    assert summary[0].startswith("local://cnn-e2e SUCCEEDED in ") and summary[0].endswith(" s")
     assert summary[1].startswith("  model:   ") and summary[1].endswith("model.tar.gz")
     assert summary[2:] == ["  status:  smddp-launch status cnn-e2e", "  logs:    smddp-launch logs cnn-e2e", "  metrics: smddp-launch metrics cnn-e2e"]
     assert list((tmp_path / "jobs").glob("cnn-e2e/**/model.tar.gz")), "the model artifact was not collected"

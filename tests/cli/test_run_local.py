@@ -64,7 +64,7 @@ def test_dryrun_prints_job_and_request_and_starts_nothing(invoke, isolated, job_
     assert not job_root.exists(), "a dryrun must not write anything"
     text = normalise(result.stdout, (str(job_root.parent), "<tmp>"), (PACKAGE_PARENT, "<package parent>"), (sys.executable, "<python>"))
     assert_golden("dryrun_local.txt", text)
-    assert result.stderr.splitlines()[-1] == "⚙ Job dry-1 · 2 hosts × local · distribution smddp · scheduler local"
+    assert result.stderr.splitlines()[-1] == "Job dry-1 · 2 hosts × local · distribution smddp · scheduler local"
 
 
 def test_run_follows_logs_with_rank_prefixes_and_exits_0(invoke, isolated, job_root):
@@ -73,7 +73,7 @@ def test_run_follows_logs_with_rank_prefixes_and_exits_0(invoke, isolated, job_r
     assert "[algo-1/rank0]: rank 0 of 2 args ['--epochs', '2']" in result.stdout.splitlines()
     assert "[algo-2/rank1]: rank 1 of 2 args ['--epochs', '2']" in result.stdout.splitlines()
     assert "\x1b[" not in result.stdout, "no colour when stdout is not a terminal"
-    assert result.stderr.splitlines()[-5].startswith("✓ local://ok-1 SUCCEEDED in ")
+    assert result.stderr.splitlines()[-5].startswith("local://ok-1 SUCCEEDED in ")
     assert result.stderr.splitlines()[-1] == "  metrics: smddp-launch metrics ok-1"
 
 
@@ -165,7 +165,7 @@ def test_ctrl_c_cancels_a_local_job_and_exits_130(isolated, job_root):
         if process.poll() is None:
             process.kill()
     assert process.returncode == 130, err
-    assert "Interrupted: cancelling local://int-1 ✓" in err
+    assert "Interrupted: cancelling local://int-1: done" in err
     assert json.loads(state_file.read_text())["state"] == "CANCELLED"
 
 
