@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tarfile
 from pathlib import Path
@@ -19,6 +20,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def main() -> int:
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `launch.py --dryrun | head` ends quietly, as Unix tools do
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--instance-count", type=int, default=2)

@@ -74,7 +74,7 @@ def status(ctx: click.Context, job: str, options: list[tuple[str, str]], as_json
         click.echo(json.dumps(status_as_dict(job_status), indent=2, default=str))
         return
     color = color_enabled(click.get_text_stream("stdout"), (ctx.find_root().obj or {}).get("color_mode", "auto"))
-    click.echo(render_status(job_status, color))
+    click.echo(render_status(job_status, color), color=color)  # click strips styles off a terminal unless told
     if job_status.state is JobState.FAILED and job_status.failure is not None:
         console(ctx).say(launcher.failure_summary(job_status))
 

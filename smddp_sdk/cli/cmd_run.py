@@ -27,6 +27,7 @@ from smddp_sdk.config.yaml_io import YamlSyntaxError
 from smddp_sdk.errors import EXIT_INTERRUPTED, JobFailedError, SpecError, SpecIssue, UnavailableError
 from smddp_sdk.schedulers.base import DryRun, Scheduler
 from smddp_sdk.specs import contract
+from smddp_sdk.specs.job import script_hint
 from smddp_sdk.specs.status import JobHandle, JobStatus
 
 LOCAL_SCHEDULERS = ("local", "docker")  # Ctrl-C cancels these; remote jobs keep running
@@ -96,7 +97,7 @@ def script_defaults(ctx: click.Context, job_file: str | None, params: dict[str, 
         return job_file
     script = Path(job_file)
     if not script.is_file():
-        raise SpecError(SpecIssue("entry_point", f"script {job_file!r} does not exist", "give the path of a training script, or a job.yaml"))
+        raise SpecError(SpecIssue("entry_point", f"script {job_file!r} does not exist", script_hint(script.resolve()) or "give the path of a training script, or a job.yaml"))
     if params.get("source_dir"):
         params["entry_point"] = params.get("entry_point") or str(script.resolve().relative_to(Path(params["source_dir"]).resolve()))
     else:

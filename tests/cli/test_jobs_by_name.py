@@ -112,3 +112,9 @@ def test_progress_bar_redraws_keep_their_rank_and_prefix(invoke, job_root: Path)
     assert result.exit_code == 0, result.output
     assert "[algo-2/rank1]: \r[algo-2/rank1]: 1: 50%\r[algo-2/rank1]: 100%" in result.stdout.split("\n")
     assert invoke("logs", "bar", "--rank", "1").stdout.split("\n")[:-1] == ["[algo-2/rank1]: \r[algo-2/rank1]: 1: 50%\r[algo-2/rank1]: 100%", "[algo-2/rank1]: after"]
+
+
+def test_a_misspelt_script_gets_a_did_you_mean(invoke, job_root: Path) -> None:
+    assert "did you mean 'train.py'?" in invoke("trian.py").stderr
+    Path("job.yaml").write_text("entry_point: trains.py\ninstance_type: local\n")
+    assert "file 'trains.py' does not exist (did you mean 'train.py'?)" in invoke("validate", "job.yaml").stderr
