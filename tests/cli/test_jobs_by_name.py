@@ -118,3 +118,9 @@ def test_a_misspelt_script_gets_a_did_you_mean(invoke, job_root: Path) -> None:
     assert "did you mean 'train.py'?" in invoke("trian.py").stderr
     Path("job.yaml").write_text("entry_point: trains.py\ninstance_type: local\n")
     assert "file 'trains.py' does not exist (did you mean 'train.py'?)" in invoke("validate", "job.yaml").stderr
+
+
+def test_the_header_counts_the_ranks_that_run_not_the_instance_types_gpus(invoke, job_root: Path) -> None:
+    result = invoke("--dryrun", "--scheduler", "local", "--instance-type", "ml.p4d.24xlarge", "--nproc-per-host", "2", "train.py")
+    assert result.exit_code == 0, result.output
+    assert "1 host × ml.p4d.24xlarge, 2 ranks each" in result.stderr and "GPUs each" not in result.stderr
