@@ -52,4 +52,12 @@ def test_the_cnn_example_runs_locally_end_to_end(tmp_path: Path):
     rows = {line.split()[0]: line.split()[1:] for line in metrics.stdout.splitlines()[1:]}
     assert rows["loss"][0] == "1" and rows["accuracy"][0] == "1"  # one epoch, printed by rank 0
     svg = (tmp_path / "m.svg").read_text()
-    assert svg.startswith("<svg") and "loss (last" in svg and "accuracy (last" in svg and svg.count("<circle") == 2  # one value each
+    assert svg.startswith("<svg") and "loss (last" in svg and "accuracy (last" in svg and svg.count("<circle") == 3  # one value each: loss, accuracy and the job's own test:accuracy
+    own = cli("metrics", "cnn-e2e")  # the example's own metric_definitions, as the run's last line suggests
+    assert own.returncode == 0 and {line.split()[0] for line in own.stdout.splitlines()[1:]} == {"loss", "test:accuracy"}, own.stderr
+
+
+def test_run_example_installs_nothing_that_is_already_there() -> None:
+    done = subprocess.run(["bash", "scripts/run-example.sh", "--dryrun"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "installing" not in done.stdout + done.stderr and '"job_name": "cnn-example-' in done.stdout
