@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TextIO
 
 from smddp_sdk import job_index
@@ -57,11 +57,12 @@ def use_colour(out: TextIO, color: bool | None = None) -> bool:
 
 
 def format_line(line: LogLine, *, colour: bool = False) -> str:
-    """``[algo-2/rank3]: text``; with colour the prefix takes its host's colour."""
+    """``[algo-2/rank3]: text``; with colour the prefix takes its host's colour. A progress bar's ``\r``
+    redraws each start with the prefix again, so the terminal never shows one without it."""
     prefix = line.prefix
     if colour:
         prefix = f"\033[{_host_colour(line.host)}m{prefix}{_RESET}"
-    return f"{prefix} {line.text}"
+    return f"{prefix} " + line.text.replace("\r", f"\r{prefix} ")
 
 
 def _host_colour(host: str) -> str:
@@ -78,16 +79,21 @@ def follow(
     hosts: Sequence[str] | None = None,
     ranks: Sequence[int] | None = None,
     color: bool | None = None,
+    before_first_line: Callable[[], None] | None = None,
 ) -> JobStatus:
     """Print the job's log lines as they arrive until it ends; return its final status.
 
     ``hosts``/``ranks`` filter what is printed (the per-rank log files always hold everything).
-    Colour follows ``use_colour``. KeyboardInterrupt propagates: the caller decides whether that
-    cancels the job (local) or detaches from it (SageMaker).
+    Colour follows ``use_colour``. ``before_first_line`` runs once, before the first line is printed
+    (a start-up progress line is cleared there). KeyboardInterrupt propagates: the caller decides
+    whether that cancels the job (local) or detaches from it (SageMaker).
     """
     out = sys.stdout if out is None else out
     colour = use_colour(out, color)
     for line in follow_lines(scheduler, handle, hosts=hosts, ranks=ranks):
+        if before_first_line is not None:
+            before_first_line()
+            before_first_line = None
         out.write(format_line(line, colour=colour) + "\n")
         out.flush()
     return scheduler.wait(handle, poll=0.2)

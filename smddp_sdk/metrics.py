@@ -1,9 +1,11 @@
 """``metric_definitions`` applied to a job's logs, on every scheduler, and drawn as a chart.
 
 Each definition is v2's ``{"Name": "train:loss", "Regex": "loss=([0-9.]+)"}``: every log line the regex
-matches gives one value (its first group, or the whole match without groups), as SageMaker does with
-CloudWatch. Here the logs are read back from the scheduler (local files, docker logs, CloudWatch), so
-the same definitions give the same numbers everywhere, SageMaker included.
+matches gives one value, its first group, as SageMaker does with CloudWatch (a regex without a group is
+an error). Here the logs are read back from the scheduler (local files, docker logs, CloudWatch), so
+the same definitions give the same numbers everywhere, SageMaker included. Values are a time series:
+``timestamp`` is seconds since the job's first log line (v2's column), per rank: rank 0's by default,
+as v2 reads the first host's series.
 
     analytics = estimator.training_job_analytics      # v2's TrainingJobAnalytics
     analytics.dataframe()                             # pandas: timestamp, metric_name, value (+ host, rank)
@@ -17,8 +19,8 @@ import csv
 import html
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,7 @@ _COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#
 
 @dataclass(frozen=True)
 class MetricPoint:
-    """One value of one metric: the ``step``-th time the metric appeared in the logs."""
+    """One value of one metric: the ``step``-th time the metric appeared in its rank's logs."""
 
     metric_name: str
     value: float
@@ -49,29 +51,35 @@ def compile_definitions(definitions: Iterable[Mapping[str, str]]) -> list[tuple[
             issues.append(SpecIssue(f"metric_definitions[{index}]", f"must be {{'Name': <string>, 'Regex': <string>}}, got {item!r}"))
             continue
         try:
-            compiled.append((name, re.compile(regex)))
+            pattern = re.compile(regex)
         except re.error as err:
             issues.append(SpecIssue(f"metric_definitions[{index}].Regex", f"{regex!r} is not a regular expression: {err}"))
+            continue
+        if not pattern.groups:
+            issues.append(SpecIssue(f"metric_definitions[{index}].Regex", f"{regex!r} has no capture group: the value is the first group",
+                                    f"put parentheses around the number, e.g. {name}=([0-9.eE+-]+)"))
+            continue
+        compiled.append((name, pattern))
     if issues:
         raise SpecError(issues)
     return compiled
 
 
-def extract(lines: Iterable[LogLine], definitions: Iterable[Mapping[str, str]]) -> list[MetricPoint]:
-    """Every metric value in ``lines``, in log order."""
+def extract(lines: Iterable[LogLine], definitions: Iterable[Mapping[str, str]], ranks: Collection[int] | None = None) -> list[MetricPoint]:
+    """Every metric value in ``lines``, in log order; only ``ranks``' lines (and the hosts' own) unless None."""
     compiled = compile_definitions(definitions)
-    steps: dict[str, int] = {}
+    steps: dict[tuple[str, int | None], int] = {}
     points = []
     for line in lines:
+        if ranks is not None and line.rank is not None and line.rank not in ranks:
+            continue
         for name, regex in compiled:
             match = regex.search(line.text)
-            if match is None:
-                continue
-            value = _number(match.group(1) if regex.groups else match.group(0))
+            value = _number(match.group(1)) if match else None
             if value is None:
                 continue
-            steps[name] = steps.get(name, -1) + 1
-            points.append(MetricPoint(name, value, steps[name], line.timestamp, line.host, line.rank))
+            step = steps[name, line.rank] = steps.get((name, line.rank), -1) + 1
+            points.append(MetricPoint(name, value, step, line.timestamp, line.host, line.rank))
     return points
 
 
@@ -93,14 +101,18 @@ def summary(points: Sequence[MetricPoint]) -> list[dict[str, Any]]:
 
 
 class TrainingJobAnalytics:
-    """v2's ``TrainingJobAnalytics`` for one job: its metrics read from its logs with ``metric_definitions``."""
+    """v2's ``TrainingJobAnalytics`` for one job: its metrics read from its logs with ``metric_definitions``,
+    rank 0's unless ``ranks`` names others (None: every rank)."""
 
-    def __init__(self, scheduler: Any, handle: JobHandle, metric_definitions: Iterable[Mapping[str, str]], metric_names: Sequence[str] | None = None) -> None:
+    def __init__(self, scheduler: Any, handle: JobHandle, metric_definitions: Iterable[Mapping[str, str]], metric_names: Sequence[str] | None = None,
+                 ranks: Collection[int] | None = (0,)) -> None:
         self.scheduler = scheduler
         self.handle = handle
         self.metric_definitions = tuple(metric_definitions)
         self.metric_names = tuple(metric_names) if metric_names else tuple(d["Name"] for d in self.metric_definitions)
+        self.ranks = ranks
         self._points: list[MetricPoint] | None = None
+        self._start: float | None = None
 
     @property
     def name(self) -> str:
@@ -109,16 +121,16 @@ class TrainingJobAnalytics:
     def points(self, force_refresh: bool = False) -> list[MetricPoint]:
         if self._points is None or force_refresh:
             wanted = [d for d in self.metric_definitions if d.get("Name") in self.metric_names]
-            self._points = extract(self.scheduler.logs(self.handle, follow=False), wanted) if wanted else []
+            lines = list(self.scheduler.logs(self.handle, follow=False)) if wanted else []
+            self._start = min((line.timestamp for line in lines if line.timestamp is not None), default=None)
+            self._points = extract(lines, wanted, self.ranks)
         return self._points
 
     def rows(self, force_refresh: bool = False) -> list[dict[str, Any]]:
-        """``timestamp`` (seconds since the job's first value, as v2; the step when lines carry no time),
-        ``metric_name``, ``value``, plus ``step``, ``host`` and ``rank``."""
+        """``timestamp`` (seconds since the job's first log line, as v2's seconds since the start; the step
+        for lines that carry no time), ``metric_name``, ``value``, plus ``step``, ``host`` and ``rank``."""
         points = self.points(force_refresh)
-        times = [p.timestamp for p in points if p.timestamp is not None]
-        start = min(times) if times else None
-        return [{"timestamp": (p.timestamp - start) if p.timestamp is not None and start is not None else float(p.step),
+        return [{"timestamp": round(p.timestamp - self._start, 3) if p.timestamp is not None and self._start is not None else float(p.step),
                  "metric_name": p.metric_name, "value": p.value, "step": p.step, "host": p.host, "rank": p.rank} for p in points]
 
     def dataframe(self, force_refresh: bool = False) -> Any:
@@ -148,6 +160,8 @@ def write_plot(points: Sequence[MetricPoint], path: str | Path, title: str = "")
     target = Path(path)
     if not points:
         raise SpecError(SpecIssue("metrics", "no metric values to plot", "check metric_definitions against the job's log lines"))
+    if len({point.rank for point in points}) > 1:  # one series per metric and rank
+        points = [replace(point, metric_name=f"{point.metric_name} rank {point.rank}") for point in points]
     suffix = target.suffix.lower()
     if suffix == ".svg":
         target.write_text(render_svg(points, title), encoding="utf-8")

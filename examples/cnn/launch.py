@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tarfile
 from pathlib import Path
@@ -19,6 +20,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def main() -> int:
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `launch.py --dryrun | head` ends quietly, as Unix tools do
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--instance-count", type=int, default=2)
@@ -33,6 +35,7 @@ def main() -> int:
         instance_count=args.instance_count,
         distribution={"smdistributed": {"dataparallel": {"enabled": True}}},
         hyperparameters={"epochs": args.epochs, "batch-size": 64},
+        metric_definitions=[{"Name": "loss", "Regex": "loss ([0-9.]+)"}, {"Name": "test:accuracy", "Regex": "test accuracy ([0-9.]+)"}],
         base_job_name="cnn-example",
         scheduler="local",
         scheduler_options={"processes_per_host": args.processes_per_host},

@@ -72,7 +72,7 @@ def status(ctx: click.Context, job: str, options: list[tuple[str, str]], as_json
         click.echo(json.dumps(status_as_dict(job_status), indent=2, default=str))
         return
     color = color_enabled(click.get_text_stream("stdout"), (ctx.find_root().obj or {}).get("color_mode", "auto"))
-    click.echo(render_status(job_status, color))
+    click.echo(render_status(job_status, color), color=color)  # click strips styles off a terminal unless told
     if job_status.state is JobState.FAILED and job_status.failure is not None:
         console(ctx).say(launcher.failure_summary(job_status))
 
@@ -104,7 +104,7 @@ def logs(ctx: click.Context, job: str, options: list[tuple[str, str]], follow: b
         _explain_empty_filter(scheduler, handle, hosts, ranks)
     if since and keep.untimed:
         console(ctx).say(f"note: --since left out {keep.untimed} line{'s' if keep.untimed != 1 else ''} that carry no time "
-                         f"({handle.scheduler} jobs do not record one per line); use --tail or --grep instead")
+                         "(written before this version kept per-line times); use --tail or --grep instead")
 
 
 def select_lines(scheduler: Scheduler, handle: JobHandle, *, hosts: list[str] | None, ranks: list[int] | None, follow: bool,
@@ -196,8 +196,13 @@ def _ranges(numbers: list[int]) -> str:
 @scheduler_option
 @click.pass_context
 def cancel(ctx: click.Context, job: str, options: list[tuple[str, str]]) -> None:
-    """Stop JOB. Cancelling a job that already ended does nothing."""
+    """Stop JOB: every host and rank (SIGTERM, then SIGKILL after the grace period); it ends CANCELLED.
+    Cancelling a job that already ended changes nothing and says so."""
     handle, scheduler = job_target(job, options)
+    before = scheduler.status(handle)
+    if before.state.is_terminal:
+        console(ctx).say(f"{handle} already ended ({before.state.value}); nothing to cancel")
+        return
     scheduler.cancel(handle)
     console(ctx).say(f"Cancel requested: {handle}")
 
@@ -332,7 +337,7 @@ def render_status(job_status: JobStatus, color: bool) -> str:
     if job_status.message:
         lines.append(f"  {job_status.message}")
     for host in job_status.hosts:
-        code = "" if host.exit_code is None else f"  exit {host.exit_code}"
+        code = "" if host.exit_code is None or host.state is JobState.CANCELLED else f"  exit {host.exit_code}"
         lines.append(f"  {host.host:<8} {state_text(host.state, color)}{code}")
     if job_status.model_data:
         lines.append(f"  model: {job_status.model_data}")

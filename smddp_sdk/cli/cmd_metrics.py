@@ -9,7 +9,7 @@ import click
 
 from smddp_sdk import job_index
 from smddp_sdk.cli.cmd_jobs import JOB_HELP, complete_jobs, scheduler_option
-from smddp_sdk.cli.common import console, scheduler_named
+from smddp_sdk.cli.common import console, parse_ranks, scheduler_named
 from smddp_sdk.errors import SpecError, SpecIssue
 from smddp_sdk.metrics import TrainingJobAnalytics, summary, write_csv, write_plot
 
@@ -27,18 +27,31 @@ def _definition(ctx: click.Context, param: click.Parameter, values: tuple[str, .
 @click.command(short_help="Print or plot a job's metrics.", epilog=JOB_HELP)
 @click.argument("job", metavar="JOB", shell_complete=complete_jobs)
 @scheduler_option
-@click.option("-m", "--define", "defined", multiple=True, callback=_definition, metavar="NAME=REGEX",
-              help="A metric definition; repeatable; added to (or replacing) the job's own metric_definitions.")
+@click.option("-m", "--define", "defined", multiple=True, callback=_definition, metavar="NAME=REGEX", help="A metric definition; repeatable; added to (or replacing) the job's own metric_definitions.")
 @click.option("--metric", "names", multiple=True, metavar="NAME", help="Only this metric; repeatable.")
 @click.option("--plot", "plot", metavar="FILE", help="Draw the metrics into FILE: .svg (no extra package) or .png (needs matplotlib).")
 @click.option("--all", "every", is_flag=True, help="Every value, not only the summary.")
 @click.option("--json", "as_json", is_flag=True, help="Every value as JSON (for scripts).")
-@click.option("--csv", "csv_file", metavar="FILE", help="Every value into a CSV file (timestamp, metric_name, value, step, host, rank).")
+@click.option("--csv", "csv_file", metavar="FILE", help="Every value into a CSV file (timestamp in seconds since the job's first line, metric_name, value, step, host, rank).")
+@click.option("--rank", "ranks", callback=parse_ranks, metavar="RANKS", help="These ranks' values, e.g. 0,3 or 8-11 (default: rank 0, as v2 reads the first host).")
+@click.option("--all-ranks", is_flag=True, help="Every rank's values (each rank its own series).")
 @click.pass_context
-def metrics(ctx: click.Context, job: str, options: list[tuple[str, str]], defined: list[dict[str, str]], names: tuple[str, ...],
-            plot: str | None, every: bool, as_json: bool, csv_file: str | None) -> None:
-    """Apply JOB's metric_definitions (regular expressions over its log lines, as SageMaker does) and print
-    each metric's count, last, min and max; `--plot loss.svg` draws them. Works for every scheduler."""
+def metrics(
+    ctx: click.Context,
+    job: str,
+    options: list[tuple[str, str]],
+    defined: list[dict[str, str]],
+    names: tuple[str, ...],
+    plot: str | None,
+    every: bool,
+    as_json: bool,
+    csv_file: str | None,
+    ranks: list[int] | None,
+    all_ranks: bool,
+) -> None:
+    """Apply JOB's metric_definitions (regular expressions over its log lines, as SageMaker does; the first
+    capture group is the value) and print each metric's count, last, min and max for rank 0 (or --rank,
+    --all-ranks); `--plot loss.svg` draws them. Works for every scheduler. Exit 2 when nothing matched."""
     handle, entry = job_index.resolve(job)
     remembered = [(key, value) for key, value in (entry.options.items() if entry else ()) if key not in dict(options)]
     scheduler = scheduler_named(handle.scheduler, [*remembered, *options])
@@ -46,13 +59,23 @@ def metrics(ctx: click.Context, job: str, options: list[tuple[str, str]], define
     merged = {item["Name"]: dict(item) for item in own}
     merged.update({item["Name"]: item for item in defined})
     if not merged:
-        raise SpecError(SpecIssue("metric_definitions", f"{handle} has no metric_definitions",
-                                  "give some with -m NAME=REGEX, e.g. -m 'loss=loss ([0-9.]+)', or set metric_definitions in the job"))
+        raise SpecError(SpecIssue("metric_definitions", f"{handle} has no metric_definitions", "give some with -m NAME=REGEX, e.g. -m 'loss=loss ([0-9.]+)', or set metric_definitions in the job"))
     unknown = [name for name in names if name not in merged]
     if unknown:
         raise SpecError(SpecIssue("metric", f"no metric named {', '.join(unknown)}", f"this job defines {', '.join(merged)}"))
-    analytics = TrainingJobAnalytics(scheduler, handle, list(merged.values()), list(names) or None)
+    if ranks and all_ranks:
+        raise click.UsageError("give --rank or --all-ranks, not both")
+    analytics = TrainingJobAnalytics(scheduler, handle, list(merged.values()), list(names) or None, ranks=None if all_ranks else (ranks or [0]))
     points = analytics.points()
+    if not points:
+        whose = "any rank's" if all_ranks else f"rank {','.join(map(str, ranks or [0]))}'s"
+        raise SpecError(
+            SpecIssue(
+                "metric_definitions",
+                f"no line of {whose} logs of {handle} matched {', '.join(d['Regex'] for d in analytics.metric_definitions if d['Name'] in analytics.metric_names)}",
+                f"try the regex on a line from `smddp-launch logs {handle} --grep WORD`; other ranks: --rank N or --all-ranks",
+            )
+        )
     if csv_file:
         write_csv(analytics.rows(), csv_file)
         console(ctx).say(f"wrote {len(points)} values to {csv_file}")
@@ -67,7 +90,7 @@ def metrics(ctx: click.Context, job: str, options: list[tuple[str, str]], define
             where = f"{row['host']}/rank{row['rank']}" if row["rank"] is not None else row["host"]
             click.echo(f"{row['metric_name']}\t{row['step']}\t{row['value']:.6g}\t{where}")
         return
-    _print_summary(ctx, summary(points), list(merged))
+    _print_summary(summary(points))
 
 
 def _job_definitions(scheduler: Any, handle: Any) -> list[dict[str, str]]:
@@ -77,10 +100,7 @@ def _job_definitions(scheduler: Any, handle: Any) -> list[dict[str, str]]:
     return [dict(item) for item in spec.get("metric_definitions") or ()]
 
 
-def _print_summary(ctx: click.Context, rows: list[dict[str, Any]], defined: list[str]) -> None:
-    if not rows:
-        console(ctx).say(f"No line matched the metric definitions ({', '.join(defined)}).")
-        return
+def _print_summary(rows: list[dict[str, Any]]) -> None:
     width = max(len("METRIC"), *(len(row["metric_name"]) for row in rows))
     click.echo(f"{'METRIC'.ljust(width)}  {'COUNT':>6}  {'LAST':>12}  {'MIN':>12}  {'MAX':>12}")
     for row in rows:

@@ -27,6 +27,8 @@ from smddp_sdk.config.yaml_io import YamlSyntaxError
 from smddp_sdk.errors import EXIT_INTERRUPTED, JobFailedError, SpecError, SpecIssue, UnavailableError
 from smddp_sdk.schedulers import scheduler_class
 from smddp_sdk.schedulers.base import DryRun, Scheduler
+from smddp_sdk.specs import contract
+from smddp_sdk.specs.job import script_hint
 from smddp_sdk.specs.status import JobHandle, JobStatus
 
 
@@ -43,7 +45,9 @@ Examples:
   smddp-launch run job.yaml --scheduler sagemaker --detach
   smddp-launch --hosts 2 --nproc-per-host 2 train.py --epochs 3   # a script, torchrun-style
 \b
-Arguments after -- reach the training script as --name value pairs (SageMaker hyperparameters).
+After a script, every argument reaches it untouched (torchrun's rule; launcher options go before the
+script). After a job file, arguments after -- are hyperparameters: --name value pairs, values read as
+YAML as -H reads them.
 Precedence: defaults < user config < job file < SMDDP_* variables < flags; --dryrun shows each
 value's source."""
 
@@ -65,16 +69,16 @@ def run(ctx: click.Context, job_file: str | None, dryrun: bool, detach: bool, ra
     2 for a bad job or command line, 3 when something needed is unavailable, 130 when interrupted.
     """
     out = console(ctx)
-    job_file = script_defaults(job_file, params)
+    job_file = script_defaults(ctx, job_file, params)
     job, scheduler, plan = prepare(ctx, out, job_file, params)
     if dryrun:
         click.echo(render_dryrun(job, plan))
         return
     # The scheduler may print its own progress (packaging, uploads), so this stage takes two lines.
-    out.say(f"{out.style('⚙', fg='cyan')} Submitting to {job.scheduler}")
+    out.say(f"{out.mark('⚙', fg='cyan')}Submitting to {job.scheduler}")
     # Attached local jobs end with this process; detached ones (and remote ones) outlive it.
     handle = launcher.schedule(scheduler, plan, attached=not detach)
-    out.say(f"{out.style('✓', fg='green')} Submitted {handle}")
+    out.say(f"{out.mark('✓', fg='green')}Submitted {handle}")
     if detach:
         click.echo(str(handle))
         out.next_steps(handle)
@@ -82,16 +86,17 @@ def run(ctx: click.Context, job_file: str | None, dryrun: bool, detach: bool, ra
     ctx.exit(follow_job(ctx, out, scheduler, handle, hosts=hosts, ranks=ranks))
 
 
-def script_defaults(job_file: str | None, params: dict[str, Any]) -> str | None:
+def script_defaults(ctx: click.Context, job_file: str | None, params: dict[str, Any]) -> str | None:
     """``run train.py``: the script is the entry point; only it is shipped unless ``--source-dir`` names a
     directory (as v2 does without source_dir; a whole working directory may hold data or the job root).
     Unless flags say otherwise it runs here (instance_type local) with torch_distributed, as torchrun
-    would. Returns the job file left to read (None for a script)."""
+    would, and the arguments after it reach it untouched (torchrun's rule). Returns the job file left to
+    read (None for a script)."""
     if job_file is None or not job_file.endswith(".py"):
         return job_file
     script = Path(job_file)
     if not script.is_file():
-        raise SpecError(SpecIssue("entry_point", f"script {job_file!r} does not exist", "give the path of a training script, or a job.yaml"))
+        raise SpecError(SpecIssue("entry_point", f"script {job_file!r} does not exist", script_hint(script.resolve()) or "give the path of a training script, or a job.yaml"))
     if params.get("source_dir"):
         params["entry_point"] = params.get("entry_point") or str(script.resolve().relative_to(Path(params["source_dir"]).resolve()))
     else:
@@ -99,14 +104,16 @@ def script_defaults(job_file: str | None, params: dict[str, Any]) -> str | None:
     params["instance_type"] = params.get("instance_type") or "local"
     params["distribution_kind"] = params.get("distribution_kind") or "torch_distributed"
     params["base_job_name"] = params.get("base_job_name") or script.stem.replace("_", "-")
+    script_args = ctx.meta.pop("script_args", [])
+    if script_args:
+        params["environment"] = [*params.get("environment", ()), (contract.SCRIPT_ARGS_ENV, json.dumps(script_args))]
     return None
 
 
 @click.command(cls=JobCommand, short_help="Check a job file without running it.")
 @click.argument("job_file", required=False, metavar="[JOB_FILE]", shell_complete=complete_files)
 @job_options
-@click.option("--json", "as_json", is_flag=True, cls=GroupedOption, help_group=OUTPUT_GROUP,
-              help="Print the result as JSON on stdout (problems with file, line and column), for editors and CI.")
+@click.option("--json", "as_json", is_flag=True, cls=GroupedOption, help_group=OUTPUT_GROUP, help="Print the result as JSON on stdout (problems with file, line and column), for editors and CI.")
 @click.pass_context
 def validate(ctx: click.Context, job_file: str | None, as_json: bool, **params: Any) -> None:
     """Check JOB_FILE and the settings that apply to it; list every problem (exit 2) or print a summary.
@@ -139,8 +146,7 @@ def checked_job(ctx: click.Context, job_file: str | None, params: dict[str, Any]
 
 def problems_as_json(err: SpecError) -> list[dict[str, Any]]:
     if isinstance(err, YamlSyntaxError):
-        return [{"file": err.name, "line": err.mark.line, "column": err.mark.column, "source": None, "path": "",
-                 "message": f"YAML syntax error: {err.problem}", "hint": ""}]
+        return [{"file": err.name, "line": err.mark.line, "column": err.mark.column, "source": None, "path": "", "message": f"YAML syntax error: {err.problem}", "hint": ""}]
     located = err.located if isinstance(err, JobFileError) else [LocatedIssue("", issue) for issue in err.issues]
     return [_problem(item) for item in located]
 
@@ -164,19 +170,28 @@ def prepare(ctx: click.Context, out: Console, job_file: str | None, params: dict
         job = resolve_from_cli(ctx, job_file, params)
         scheduler = build_scheduler(job.scheduler, job.scheduler_options, job)
         plan = plan_job(job, scheduler)
-    out.say(f"{out.style('⚙', fg='cyan')} Job {job_summary(job, plan.job_name)}")
+    out.say(f"{out.mark('⚙', fg='cyan')}Job {job_summary(job, plan.job_name)}")
     return job, scheduler, plan
 
 
 def render_dryrun(job: ResolvedJob, plan: DryRun) -> str:
     parts = ["=== JOB ===", render_resolved(job, plan.job_name), f"=== REQUEST ({plan.scheduler}) ===", plan.render()]
-    if plan.notes:
-        parts += ["=== NOTES ===", *[f"- {note}" for note in plan.notes]]
+    notes = [*plan.notes, *dryrun_only_notes(job)]
+    if notes:
+        parts += ["=== NOTES ===", *[f"- {note}" for note in notes]]
     return "\n".join(parts)
 
 
-def follow_job(ctx: click.Context, out: Console, scheduler: Scheduler, handle: JobHandle, *,
-               hosts: list[str] | None, ranks: list[int] | None) -> int:
+def dryrun_only_notes(job: ResolvedJob) -> list[str]:
+    """Differences from SageMaker worth one line in the dry run, but no warning on every run."""
+    count = len(job.spec.metric_definitions)
+    if not count or job.scheduler == "sagemaker":
+        return []
+    return [f"metric_definitions ({count}) are not scraped into CloudWatch here; `smddp-launch metrics <job>` and "
+            "training_job_analytics read them from the logs, as on SageMaker"]
+
+
+def follow_job(ctx: click.Context, out: Console, scheduler: Scheduler, handle: JobHandle, *, hosts: list[str] | None, ranks: list[int] | None) -> int:
     """Stream the job's logs until it ends; print the failure summary; return the exit code.
 
     Ctrl-C cancels local and docker jobs first; remote jobs keep running and the reattach command is shown.
@@ -185,7 +200,8 @@ def follow_job(ctx: click.Context, out: Console, scheduler: Scheduler, handle: J
     color = color_enabled(stdout, (ctx.find_root().obj or {}).get("color_mode", "auto"))
     started = time.monotonic()
     try:
-        status: JobStatus = launcher.follow(scheduler, handle, out=stdout, hosts=hosts, ranks=ranks, color=color)
+        status: JobStatus = launcher.follow(scheduler, handle, out=stdout, hosts=hosts, ranks=ranks, color=color,
+                                            before_first_line=out.progress(f"Starting {handle}: hosts, then ranks (importing torch)"))
     except KeyboardInterrupt:
         interrupted(out, scheduler, handle)
         return EXIT_INTERRUPTED
@@ -195,7 +211,7 @@ def follow_job(ctx: click.Context, out: Console, scheduler: Scheduler, handle: J
         out.say(launcher.failure_summary(status))
         return err.exit_code
     first, *rest = launcher.end_summary(status, time.monotonic() - started)
-    out.say(f"{out.style('✓', fg='green')} {first}")
+    out.say(f"{out.mark('✓', fg='green')}{first}")
     for line in rest:
         out.say(line)
     return 0

@@ -100,7 +100,11 @@ def job_summary(job: ResolvedJob, job_name: str) -> str:
     spec = job.spec
     hosts = f"{spec.instance_count} host{'s' if spec.instance_count != 1 else ''}"
     gpus = spec.instance.gpus if spec.instance else 0
-    kind = f"{spec.instance_type}, {gpus} GPU{'s' if gpus != 1 else ''} each" if gpus else spec.instance_type
+    per_host = job.scheduler_options.get("processes_per_host") or spec.distribution.mpi_processes_per_host
+    if per_host:  # what runs, not what the instance type would have
+        kind = f"{spec.instance_type}, {per_host} rank{'s' if per_host != 1 else ''} each"
+    else:
+        kind = f"{spec.instance_type}, {gpus} GPU{'s' if gpus != 1 else ''} each" if gpus else spec.instance_type
     launch = spec.distribution.launcher
     distribution = "one process per host (no distribution)" if launch == "none" else f"distribution {launch}"
     return f"{job_name} · {hosts} × {kind} · {distribution} · scheduler {job.scheduler}"

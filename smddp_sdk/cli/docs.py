@@ -34,7 +34,7 @@ def _help_block(command: click.Command, ctx: click.Context) -> str:
     return "```text\n" + command.get_help(ctx).rstrip() + "\n```"
 
 
-_INTRO = """\
+_INTRO = f"""\
 `smddp-launch` runs a job described in a job file ([job-file.md](job-file.md)) locally as simulated
 hosts, in Docker, or on SageMaker, and then follows it: `status`, `logs`, `cancel`, `list`.
 `smddp-launch job.yaml` is short for `smddp-launch run job.yaml`.
@@ -48,6 +48,16 @@ to reattach is printed).
 Output: results (the handle after `--detach`, `--dryrun`'s job and request, logs, `status`) go to
 stdout; stage lines, next steps, problems and the failure summary go to stderr. Colour is used only on a
 terminal and never when `NO_COLOR` is set.
+
+Arguments, torchrun's rule: `smddp-launch [launcher options] train.py [script args...]`. Launcher
+options go before the script; everything after it reaches the script untouched, in order (flags
+without values, positionals, even `--dryrun`). After a job file, `run job.yaml -- --lr 0.1` sets
+hyperparameters instead (`--name value` pairs, as SageMaker passes them).
+
+Hyperparameter values follow one typing rule however they are given (job file, `-H`, after a job
+file's `--`, `{ENV_PREFIX}HYPERPARAMETERS`): read as YAML, so `3` is a number, `0.1` a float, `true` a
+boolean, anything else a string; quote to keep a string (`-H "tag='3'"`). The script sees them as
+`--name value` arguments and typed in `SM_HPS` / `hyperparameters.json`.
 
 Shell completion: `eval "$(smddp-launch completion bash)"` (or `zsh`; `smddp-launch completion fish | source`)."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, Any
 
@@ -48,12 +48,17 @@ class Console:
 
     def __init__(self, color_mode: str = "auto") -> None:
         self.err = click.get_text_stream("stderr")
+        self.tty = bool(getattr(self.err, "isatty", None) and self.err.isatty())
         self.color = color_enabled(self.err, color_mode)
         self._open_stage: str | None = None  # a stage line waiting for its ✓
         self._stage_broken = False  # something else was printed while it waited
 
     def style(self, text: str, **styles: Any) -> str:
         return click.style(text, **styles) if self.color else text
+
+    def mark(self, symbol: str, **styles: Any) -> str:
+        """``⚙ ``, ``✓ `` and the like on a terminal; nothing in a pipe or a file."""
+        return f"{self.style(symbol, **styles)} " if self.tty else ""
 
     def say(self, text: str = "") -> None:
         if self._open_stage is not None and not self._stage_broken:
@@ -66,21 +71,28 @@ class Console:
 
     @contextmanager
     def stage(self, text: str) -> Iterator[None]:
-        """``⚙ text ✓`` around a step, ``⨯`` when it fails."""
-        line = f"{self.style('⚙', fg='cyan')} {text}"
+        """``⚙ text ✓`` around a step, ``⨯`` when it fails (``text: done`` / ``text: failed`` off a terminal)."""
+        line = f"{self.mark('⚙', fg='cyan')}{text}"
         click.echo(line, err=True, nl=False, color=self.color)
         self._open_stage, self._stage_broken = text, False
         try:
             yield
         except BaseException:
-            self._end_stage(line, self.style("⨯", fg="red"))
+            self._end_stage(line, self.style("⨯", fg="red") if self.tty else ": failed")
             raise
-        self._end_stage(line, self.style("✓", fg="green"))
+        self._end_stage(line, self.style("✓", fg="green") if self.tty else ": done")
 
     def _end_stage(self, line: str, mark: str) -> None:
         prefix = line if self._stage_broken else ""
         self._open_stage, self._stage_broken = None, False
-        click.echo(f"{prefix} {mark}", err=True, color=self.color)
+        click.echo(f"{prefix}{' ' if self.tty else ''}{mark}", err=True, color=self.color)
+
+    def progress(self, text: str) -> Callable[[], None]:
+        """On a terminal, ``⚙ text...`` until the returned function clears it; elsewhere nothing."""
+        if not self.tty:
+            return lambda: None
+        click.echo(f"{self.mark('⚙', fg='cyan')}{text}...", err=True, nl=False, color=self.color)
+        return lambda: click.echo("\r\033[K", err=True, nl=False, color=True)  # erase the line
 
     def next_steps(self, handle: JobHandle) -> None:
         self.say(self.style("Next steps:", bold=True))

@@ -99,8 +99,19 @@ def _option(*names: str, group: str, **kwargs: Any) -> Callable[[F], F]:
 def job_options(func: F) -> F:
     """The flags that set job values; applied in this order: fields, --set, -H, -e, -i, --distribution."""
     decorators: list[Callable[[F], F]] = [
-        _option("--scheduler", group=SCHEDULER_GROUP, type=click.Choice(SCHEDULER_NAMES), help=f"Where to run (default: local for local* instance types, else sagemaker). [env: {ENV_PREFIX}SCHEDULER]"),
-        _option("-o", "--scheduler-option", "scheduler_option", group=SCHEDULER_GROUP, multiple=True, metavar="KEY=VALUE", callback=key_value, help="A scheduler option (value read as YAML); repeatable. List them with `smddp-launch options SCHEDULER`."),
+        _option(
+            "--scheduler", group=SCHEDULER_GROUP, type=click.Choice(SCHEDULER_NAMES), help=f"Where to run (default: local for local* instance types, else sagemaker). [env: {ENV_PREFIX}SCHEDULER]"
+        ),
+        _option(
+            "-o",
+            "--scheduler-option",
+            "scheduler_option",
+            group=SCHEDULER_GROUP,
+            multiple=True,
+            metavar="KEY=VALUE",
+            callback=key_value,
+            help="A scheduler option (value read as YAML); repeatable. List them with `smddp-launch options SCHEDULER`.",
+        ),
     ]
     for name, click_type in FIELD_FLAGS.items():
         flag = "--" + name.replace("_", "-")
@@ -110,7 +121,15 @@ def job_options(func: F) -> F:
         _option("-H", "--hyperparameter", "hyperparameter", group=JOB_GROUP, multiple=True, metavar="KEY=VALUE", callback=key_value, help="A hyperparameter (value read as YAML); repeatable."),
         _option("-e", "--env", "environment", group=JOB_GROUP, multiple=True, metavar="KEY=VALUE", callback=key_value, help="An environment variable for every rank; repeatable."),
         _option("-i", "--input", "channel", group=JOB_GROUP, multiple=True, metavar="CHANNEL=URI", callback=key_value, help="A data channel: s3:// URI, file:// URI or local path; repeatable."),
-        _option("--set", "settings", group=JOB_GROUP, multiple=True, metavar="FIELD=VALUE", callback=key_value, help="Any job field, dotted for nested keys (value read as YAML), e.g. --set distribution.mpi.processes_per_host=2."),
+        _option(
+            "--set",
+            "settings",
+            group=JOB_GROUP,
+            multiple=True,
+            metavar="FIELD=VALUE",
+            callback=key_value,
+            help="Any job field, dotted for nested keys (value read as YAML), e.g. --set distribution.mpi.processes_per_host=2.",
+        ),
     ]
     for decorator in reversed(decorators):
         func = decorator(func)
@@ -147,27 +166,32 @@ def flags_layer(params: dict[str, Any], script_args: Sequence[str], cwd: Path) -
         layer.patch(("environment", key), value, flag(f"-e {key}"))
     for channel, uri in params.get("channel", ()):
         layer.patch(("inputs", channel), uri, flag(f"-i {channel}"))
-    for key, value in script_hyperparameters(script_args):
-        layer.patch(("hyperparameters", key), value, Source("args", "after --", base_dir=cwd))
+    for key, raw in script_hyperparameters(script_args):
+        layer.patch(("hyperparameters", key), yaml_value(f"-- --{key}", raw), Source("args", "after --", base_dir=cwd))
     return layer
 
 
 def script_hyperparameters(args: Sequence[str]) -> list[tuple[str, str]]:
-    """``--epochs 3 --lr=0.1`` -> [("epochs", "3"), ("lr", "0.1")]: SageMaker hands hyperparameters to the
-    script as ``--name value`` pairs, so that is the form script arguments can take (values verbatim)."""
+    """``--epochs 3 --lr=0.1`` after a job file's ``--`` -> [("epochs", "3"), ("lr", "0.1")]: SageMaker hands
+    hyperparameters to the script as ``--name value`` pairs, so that is the form they take here; the values
+    are read as YAML, as ``-H`` reads them. (After a script, arguments go to it untouched instead.)"""
     pairs: list[tuple[str, str]] = []
     index = 0
     while index < len(args):
         arg = args[index]
         if not arg.startswith("--") or arg == "--":
             raise click.UsageError(
-                f"script argument {arg!r} is not a --name: scripts receive arguments as --name value pairs "
-                "(SageMaker's hyperparameter form); write it as --name VALUE, or put it in hyperparameters:"
+                f"argument {arg!r} after the job file's -- is not a --name: they become hyperparameters, which reach the "
+                "script as --name value pairs; write --name VALUE, or run the script directly "
+                "(smddp-launch [options] train.py ARGS...) to pass arguments untouched"
             )
         name, sep, value = arg[2:].partition("=")
         if not sep:
             if index + 1 >= len(args) or args[index + 1].startswith("--"):
-                raise click.UsageError(f"script argument {arg!r} has no value: write {arg} VALUE (flags without values cannot be hyperparameters; use {arg} true and parse it in the script)")
+                raise click.UsageError(
+                    f"argument {arg!r} after the job file's -- has no value: hyperparameters are --name value pairs; write "
+                    f"{arg} true, or run the script directly (smddp-launch [options] train.py {arg}) to pass it untouched"
+                )
             value = args[index + 1]
             index += 1
         pairs.append((name, value))

@@ -234,7 +234,7 @@ class SmddpProcessGroup:
         deadline, the error of the Python path (the group fails, as there). Signal handlers run here; one
         that raises leaves the connections to the core, which cuts them."""
         deadline = time.monotonic() - waited_s + self._comm.timeout_s
-        self._guarded(what, lambda: self._comm.mesh.stalled(what, node, receiving, deadline))
+        self._guarded(what, lambda: self._comm.mesh.stalled(what, node, receiving, deadline, waited_s))
 
     def _exchange_failed(self, what: str, node: int, receiving: bool, error: int) -> None:
         """A transfer of the core's exchange with node failed (error: an errno, or -1: the peer closed)."""

@@ -117,6 +117,8 @@ def _reduce_op_name(args: Sequence[object]) -> str | None:
 
 
 def _report(kind: str, message: str, *, once_per_process: bool = False, may_raise: bool = True) -> None:
+    if not _users_own_call():
+        return  # torch's own collectives (DDP's set-up all_gather, its gradient buckets): not in the user's script
     if kind in ("collective", "reduce_op") and _issued_by_this_package():
         return  # e.g. the old API's DistributedDataParallel averaging its buckets: on SageMaker AWS's own code does that
     filename, lineno, module = _user_frame()
@@ -142,6 +144,19 @@ def _user_frame() -> tuple[str, int, str]:
 
 
 _BACKEND_FILES = tuple(str(Path(__file__).resolve().with_name(name)) for name in ("sagemaker_compat.py", "process_group.py", "__init__.py"))
+
+
+_TORCH_API_DIR = str(Path(dist.__file__).resolve().parent)  # torch.distributed: the API a user's call goes through
+
+
+def _users_own_call() -> bool:
+    """Whether the collective was called from outside torch (the user's script, or this package): past
+    the backend and torch.distributed's API, the next frame decides; torch.nn's DDP or autograd calling
+    it means torch did, on the user's behalf."""
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.startswith((_TORCH_API_DIR, *_BACKEND_FILES)):
+        frame = frame.f_back
+    return frame is not None and not frame.f_code.co_filename.startswith(_TORCH_DIR)
 
 
 def _issued_by_this_package() -> bool:

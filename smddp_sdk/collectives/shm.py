@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import logging
 import mmap
 import os
 import time
@@ -27,6 +26,7 @@ import torch
 from smddp_sdk.collectives import futex, native
 from smddp_sdk.collectives.calls import Call, describe
 from smddp_sdk.collectives.errors import CollectiveError
+from smddp_sdk.collectives.hangs import hang_warn_s, warn_hang
 from smddp_sdk.collectives.memory import copy_bytes
 from smddp_sdk.specs.processes import pid_alive
 
@@ -46,22 +46,11 @@ PAGE = 4096
 _SPIN_S_UNDERSUBSCRIBED = 30e-6  # poll this long before sleeping when every rank has a core of its own
 _SPIN_S_OVERSUBSCRIBED = 2e-6  # ... and this long when ranks outnumber cores (polling steals the peer's slice)
 CHECK_EVERY_S = 0.05  # how often a waiting rank checks the deadline, the abort record and peer liveness
-HANG_WARN_ENV = "SMDDP_HANG_WARN_S"
-DEFAULT_HANG_WARN_S = 60.0
 # control line words (32-bit): generation, sleeping waiters, then a call record per generation parity
 _WAITERS_WORD = 1
 _SEQ, _GENERATION, _PHASE = 0, 1, 2  # ShmArena.counters
 _RECORD_WORD = 2
 RECORD_WORDS = 6
-log = logging.getLogger("smddp")
-
-
-def hang_warn_s() -> float:
-    value = os.environ.get(HANG_WARN_ENV, "")
-    try:
-        return float(value) if value else DEFAULT_HANG_WARN_S
-    except ValueError:
-        raise CollectiveError(f"{HANG_WARN_ENV}={value!r} is not a number of seconds") from None
 
 
 class ShmUnavailable(Exception):
@@ -350,9 +339,9 @@ class ShmArena:
         if not missing:
             return
         who = "; ".join(f"rank {self.peers[i].group_rank} (last call: {self.last_call(i)})" for i in missing)
-        message = (f"smddp: rank {self.peers[self.index].group_rank} has waited {waited_s:.0f} s in {what} "
-                   f"({describe(list(self._record))}) for {who}; they have not arrived")
-        log.warning(message)  # stderr through logging's last-resort handler unless the script configures logging
+        host = os.environ.get("SM_CURRENT_HOST", "this host")
+        warn_hang(f"smddp: rank {self.peers[self.index].group_rank} has waited {waited_s:.0f} s in {what} "
+                  f"({describe(list(self._record))}) for {who} on {host}; they have not arrived")
 
     def _check_peers(self, pending: list[int], what: str, now: float, deadline: float) -> None:
         aborted = self.abort_message()

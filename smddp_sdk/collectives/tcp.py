@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from smddp_sdk.collectives import native
 from smddp_sdk.collectives.calls import Call, describe
 from smddp_sdk.collectives.errors import CollectiveError
+from smddp_sdk.collectives.hangs import hang_warn_s, this_rank, warn_hang
 
 NONCE_BYTES = 16
 HEADER_MAGIC = 0x48444D53  # b"SMDH" on the wire
@@ -88,6 +89,7 @@ class TcpMesh:
         self.node = node
         self._token = token
         self._describe = dict(describe)  # node index -> "rank R (host H)" for error messages
+        self._hang_warn_s, self._hang_warned = hang_warn_s(), False
         self._listener = _listen(address)
         self.port = self._listener.getsockname()[1]
         self._socks: dict[int, socket.socket] = {}
@@ -222,6 +224,7 @@ class TcpMesh:
             transfer.fd, transfer.receive, transfer.length = self._socks[peer].fileno(), receive, len(view)
             transfer.data = ctypes.addressof(ctypes.c_char.from_buffer(view))
         header_at = {peer: next(i for i, (p, receive, _) in enumerate(moves) if p == peer and receive) for peer in recvs}
+        started = time.monotonic()
         while True:
             slice_ns = int(max(0.0, min(_SLICE_S, deadline - time.monotonic())) * 1e9)
             status = self._native.smddp_exchange(transfers, len(moves), slice_ns)
@@ -235,12 +238,19 @@ class TcpMesh:
                 raise self.failure(what, moves[status][0], transfers[status].error)
             unfinished = [(peer, receive) for (peer, receive, _), t in zip(moves, transfers) if t.done < t.length]
             late = next((move for move in unfinished if move[1]), unfinished[0])  # a missing receive names the late peer best
-            self.stalled(what, *late, deadline)
+            self.stalled(what, *late, deadline, time.monotonic() - started)
 
-    def stalled(self, what: str, peer: int, receiving: bool, deadline: float) -> None:
-        """A native exchange still waits on peer after a slice: fail once the deadline has passed."""
+    def stalled(self, what: str, peer: int, receiving: bool, deadline: float, waited_s: float) -> None:
+        """A native exchange still waits on peer after a slice: warn once it has waited SMDDP_HANG_WARN_S,
+        fail once the deadline has passed."""
         if time.monotonic() >= deadline:
             raise self._timed_out(what, peer, receiving)
+        if waited_s < self._hang_warn_s:
+            self._hang_warned = False  # a new call
+        elif not self._hang_warned:
+            self._hang_warned = True
+            on = "for" if receiving else "to send to"
+            warn_hang(f"smddp: {this_rank()} has waited {waited_s:.0f} s in {what} {on} {self._describe[peer]}, which has not arrived")
 
     def failure(self, what: str, peer: int, error: int) -> CollectiveError:
         """The error of a native transfer with peer that failed (error: an errno, or -1 when the peer closed)."""

@@ -51,6 +51,10 @@ instance_count: {self.instance_count}
 hyperparameters:
   epochs: 1
 
+# Metrics: a regular expression over the log lines, its first group the value (`smddp-launch metrics <job>`).
+metric_definitions:
+  - {{Name: loss, Regex: 'loss[=: ]+([0-9.eE+-]+)'}}
+
 # Data channels, found at /opt/ml/input/data/<channel> (SM_CHANNEL_<CHANNEL>).
 # inputs:
 #   train: s3://my-bucket/datasets/train    # or a local path / file:// URI

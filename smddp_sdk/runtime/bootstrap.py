@@ -6,22 +6,29 @@
 The script sees the same ``sys.argv``, ``sys.path[0]`` and ``__main__`` as under ``python train.py``.
 When it raises (or exits with a non-zero code) the bootstrap writes a JSON error file to the path in
 ``SMDDP_ERROR_FILE`` (keys: host, rank, local_rank, pid, exit_code, error_type, message, traceback,
-timestamp) and exits with the same code Python would have used.
+timestamp) and exits with the same code Python would have used, without the interpreter's slow module
+teardown (``exit_without_teardown``).
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import gc
+import io
 import json
 import os
 import runpy
 import signal
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from smddp_sdk.runtime.stacks import register_stack_dump
 from smddp_sdk.specs.contract import ERROR_FILE_ENV, PARENT_PID_ENV
 
 # Frames of ours to hide from user tracebacks (runpy is "<frozen runpy>" on Python 3.11+).
@@ -33,6 +40,7 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     _die_with_runtime()
+    register_stack_dump()  # `smddp-launch stacks` (the runtime forwards the signal)
     try:
         _run(argv)
     except SystemExit as stop:
@@ -126,5 +134,27 @@ def _int_or_none(raw: str | None) -> int | None:
         return None
 
 
+_WRITABLE_FILES = frozenset({io.TextIOWrapper, io.BufferedWriter, io.BufferedRandom})  # what open() returns
+
+
+def exit_without_teardown(code: int) -> None:
+    """End the rank as Python would, minus the interpreter's module teardown (about 2 s with torch loaded
+    on a busy machine, per rank, at the end of every job): wait for non-daemon threads, run the atexit
+    handlers (logging, multiprocessing, the user's own), flush every open file, then ``os._exit``."""
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for obj in gc.get_objects():  # files the script left open keep what it wrote, as at a normal exit
+        if type(obj) in _WRITABLE_FILES:  # exact types: fast over ~10^5 objects, and no attribute reads
+            with contextlib.suppress(Exception):
+                if not obj.closed:
+                    obj.flush()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_without_teardown(main(sys.argv[1:]))

@@ -307,7 +307,7 @@ class Coordinator:
             channels = list(self._channels.values())
             cause = root_cause(self._failures.values())
         assert cause is not None
-        self._log(f"{cause.who} failed; telling every host to stop")
+        self._log(f"{cause.who} {'was stopped' if cause.error_type == 'Signal' else 'failed'}; telling every host to stop")
         for channel in channels:
             channel.send({"type": "stop", "failure": cause.to_json()})
         _daemon_timer(self._verdict_timeout, self._decide)

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from smddp_sdk.errors import ContractError
 from smddp_sdk.runtime.plan import LaunchShape, RankPlan, RankSlot
 from smddp_sdk.runtime.training_env import TrainingEnv
 from smddp_sdk.specs import contract
@@ -42,6 +43,20 @@ def hyperparameter_argv(hyperparameters: Mapping[str, Any]) -> list[str]:
         else:
             argv.append(str(value))
     return argv
+
+
+def script_argv(environ: Mapping[str, str]) -> list[str]:
+    """The arguments typed after the script (``smddp-launch train.py --fp16 data.csv``), exactly as typed."""
+    raw = environ.get(contract.SCRIPT_ARGS_ENV, "")
+    if not raw:
+        return []
+    try:
+        args = json.loads(raw)
+    except ValueError:
+        args = None
+    if not isinstance(args, list) or not all(isinstance(arg, str) for arg in args):
+        raise ContractError(f"{contract.SCRIPT_ARGS_ENV} must be a JSON list of strings, got {raw!r}")
+    return args
 
 
 def training_env_dict(env: TrainingEnv, plan: RankPlan) -> dict[str, Any]:
@@ -196,7 +211,9 @@ def process_env(
         merged.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # torchrun's default for its workers
     merged["PYTHONPATH"] = ":".join(python_path)
     merged[contract.ERROR_FILE_ENV] = error_file
+    merged[contract.STACKS_FILE_ENV] = str(env.opt_ml.rank_stacks_file(slot.rank))
     merged[contract.PARENT_PID_ENV] = str(os.getpid())  # the rank's bootstrap dies with this runtime
+    merged[contract.HOST_SESSION_ENV] = str(os.getsid(0))  # how the host's sweep finds the ranks and their children
     merged.pop(contract.LIFELINE_ENV, None)  # the runtime's to watch, not the ranks'
     merged.setdefault("PYTHONUNBUFFERED", "1")  # logs reach the console as they are written
     merged.setdefault("GLIBC_TUNABLES", MALLOC_KEEPS_MEMORY)

@@ -23,7 +23,7 @@ from types import FrameType
 
 from smddp_sdk.errors import EXIT_JOB_FAILED, ContractError, SmddpError, UnavailableError
 from smddp_sdk.runtime import env as rank_env
-from smddp_sdk.runtime import optml_mount, usercode
+from smddp_sdk.runtime import optml_mount, stacks, usercode
 from smddp_sdk.runtime import plan as planning
 from smddp_sdk.runtime import store as rendezvous_store
 from smddp_sdk.runtime.coordination import Coordinator, CoordinatorClient
@@ -202,7 +202,7 @@ class NodeRuntime:
             code_dir, kind, lambda line: self.console.say(contract.console_prefix(env.current_host, role="setup"), line),
             cache=Path(cache) if cache else None, job_key=env.submit_directory or env.job_name or "",
         )
-        args = rank_env.hyperparameter_argv(env.hyperparameters)
+        args = rank_env.hyperparameter_argv(env.hyperparameters) + rank_env.script_argv(self.environ)
         # The ranks start where SageMaker starts them: in /opt/ml/code when this host's tree is bound there.
         return usercode.user_command(env.user_entry_point, kind, env.rank_opt_ml.code_dir, args, self.interpreter.python)
 
@@ -305,7 +305,9 @@ class NodeRuntime:
         assert cause is not None
         self._write_records([*local_failures, cause, *others])
         contract.write_failure(self.env.opt_ml, failure_reason(cause, others))
-        if self.supervised:  # the supervisor prints the job's summary, once, for every host
+        if self.signalled and cause.rank is None:  # stopped from outside (cancel, StopTrainingJob): no failure to report
+            self.say(f"stopped by {self.signalled.name}")
+        elif self.supervised:  # the supervisor prints the job's summary, once, for every host
             self.say(f"this host failed; root cause: {cause.headline}")
         else:
             self.console.say(self.prefix, render_summary(cause, others))
@@ -378,6 +380,7 @@ class NodeRuntime:
             return
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
+        stacks.forward_stack_requests(lambda: [p.popen.pid for p in self.procs if p.running])
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         if self.signalled is None:

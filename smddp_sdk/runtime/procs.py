@@ -14,7 +14,6 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from smddp_sdk.runtime.logs import Console, LogPump, rank_prefix
 from smddp_sdk.runtime.plan import RankSlot
@@ -68,17 +67,11 @@ def spawn_rank(
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        **_own_process_group(),
+        start_new_session=True,  # a group to stop it by, and its own scheduler autogroup, as torchrun's workers
     )
     assert popen.stdout is not None
     pump = LogPump(popen.stdout, log_file, rank_prefix(slot.host, slot.rank), console)
     return RankProcess(slot, popen, pump, error_file)
-
-
-def _own_process_group() -> dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        return {"process_group": 0}
-    return {"preexec_fn": os.setpgrp}  # pragma: no cover - Python 3.10
 
 
 def signal_groups(procs: Iterable[RankProcess], sig: signal.Signals) -> None:

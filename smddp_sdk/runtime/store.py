@@ -36,13 +36,14 @@ START_TIMEOUT = 120.0  # importing torch on a busy machine
 
 # Runs in the helper: serve the store on the inherited socket, then wait for the runtime to go away.
 _SERVER = """
-import datetime, sys
+import datetime, os, sys
 from torch.distributed import TCPStore
 fd, host, port = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 store = TCPStore(host, port, None, True, datetime.timedelta(days=30), wait_for_workers=False, master_listen_fd=fd, use_libuv=True)
 sys.stdout.buffer.write(b"ready\\n")
 sys.stdout.flush()
 sys.stdin.buffer.read()
+os._exit(0)  # nothing to flush: skip torch's slow teardown, which the runtime would wait for
 """
 
 

@@ -11,6 +11,7 @@ import hmac
 import json
 import os
 import re
+import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,10 +42,14 @@ AGENT_TIMEOUT_ENV = "SMDDP_AGENT_TIMEOUT"  # seconds a runtime tries to reach th
 # Set by the host supervisor (local and docker modes): a FIFO the supervisor holds open for writing.
 # When the supervisor dies, however it dies, the runtime reads end-of-file and stops its ranks.
 LIFELINE_ENV = "SMDDP_LIFELINE"
+HOST_SESSION_ENV = "SMDDP_HOST_SESSION"  # the runtime's session id, inherited by its ranks (which lead sessions of their own)
 PARENT_PID_ENV = "SMDDP_PARENT_PID"  # the process whose death stops this one (PR_SET_PDEATHSIG)
 SCRATCH_ENV = "SMDDP_SCRATCH_DIR"  # where the runtime keeps its scratch files (default: a temp dir)
 BIND_OPT_ML_ENV = "SMDDP_BIND_OPT_ML"  # "1": the runtime binds its tree on a private /opt/ml (local mode)
 ENV_CACHE_ENV = "SMDDP_ENV_CACHE"  # a folder: requirements.txt goes into a cached virtualenv there (local mode)
+STACKS_FILE_ENV = "SMDDP_STACKS_FILE"  # where a rank appends its Python stacks on STACKS_SIGNAL (set per rank)
+STACKS_SIGNAL = signal.SIGUSR2  # to a runtime: every rank of the host writes its stacks (`smddp-launch stacks`)
+SCRIPT_ARGS_ENV = "SMDDP_SCRIPT_ARGS"  # JSON list: arguments given after the script, appended verbatim to its argv
 DEFAULT_MASTER_PORT = 7777
 DEFAULT_SERVER_PORT = 7592
 DEFAULT_AGENT_PORT = 7778
@@ -155,6 +160,10 @@ class OptMl:
 
     def rank_error_file(self, rank: int) -> Path:
         return self.errors_dir / f"rank-{rank}.json"
+
+    def rank_stacks_file(self, rank: int) -> Path:
+        """Every thread's Python stack, appended by the rank on each STACKS_SIGNAL."""
+        return self.output_dir / "stacks" / f"rank-{rank}.txt"
 
     def rank_torchelastic_error_file(self, rank: int) -> Path:
         """Where torch's ``@record`` writes (TORCHELASTIC_ERROR_FILE) under the torch_distributed launcher."""

@@ -357,12 +357,29 @@ def _describe(failure: FailureRecord) -> list[str]:
     ]
     if failure.error_file:
         rows.append(f"  error_file: {failure.error_file}")
-    body = [line for line in (failure.traceback.strip() or failure.log_tail.strip()).splitlines() if line.strip()]
-    if len(body) > 20:
-        body = [f"... ({len(body) - 20} lines above)", *body[-20:]]
+    body = _shortened([line for line in (failure.traceback.strip() or failure.log_tail.strip()).splitlines() if line.strip()])
     if body:
         rows += [f"  traceback : {body[0]}", *(" " * 14 + line for line in body[1:])]
     return rows
+
+
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line \d+')
+_LIBRARY_PARTS = ("site-packages", "dist-packages", "/lib/python3", "<frozen")
+
+
+def _shortened(body: list[str], keep: int = 20) -> list[str]:
+    """The last ``keep`` lines, and above them the user's innermost frame (the deepest one outside
+    installed packages and the standard library) when the tail has none: a long FSDP or transformers
+    traceback ends in library code."""
+    if len(body) <= keep:
+        return body
+    tail = body[-keep:]
+    users = [i for i, line in enumerate(body) if (m := _FRAME.match(line)) and not any(part in m["file"] for part in _LIBRARY_PARTS)]
+    if not users or users[-1] >= len(body) - keep:
+        return [f"... ({len(body) - keep} lines above)", *tail]
+    start = users[-1]
+    above = body[:start] if start <= 1 else [f"... ({start} lines above)"]  # "Traceback (most recent call last):"
+    return [*above, *body[start:start + 2], f"... ({len(body) - keep - start - 2} lines)", *tail]
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -329,13 +329,13 @@ class _Builder:
     def resolve_local_locations(self) -> None:
         """A relative local output or checkpoint location means relative to the job file (or cwd), like
         every other path: a rerun from another directory finds the same checkpoints."""
-        for field in ("output_path", "checkpoint_s3_uri"):
-            location = self.values.get(field)
+        for key in ("output_path", "checkpoint_s3_uri"):
+            location = self.values.get(key)
             if not location or "://" in location and not location.startswith("file://"):
                 continue
             local = Path(location.removeprefix("file://")).expanduser()
             if not local.is_absolute():
-                self.values[field] = str(self.base_dir / local)
+                self.values[key] = str(self.base_dir / local)
 
     def check_instance_type(self) -> None:
         name = self.values.get("instance_type", "")
@@ -357,11 +357,11 @@ class _Builder:
             resolved = self.local_dir("source_dir", source_dir)
             self.values["source_dir"] = str(resolved) if resolved else source_dir
             if resolved and not _exists(resolved / entry_point, Path.is_file):
-                self.issue("entry_point", f"{entry_point!r} is not a file in source_dir {source_dir!r}")
+                self.issue("entry_point", f"{entry_point!r} is not a file in source_dir {source_dir!r}", script_hint(resolved / entry_point))
         elif not source_dir:
             entry = Path(entry_point) if Path(entry_point).is_absolute() else self.base_dir / entry_point
             if not _exists(entry, Path.is_file):
-                self.issue("entry_point", f"file {entry_point!r} does not exist", "give the script's path, or set source_dir")
+                self.issue("entry_point", f"file {entry_point!r} does not exist", script_hint(entry) or "give the script's path, or set source_dir")
             else:
                 self.values["entry_point"] = str(entry.resolve())
         program = entry_point if source_dir else Path(entry_point).name
@@ -380,6 +380,15 @@ class _Builder:
             self.issue(path, f"directory {value!r} does not exist")
             return None
         return local.resolve()
+
+
+def script_hint(missing: Path) -> str:
+    """``did you mean 'train.py'?`` from the scripts beside a missing entry point."""
+    try:
+        scripts = [p.name for p in missing.parent.iterdir() if p.suffix in (".py", ".sh") and p.is_file()]
+    except OSError:
+        return ""
+    return did_you_mean(missing.name, scripts)
 
 
 def _exists(path: Path, test: Callable[[Path], bool]) -> bool:

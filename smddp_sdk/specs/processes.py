@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from smddp_sdk.specs import contract
+
 PROC = Path("/proc")
 
 
@@ -50,18 +52,20 @@ def command_line(pid: int) -> list[str] | None:
 
 
 def session_members(session_id: int) -> list[int]:
-    """Every live process in a session: a leader, its children and theirs, even those that moved to a
-    process group of their own."""
+    """Every live process of a session: a leader, its children and theirs, even those that moved to a
+    process group of their own, and the ranks that lead sessions of their own (one scheduler autogroup
+    per rank, as torchrun's workers) but carry the host's session id in SMDDP_HOST_SESSION."""
+    marker = f"{contract.HOST_SESSION_ENV}={session_id}\0".encode()
     members = []
     for entry in PROC.iterdir() if PROC.is_dir() else ():
         if not entry.name.isdigit():
             continue
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
+            if fields[0] != "Z" and (int(fields[3]) == session_id or marker in (entry / "environ").read_bytes()):
+                members.append(int(entry.name))
         except OSError:
             continue
-        if int(fields[3]) == session_id and fields[0] != "Z":
-            members.append(int(entry.name))
     return members
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 # Arguments the estimator takes and turns into something else (not JobSpec fields).
 EMULATED_ARGUMENTS: dict[str, str] = {
     "sagemaker_session": "its region and boto3 session become the sagemaker scheduler's options; a LocalSession changes nothing",
+    "disable_output_compression": "accepted and ignored (a note says so): the model still arrives as model.tar.gz",
 }
 
 # Arguments with no equivalent here: the reason and what to do instead.
@@ -27,7 +28,6 @@ REFUSED_ARGUMENTS: dict[str, str] = {
     "recipe_overrides": "HyperPod recipes are not offered; use entry_point",
     "container_entry_point": "the container runs the smddp runtime (`train`); use entry_point and hyperparameters",
     "container_arguments": "the container runs the smddp runtime (`train`); use entry_point and hyperparameters",
-    "disable_output_compression": "model.tar.gz is always compressed",
     "enable_remote_debug": "remote debugging is not offered",
     "enable_session_tag_chaining": "session tag chaining is not offered",
     "training_plan": "SageMaker training plans are not offered",

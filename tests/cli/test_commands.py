@@ -40,7 +40,7 @@ def test_a_job_file_without_a_command_means_run():
 def test_unknown_command_is_a_usage_error_with_a_suggestion(invoke):
     result = invoke("stauts", "local://x")
     assert result.exit_code == 2
-    assert "Did you mean 'status'?" in result.stderr
+    assert "Did you mean" in result.stderr and "'status'" in result.stderr
 
 
 def make_job(work: Path, extra: str = "") -> Path:

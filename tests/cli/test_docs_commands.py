@@ -36,6 +36,7 @@ PARSE_ONLY = {
     "--scheduler slurm": "needs a Slurm cluster (tests/slurm)",
     "image build": "builds the training image (minutes; tests/docker)",
     "--follow": "follows until the job ends (exercised in tests/cli/test_run_local.py)",
+    "smddp-launch stacks": "needs a running job (exercised in tests/cli/test_hangs.py)",
 }
 
 

@@ -34,7 +34,7 @@ def test_the_cnn_example_runs_locally_end_to_end(tmp_path: Path):
     assert any(line.startswith("[algo-1/rank0]: epoch 1: loss") for line in lines)
     assert any(line.startswith("[algo-2]:") for line in lines), "the second host's runtime said nothing"
     summary = done.stderr.splitlines()[-5:]
-    assert summary[0].startswith("✓ local://cnn-e2e SUCCEEDED in ") and summary[0].endswith(" s")
+    assert summary[0].startswith("local://cnn-e2e SUCCEEDED in ") and summary[0].endswith(" s")
     assert summary[1].startswith("  model:   ") and summary[1].endswith("model.tar.gz")
     assert summary[2:] == ["  status:  smddp-launch status cnn-e2e", "  logs:    smddp-launch logs cnn-e2e", "  metrics: smddp-launch metrics cnn-e2e"]
     assert list((tmp_path / "jobs").glob("cnn-e2e/**/model.tar.gz")), "the model artifact was not collected"
@@ -52,4 +52,12 @@ def test_the_cnn_example_runs_locally_end_to_end(tmp_path: Path):
     rows = {line.split()[0]: line.split()[1:] for line in metrics.stdout.splitlines()[1:]}
     assert rows["loss"][0] == "1" and rows["accuracy"][0] == "1"  # one epoch, printed by rank 0
     svg = (tmp_path / "m.svg").read_text()
-    assert svg.startswith("<svg") and "loss (last" in svg and "accuracy (last" in svg and svg.count("<circle") == 2  # one value each
+    assert svg.startswith("<svg") and "loss (last" in svg and "accuracy (last" in svg and svg.count("<circle") == 3  # one value each: loss, accuracy and the job's own test:accuracy
+    own = cli("metrics", "cnn-e2e")  # the example's own metric_definitions, as the run's last line suggests
+    assert own.returncode == 0 and {line.split()[0] for line in own.stdout.splitlines()[1:]} == {"loss", "test:accuracy"}, own.stderr
+
+
+def test_run_example_installs_nothing_that_is_already_there() -> None:
+    done = subprocess.run(["bash", "scripts/run-example.sh", "--dryrun"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "installing" not in done.stdout + done.stderr and '"job_name": "cnn-example-' in done.stdout

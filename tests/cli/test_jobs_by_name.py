@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,25 @@ def test_script_arguments_are_split_torchrun_style() -> None:
         "--debug", "run", "--instance-count", "2", "-o", "processes_per_host=4", "--dryrun", "train.py", "--", "--lr", "0.1"]
     assert split(["logs", "train.py"], COMMANDS) == ["logs", "train.py"]  # a command word first: not a script
     assert split(["job.yaml", "--", "--script", "x.py"], COMMANDS) == ["run", "job.yaml", "--", "--script", "x.py"]
+    # after the script everything is the script's, --dryrun included
+    assert split(["train.py", "data.csv", "--fp16", "--dryrun"], COMMANDS) == ["run", "train.py", "--", "data.csv", "--fp16", "--dryrun"]
+
+
+def test_arguments_after_a_script_reach_it_untouched(invoke, job_root: Path) -> None:
+    args = ["data.csv", "--fp16", "--lr=0.1", "--epochs", "3", "--dryrun", "-v", "--"]
+    result = invoke("--hosts", "2", "train.py", *args)
+    assert result.exit_code == 0, result.output
+    assert f"[algo-2/rank1]: rank 1 of 2 args {args}" in result.stdout.splitlines()
+
+
+def test_arguments_after_a_job_files_double_dash_are_typed_hyperparameters(invoke, job_root: Path) -> None:
+    Path("job.yaml").write_text("entry_point: train.py\ninstance_type: local\n")
+    result = invoke("run", "job.yaml", "--dryrun", "-H", "seed=7", "--", "--epochs", "3", "--lr=0.1", "--name", "resnet")
+    assert result.exit_code == 0, result.output
+    request = result.stdout.split("=== REQUEST")[1]
+    assert '"epochs": "3"' in request and '"lr": "0.1"' in request and '"seed": "7"' in request and '"name": "\\"resnet\\""' in request
+    flag = invoke("run", "job.yaml", "--", "--fp16")
+    assert flag.exit_code == 2 and "has no value" in flag.stderr and "train.py --fp16" in flag.stderr
 
 
 def test_a_script_runs_on_simulated_hosts_and_is_found_by_name(invoke, job_root: Path) -> None:
@@ -47,8 +67,10 @@ def test_a_script_runs_on_simulated_hosts_and_is_found_by_name(invoke, job_root:
     assert invoke("logs", name, "--grep", "rank [02] of").stdout.count("\n") == 2
     no_rank = invoke("logs", name, "--rank", "9")
     assert no_rank.exit_code == 2 and "has no lines from ranks 9" in no_rank.stderr and "ranks 0-3" in no_rank.stderr
-    untimed = invoke("logs", name, "--since", "1h")
-    assert untimed.exit_code == 0 and untimed.stdout == "" and "--since left out" in untimed.stderr
+    assert invoke("logs", name, "--since", "1h").stdout == invoke("logs", name).stdout  # every line stamped when captured
+    assert invoke("logs", name, "--since", "2100-01-01T00:00").stdout == ""
+    stamped = invoke("logs", name, "-t", "--rank", "3").stdout
+    assert re.match(r"^20\d\d-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} \[algo-2/rank3\]: rank 3", stamped), stamped
     bad_since = invoke("logs", name, "--since", "yesterday")
     assert bad_since.exit_code == 2 and "neither a duration" in bad_since.stderr
 
@@ -82,3 +104,23 @@ def test_clean_removes_finished_jobs_and_their_index_entries(invoke, job_root: P
     assert invoke("list").stderr.startswith("No jobs yet")
     bad = invoke("clean", "--older-than", "soon")
     assert bad.exit_code == 2
+
+
+def test_progress_bar_redraws_keep_their_rank_and_prefix(invoke, job_root: Path) -> None:
+    Path("bar.py").write_text("import os, sys\nsys.stderr.write(f'\\r{os.environ[\"RANK\"]}: 50%\\r100%\\n')\nprint('after', flush=True)\n")
+    result = invoke("--hosts", "2", "--job-name", "bar", "bar.py")
+    assert result.exit_code == 0, result.output
+    assert "[algo-2/rank1]: \r[algo-2/rank1]: 1: 50%\r[algo-2/rank1]: 100%" in result.stdout.split("\n")
+    assert invoke("logs", "bar", "--rank", "1").stdout.split("\n")[:-1] == ["[algo-2/rank1]: \r[algo-2/rank1]: 1: 50%\r[algo-2/rank1]: 100%", "[algo-2/rank1]: after"]
+
+
+def test_a_misspelt_script_gets_a_did_you_mean(invoke, job_root: Path) -> None:
+    assert "did you mean 'train.py'?" in invoke("trian.py").stderr
+    Path("job.yaml").write_text("entry_point: trains.py\ninstance_type: local\n")
+    assert "file 'trains.py' does not exist (did you mean 'train.py'?)" in invoke("validate", "job.yaml").stderr
+
+
+def test_the_header_counts_the_ranks_that_run_not_the_instance_types_gpus(invoke, job_root: Path) -> None:
+    result = invoke("--dryrun", "--scheduler", "local", "--instance-type", "ml.p4d.24xlarge", "--nproc-per-host", "2", "train.py")
+    assert result.exit_code == 0, result.output
+    assert "1 host × ml.p4d.24xlarge, 2 ranks each" in result.stderr and "GPUs each" not in result.stderr

@@ -41,14 +41,27 @@ def test_states_are_coloured_only_when_asked():
     assert click.unstyle(state_text(JobState.FAILED, True)) == "FAILED" != state_text(JobState.FAILED, True)
 
 
-def test_stage_lines_end_with_a_tick_or_a_cross(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.delenv("NO_COLOR", raising=False)
-    console = Console("never")
+@pytest.mark.parametrize("tty, expected", [(True, "⚙ Packaging source ✓\n⚙ Uploading ⨯\n"),
+                                           (False, "Packaging source: done\nUploading: failed\n")], ids=["terminal", "pipe"])
+def test_stage_lines_end_with_a_tick_or_a_cross_on_a_terminal_only(tty: bool, expected: str, capsys: pytest.CaptureFixture[str]):
+    console = Console("always")
+    console.tty, console.color = tty, False  # what a terminal (or a pipe) would give, without colour codes
     with console.stage("Packaging source"):
         pass
     with pytest.raises(RuntimeError), console.stage("Uploading"):
         raise RuntimeError("boom")
-    assert capsys.readouterr().err == "⚙ Packaging source ✓\n⚙ Uploading ⨯\n"
+    assert capsys.readouterr().err == expected
+
+
+def test_the_start_up_progress_line_shows_on_a_terminal_only(capsys: pytest.CaptureFixture[str]):
+    console = Console("never")
+    console.progress("Starting")()
+    assert capsys.readouterr().err == ""
+    console.tty = True
+    clear = console.progress("Starting local://x")
+    assert capsys.readouterr().err == "⚙ Starting local://x..."
+    clear()
+    assert capsys.readouterr().err == "\r\033[K"
 
 
 def test_next_steps_name_the_handle():
@@ -62,6 +75,7 @@ def test_next_steps_name_the_handle():
 
 def test_a_message_inside_a_stage_gets_its_own_line(capsys: pytest.CaptureFixture[str]):
     console = Console("never")
+    console.tty = True
     with console.stage("Validating job.yaml"):
         console.say("warning: something")
     assert capsys.readouterr().err == "⚙ Validating job.yaml\nwarning: something\n⚙ Validating job.yaml ✓\n"

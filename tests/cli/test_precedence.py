@@ -65,9 +65,9 @@ def test_mappings_merge_key_by_key_across_layers(job: Path, user_config: Path):
     assert describe == {**describe, "epochs": "flag -H epochs", "lr": "env SMDDP_HYPERPARAMETERS"}
 
 
-def test_script_arguments_after_double_dash_become_hyperparameters(job: Path):
+def test_arguments_after_a_job_files_double_dash_become_typed_hyperparameters(job: Path):
     resolved = resolve_job(Path("job.yaml"), environ={}, flags=flags(script_args=["--lr", "0.01", "--name=resnet 50"]))
-    assert dict(resolved.spec.hyperparameters) == {"epochs": 3, "lr": "0.01", "name": "resnet 50"}
+    assert dict(resolved.spec.hyperparameters) == {"epochs": 3, "lr": 0.01, "name": "resnet 50"}  # typed as -H types
     assert resolved.source("hyperparameters.lr").describe("hyperparameters.lr") == "after --"
 
 

@@ -64,7 +64,7 @@ def test_dryrun_prints_job_and_request_and_starts_nothing(invoke, isolated, job_
     assert not job_root.exists(), "a dryrun must not write anything"
     text = normalise(result.stdout, (str(job_root.parent), "<tmp>"), (PACKAGE_PARENT, "<package parent>"), (sys.executable, "<python>"))
     assert_golden("dryrun_local.txt", text)
-    assert result.stderr.splitlines()[-1] == "⚙ Job dry-1 · 2 hosts × local · distribution smddp · scheduler local"
+    assert result.stderr.splitlines()[-1] == "Job dry-1 · 2 hosts × local · distribution smddp · scheduler local"
 
 
 def test_run_follows_logs_with_rank_prefixes_and_exits_0(invoke, isolated, job_root):
@@ -73,7 +73,7 @@ def test_run_follows_logs_with_rank_prefixes_and_exits_0(invoke, isolated, job_r
     assert "[algo-1/rank0]: rank 0 of 2 args ['--epochs', '2']" in result.stdout.splitlines()
     assert "[algo-2/rank1]: rank 1 of 2 args ['--epochs', '2']" in result.stdout.splitlines()
     assert "\x1b[" not in result.stdout, "no colour when stdout is not a terminal"
-    assert result.stderr.splitlines()[-5].startswith("✓ local://ok-1 SUCCEEDED in ")
+    assert result.stderr.splitlines()[-5].startswith("local://ok-1 SUCCEEDED in ")
     assert result.stderr.splitlines()[-1] == "  metrics: smddp-launch metrics ok-1"
 
 
@@ -115,7 +115,24 @@ def test_detach_then_status_logs_list_and_cancel(invoke, isolated, job_root):
     listed = invoke("list", env=env)
     assert listed.stdout.splitlines()[1].startswith("local://detach-1  SUCCEEDED")
     cancelled = invoke("cancel", "local://detach-1", env=env)
-    assert cancelled.exit_code == 0 and "Cancel requested: local://detach-1" in cancelled.stderr  # idempotent on a finished job
+    assert cancelled.exit_code == 0 and "local://detach-1 already ended (SUCCEEDED); nothing to cancel" in cancelled.stderr
+
+
+def test_a_cancelled_job_and_its_hosts_are_cancelled_not_failed(invoke, isolated, job_root):
+    env = env_for(job_root)
+    submitted = invoke("run", write_job(isolated, "cancel-1"), "--detach", "--", "--sleep", "60", env=env)
+    assert submitted.exit_code == 0, submitted.output
+    deadline = time.monotonic() + 60
+    while invoke("logs", "cancel-1", "--grep", "rank 1 of", env=env).stdout == "":
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
+    cancelled = invoke("cancel", "cancel-1", env=env)
+    assert cancelled.exit_code == 0 and "Cancel requested: local://cancel-1" in cancelled.stderr
+    status = json.loads(invoke("status", "cancel-1", "--json", env=env).stdout)
+    assert status["state"] == "CANCELLED" and {host["state"] for host in status["hosts"]} == {"CANCELLED"}
+    assert "exit" not in invoke("status", "cancel-1", env=env).stdout
+    logs = invoke("logs", "cancel-1", env=env).stdout
+    assert "stopped by SIGTERM" in logs and "failed" not in logs and "143" not in logs
 
 
 def test_unknown_scheduler_option_is_located(invoke, isolated, job_root):
@@ -148,7 +165,7 @@ def test_ctrl_c_cancels_a_local_job_and_exits_130(isolated, job_root):
         if process.poll() is None:
             process.kill()
     assert process.returncode == 130, err
-    assert "Interrupted: cancelling local://int-1 ✓" in err
+    assert "Interrupted: cancelling local://int-1: done" in err
     assert json.loads(state_file.read_text())["state"] == "CANCELLED"
 
 

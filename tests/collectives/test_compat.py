@@ -120,3 +120,10 @@ def test_compat_package_works_through_a_folder_of_symlinks(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "algo-3"
+
+
+def test_old_api_ddp_with_its_defaults_prints_no_future_warning(monkeypatch):
+    """torch warns on every rank when broadcast_buffers is passed; the shim passes it only when asked."""
+    monkeypatch.setenv("PYTHONWARNINGS", "error::FutureWarning")
+    source = OLD_API_SCRIPT.replace("DDP(torch.nn.Linear(4, 2), broadcast_buffers=False)", "DDP(torch.nn.Linear(4, 2))")
+    assert _run_script(source, 1, pick_free_ports(1)[0]) == ["RESULT 1 0 algo-1 ['algo-1'] [1.0, 1.0]"]

@@ -119,5 +119,27 @@ def test_collectives_issued_by_the_compat_modules_are_not_blamed_on_the_script(t
     for result in results:
         assert result.returncode == 0 and "finished" in result.stdout, result.stdout
         assert f"{script}:7: SageMakerCompatibilityWarning: dist.all_reduce(op" not in result.stdout, result.stdout
-        assert f"{script}:9: SageMakerCompatibilityWarning" not in result.stdout, result.stdout
-    assert "CUDA tensors only" in results[0].stdout  # the device rule still applies
+        assert f"{script}:9: SageMakerCompatibilityWarning: dist.all_reduce(op" not in result.stdout, result.stdout
+    # the device rule still applies, at the script's first own collective (DDP's are torch's, not its)
+    assert f"{script}:9: SageMakerCompatibilityWarning: dist.all_reduce on a CPU tensor" in results[0].stdout
+
+
+DDP_SCRIPT = textwrap.dedent("""
+    import torch, torch.distributed as dist
+    import smddp_sdk.collectives
+    dist.init_process_group("smddp")
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))  # line 5: torch's own all_gather
+    model(torch.ones(2, 4)).sum().backward()                                 # line 6: torch's own buckets
+    t = torch.ones(2)
+    dist.all_reduce(t)                                                       # line 8: the user's call
+    print("finished", flush=True)
+""")
+
+
+def test_only_the_users_own_calls_are_checked_not_torchs_inside_ddp(tmp_path: Path) -> None:
+    script = tmp_path / "ddp.py"
+    script.write_text(DDP_SCRIPT)
+    rank0 = _run_script(tmp_path, script)[0]
+    assert rank0.returncode == 0 and "finished" in rank0.stdout, rank0.stdout
+    assert rank0.stdout.count("SageMakerCompatibilityWarning") == 1, rank0.stdout
+    assert f"{script}:8: SageMakerCompatibilityWarning: dist.all_reduce on a CPU tensor" in rank0.stdout

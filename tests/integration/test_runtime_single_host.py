@@ -128,16 +128,18 @@ def test_sigterm_to_the_runtime_reaches_every_rank(tmp_path):
     assert not [pid for pid in pids if alive(pid)]
 
 
-def test_each_rank_leads_its_own_group_inside_the_runtimes_session(tmp_path):
+def test_each_rank_leads_its_own_session_marked_with_the_runtimes(tmp_path):
+    """A session per rank gives each its own scheduler autogroup (as torchrun's workers); the marker
+    lets the host's sweep find the ranks and their children."""
     script = (
         "import os, json\n"
         "open(os.environ['SM_OUTPUT_DATA_DIR'] + f\"/ids-{os.environ['RANK']}.json\", 'w').write("
-        "json.dumps([os.getpid(), os.getpgid(0), os.getsid(0), os.getppid()]))\n"
+        "json.dumps([os.getpid(), os.getpgid(0), os.getsid(0), os.getppid(), int(os.environ['SMDDP_HOST_SESSION'])]))\n"
     )
     job = single_host(tmp_path, {"train.py": script}, {"sagemaker_distributed_dataparallel_enabled": True}, num_gpus=2)
     runtime = job.start()["algo-1"]
     code, out = wait_all({"algo-1": runtime}, 60)["algo-1"]
     assert code == 0, out
     for rank in (0, 1):
-        pid, pgid, sid, parent = json.loads((job.opt_ml("algo-1").output_data_dir / f"ids-{rank}.json").read_text())
-        assert pgid == pid and parent == runtime.pid and sid == runtime.pid
+        pid, pgid, sid, parent, host_session = json.loads((job.opt_ml("algo-1").output_data_dir / f"ids-{rank}.json").read_text())
+        assert pgid == pid == sid and parent == runtime.pid and host_session == runtime.pid

@@ -55,3 +55,29 @@ def test_sys_exit_with_a_message_exits_1_and_prints_it(tmp_path):
     result, error_file = run(tmp_path, "import sys\nsys.exit('giving up')\n")
     assert result.returncode == 1 and "giving up" in result.stderr
     assert json.loads(error_file.read_text())["message"] == "giving up"
+
+
+def test_the_fast_exit_keeps_what_a_normal_exit_does(tmp_path):
+    """No module teardown, but threads are joined, atexit handlers run, open files and stdio flushed."""
+    source = (
+        "import atexit, sys, threading, time\n"
+        "kept = open('open.txt', 'w'); kept.write('kept')\n"
+        "atexit.register(lambda: open('atexit.txt', 'w').write('ran'))\n"
+        "threading.Thread(target=lambda: (time.sleep(0.3), open('thread.txt', 'w').write('joined'))).start()\n"
+        "sys.stdout.write('no newline')\n"
+        "sys.exit(3)\n"
+    )
+    result, _ = run(tmp_path, source)
+    assert result.returncode == 3 and result.stdout == "no newline"
+    assert [(tmp_path / name).read_text() for name in ("open.txt", "atexit.txt", "thread.txt")] == ["kept", "ran", "joined"]
+
+
+def test_stacks_are_written_on_the_stacks_signal(tmp_path):
+    source = "import os, signal, time\nos.kill(os.getpid(), signal.SIGUSR2)\ntime.sleep(0.2)\nprint('alive')\n"
+    stacks = tmp_path / "stacks" / "rank-3.txt"
+    (tmp_path / "train.py").write_text(source)
+    env = {**os.environ, "PYTHONPATH": PACKAGE_ROOT, "SMDDP_STACKS_FILE": str(stacks), "RANK": "3"}
+    result = subprocess.run([sys.executable, "-m", "smddp_sdk.runtime.bootstrap", "train.py"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0 and result.stdout == "alive\n", result.stderr
+    assert 'train.py", line 2 in <module>' in stacks.read_text()

@@ -279,3 +279,11 @@ def test_numeric_knobs_name_the_variable_and_what_is_expected():
         number_env({"SMDDP_STOP_GRACE": "soon"}, "SMDDP_STOP_GRACE", 5.0, float)
     with pytest.raises(ContractError, match="non-negative integer"):
         number_env({"SMDDP_AGENT_PORT": "1.5"}, "SMDDP_AGENT_PORT", 7778, int)
+
+
+def test_script_argv_is_appended_verbatim_and_a_bad_value_is_a_contract_error():
+    assert rank_env.script_argv({}) == []
+    args = ["data.csv", "--fp16", "--lr=0.1", "--"]
+    assert rank_env.script_argv({contract.SCRIPT_ARGS_ENV: json.dumps(args)}) == args
+    with pytest.raises(ContractError, match="JSON list of strings"):
+        rank_env.script_argv({contract.SCRIPT_ARGS_ENV: "--fp16"})

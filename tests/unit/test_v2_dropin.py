@@ -88,6 +88,11 @@ def test_experiment_config_is_checked_before_anything_starts(project: Path) -> N
     assert not (project / "jobs").exists()
 
 
+def test_disable_output_compression_is_accepted_with_a_note(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert estimator(disable_output_compression=True).instance_count == 2
+    assert "note: disable_output_compression=True changes nothing here: the model still arrives as model.tar.gz" in capsys.readouterr().err
+
+
 # --- v2 methods ---------------------------------------------------------------------------------
 
 

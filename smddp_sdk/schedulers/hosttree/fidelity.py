@@ -81,7 +81,6 @@ def _platform_notes(spec: JobSpec) -> list[str]:
     checks: list[tuple[bool, str]] = [
         (spec.max_retry_attempts is not None, f"max_retry_attempts={spec.max_retry_attempts} is not emulated: a failed rehearsal is not retried"),
         (spec.enable_network_isolation, "enable_network_isolation is not emulated: the hosts can reach the network here"),
-        (bool(spec.metric_definitions), f"metric_definitions ({len(spec.metric_definitions)}) are not scraped into CloudWatch here; `smddp-launch metrics <job>` and training_job_analytics read them from the logs"),
         (spec.volume_size != 30, f"volume_size={spec.volume_size} GB is not enforced: the hosts write to this machine's disk"),
         (spec.keep_alive_period_in_seconds is not None, "keep_alive_period_in_seconds (warm pools) is not emulated: every rehearsal starts fresh"),
         (bool(spec.tags), f"tags ({len(spec.tags)}) are not applied to anything here"),

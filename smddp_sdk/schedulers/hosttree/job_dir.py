@@ -200,12 +200,13 @@ def parse_console_line(raw: str, default_host: str = "") -> LogLine:
 
 
 def follow_lines(path: Path, finished: Any, *, poll: float = 0.1) -> Iterator[str]:
-    """Complete lines of a growing file until ``finished()`` is true and the file is drained."""
+    """Complete lines of a growing file until ``finished()`` is true and the file is drained. Only
+    ``\n`` ends a line: a progress bar's ``\r`` redraws stay in their line (and keep its prefix)."""
     while not path.exists():
         if finished():
             return
         time.sleep(poll)
-    with open(path, encoding="utf-8", errors="replace") as handle:
+    with open(path, encoding="utf-8", errors="replace", newline="\n") as handle:
         pending = ""
         while True:
             chunk = handle.readline()
@@ -218,7 +219,7 @@ def follow_lines(path: Path, finished: Any, *, poll: float = 0.1) -> Iterator[st
             if finished():
                 rest = handle.read()
                 pending += rest
-                yield from pending.splitlines(keepends=True)
+                yield from (line for line in pending.split("\n") if line)
                 return
             time.sleep(poll)
 

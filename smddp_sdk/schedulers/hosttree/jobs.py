@@ -24,8 +24,9 @@ import smddp_sdk
 from smddp_sdk.errors import SmddpError, SpecError, SpecIssue
 from smddp_sdk.schedulers.base import Capabilities, DryRun, Scheduler
 from smddp_sdk.schedulers.hosttree import fidelity
+from smddp_sdk.schedulers.hosttree.console_log import follow_stamped
 from smddp_sdk.schedulers.hosttree.host_trees import HostTree, prepare_host_trees, stage_code
-from smddp_sdk.schedulers.hosttree.job_dir import JobDir, follow_lines, is_supervisor_of
+from smddp_sdk.schedulers.hosttree.job_dir import JobDir, is_supervisor_of
 from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
 from smddp_sdk.schedulers.hosttree.supervisor import HEARTBEAT, LIFELINE, SCRATCH, backend_for
 from smddp_sdk.specs import contract, instance_types, processes
@@ -213,9 +214,9 @@ class HostTreeScheduler(Scheduler):
         """Every host's output in the order it arrived; ``ranks`` keeps only those ranks' lines."""
         job_dir = self._job_dir(handle)
         finished = (lambda: self.status(handle).state.is_terminal) if follow else (lambda: True)
-        for raw in follow_lines(job_dir.console_log, finished):
+        for raw, timestamp in follow_stamped(job_dir.console_log, finished):
             parsed = contract.parse_console_line(raw)
-            line = LogLine(parsed.host, parsed.text, parsed.rank)
+            line = LogLine(parsed.host, parsed.text, parsed.rank, timestamp=timestamp)
             if line.matches(hosts, ranks):
                 yield line
 

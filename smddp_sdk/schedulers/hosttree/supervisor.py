@@ -25,10 +25,11 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from smddp_sdk.schedulers.hosttree import checkpoints
+from smddp_sdk.schedulers.hosttree import checkpoints, stacks
 from smddp_sdk.schedulers.hosttree.backend import HostBackend, HostExit
+from smddp_sdk.schedulers.hosttree.console_log import StampedLog
 from smddp_sdk.schedulers.hosttree.host_trees import collect_artifacts
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir
 from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
@@ -78,7 +79,7 @@ class Supervisor:
         self.backend = backend or backend_for(job_dir, self.record)
         self.hosts: list[str] = [item.host for item in self.plan.hosts]
         self.console_lock = threading.Lock()
-        self.console: IO[bytes] | None = None
+        self.console: StampedLog | None = None
         self.signalled = threading.Event()
         self.state: dict[str, Any] = {}
         self.exits: dict[str, HostExit] = {}
@@ -119,7 +120,7 @@ class Supervisor:
     def start_hosts(self) -> None:
         self.lifeline_fd = open_lifeline(self.job_dir.path / LIFELINE)
         self.update(**(self.backend.prepare() or {}))
-        self.console = open(self.job_dir.console_log, "ab")  # noqa: SIM115 - closed at the end of run()
+        self.console = StampedLog(self.job_dir.console_log)  # closed at the end of run()
         extra: dict[str, str] = {}
         if self.plan.backend == "process":  # a container has its lifeline mount in its plan, and a /tmp of its own
             extra = {contract.LIFELINE_ENV: str(self.job_dir.path / LIFELINE), contract.SCRATCH_ENV: str(self.job_dir.path / SCRATCH)}
@@ -137,7 +138,6 @@ class Supervisor:
         with self.console_lock:
             if self.console is not None and not self.console.closed:
                 self.console.write(text.encode("utf-8"))
-                self.console.flush()
 
     # --- watching -------------------------------------------------------------------------------
 
@@ -160,6 +160,9 @@ class Supervisor:
         if now - self.last_heartbeat >= HEARTBEAT_SECONDS:
             self.last_heartbeat = now
             (self.job_dir.path / HEARTBEAT).touch()
+        if stacks.take_request(self.job_dir.path):  # `smddp-launch stacks`: the runtimes pass it to their ranks
+            for host in self.running_hosts():
+                self.backend.signal(host, contract.STACKS_SIGNAL)
 
     def check_stop_conditions(self, deadline: float) -> None:
         owner = self.record.get("owner_pid")
@@ -202,7 +205,8 @@ class Supervisor:
             if ended is None:
                 continue
             self.exits[host] = ended
-            state = JobState.SUCCEEDED if ended.code == 0 else JobState.FAILED
+            cancelled = self.stop_reason is not None and self.stop_reason[0] is JobState.CANCELLED and host in self.stopped_by_us
+            state = JobState.SUCCEEDED if ended.code == 0 else JobState.CANCELLED if cancelled else JobState.FAILED
             self.state["hosts"][host].update(exit_code=ended.code, signal=ended.signal, ended=ended.ended, state=state.value)
             changed = True
         if changed:

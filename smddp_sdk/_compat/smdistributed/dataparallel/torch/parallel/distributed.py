@@ -18,16 +18,17 @@ class DistributedDataParallel(_TorchDDP):
         module: nn.Module,
         device_ids: list[int] | None = None,
         output_device: int | None = None,
-        broadcast_buffers: bool = True,
+        broadcast_buffers: bool | None = None,
         process_group: object = None,
         bucket_cap_mb: float | None = None,
         **kwargs: object,
     ) -> None:
+        if broadcast_buffers is not None:  # only when asked: newer torch warns on every rank when it is passed
+            kwargs["broadcast_buffers"] = broadcast_buffers
         super().__init__(
             module,
             device_ids=device_ids,
             output_device=output_device,
-            broadcast_buffers=broadcast_buffers,
             process_group=process_group,
             bucket_cap_mb=DEFAULT_BUCKET_CAP_MB if bucket_cap_mb is None else bucket_cap_mb,
             **kwargs,

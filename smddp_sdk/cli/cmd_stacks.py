@@ -1,0 +1,46 @@
+"""``stacks``: every rank's Python stack of a running local or docker job, to see where it hangs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from smddp_sdk.cli.cmd_jobs import JOB_HELP, job_argument, job_target, scheduler_option
+from smddp_sdk.cli.common import console
+from smddp_sdk.errors import SpecError, SpecIssue
+from smddp_sdk.schedulers.hosttree import stacks
+
+
+@click.command("stacks", short_help="Print every rank's Python stack of a running job.", epilog=JOB_HELP)
+@job_argument
+@scheduler_option
+@click.option("--timeout", type=click.FloatRange(min=0.5), default=10.0, show_default=True, metavar="SECONDS", help="How long to wait for the ranks to answer.")
+@click.pass_context
+def stacks_command(ctx: click.Context, job: str, options: list[tuple[str, str]], timeout: float) -> None:
+    """Print where every rank of JOB is: all threads' Python stacks, rank by rank (local and docker jobs).
+
+    Each rank writes them from a signal handler (faulthandler), so this works while a rank is stuck in
+    a collective or in native code; they are also kept in the job's tree (<host>/output/stacks/).
+    """
+    handle, scheduler = job_target(job, options)
+    if handle.scheduler not in ("local", "docker"):
+        raise SpecError(
+            SpecIssue("job", f"stacks works on local and docker jobs; {handle} runs on {handle.scheduler}", "on SageMaker, use py-spy dump --pid in the container (SSM) or the job's CloudWatch logs")
+        )
+    if scheduler.status(handle).state.is_terminal:
+        raise SpecError(SpecIssue("job", f"{handle} has ended: there are no stacks to show", f"see its logs: smddp-launch logs {handle}"))
+    collected = stacks.collect(Path(scheduler.job_root) / handle.job_id, timeout=timeout)  # type: ignore[attr-defined]
+    silent = [stack for stack in collected if not stack.text]
+    for stack in collected:
+        if stack.text:
+            click.echo(f"=== {stack.host}/rank{stack.rank} ===")
+            click.echo(stack.text.rstrip("\n"))
+    if silent:
+        who = ", ".join(f"{stack.host}/rank{stack.rank}" for stack in silent)
+        console(ctx).say(f"no stacks within {timeout:g} s from {who} (ended, or blocking {stacks.SIGNAL_NAME})")
+    if not collected:
+        console(ctx).say(f"{handle}: no rank has started yet")
+
+
+COMMANDS = (stacks_command,)

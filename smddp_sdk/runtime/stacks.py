@@ -1,0 +1,48 @@
+"""Every rank's Python stack on request, for finding where a job hangs (``smddp-launch stacks NAME``).
+
+The runtime passes ``STACKS_SIGNAL`` on to its ranks; each rank's bootstrap has registered faulthandler
+for it, which writes every thread's stack into the rank's stacks file (``rank_stacks_file`` of its
+/opt/ml tree), from the signal handler itself: it works while the rank is stuck in native code.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import IO
+
+from smddp_sdk.specs.contract import STACKS_FILE_ENV, STACKS_SIGNAL
+
+_open_files: list[IO[str]] = []  # faulthandler writes to the descriptor; the file must stay open
+
+
+def register_stack_dump(path: str | os.PathLike[str] | None = None) -> Path | None:
+    """In a rank: append every thread's stack to ``path`` (default: ``$SMDDP_STACKS_FILE``) on each
+    ``STACKS_SIGNAL``. Returns the file, or None when no path is known or it cannot be opened."""
+    target = path or os.environ.get(STACKS_FILE_ENV)
+    if not target:
+        return None
+    try:
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+        handle = open(target, "a", encoding="utf-8")  # noqa: SIM115 - kept open for faulthandler
+    except OSError:
+        return None
+    _open_files.append(handle)
+    faulthandler.register(STACKS_SIGNAL, file=handle, all_threads=True, chain=False)
+    return Path(target)
+
+
+def forward_stack_requests(pids: Callable[[], Iterable[int]]) -> None:
+    """In a runtime (main thread): pass ``STACKS_SIGNAL`` on to the ranks instead of dying of it."""
+
+    def forward(_signum: int, _frame: object) -> None:
+        for pid in pids():
+            try:
+                os.kill(pid, STACKS_SIGNAL)
+            except ProcessLookupError:
+                pass  # the rank ended meanwhile
+
+    signal.signal(STACKS_SIGNAL, forward)
