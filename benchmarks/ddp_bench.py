@@ -15,6 +15,9 @@ and share the memory bandwidth.
 step plus that all_reduce by more than what overlap with backward hides, and on a CPU where every core
 computes during backward little is hidden: `bound` = lockstep step + all_reduce, and each
 configuration's `of bound` = bound / its step (1.00: at the bound). Both come from the same round.
+The same in CPU seconds of all ranks per step (`CPU of bound`; every thread counts, the communication
+thread's too) measures the work each configuration adds, which load from elsewhere stretches far less
+than wall time.
 
 The model is an MLP (512 -> hidden x layers -> 512, 10.5M parameters by default), SGD with momentum,
 `--batch-size` samples per rank, one torch thread per rank. The one-process baseline trains the same model
@@ -75,7 +78,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--hidden", type=int, default=2048)
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--bucket-cap-mb", type=float, default=25)
-    parser.add_argument("--gradient-as-bucket-view", action="store_true")
+    parser.add_argument("--gradient-as-bucket-view", action=argparse.BooleanOptionalAction, help="torch's DDP option; left out: DDP's default (True over smddp, see ddp.install_default_hook)")
     parser.add_argument("--breakdown", action="store_true", help="profile each DDP configuration's step instead (see above)")
     parser.add_argument("--json", help="append results to this file")
     parser.add_argument("--rank-process", action="store_true", help=argparse.SUPPRESS)
@@ -97,8 +100,12 @@ def build_model(args: argparse.Namespace):
     return nn.Sequential(*layers[:-1])
 
 
-def train(model, args: argparse.Namespace, rank: int, sync: Callable[[float], float], steps: int) -> list[float]:
-    """Step times in seconds (after the warm-up steps); sync() returns the slowest rank's time for a step."""
+Sync = Callable[[float, float], tuple[float, float]]
+
+
+def train(model, args: argparse.Namespace, rank: int, sync: Sync, steps: int) -> list[tuple[float, float]]:
+    """(wall, CPU) seconds of each step after the warm-up steps; sync(wall, cpu) returns the slowest rank's
+    wall time and the CPU time of all ranks together (every thread: the communication thread's too)."""
     import torch
     from torch.profiler import record_function
 
@@ -108,7 +115,7 @@ def train(model, args: argparse.Namespace, rank: int, sync: Callable[[float], fl
     for step in range(args.warmup + steps):
         x = torch.randn(args.batch_size, 512, generator=gen)
         y = torch.randn(args.batch_size, 512, generator=gen)
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
         with record_function("forward"):
             loss = torch.nn.functional.mse_loss(model(x), y)
@@ -116,9 +123,9 @@ def train(model, args: argparse.Namespace, rank: int, sync: Callable[[float], fl
             loss.backward()
         with record_function("optimizer"):
             opt.step()
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
         if step >= args.warmup:
-            times.append(sync(elapsed))
+            times.append(sync(elapsed, cpu))
     return times
 
 
@@ -131,8 +138,9 @@ def digest(model) -> str:
     return h.hexdigest()
 
 
-def time_allreduce(model, steps: int, slowest: Callable[[float], float]) -> float:
-    """Median time of the all_reduce (AVG) of one tensor the size of the model's gradients, alone."""
+def time_allreduce(model, steps: int, slowest: Sync) -> tuple[float, float]:
+    """Median (wall, CPU of all ranks) of the all_reduce (AVG) of one tensor the size of the model's
+    gradients, alone."""
     import torch
     import torch.distributed as dist
 
@@ -140,10 +148,10 @@ def time_allreduce(model, steps: int, slowest: Callable[[float], float]) -> floa
     times = []
     for _ in range(steps + 2):
         dist.barrier()
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         dist.all_reduce(grads, op=dist.ReduceOp.AVG)
-        times.append(slowest(time.perf_counter() - start))
-    return statistics.median(times[2:])
+        times.append(slowest(time.perf_counter() - start, time.process_time() - cpu_start))
+    return statistics.median(t[0] for t in times[2:]), statistics.median(t[1] for t in times[2:])
 
 
 class ReductionTimer:
@@ -214,8 +222,8 @@ def rank_main(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(1)
     if args.backend == "local":  # no communication: the baseline, or n independent processes side by side
-        times = train(build_model(args), args, 0, lambda t: t, args.steps)
-        Path(f"{args.result_file}.{os.environ.get('RANK', '0')}").write_text(json.dumps({"times": times}))
+        steps = train(build_model(args), args, 0, lambda wall, cpu: (wall, cpu), args.steps)
+        Path(f"{args.result_file}.{os.environ.get('RANK', '0')}").write_text(json.dumps({"times": [wall for wall, _ in steps]}))
         return
     import torch.distributed as dist
 
@@ -228,12 +236,13 @@ def rank_main(args: argparse.Namespace) -> None:
     elif args.ddp == "smddp":
         model = DistributedDataParallel(build_model(args), bucket_cap_mb=args.bucket_cap_mb)
     else:
-        model = torch.nn.parallel.DistributedDataParallel(build_model(args), bucket_cap_mb=args.bucket_cap_mb, gradient_as_bucket_view=args.gradient_as_bucket_view)
+        options = {} if args.gradient_as_bucket_view is None else {"gradient_as_bucket_view": args.gradient_as_bucket_view}
+        model = torch.nn.parallel.DistributedDataParallel(build_model(args), bucket_cap_mb=args.bucket_cap_mb, **options)
 
-    def slowest(elapsed: float) -> float:
+    def slowest(elapsed: float, cpu: float) -> tuple[float, float]:
         box = [None] * dist.get_world_size()
-        dist.all_gather_object(box, elapsed, group=side)
-        return max(box)
+        dist.all_gather_object(box, (elapsed, cpu), group=side)
+        return max(wall for wall, _ in box), sum(used for _, used in box)
 
     result: dict = {}
     if args.breakdown:
@@ -244,12 +253,13 @@ def rank_main(args: argparse.Namespace) -> None:
         train(model, args, dist.get_rank(), slowest, 0)  # warm-up outside the profile
         args.warmup = 0
         with profile(activities=[ProfilerActivity.CPU]) as prof:
-            result["times"] = train(model, args, dist.get_rank(), slowest, args.steps)
+            result["times"] = [wall for wall, _ in train(model, args, dist.get_rank(), slowest, args.steps)]
         result["breakdown"] = breakdown(prof, args.steps, timer.seconds if timer else float("nan"))
     else:
-        result["times"] = train(model, args, dist.get_rank(), slowest, args.steps)
+        steps = train(model, args, dist.get_rank(), slowest, args.steps)
+        result["times"], result["cpu"] = [wall for wall, _ in steps], [cpu for _, cpu in steps]
         if args.ddp == "none" and args.backend == "smddp":
-            result["allreduce_s"] = time_allreduce(model, args.steps, slowest)
+            result["allreduce_s"], result["allreduce_cpu_s"] = time_allreduce(model, args.steps, slowest)
     digests = [None] * dist.get_world_size()
     dist.all_gather_object(digests, digest(getattr(model, "module", model)), group=side)
     result["identical"] = len(set(digests)) == 1 if args.ddp != "none" else None  # nothing keeps them equal
@@ -307,14 +317,17 @@ def run(args: argparse.Namespace, argv: list[str], config: tuple[str, str], n: i
         else:
             data = json.loads(Path(result).read_text())
     step = statistics.median(data["times"])
+    cpu = statistics.median(data["cpu"]) if data.get("cpu") else None
     return {
         "backend": backend,
         "ddp": ddp,
         "n": n,
         "step_s": step,
+        "cpu_s": cpu,
         "samples_s": n * args.batch_size / step,
         "identical": data.get("identical"),
         "allreduce_s": data.get("allreduce_s"),
+        "allreduce_cpu_s": data.get("allreduce_cpu_s"),
         "breakdown": data.get("breakdown"),
     }
 
@@ -335,7 +348,8 @@ def _spread(values: list[float]) -> dict:
 
 def summarize(rounds: list[dict[tuple, dict]], keys: list[tuple]) -> list[dict]:
     """One row per configuration: medians over rounds; efficiency against the same round's one process,
-    `of_bound` against the same round's bound (lockstep step + all_reduce alone, same world size)."""
+    `of_bound` against the same round's bound (lockstep step + all_reduce alone, same world size), and
+    `cpu_of_bound` the same in CPU time of all ranks (less sensitive to load from elsewhere)."""
     rows = []
     for key in keys:
         runs = [r[key] for r in rounds]
@@ -354,24 +368,34 @@ def summarize(rounds: list[dict[tuple, dict]], keys: list[tuple]) -> list[dict]:
             limit = [b["step_s"] + b["allreduce_s"] for b in bounds]
             row["bound_s"] = statistics.median(limit)
             row["of_bound"] = _spread([lim / run["step_s"] for lim, run in zip(limit, runs)])
+            if runs[0]["cpu_s"] is not None:
+                cpu_limit = [b["cpu_s"] + b["allreduce_cpu_s"] for b in bounds]
+                row["cpu_s"] = statistics.median(run["cpu_s"] for run in runs)
+                row["cpu_bound_s"] = statistics.median(cpu_limit)
+                row["cpu_of_bound"] = _spread([lim / run["cpu_s"] for lim, run in zip(cpu_limit, runs)])
         if runs[0]["allreduce_s"] is not None:
             row["allreduce_s"] = statistics.median(run["allreduce_s"] for run in runs)
+            row["allreduce_cpu_s"] = statistics.median(run["allreduce_cpu_s"] for run in runs)
         rows.append(row)
     return rows
 
 
+def _with_range(spread: dict | None) -> str:
+    return f"{spread['median']:5.2f} ({spread['range'][0]:.2f}-{spread['range'][1]:.2f})" if spread else f"{'-':>15}"
+
+
+def _ms(row: dict, key: str) -> str:
+    return f"{row[key] * 1e3:7.1f} ms" if row.get(key) is not None else f"{'-':>10}"
+
+
 def print_rows(rows: list[dict]) -> None:
-    print(f"{'backend':>8} {'ddp':>6} {'ranks':>5} {'step':>10} {'efficiency':>15} {'bound':>9} {'of bound':>15} {'identical':>9}")
+    print(f"{'backend':>8} {'ddp':>6} {'ranks':>5} {'step':>10} {'efficiency':>15} {'bound':>10} {'of bound':>15} {'CPU/step':>10} {'CPU bound':>10} {'CPU of bound':>15} {'identical':>9}")
     for row in rows:
-        eff = row["efficiency"]
-        of_bound = row.get("of_bound")
-        bound = f"{row['bound_s'] * 1e3:6.1f} ms" if "bound_s" in row else "-"
         print(
-            f"{row['backend']:>8} {row['ddp']:>6} {row['n']:>5} {row['step_s'] * 1e3:7.1f} ms "
-            f"{eff['median']:5.2f} ({eff['range'][0]:.2f}-{eff['range'][1]:.2f}) {bound:>9} "
-            + (f"{of_bound['median']:5.2f} ({of_bound['range'][0]:.2f}-{of_bound['range'][1]:.2f})" if of_bound else f"{'-':>15}")
-            + f" {'-' if row['identical'] is None else str(row['identical']):>9}"
-            + (f"   all_reduce alone {row['allreduce_s'] * 1e3:.1f} ms" if "allreduce_s" in row else ""),
+            f"{row['backend']:>8} {row['ddp']:>6} {row['n']:>5} {_ms(row, 'step_s')} {_with_range(row['efficiency'])} "
+            f"{_ms(row, 'bound_s')} {_with_range(row.get('of_bound'))} {_ms(row, 'cpu_s')} {_ms(row, 'cpu_bound_s')} "
+            f"{_with_range(row.get('cpu_of_bound'))} {'-' if row['identical'] is None else str(row['identical']):>9}"
+            + (f"   all_reduce alone {row['allreduce_s'] * 1e3:.1f} ms, CPU {row['allreduce_cpu_s'] * 1e3:.1f} ms" if "allreduce_s" in row else ""),
             flush=True,
         )
 
@@ -394,7 +418,7 @@ def main(argv: list[str]) -> int:
     params = sum(p.numel() for p in build_model(args).parameters())
     print(
         f"MLP {params / 1e6:.1f}M parameters, batch {args.batch_size} per rank, {args.steps} timed steps, "
-        f"bucket {args.bucket_cap_mb} MB, gradient_as_bucket_view={args.gradient_as_bucket_view} (torch DDP), "
+        f"bucket {args.bucket_cap_mb} MB, gradient_as_bucket_view={'default' if args.gradient_as_bucket_view is None else args.gradient_as_bucket_view} (torch DDP), "
         f"{args.repeat} round(s), {args.hosts} host(s)"
         + (f" on {args.rate_mbit} mbit links" if args.rate_mbit else "")
         + f", load average {os.getloadavg()[0]:.1f}, GLIBC_TUNABLES={MALLOC_KEEPS_MEMORY}",
