@@ -34,8 +34,7 @@ into `param.grad`, allocations, and the time outside autograd's operators (mostl
 bucket's reduction at the end of backward); and the reduction itself, timed on the communication thread
 (it overlaps backward).
 
-`--hosts H --rate-mbit R` splits the ranks over H simulated hosts in network namespaces joined by links
-shaped to R mbit/s (benchmarks/simhosts.py; root), TCP between them.
+`--hosts H` splits the ranks over H simulated hosts on this machine (TCP over loopback between them).
 
 Every process (baseline included) runs with glibc's malloc keeping freed memory, as the runtime sets it
 up for every rank (GLIBC_TUNABLES, see docs/runtime.md): otherwise the allocator hands multi-MB gradient
@@ -69,7 +68,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--world-sizes", default="2")
     parser.add_argument("--hosts", type=int, default=1, help="simulated hosts the ranks are split over")
-    parser.add_argument("--rate-mbit", type=float, help="with --hosts: run them in network namespaces on links of this rate")
     parser.add_argument("--configs", default="local:none,smddp:none,smddp:smddp,smddp:torch,gloo:torch", help="comma-separated BACKEND:DDP pairs; DDP is smddp, torch or none (see above)")
     parser.add_argument("--repeat", type=int, default=1, help="rounds of every configuration and the baseline")
     parser.add_argument("--steps", type=int, default=30)
@@ -269,44 +267,14 @@ def rank_main(args: argparse.Namespace) -> None:
 
 
 def launch(args: argparse.Namespace, rank_args: list[str], n: int) -> int:
-    env = {"GLIBC_TUNABLES": MALLOC_KEEPS_MEMORY}
-    if args.rate_mbit is None or args.hosts == 1:
-        from benchmarks.launch import run_ranks
+    from benchmarks.launch import run_ranks
 
-        return run_ranks(__file__, rank_args, n, hosts=min(args.hosts, n), env=env)
-    from benchmarks.link_bench import wait_all
-    from benchmarks.simhosts import SimHosts
-
-    per_host = -(-n // args.hosts)
-    with SimHosts(args.hosts, rate_mbit=args.rate_mbit) as hosts:
-        procs = [hosts.popen(rank // per_host, [sys.executable, __file__, "--rank-process", *rank_args], env=sim_rank_env(rank, n, per_host, hosts.names, hosts.addresses, env)) for rank in range(n)]
-        return wait_all(procs, time.monotonic() + 600)
-
-
-def sim_rank_env(rank: int, n: int, per_host: int, names: list[str], addresses: dict[str, str], extra: dict[str, str]) -> dict[str, str]:
-    env = dict(os.environ, **extra)
-    env.update(
-        {
-            "RANK": str(rank),
-            "WORLD_SIZE": str(n),
-            "LOCAL_RANK": str(rank % per_host),
-            "LOCAL_WORLD_SIZE": str(per_host),
-            "MASTER_ADDR": addresses[names[0]],
-            "MASTER_PORT": "29512",
-            "SM_CURRENT_HOST": names[rank // per_host],
-            "SMDDP_HOST_ADDRESSES": json.dumps(addresses),
-            "GLOO_SOCKET_IFNAME": "eth0",
-            "OMP_NUM_THREADS": "1",
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH")])),
-        }
-    )
-    return env
+    return run_ranks(__file__, rank_args, n, hosts=min(args.hosts, n), env={"GLIBC_TUNABLES": MALLOC_KEEPS_MEMORY})
 
 
 def run(args: argparse.Namespace, argv: list[str], config: tuple[str, str], n: int) -> dict:
     backend, ddp = config
     with tempfile.TemporaryDirectory() as tmp:
-        os.chmod(tmp, 0o755)  # ranks in network namespaces run as this user all the same
         result = os.path.join(tmp, "result.json")
         code = launch(args, [*argv, "--backend", backend, "--ddp", ddp, "--result-file", result], n)
         if code != 0:
@@ -419,9 +387,7 @@ def main(argv: list[str]) -> int:
     print(
         f"MLP {params / 1e6:.1f}M parameters, batch {args.batch_size} per rank, {args.steps} timed steps, "
         f"bucket {args.bucket_cap_mb} MB, gradient_as_bucket_view={'default' if args.gradient_as_bucket_view is None else args.gradient_as_bucket_view} (torch DDP), "
-        f"{args.repeat} round(s), {args.hosts} host(s)"
-        + (f" on {args.rate_mbit} mbit links" if args.rate_mbit else "")
-        + f", load average {os.getloadavg()[0]:.1f}, GLIBC_TUNABLES={MALLOC_KEEPS_MEMORY}",
+        f"{args.repeat} round(s), {args.hosts} host(s)" + f", load average {os.getloadavg()[0]:.1f}, GLIBC_TUNABLES={MALLOC_KEEPS_MEMORY}",
         flush=True,
     )
     if args.breakdown:

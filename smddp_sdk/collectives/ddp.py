@@ -33,6 +33,7 @@ import torch.distributed as dist
 
 from smddp_sdk.collectives.local import OwnSource
 from smddp_sdk.collectives.process_group import SmddpProcessGroup
+from smddp_sdk.collectives.reduce import HALF_TYPES
 
 COMPRESS_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 TorchDDP = torch.nn.parallel.DistributedDataParallel
@@ -55,10 +56,19 @@ def _first(fut: torch.futures.Future) -> torch.Tensor:
     return fut.value()[0]
 
 
+def _divided(size: int, fut: torch.futures.Future) -> torch.Tensor:
+    return fut.value()[0].div_(size)
+
+
 def allreduce_hook(group: dist.ProcessGroup | None, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """Average the bucket in place over the group: AVG, the division folded into the reduction (fp16/bf16
-    summed in fp32 and rounded once)."""
-    work = dist.all_reduce(bucket.buffer(), op=dist.ReduceOp.AVG, group=group, async_op=True)
+    """Average the bucket in place over the group: AVG, whose division the native core folds into the
+    reduction on one host (fp16/bf16 summed in fp32 and rounded once). Across hosts the core runs fp32
+    and fp64 sums but not AVG, so those are summed there and divided once here."""
+    buffer, backend = bucket.buffer(), smddp_backend(group)
+    if backend is not None and len(backend.topology.nodes) > 1 and buffer.dtype not in HALF_TYPES:
+        work = dist.all_reduce(buffer, op=dist.ReduceOp.SUM, group=group, async_op=True)
+        return work.get_future().then(functools.partial(_divided, backend.size()))
+    work = dist.all_reduce(buffer, op=dist.ReduceOp.AVG, group=group, async_op=True)
     return work.get_future().then(_first)
 
 
