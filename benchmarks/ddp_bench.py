@@ -363,7 +363,7 @@ def print_rows(rows: list[dict]) -> None:
             f"{row['backend']:>8} {row['ddp']:>6} {row['n']:>5} {_ms(row, 'step_s')} {_with_range(row['efficiency'])} "
             f"{_ms(row, 'bound_s')} {_with_range(row.get('of_bound'))} {_ms(row, 'cpu_s')} {_ms(row, 'cpu_bound_s')} "
             f"{_with_range(row.get('cpu_of_bound'))} {'-' if row['identical'] is None else str(row['identical']):>9}"
-            + (f"   all_reduce alone {row['allreduce_s'] * 1e3:.1f} ms, CPU {row['allreduce_cpu_s'] * 1e3:.1f} ms" if "allreduce_s" in row else ""),
+            + (f"   all_reduce alone {row['allreduce_s'] * 1e3:.1f} ms, CPU {row['allreduce_cpu_s'] * 1e3:.1f} ms" if row.get("allreduce_s") is not None else ""),
             flush=True,
         )
 
@@ -402,10 +402,10 @@ def main(argv: list[str]) -> int:
         rounds.append({(config, n): run(args, argv, config, n) for config, n in order})
         print(f"round {index + 1} (load {os.getloadavg()[0]:.1f}): " + ", ".join(f"{config[0]}/{config[1]} x{n} {rounds[-1][(config, n)]['step_s'] * 1e3:.1f} ms" for config, n in keys), flush=True)
     rows = summarize(rounds, keys)
-    print_rows(rows)
-    if args.json:
+    if args.json:  # first: the rounds are kept whatever the printing does
         path = Path(args.json)
         path.write_text(json.dumps((json.loads(path.read_text()) if path.exists() else []) + rows, indent=1))
+    print_rows(rows)
     return 1 if any(row["identical"] is False for row in rows) else 0
 
 
