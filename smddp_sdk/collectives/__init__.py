@@ -3,14 +3,15 @@
 ``import smddp_sdk.collectives`` registers the backend (idempotent; it leaves an already registered
 `smddp`, such as AWS's own library, in place). Then ``dist.init_process_group("smddp")`` works as with any
 backend: CPU tensors use shared memory within a host and authenticated TCP between hosts, CUDA tensors
-are handed to NCCL.
+are handed to NCCL. torch's DistributedDataParallel over an smddp group gets smddp's comm hook
+(``ddp.install_default_hook``).
 """
 
 from __future__ import annotations
 
 import torch.distributed as dist
 
-from smddp_sdk.collectives import sagemaker_compat
+from smddp_sdk.collectives import ddp, sagemaker_compat
 from smddp_sdk.collectives.errors import CollectiveError
 from smddp_sdk.collectives.process_group import BACKEND_NAME, SmddpProcessGroup, group_class
 
@@ -31,6 +32,7 @@ def register() -> None:
     """Register `smddp` with torch.distributed unless a backend of that name already exists."""
     if not is_registered():
         dist.Backend.register_backend(BACKEND_NAME, _create, devices=["cpu", "cuda"])
+        ddp.install_default_hook()
 
 
 register()

@@ -1,4 +1,4 @@
-"""Data parallelism over the smddp backend: our own DDP wrapper, and comm hooks for torch's DDP.
+"""Data parallelism over the smddp backend: our own DDP wrapper, and the comm hooks for torch's DDP.
 
 ``DistributedDataParallel`` keeps SMDDP's fusion buffers in memory the host's ranks share: each
 gradient is copied into its bucket as soon as autograd produces it, and a full bucket is reduced in
@@ -8,12 +8,13 @@ bucket's staging and copy-back passes, which on CPU compete with backward for th
 
     model = smddp_sdk.collectives.ddp.DistributedDataParallel(net, bucket_cap_mb=25)
 
-torch's DDP works too (``dist.init_process_group("smddp")`` is enough); its buckets reach the group as
-ordinary allreduces on the communication thread. The hooks below reduce them with AVG in one pass, or
-compressed:
+torch's DDP over an smddp group (``dist.init_process_group("smddp")`` is enough) gets two defaults from
+the backend (``install_default_hook``): ``gradient_as_bucket_view=True`` (the gradients are views into
+DDP's buckets, so nothing is copied back after the reduction) unless the script passes False, and
+``allreduce_hook`` (each bucket averaged in one pass, the division folded into the reduction). A hook the
+script registers replaces it; ``register`` installs the compressing ones:
 
-    model = DistributedDataParallel(net, bucket_cap_mb=25)         # torch.nn.parallel
-    smddp_sdk.collectives.ddp.register(model)                      # fp32 buckets, averaged in one pass
+    model = DistributedDataParallel(net, bucket_cap_mb=25)         # torch.nn.parallel: allreduce_hook
     smddp_sdk.collectives.ddp.register(model, compress="bf16")     # bf16 on the wire, fp32 accumulation
 
 Low-precision buckets (fp16/bf16 models, or ``compress``) are summed in fp32 and rounded once, so the
@@ -22,7 +23,9 @@ result equals reducing the fp32 values and rounding at the end.
 
 # No `from __future__ import annotations`: DDP checks the hook's annotations as live objects.
 import contextlib
-from collections.abc import Iterator
+import functools
+import inspect
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -30,21 +33,54 @@ import torch.distributed as dist
 
 from smddp_sdk.collectives.local import OwnSource
 from smddp_sdk.collectives.process_group import SmddpProcessGroup
+from smddp_sdk.collectives.reduce import HALF_TYPES
 
 COMPRESS_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+TorchDDP = torch.nn.parallel.DistributedDataParallel
+Hook = Callable[[object, dist.GradBucket], torch.futures.Future]
+
+
+def smddp_backend(group: dist.ProcessGroup | None) -> SmddpProcessGroup | None:
+    """The smddp implementation behind a group (None: another backend)."""
+    group = group or dist.group.WORLD
+    if isinstance(group, SmddpProcessGroup):
+        return group
+    try:
+        backend = group._get_backend(torch.device("cpu"))
+    except RuntimeError:
+        return None
+    return backend if isinstance(backend, SmddpProcessGroup) else None
+
+
+def _first(fut: torch.futures.Future) -> torch.Tensor:
+    return fut.value()[0]
+
+
+def _divided(size: int, fut: torch.futures.Future) -> torch.Tensor:
+    return fut.value()[0].div_(size)
 
 
 def allreduce_hook(group: dist.ProcessGroup | None, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """Average the bucket in place over the group (AVG: one division after the fp32-accumulated sum)."""
-    buffer = bucket.buffer()
+    """Average the bucket in place over the group: AVG, whose division the native core folds into the
+    reduction on one host (fp16/bf16 summed in fp32 and rounded once). Across hosts the core runs fp32
+    and fp64 sums but not AVG, so those are summed there and divided once here."""
+    buffer, backend = bucket.buffer(), smddp_backend(group)
+    if backend is not None and len(backend.topology.nodes) > 1 and buffer.dtype not in HALF_TYPES:
+        work = dist.all_reduce(buffer, op=dist.ReduceOp.SUM, group=group, async_op=True)
+        return work.get_future().then(functools.partial(_divided, backend.size()))
     work = dist.all_reduce(buffer, op=dist.ReduceOp.AVG, group=group, async_op=True)
-    return work.get_future().then(lambda fut: fut.value()[0])
+    return work.get_future().then(_first)
 
 
-def _compressed_hook(dtype: torch.dtype):
+def _compressed_hook(dtype: torch.dtype) -> Hook:
+    wires: dict[int, torch.Tensor] = {}  # bucket index -> its low-precision copy, kept between steps
+
     def hook(group: dist.ProcessGroup | None, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
         buffer = bucket.buffer()
-        wire = buffer.to(dtype)
+        wire = wires.get(bucket.index())
+        if wire is None or wire.numel() != buffer.numel():  # first step, or DDP rebuilt its buckets
+            wire = wires[bucket.index()] = torch.empty(buffer.numel(), dtype=dtype)
+        wire.copy_(buffer)
         work = dist.all_reduce(wire, op=dist.ReduceOp.AVG, group=group, async_op=True)
 
         def decompress(fut: torch.futures.Future) -> torch.Tensor:
@@ -53,19 +89,90 @@ def _compressed_hook(dtype: torch.dtype):
 
         return work.get_future().then(decompress)
 
-    hook.__name__ = f"{dtype}_compress_hook".replace("torch.", "")
+    hook.__name__ = hook.__qualname__ = f"{dtype}_compress_hook".replace("torch.", "")
     return hook
 
 
-def register(model: torch.nn.parallel.DistributedDataParallel, group: dist.ProcessGroup | None = None,
-             compress: str | None = None) -> None:
-    """Install the smddp hook on a DDP model; ``compress`` is None, "fp16" or "bf16"."""
-    if compress is None:
-        model.register_comm_hook(group, allreduce_hook)
-        return
-    if compress not in COMPRESS_DTYPES:
+def register(model: TorchDDP, group: dist.ProcessGroup | None = None, compress: str | None = None) -> None:
+    """Install an smddp hook on a DDP model; ``compress`` is None (allreduce_hook), "fp16" or "bf16"."""
+    if compress is not None and compress not in COMPRESS_DTYPES:
         raise ValueError(f"compress={compress!r} is not supported: use None, " + ", ".join(repr(k) for k in COMPRESS_DTYPES))
-    model.register_comm_hook(group, _compressed_hook(COMPRESS_DTYPES[compress]))
+    model.register_comm_hook(group, allreduce_hook if compress is None else _compressed_hook(COMPRESS_DTYPES[compress]))
+
+
+# torch's DDP over smddp: gradients in the buckets, allreduce_hook ---------------------------------------
+@dataclass
+class _DefaultHook:
+    """The hook torch's DDP calls: allreduce_hook, until the script registers its own in its place."""
+
+    hook: Hook
+    state: object
+    replaceable: bool = True
+
+
+def _default_hook(default: _DefaultHook, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    return default.hook(default.state, bucket)
+
+
+def _over_smddp(arguments: inspect.BoundArguments) -> bool:
+    """DDP's constructor arguments name an smddp group (or leave the default group, which is one)."""
+    given = arguments.arguments
+    if given.get("device_mesh") is not None or not dist.is_initialized():
+        return False
+    return smddp_backend(given.get("process_group")) is not None
+
+
+def _takes_default_hook(model: TorchDDP) -> bool:
+    """A CPU model with DDP's C++ reducer and no hook yet (mixed precision installs one)."""
+    return getattr(model, "reducer", None) is not None and not model._comm_hooks and model.device_type == "cpu" and not getattr(model, "_use_python_reducer", False)
+
+
+def install_default_hook() -> None:
+    """Make torch's DDP over an smddp group keep gradients in its buckets and average them with allreduce_hook.
+
+    Unless the script says otherwise, ``gradient_as_bucket_view`` defaults to True over smddp (torch's
+    option: ``param.grad`` is a view into DDP's bucket, so nothing is copied back after the reduction,
+    and a gradient accumulated without ``set_to_none`` lands in the bucket directly); pass False to keep
+    separate gradient tensors. The script's ``register_comm_hook`` (or ``_register_builtin_comm_hook``)
+    replaces allreduce_hook, once, as torch allows one registration. Idempotent."""
+    if getattr(TorchDDP.__init__, "smddp_default_hook", False):
+        return
+    init, register_hook, register_builtin = TorchDDP.__init__, TorchDDP.register_comm_hook, TorchDDP._register_builtin_comm_hook
+    signature = inspect.signature(init)
+
+    @functools.wraps(init)
+    def __init__(self: TorchDDP, *args: object, **kwargs: object) -> None:  # noqa: N807 - the wrapped method
+        arguments = signature.bind(self, *args, **kwargs)
+        over_smddp = _over_smddp(arguments)
+        if over_smddp and "gradient_as_bucket_view" not in arguments.arguments:
+            kwargs["gradient_as_bucket_view"] = True
+        init(self, *args, **kwargs)
+        if over_smddp and _takes_default_hook(self):
+            self._smddp_hook = _DefaultHook(allreduce_hook, self.process_group)
+            dist._register_comm_hook(self.reducer, self._smddp_hook, _default_hook)
+
+    @functools.wraps(register_hook)
+    def register_comm_hook(self: TorchDDP, state: object, hook: Hook) -> None:
+        default: _DefaultHook | None = getattr(self, "_smddp_hook", None)
+        if default is None or not default.replaceable:
+            register_hook(self, state, hook)  # not ours, or replaced already: torch's checks and errors
+            return
+        self._check_comm_hook(hook)
+        self.logger._set_comm_hook_name(hook.__qualname__)
+        self._comm_hooks.append((hook, state))
+        default.hook, default.state, default.replaceable = hook, state, False
+
+    @functools.wraps(register_builtin)
+    def _register_builtin_comm_hook(self: TorchDDP, comm_hook_type: dist.BuiltinCommHookType) -> None:
+        builtin = {dist.BuiltinCommHookType.ALLREDUCE: allreduce_hook, dist.BuiltinCommHookType.FP16_COMPRESS: _compressed_hook(torch.float16)}
+        if getattr(self, "_smddp_hook", None) is None or comm_hook_type not in builtin:
+            register_builtin(self, comm_hook_type)
+            return
+        register_comm_hook(self, self.process_group, builtin[comm_hook_type])
+
+    __init__.smddp_default_hook = True
+    TorchDDP.__init__, TorchDDP.register_comm_hook = __init__, register_comm_hook
+    TorchDDP._register_builtin_comm_hook = _register_builtin_comm_hook
 
 
 FIRST_BUCKET_BYTES = 1 << 20  # like torch's DDP: a small first bucket starts communication early
@@ -91,7 +198,7 @@ class _Bucket:
 
     def grad_view(self, index: int) -> torch.Tensor:
         param = self.params[index]
-        return self.flat[self.offsets[index]:self.offsets[index] + param.numel()].view(param.shape)
+        return self.flat[self.offsets[index] : self.offsets[index] + param.numel()].view(param.shape)
 
 
 class DistributedDataParallel(torch.nn.Module):
@@ -108,16 +215,16 @@ class DistributedDataParallel(torch.nn.Module):
     any other group (gloo, say) they are ordinary tensors reduced with ``all_reduce``.
     """
 
-    def __init__(self, module: torch.nn.Module, process_group: dist.ProcessGroup | None = None,
-                 bucket_cap_mb: float = 25.0, broadcast_buffers: bool = True) -> None:
+    def __init__(self, module: torch.nn.Module, process_group: dist.ProcessGroup | None = None, bucket_cap_mb: float = 25.0, broadcast_buffers: bool = True) -> None:
         super().__init__()
         if bucket_cap_mb <= 0:
             raise ValueError(f"bucket_cap_mb={bucket_cap_mb} must be positive (torch's DDP default is 25)")
         tensors = [*module.parameters(), *module.buffers()]
         elsewhere = sorted({str(t.device) for t in tensors if t.device.type != "cpu"})
         if elsewhere:
-            raise ValueError(f"smddp's DistributedDataParallel is for CPU models; this one has tensors on {', '.join(elsewhere)}: "
-                             "use torch.nn.parallel.DistributedDataParallel (smddp hands CUDA tensors to NCCL)")
+            raise ValueError(
+                f"smddp's DistributedDataParallel is for CPU models; this one has tensors on {', '.join(elsewhere)}: use torch.nn.parallel.DistributedDataParallel (smddp hands CUDA tensors to NCCL)"
+            )
         self.module = module
         self.process_group = process_group or dist.group.WORLD
         self.broadcast_buffers = broadcast_buffers
@@ -153,29 +260,19 @@ class DistributedDataParallel(torch.nn.Module):
             self._sync = previous
 
     # buffers ------------------------------------------------------------------------------------------
-    def _smddp_group(self) -> SmddpProcessGroup | None:
-        group = self.process_group
-        if isinstance(group, SmddpProcessGroup):
-            return group
-        try:
-            backend = group._get_backend(torch.device("cpu"))
-        except RuntimeError:
-            return None
-        return backend if isinstance(backend, SmddpProcessGroup) else None
-
     def _allocate(self) -> None:
         starts, total = [], 0
         for bucket in self._buckets:
             starts.append(total)
             total += -(-bucket.numel * bucket.params[0].element_size() // ALIGN_BYTES) * ALIGN_BYTES
-        smddp = self._smddp = self._smddp_group()
+        smddp = self._smddp = smddp_backend(self.process_group)
         shared = smddp.shared_buffers(total) if smddp is not None and self._world > 1 else None
         for bucket, start in zip(self._buckets, starts):
             dtype, nbytes = bucket.params[0].dtype, bucket.numel * bucket.params[0].element_size()
             if shared is None:
                 bucket.flat = torch.zeros(bucket.numel, dtype=dtype)
                 continue
-            bucket.shared = [buffer[start:start + nbytes].view(dtype) for buffer in shared]
+            bucket.shared = [buffer[start : start + nbytes].view(dtype) for buffer in shared]
             bucket.flat = bucket.shared[smddp.local_index]
             bucket.own_range = smddp.shard_range(bucket.numel)
 
@@ -205,9 +302,9 @@ class DistributedDataParallel(torch.nn.Module):
         if lo >= hi:
             flat_view.copy_(flat_grad)
             return
-        flat_view[:lo - begin].copy_(flat_grad[:lo - begin])
-        flat_view[hi - begin:].copy_(flat_grad[hi - begin:])
-        bucket.own_sources.append((lo, hi, flat_grad[lo - begin:hi - begin]))
+        flat_view[: lo - begin].copy_(flat_grad[: lo - begin])
+        flat_view[hi - begin :].copy_(flat_grad[hi - begin :])
+        bucket.own_sources.append((lo, hi, flat_grad[lo - begin : hi - begin]))
 
     @staticmethod
     def _is_full(bucket: _Bucket) -> bool:
@@ -224,7 +321,7 @@ class DistributedDataParallel(torch.nn.Module):
         """At the end of backward: reduce what is left (unused parameters count as zeros), then wait."""
         self._callback_queued = False
         try:
-            for bucket in self._buckets[self._launched:]:
+            for bucket in self._buckets[self._launched :]:
                 for index in set(range(len(bucket.params))) - bucket.staged:
                     bucket.grad_view(index).zero_()
                 self._launch(bucket)

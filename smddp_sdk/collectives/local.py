@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import torch
 
 from smddp_sdk.collectives.memory import copy_bytes
-from smddp_sdk.collectives.reduce import RedOpType, combine, finish_average, native_codes
+from smddp_sdk.collectives.reduce import RedOpType, combine, native_codes, reduce_into_copies
 from smddp_sdk.collectives.shm import ShmArena
 
 # below this many bytes every rank reduces the whole message itself: one barrier instead of two
@@ -131,8 +131,7 @@ class LocalComm:
             if i != self.index:
                 copy_bytes(x[lo:hi], views[i][lo:hi])
 
-    def allreduce_views(self, views: Sequence[torch.Tensor], op: RedOpType, average: bool, what: str, deadline: float,
-                        own: Sequence[OwnSource] = ()) -> None:
+    def allreduce_views(self, views: Sequence[torch.Tensor], op: RedOpType, average: bool, what: str, deadline: float, own: Sequence[OwnSource] = ()) -> None:
         """In place over every local rank's own copy of a tensor, each mapped here (``views``, local order).
 
         Zero-copy: rank i reads shard i of every copy, reduces it once and writes the result into every
@@ -146,18 +145,11 @@ class LocalComm:
         self.barrier(what, deadline)
         mine = views[self.index]
         start, stop = shard_bounds(mine.numel(), self.n, self.index)
+        op = RedOpType.AVG if average else op  # combine's AVG divides by its sources: the host's ranks
         block = max(1, BLOCK_BYTES // mine.element_size())
         for first, last, source in _segments(start, stop, own):
-            for lo in range(first, last, block):  # reduce, scale and copy out while the block is in L2
-                hi = min(lo + block, last)
-                result = mine[lo:hi]
-                own_part = result if source is None else source[lo - first:hi - first]
-                combine(result, [own_part] + [v[lo:hi] for i, v in enumerate(views) if i != self.index], op)
-                if average:
-                    finish_average(result, RedOpType.AVG, self.n)
-                for i, view in enumerate(views):
-                    if i != self.index:
-                        copy_bytes(view[lo:hi], result)
+            own_part = mine[first:last] if source is None else source
+            reduce_into_copies([view[first:last] for view in views], self.index, own_part, op, block)
         self.barrier(what, deadline)  # every shard written everywhere before anyone reads the result
 
     def reduce_scatter(self, x: torch.Tensor, out: torch.Tensor, op: RedOpType, what: str, deadline: float) -> None:
@@ -169,7 +161,7 @@ class LocalComm:
         k = out.numel()
         arena = self.arena
         if arena is None:
-            copy_bytes(out, x[self.index * k:(self.index + 1) * k])
+            copy_bytes(out, x[self.index * k : (self.index + 1) * k])
             return
         step = max(1, arena.slot_bytes // (self.n * x.element_size()))
         for c in range(0, k, step):
@@ -178,12 +170,11 @@ class LocalComm:
             views = [arena.slot(i, half)[: self.n * length * x.element_size()].view(x.dtype) for i in range(self.n)]
             for j in range(self.n):
                 if j != self.index:
-                    copy_bytes(views[self.index][j * length:(j + 1) * length], x[j * k + c:j * k + c + length])
+                    copy_bytes(views[self.index][j * length : (j + 1) * length], x[j * k + c : j * k + c + length])
             arena.barrier(what, deadline)
             own = self.index * k + c
-            sources = [x[own:own + length] if i == self.index else v[self.index * length:(self.index + 1) * length]
-                       for i, v in enumerate(views)]
-            combine(out[c:c + length], sources, op)  # rank order: same result whichever rank computes it
+            sources = [x[own : own + length] if i == self.index else v[self.index * length : (self.index + 1) * length] for i, v in enumerate(views)]
+            combine(out[c : c + length], sources, op)  # rank order: same result whichever rank computes it
 
     def allgather(self, mine: torch.Tensor, outs: Sequence[torch.Tensor], what: str, deadline: float) -> None:
         """outs[i] (uint8, this host's ranks in order) receives local rank i's bytes; sizes may differ."""
@@ -195,12 +186,12 @@ class LocalComm:
         step = arena.slot_bytes
         for start in range(0, longest, step):
             half = arena.next_half()
-            piece = mine[start:start + step]
+            piece = mine[start : start + step]
             copy_bytes(arena.slot(self.index, half), piece)
             arena.barrier(what, deadline)
             for i, out in enumerate(outs):
                 if i != self.index and start < out.numel():
-                    target = out[start:start + step]
+                    target = out[start : start + step]
                     copy_bytes(target, arena.slot(i, half)[: target.numel()])
 
     def broadcast(self, root: int, buffers: Sequence[torch.Tensor], what: str, deadline: float) -> None:
@@ -221,12 +212,12 @@ class LocalComm:
     def _pack(slot: torch.Tensor, chunk: list[Segment], buffers: Sequence[torch.Tensor]) -> None:
         at = 0
         for index, offset, length in chunk:
-            copy_bytes(slot[at:at + length], buffers[index][offset:offset + length])
+            copy_bytes(slot[at : at + length], buffers[index][offset : offset + length])
             at += length
 
     @staticmethod
     def _unpack(slot: torch.Tensor, chunk: list[Segment], buffers: Sequence[torch.Tensor]) -> None:
         at = 0
         for index, offset, length in chunk:
-            copy_bytes(buffers[index][offset:offset + length], slot[at:at + length])
+            copy_bytes(buffers[index][offset : offset + length], slot[at : at + length])
             at += length

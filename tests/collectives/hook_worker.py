@@ -1,7 +1,10 @@
-"""A rank process for the DDP comm-hook tests: trains with smddp_sdk.collectives.ddp's hook, reports.
+"""A rank process for the DDP comm-hook tests: trains torch's DDP with an smddp hook, reports.
 
-argv[1] is the hook ("smddp", "bf16" or "fp16"); the report (parameter digest and distance to a
-single-process reference) goes to the test's TCPStore, never through the backend under test.
+argv[1] is the hook: "smddp", "bf16" or "fp16" (registered with ddp.register), "default" (none
+registered: the backend's; gradients accumulated without set_to_none), or "replaced" (torch's own
+allreduce hook registered in place of the backend's). The report (parameter digest, distance to a
+single-process reference, where the gradients live) goes to the test's TCPStore, never through the
+backend under test.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import sys
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from smddp_sdk.collectives import ddp
 from tests.collectives.scenarios import GLOBAL_BATCH, _batches, _digest, _model, _train
@@ -26,12 +30,21 @@ def main() -> None:
     rank, size = dist.get_rank(), dist.get_world_size()
     per_rank = GLOBAL_BATCH // size
     model = nn.parallel.DistributedDataParallel(_model(), bucket_cap_mb=0.001)  # several buckets in flight
-    ddp.register(model, compress=None if hook == "smddp" else hook)
-    _train(model, _batches(), slice(rank * per_rank, (rank + 1) * per_rank))
+    report = {"default_installed": getattr(model, "_smddp_hook", None) is not None}
+    if hook == "replaced":
+        model.register_comm_hook(None, default_hooks.allreduce_hook)
+        try:
+            model.register_comm_hook(None, default_hooks.allreduce_hook)
+        except RuntimeError as exc:
+            report["second_registration"] = str(exc)
+    elif hook != "default":
+        ddp.register(model, compress=None if hook == "smddp" else hook)
+    _train(model, _batches(), slice(rank * per_rank, (rank + 1) * per_rank), set_to_none=hook != "default")
     reference = _model()
     _train(reference, _batches(), None)
     diff = max(float((a - b).abs().max()) for a, b in zip(model.module.parameters(), reference.parameters()))
-    store.set(f"report/{hook}/{rank}", json.dumps({"digest": _digest(model.module), "max_diff": diff}))
+    report.update({"digest": _digest(model.module), "max_diff": diff, "gradients_in_buckets": all(p.grad._base is not None for p in model.module.parameters())})
+    store.set(f"report/{hook}/{rank}", json.dumps(report))
     dist.destroy_process_group()
 
 

@@ -36,12 +36,12 @@ def _batches() -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(torch.randn(GLOBAL_BATCH, 16, generator=gen), torch.randn(GLOBAL_BATCH, 4, generator=gen)) for _ in range(STEPS)]
 
 
-def _train(model: nn.Module, batches, shard: slice | None) -> None:
+def _train(model: nn.Module, batches, shard: slice | None, set_to_none: bool = True) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     for x, y in batches:
         if shard is not None:
             x, y = x[shard], y[shard]
-        opt.zero_grad()
+        opt.zero_grad(set_to_none=set_to_none)
         nn.functional.mse_loss(model(x), y).backward()
         opt.step()
 
@@ -79,7 +79,7 @@ def fsdp2(store: dist.TCPStore) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     for x, y in _batches():
         opt.zero_grad()
-        loss = nn.functional.mse_loss(model(x[rank * per_rank:(rank + 1) * per_rank]), y[rank * per_rank:(rank + 1) * per_rank])
+        loss = nn.functional.mse_loss(model(x[rank * per_rank : (rank + 1) * per_rank]), y[rank * per_rank : (rank + 1) * per_rank])
         loss.backward()
         opt.step()
         losses.append(loss.item())
@@ -201,16 +201,17 @@ def core_usage(store: dist.TCPStore) -> None:
     dist.barrier()
     group = dist.group.WORLD
     calls = group._core_calls() if hasattr(group, "_core_calls") else None
-    _report(store, "core", {"class": type(group).__name__, "core_calls": calls,
-                            "right": bool((x == size * (size + 1) / 2).all() and (late == size).all()
-                                          and all((o == i).all() for i, o in enumerate(outs)))})
+    _report(
+        store,
+        "core",
+        {"class": type(group).__name__, "core_calls": calls, "right": bool((x == size * (size + 1) / 2).all() and (late == size).all() and all((o == i).all() for i, o in enumerate(outs)))},
+    )
 
 
 # (elements, dtype, op) chosen to take each inter-host algorithm with 3 hosts: oneshot (<= 32 KB), sharded
 # (its pipeline in several chunks with SMDDP_PIPELINE_CHUNK_BYTES=65536, exchanges in permutation rounds
 # from 64 KB per peer), the ring (>= 1 MB); odd counts leave uneven shards
-ACROSS_HOSTS_CASES = [(1000, "float32", "SUM"), (30_001, "float32", "SUM"), (100_003, "float64", "MAX"),
-                      (400_001, "float32", "SUM"), (70_000, "int64", "PRODUCT")]
+ACROSS_HOSTS_CASES = [(1000, "float32", "SUM"), (30_001, "float32", "SUM"), (100_003, "float64", "MAX"), (400_001, "float32", "SUM"), (70_000, "int64", "PRODUCT")]
 # (elements per rank, dtype, into one tensor?): all-to-all, in permutation rounds (>= 64 KB per peer), the ring
 ACROSS_HOSTS_GATHERS = [(100, "float32", True), (20_000, "int32", True), (300_001, "float32", False)]
 
@@ -234,8 +235,7 @@ def allreduce_across_hosts(store: dist.TCPStore) -> None:
         dist.all_reduce(x, op=op)
         every = torch.stack([_seeded(r, count, dtype).double() for r in range(dist.get_world_size())])
         reference = {"SUM": every.sum(0), "MAX": every.amax(0), "PRODUCT": every.prod(0)}[op_name]
-        results.append({"close": bool(torch.allclose(x.double(), reference, rtol=1e-5, atol=1e-4)),
-                        "digest": hashlib.sha256(x.numpy().tobytes()).hexdigest()})
+        results.append({"close": bool(torch.allclose(x.double(), reference, rtol=1e-5, atol=1e-4)), "digest": hashlib.sha256(x.numpy().tobytes()).hexdigest()})
     for count, dtype_name, into_tensor in ACROSS_HOSTS_GATHERS:
         dtype, size = getattr(torch, dtype_name), dist.get_world_size()
         parts = [torch.arange(count, dtype=torch.float64).mul(size).add(r).to(dtype) for r in range(size)]

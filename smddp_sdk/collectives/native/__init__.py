@@ -35,8 +35,7 @@ SOURCE = Path(__file__).with_name("smddp_native.c")
 _FLAGS = ["-O3", "-shared", "-fPIC", "-std=gnu11", "-fno-strict-aliasing"]
 
 CORE_SOURCE = Path(__file__).with_name("smddp_core.cpp")
-_CORE_FLAGS = ["-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-std=c++20", "-DTORCH_EXTENSION_NAME=smddp_core",
-               "-DTORCH_API_INCLUDE_EXTENSION_H"]
+_CORE_FLAGS = ["-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-std=c++20", "-DTORCH_EXTENSION_NAME=smddp_core", "-DTORCH_API_INCLUDE_EXTENSION_H"]
 
 _lib: ctypes.CDLL | None = None
 _loaded = False
@@ -143,8 +142,7 @@ def _torch_build_flags() -> tuple[list[str], list[str]]:
 def core_name() -> str:
     import torch
 
-    key = [CORE_SOURCE.read_bytes(), " ".join(_CORE_FLAGS).encode(), torch.__version__.encode(),
-           sys.version.encode(), platform.machine().encode()]
+    key = [CORE_SOURCE.read_bytes(), " ".join(_CORE_FLAGS).encode(), torch.__version__.encode(), sys.version.encode(), platform.machine().encode()]
     return f"smddp_core-{hashlib.sha256(b'|'.join(key)).hexdigest()[:16]}.so"
 
 
@@ -193,8 +191,7 @@ def core() -> type | None:
         except (NativeUnavailable, OSError, ImportError) as exc:
             if chosen == "on":
                 raise NativeUnavailable(f"{NATIVE_ENV}=1 but smddp's native core is unavailable: {exc}") from exc
-            warnings.warn(f"smddp: native core unavailable ({exc}); every collective goes through the Python group "
-                          f"(set {NATIVE_ENV}=0 to silence this note)", RuntimeWarning, stacklevel=2)
+            warnings.warn(f"smddp: native core unavailable ({exc}); every collective goes through the Python group (set {NATIVE_ENV}=0 to silence this note)", RuntimeWarning, stacklevel=2)
     _core_loaded = True
     return _core
 
@@ -202,8 +199,7 @@ def core() -> type | None:
 class Transfer(ctypes.Structure):
     """smddp_native.c's struct smddp_transfer: one buffer of a TCP exchange (tcp.py)."""
 
-    _fields_ = [("fd", ctypes.c_int), ("receive", ctypes.c_int), ("data", ctypes.c_void_p), ("length", ctypes.c_long),
-                ("done", ctypes.c_long), ("error", ctypes.c_int)]
+    _fields_ = [("fd", ctypes.c_int), ("receive", ctypes.c_int), ("data", ctypes.c_void_p), ("length", ctypes.c_long), ("done", ctypes.c_long), ("error", ctypes.c_int)]
 
 
 def _declare(lib: ctypes.CDLL) -> None:
@@ -213,8 +209,9 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.smddp_barrier.argtypes = barrier_args
     lib.smddp_reduce.argtypes = [c.c_int, c.c_int, c.c_void_p, c.c_void_p, c.c_int, c.c_long]
     lib.smddp_allreduce_small.argtypes = barrier_args + [c.c_void_p, c.c_long, c.c_void_p, c.c_int, c.c_int, c.c_long]
+    lib.smddp_reduce_shard.argtypes = [c.c_int, c.c_int, c.c_void_p, c.c_int, c.c_int, c.c_void_p, c.c_long, c.c_long, c.c_long]
     lib.smddp_exchange.argtypes = [c.POINTER(Transfer), c.c_int, c.c_long]
-    for fn in (lib.smddp_wait, lib.smddp_barrier, lib.smddp_reduce, lib.smddp_allreduce_small, lib.smddp_exchange):
+    for fn in (lib.smddp_wait, lib.smddp_barrier, lib.smddp_reduce, lib.smddp_reduce_shard, lib.smddp_allreduce_small, lib.smddp_exchange):
         fn.restype = c.c_int
 
 
@@ -239,8 +236,7 @@ def library() -> ctypes.CDLL | None:
             if chosen == "on":
                 raise NativeUnavailable(f"{NATIVE_ENV}=1 but smddp's native kernels are unavailable: {exc}") from exc
             _why_not = str(exc)
-            warnings.warn(f"smddp: native kernels unavailable ({exc}); using the pure-Python path "
-                          f"(set {NATIVE_ENV}=0 to silence this note)", RuntimeWarning, stacklevel=2)
+            warnings.warn(f"smddp: native kernels unavailable ({exc}); using the pure-Python path (set {NATIVE_ENV}=0 to silence this note)", RuntimeWarning, stacklevel=2)
     _loaded = True
     return _lib
 

@@ -95,13 +95,15 @@ bool dtype_codes(at::ScalarType type, DtypeCodes& out) {
   }
 }
 
-// smddp_native.c's op code for a ReduceOp, or -1 where the Python path reduces (AVG divides, bitwise ops)
+// smddp_native.c's op code for a ReduceOp, or -1 where the Python path reduces (bitwise ops)
+constexpr int kAverage = 4;  // OP_AVG: the sum divided by the sources, in the same pass (floats only)
 int kernel_op(c10d::ReduceOp::RedOpType op) {
   switch (op) {
     case c10d::ReduceOp::SUM: return 0;
     case c10d::ReduceOp::PRODUCT: return 1;
     case c10d::ReduceOp::MIN: return 2;
     case c10d::ReduceOp::MAX: return 3;
+    case c10d::ReduceOp::AVG: return kAverage;
     default: return -1;
   }
 }
@@ -403,14 +405,17 @@ class SmddpCore : public c10d::PyProcessGroup {
   // all_reduce: those, or any group across hosts.
   bool reduces_here() const { return usable() || across_hosts(); }
 
-  // The kernel op for reducing x with op here (dtype codes in codes), or -1 where Python reduces: AVG and
-  // bitwise ops, bool and other dtypes the kernels lack, anything but SUM while SageMaker's rules apply,
-  // and fp16/bf16 across hosts (Python widens them to fp32 there, for one rounding).
+  // The kernel op for reducing x with op here (dtype codes in codes), or -1 where Python reduces: bitwise
+  // ops, bool and other dtypes the kernels lack, anything but SUM while SageMaker's rules apply, fp16/bf16
+  // across hosts (Python widens them to fp32 there, for one rounding), and AVG but of floats on one host
+  // (there the kernels divide by the host's ranks, which are then the whole group, as they sum).
   int reducible(const at::Tensor& x, const c10d::ReduceOp& op, DtypeCodes& codes) const {
     if (mode() != 1 && op.op_ != c10d::ReduceOp::SUM) return -1;
     if (!dtype_codes(x.scalar_type(), codes) || codes.kernel < 0) return -1;
     if (hosts_ > 1 && (x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16)) return -1;
-    return kernel_op(op.op_);
+    int kernel = kernel_op(op.op_);
+    if (kernel == kAverage && (hosts_ > 1 || !at::isFloatingType(x.scalar_type()))) return -1;
+    return kernel;
   }
 
   bool across_hosts() const { return hosts_ > 1 && exchange_ != nullptr && mode() != 0; }

@@ -24,7 +24,7 @@
 #define REC_WORDS 6
 
 enum { DT_F32 = 0, DT_F64 = 1, DT_F16 = 2, DT_BF16 = 3, DT_I32 = 4, DT_I64 = 5, DT_U8 = 6, DT_I8 = 7, DT_I16 = 8 };
-enum { OP_SUM = 0, OP_PROD = 1, OP_MIN = 2, OP_MAX = 3 };
+enum { OP_SUM = 0, OP_PROD = 1, OP_MIN = 2, OP_MAX = 3, OP_AVG = 4 }; /* AVG: the sum divided by the sources (floats) */
 
 static inline uint32_t *word(char *base, int index, int w) { return (uint32_t *)(base + (long)index * LINE) + w; }
 
@@ -84,8 +84,9 @@ int smddp_barrier(char *base, int n, int index, uint32_t generation, const uint3
     return smddp_wait(base, n, index, generation, record, spin_ns, slice_ns);
 }
 
-/* dst = srcs[0] op srcs[1] op ... ; dst may alias srcs[0]. Half types accumulate in fp32, round once. */
-#define REDUCE_LOOP(T, ACC, LOAD, STORE, COMBINE)                                     \
+/* dst = srcs[0] op srcs[1] op ... ; dst may alias srcs[0]. Half types accumulate in fp32, round once;
+ * FINISH(a) maps the accumulator before the store (AVG divides there, so no second pass). */
+#define REDUCE_LOOP(T, ACC, LOAD, STORE, COMBINE, FINISH)                             \
     do {                                                                              \
         T *d = (T *)dst;                                                              \
         for (long j0 = 0; j0 < count; j0 += 1024) {                                   \
@@ -100,7 +101,7 @@ int smddp_barrier(char *base, int n, int index, uint32_t generation, const uint3
                     acc[j - j0] = COMBINE;                                            \
                 }                                                                     \
             }                                                                         \
-            for (long j = j0; j < j1; j++) d[j] = STORE(acc[j - j0]);                 \
+            for (long j = j0; j < j1; j++) d[j] = STORE(FINISH(acc[j - j0]));         \
         }                                                                             \
     } while (0)
 
@@ -116,22 +117,29 @@ static inline uint16_t bf16_store(float f) {
 static inline float f16_load(_Float16 v) { return (float)v; }
 static inline _Float16 f16_store(float f) { return (_Float16)f; }
 
-#define BY_OP(T, ACC, LOAD, STORE)                                                     \
-    switch (op) {                                                                      \
-    case OP_SUM: REDUCE_LOOP(T, ACC, LOAD, STORE, a + b); return 0;                    \
-    case OP_PROD: REDUCE_LOOP(T, ACC, LOAD, STORE, a * b); return 0;                   \
-    case OP_MIN: REDUCE_LOOP(T, ACC, LOAD, STORE, (b < a || b != b) ? b : a); return 0; \
-    case OP_MAX: REDUCE_LOOP(T, ACC, LOAD, STORE, (b > a || b != b) ? b : a); return 0; \
-    default: return 1;                                                                 \
+#define MEAN(a) ((a) / nsrc)
+#define BY_OP(T, ACC, LOAD, STORE)                                                          \
+    switch (op) {                                                                           \
+    case OP_SUM: REDUCE_LOOP(T, ACC, LOAD, STORE, a + b, ID); return 0;                     \
+    case OP_PROD: REDUCE_LOOP(T, ACC, LOAD, STORE, a * b, ID); return 0;                    \
+    case OP_MIN: REDUCE_LOOP(T, ACC, LOAD, STORE, (b < a || b != b) ? b : a, ID); return 0; \
+    case OP_MAX: REDUCE_LOOP(T, ACC, LOAD, STORE, (b > a || b != b) ? b : a, ID); return 0; \
+    default: return 1;                                                                      \
     }
+#define BY_FLOAT_OP(T, ACC, LOAD, STORE)                                                    \
+    if (op == OP_AVG) {                                                                     \
+        REDUCE_LOOP(T, ACC, LOAD, STORE, a + b, MEAN);                                      \
+        return 0;                                                                           \
+    }                                                                                       \
+    BY_OP(T, ACC, LOAD, STORE)
 
 /* Returns 0, or 1 when the dtype/op pair is not handled here (the caller uses torch). */
 int smddp_reduce(int dtype, int op, void *dst, void *const *srcs, int nsrc, long count) {
     switch (dtype) {
-    case DT_F32: BY_OP(float, float, ID, ID)
-    case DT_F64: BY_OP(double, double, ID, ID)
-    case DT_F16: BY_OP(_Float16, float, f16_load, f16_store)
-    case DT_BF16: BY_OP(uint16_t, float, bf16_load, bf16_store)
+    case DT_F32: BY_FLOAT_OP(float, float, ID, ID)
+    case DT_F64: BY_FLOAT_OP(double, double, ID, ID)
+    case DT_F16: BY_FLOAT_OP(_Float16, float, f16_load, f16_store)
+    case DT_BF16: BY_FLOAT_OP(uint16_t, float, bf16_load, bf16_store)
     case DT_I32: BY_OP(int32_t, int32_t, ID, ID)
     case DT_I64: BY_OP(int64_t, int64_t, ID, ID)
     case DT_I16: BY_OP(int16_t, int16_t, ID, ID)
@@ -139,6 +147,28 @@ int smddp_reduce(int dtype, int op, void *dst, void *const *srcs, int nsrc, long
     case DT_U8: BY_OP(uint8_t, uint8_t, ID, ID)
     default: return 1;
     }
+}
+
+/* Zero-copy reduction of this rank's shard over the host's copies of one tensor (local.py's
+ * allreduce_views): copies[i] points at the shard's first element in local rank i's copy, own at this
+ * rank's data for it (its copy, or a tensor not yet staged). Block by block, so that the result is still
+ * in cache when it is written into every other copy: copies[index] = own op peers (rank order), then
+ * copied out. Returns smddp_reduce's code. */
+int smddp_reduce_shard(int dtype, int op, void *const *copies, int n, int index, void *own, long count, long esize,
+                       long block) {
+    void *srcs[n];
+    for (long lo = 0; lo < count; lo += block) {
+        long length = lo + block < count ? block : count - lo;
+        long at = lo * esize;
+        srcs[0] = (char *)own + at;
+        for (int i = 0, k = 1; i < n; i++)
+            if (i != index) srcs[k++] = (char *)copies[i] + at;
+        char *result = (char *)copies[index] + at;
+        if (smddp_reduce(dtype, op, result, srcs, n, length)) return 1;
+        for (int i = 0; i < n; i++)
+            if (i != index) memcpy((char *)copies[i] + at, result, length * esize);
+    }
+    return 0;
 }
 
 /* The whole one-shot all_reduce of a small buffer: copy into this rank's slot, barrier, every rank
