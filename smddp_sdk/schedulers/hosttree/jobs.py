@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import smddp_sdk
-from smddp_sdk.errors import SmddpError, SpecError, SpecIssue
+from smddp_sdk.errors import SpecError, SpecIssue
 from smddp_sdk.schedulers.base import Capabilities, DryRun, Scheduler
 from smddp_sdk.schedulers.hosttree import fidelity
 from smddp_sdk.schedulers.hosttree.host_trees import HostTree, prepare_host_trees, stage_code
@@ -298,12 +298,6 @@ class HostTreeScheduler(Scheduler):
         jobs = [JobDir(path) for path in self.job_root.iterdir() if JobDir(path).exists()]
         jobs.sort(key=lambda job: job.record_file.stat().st_mtime, reverse=True)
         return [self._listed_status(JobHandle(self.name, job.path.name)) for job in jobs[:limit]]
-
-    def _listed_status(self, handle: JobHandle) -> JobStatus:
-        try:
-            return self.status(handle)
-        except SmddpError as err:
-            return JobStatus(handle, JobState.UNKNOWN, str(err).splitlines()[0])
 
     def job_path(self, handle: JobHandle) -> Path:
         """Where the job's directory is (whether or not it still exists)."""

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from smddp_sdk.errors import SmddpError, SpecError, SpecIssue
+from smddp_sdk.errors import SpecError, SpecIssue
 from smddp_sdk.schedulers.base import DryRun, Scheduler
 from smddp_sdk.schedulers.hosttree import channels
 from smddp_sdk.schedulers.hosttree.host_trees import config_files, stage_code
@@ -351,12 +351,6 @@ class SlurmScheduler(Scheduler):
         jobs = [SlurmJobDir(path) for path in self.job_root.iterdir() if SlurmJobDir(path).exists()]
         jobs.sort(key=lambda job: job.record_file.stat().st_mtime, reverse=True)
         return [self._listed_status(JobHandle(self.name, job.path.name)) for job in jobs[:limit]]
-
-    def _listed_status(self, handle: JobHandle) -> JobStatus:
-        try:
-            return self.status(handle)
-        except SmddpError as err:
-            return JobStatus(handle, JobState.UNKNOWN, str(err).splitlines()[0])
 
     def job_record(self, handle: JobHandle) -> dict[str, Any]:
         """What ``schedule`` wrote to ``job.json``: handle, spec, request, Slurm job id."""
