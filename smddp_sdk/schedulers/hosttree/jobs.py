@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,7 +23,7 @@ import smddp_sdk
 from smddp_sdk.errors import SpecError, SpecIssue
 from smddp_sdk.schedulers.base import Capabilities, DryRun, Scheduler
 from smddp_sdk.schedulers.hosttree import fidelity
-from smddp_sdk.schedulers.hosttree.host_trees import HostTree, prepare_host_trees, stage_code
+from smddp_sdk.schedulers.hosttree.host_trees import HostTree, config_files, prepare_host_trees, stage_code
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir, follow_lines, is_supervisor_of
 from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
 from smddp_sdk.schedulers.hosttree.supervisor import HEARTBEAT, LIFELINE, SCRATCH, backend_for
@@ -88,6 +88,23 @@ class HostTreeScheduler(Scheduler):
             "max_run": spec.max_run,
             "stop_grace_period": self.stop_grace_period,
         }
+
+    def _hosts_request(self, spec: JobSpec, job_name: str, launches: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Every host as job.json records it, the same for every backend: its /opt/ml tree, the config
+        files written there, and how it starts under the backend's name (``process``: command and
+        environment; ``container``: name and ``docker create`` argv)."""
+        job_dir = JobDir(self.job_root / job_name)
+        hosts = list(launches)
+        submit_directory = self._tree_options(job_dir)["submit_directory"]
+        return [
+            {
+                "host": host,
+                "opt_ml": str(job_dir.host_dir(host)),
+                "config_files": config_files(spec, job_name=job_name, hosts=hosts, current_host=host, submit_directory=submit_directory),
+                self.backend: dict(launch),
+            }
+            for host, launch in launches.items()
+        ]
 
     def _simulated_gpus(self, spec: JobSpec, *, gpus_passed: bool) -> int | None:
         """SMDDP_NUM_GPUS for every host; None lets the runtime count the GPUs it is given."""
