@@ -181,6 +181,15 @@ def test_every_wrong_option_at_once() -> None:
         assert part in text
 
 
+def test_a_name_taken_after_the_plan_is_refused_and_the_other_job_kept(tmp_path: Path, code: Path) -> None:
+    scheduler = get_scheduler("slurm", job_root=str(tmp_path / "jobs"), client=FakeSlurm())
+    plan = scheduler.dryrun(spec_for(code))
+    scheduler.submit(spec_for(code))
+    with pytest.raises(SpecError, match="already exists"):
+        scheduler.schedule(plan)
+    assert SlurmJobDir(tmp_path / "jobs" / "job-1").exists()
+
+
 def test_a_job_file_gets_the_declared_checks() -> None:
     issues = check_scheduler_options("slurm", {"max_retries": 99, "auto_resume": "yes", "client": "sbatch", "partition": ""})
     assert [issue.path for issue in issues] == [f"scheduler_options.{name}" for name in ("partition", "max_retries", "auto_resume", "client")]

@@ -135,8 +135,11 @@ class SlurmScheduler(Scheduler):
         if spec.distribution.modelparallel is not None:
             issues.append(SpecIssue("distribution.smdistributed.modelparallel", "the bundled runtime cannot run SageMaker model parallelism", "use scheduler='sagemaker' with an AWS image"))
         if spec.job_name and SlurmJobDir(self.job_root / spec.job_name).path.exists():
-            issues.append(SpecIssue("job_name", f"a slurm job named {spec.job_name!r} already exists in {self.job_root}", "choose another job_name, or remove that job's directory"))
+            issues.append(self._name_taken(spec.job_name))
         return issues
+
+    def _name_taken(self, job_name: str) -> SpecIssue:
+        return SpecIssue("job_name", f"a slurm job named {job_name!r} already exists in {self.job_root}", "choose another job_name, or remove that job's directory")
 
     def plan(self, spec: JobSpec) -> DryRun:
         """The batch script and everything ``run`` stages; touches no file and no Slurm command."""
@@ -212,7 +215,10 @@ class SlurmScheduler(Scheduler):
         request = dryrun.request
         job_dir = SlurmJobDir(Path(request["job_dir"]))
         job_dir.path.parent.mkdir(parents=True, exist_ok=True)
-        job_dir.path.mkdir(mode=0o700)  # the caller's alone (environment, token); outside the try: one that exists is another job's
+        try:  # the caller's alone (environment, token); outside the cleanup: one that exists is another job's
+            job_dir.path.mkdir(mode=0o700)
+        except FileExistsError:  # made since the plan was validated
+            raise SpecError(self._name_taken(dryrun.job_name)) from None
         try:
             self._stage(dryrun, job_dir)
             self.client.check(job_dir.script_file)
