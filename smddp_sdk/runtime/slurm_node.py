@@ -28,7 +28,8 @@ from smddp_sdk.errors import ContractError, SmddpError
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.archives import write_archive
 from smddp_sdk.specs.contract import OptMl
-from smddp_sdk.specs.slurm_job import JOB_DIR_ENV, SlurmJobDir, read_json, scontrol_records, write_json
+from smddp_sdk.specs.json_files import read_json_object, write_json_atomic
+from smddp_sdk.specs.slurm_job import JOB_DIR_ENV, SlurmJobDir, scontrol_records
 
 PORT_BASE = 20000  # below the kernel's ephemeral range, so no outgoing connection is handed one
 PORT_SLOTS = 4000  # distinct port triples; two live jobs on one node collide only 1 in 4000
@@ -53,7 +54,7 @@ def main(environ: Mapping[str, str] | None = None) -> int:
 def node_environ(environ: Mapping[str, str]) -> dict[str, str]:
     """The runtime's environment for this node, after writing its resourceconfig.json."""
     job_dir = SlurmJobDir(Path(environ[JOB_DIR_ENV]))
-    node = read_json(job_dir.node_file)
+    node = read_json_object(job_dir.node_file)
     if node is None:
         raise ContractError(f"{job_dir.node_file} is missing or unreadable: is the job directory on a file system every node shares?")
     nodelist = _required(environ, "SLURM_JOB_NODELIST")
@@ -153,7 +154,7 @@ def node_addresses(hosts: list[str], nodelist: str, environ: Mapping[str, str]) 
 
 def finish(job_dir: SlurmJobDir, exit_code: int, environ: Mapping[str, str]) -> None:
     """After the job step: the archives from every node's tree, and result.json naming them."""
-    node = read_json(job_dir.node_file) or {}
+    node = read_json_object(job_dir.node_file) or {}
     artifacts = node.get("artifacts") or {}
     trees = [OptMl(path) for path in job_dir.node_trees()]
     result = {"exit_code": exit_code, "restart_count": int(environ.get("SLURM_RESTART_COUNT") or 0), "ended": time.time()}
@@ -165,7 +166,7 @@ def finish(job_dir: SlurmJobDir, exit_code: int, environ: Mapping[str, str]) -> 
             result[key] = str(archive)
             if skipped:
                 result.setdefault("skipped", []).extend(skipped)
-    write_json(job_dir.result_file, result)
+    write_json_atomic(job_dir.result_file, result)
 
 
 if __name__ == "__main__":

@@ -16,10 +16,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from smddp_sdk.errors import SpecError, SpecIssue
+from smddp_sdk.errors import SmddpError, SpecError, SpecIssue
 from smddp_sdk.schedulers.options import SchedulerOptions
 from smddp_sdk.specs.job import JobSpec
-from smddp_sdk.specs.status import JobHandle, JobStatus, LogLine
+from smddp_sdk.specs.status import JobHandle, JobState, JobStatus, LogLine
 
 
 @dataclass(frozen=True)
@@ -125,6 +125,13 @@ class Scheduler(abc.ABC):
     @abc.abstractmethod
     def list_jobs(self, limit: int | None = None) -> list[JobStatus]:
         """This target's jobs, newest first (at most ``limit``; None: what the target lists at once)."""
+
+    def _listed_status(self, handle: JobHandle) -> JobStatus:
+        """``status`` for a listing: a job whose status cannot be read says why, and the listing goes on."""
+        try:
+            return self.status(handle)
+        except SmddpError as err:
+            return JobStatus(handle, JobState.UNKNOWN, str(err).splitlines()[0])
 
     def wait(self, handle: JobHandle, *, poll: float = 1.0, timeout: float | None = None) -> JobStatus:
         """Poll ``status`` until the job reaches a terminal state (or ``timeout`` seconds pass)."""

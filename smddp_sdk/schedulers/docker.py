@@ -30,6 +30,7 @@ from smddp_sdk.schedulers.hosttree.docker_cli import ENGINE_HINT, LABEL_HOST, LA
 from smddp_sdk.schedulers.hosttree.host_trees import HostTree, host_names
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir, default_job_root
 from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler
+from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
 from smddp_sdk.schedulers.hosttree.supervisor import LIFELINE
 from smddp_sdk.schedulers.options import (
     PROCESSES_PER_HOST,
@@ -70,7 +71,6 @@ class ContainerPlan:
 
     host: str
     name: str
-    opt_ml: str
     argv: tuple[str, ...]
 
 
@@ -123,10 +123,7 @@ class DockerScheduler(HostTreeScheduler):
             spec, job_name,
             image=image,
             network=["network", "create", "--driver", "bridge", "--label", f"{LABEL_JOB}={job_name}", network],
-            containers=[{"host": c.host, "name": c.name, "opt_ml": c.opt_ml, "argv": list(c.argv)} for c in containers],
-            hyperparameters=contract.encode_hyperparameters(
-                spec.training_hyperparameters(job_name=job_name, submit_directory=f"file://{CODE_MOUNT}", region=None)
-            ),
+            hosts=self._hosts_request(spec, job_name, {c.host: {"name": c.name, "argv": list(c.argv)} for c in containers}),
         )
         request["code"]["mounted_at"] = CODE_MOUNT
         request.update(docker_cli=self.docker, keep_containers=self.keep_containers)
@@ -168,7 +165,7 @@ class DockerScheduler(HostTreeScheduler):
         for key, value in self._environment(spec, job_name, gpu_flag).items():
             argv += ["-e", f"{key}={value}"]
         argv += [image, "train"]
-        return ContainerPlan(host, name, str(opt_ml), tuple(argv))
+        return ContainerPlan(host, name, tuple(argv))
 
     def _environment(self, spec: JobSpec, job_name: str, gpu_flag: str | None) -> dict[str, str]:
         env = {"TRAINING_JOB_NAME": job_name, contract.LIFELINE_ENV: LIFELINE_MOUNT}
@@ -190,7 +187,7 @@ class DockerScheduler(HostTreeScheduler):
         request = dryrun.request
         self._check_engine()
         self._check_image(request["image"])
-        if any("--gpus" in c["argv"] for c in request["containers"]):
+        if any("--gpus" in host.create for host in HostTreePlan.from_request(request).hosts):
             self._check_gpu_support(dryrun.spec)
         remove_job(self.docker, dryrun.job_name)  # leftovers of an earlier job of the same name (keep_containers)
         return super().run(dryrun, owner_pid=owner_pid)

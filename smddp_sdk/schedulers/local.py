@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from smddp_sdk.errors import SpecIssue
 from smddp_sdk.schedulers.base import DryRun
 from smddp_sdk.schedulers.hosttree import fidelity
-from smddp_sdk.schedulers.hosttree.host_trees import HostTree, config_files, host_names, largest_entries
+from smddp_sdk.schedulers.hosttree.host_trees import HostTree, host_names, largest_entries
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir, default_job_root
 from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler, package_parent
 from smddp_sdk.schedulers.hosttree.process_backend import PORT_PLACEHOLDER, TOKEN_PLACEHOLDER
@@ -65,17 +65,17 @@ class LocalScheduler(HostTreeScheduler):
         job_name = spec.job_name or make_job_name(spec.base_job_name)
         job_dir = JobDir(self.job_root / job_name)
         hosts = host_names(spec.instance_count)
-        submit_directory = f"file://{job_dir.code_dir}"
         num_gpus = self._simulated_gpus(spec, gpus_passed=spec.instance_type == "local_gpu")
         request = self._request(
             spec, job_name,
-            hosts=[self._host_request(spec, job_dir, job_name, hosts, host, submit_directory, num_gpus) for host in hosts],
+            hosts=self._hosts_request(spec, job_name, {host: self._process(spec, job_dir, job_name, hosts, host, num_gpus) for host in hosts}),
             ranks=_rank_summary(spec, len(hosts), num_gpus),
             inputs={name: _input_request(channel, name) for name, channel in spec.inputs.items()},
         )
         return DryRun(self.name, spec, job_name, {**request, "keep_job_dir": self.keep_job_dir}, (*_notes(spec), *fidelity.notes(spec, self.name, len(hosts))))
 
-    def _host_request(self, spec: JobSpec, job_dir: JobDir, job_name: str, hosts: list[str], host: str, submit_directory: str, num_gpus: int | None) -> dict[str, Any]:
+    def _process(self, spec: JobSpec, job_dir: JobDir, job_name: str, hosts: list[str], host: str, num_gpus: int | None) -> dict[str, Any]:
+        """How one host starts: the runtime's command and environment."""
         environment = {
             contract.BASE_DIR_ENV: str(job_dir.host_dir(host)),
             "TRAINING_JOB_NAME": job_name,
@@ -91,13 +91,7 @@ class LocalScheduler(HostTreeScheduler):
         }
         # The runtime must import smddp_sdk; the user's own PYTHONPATH (if any) comes after it.
         environment["PYTHONPATH"] = os.pathsep.join(filter(None, [package_parent(), spec.environment.get("PYTHONPATH")]))
-        return {
-            "host": host,
-            "base_dir": str(job_dir.host_dir(host)),
-            "command": [sys.executable, "-m", "smddp_sdk.runtime"],
-            "environment": environment,
-            "config_files": config_files(spec, job_name=job_name, hosts=hosts, current_host=host, submit_directory=submit_directory),
-        }
+        return {"command": [sys.executable, "-m", "smddp_sdk.runtime"], "environment": environment}
 
     # --- running ----------------------------------------------------------------------------------
 

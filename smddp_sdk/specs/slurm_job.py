@@ -19,11 +19,8 @@ One module for both sides, so the layout cannot drift between them (stdlib only:
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 JOB_DIR_ENV = "SMDDP_SLURM_JOB_DIR"  # set in the batch script: the node runtime builds its tree from Slurm's env
 
@@ -87,24 +84,6 @@ class SlurmJobDir:
 
     def exists(self) -> bool:
         return self.record_file.is_file()
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    """A JSON object file, or None when it is missing or half written."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def write_json(path: Path, obj: Any) -> None:
-    """Atomically, 0600: readers on other nodes see the old file or the new one."""
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(json.dumps(obj, indent=2, default=str) + "\n")
-    os.replace(partial, path)
 
 
 def scontrol_records(text: str) -> list[dict[str, str]]:

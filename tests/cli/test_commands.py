@@ -244,7 +244,7 @@ def test_an_unavailable_environment_is_exit_3_without_traceback(invoke, isolated
     assert result.stderr.splitlines()[-1].startswith("error: ")
 
 
-@pytest.mark.parametrize("scheduler", ["local", "docker", "sagemaker"])
+@pytest.mark.parametrize("scheduler", ["local", "docker", "sagemaker", "slurm"])
 def test_options_describe_every_option(invoke, scheduler):
     result = invoke("options", scheduler)
     assert result.exit_code == 0, result.output

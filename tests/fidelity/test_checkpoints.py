@@ -147,8 +147,8 @@ def test_default_checkpoint_path_is_accepted_and_noted(tmp_path: Path) -> None:
 
 def test_for_record_finds_the_host_trees_of_local_and_docker_jobs(tmp_path: Path) -> None:
     spec = {"checkpoint_s3_uri": f"file://{tmp_path / 'store'}", "checkpoint_local_path": None}
-    local = {"spec": spec, "request": {"hosts": [{"host": "algo-1", "base_dir": str(tmp_path / "algo-1")}]}}
-    docker = {"spec": spec, "request": {"containers": [{"host": "algo-1", "opt_ml": str(tmp_path / "algo-1")}]}}
+    local = {"spec": spec, "request": {"hosts": [{"host": "algo-1", "opt_ml": str(tmp_path / "algo-1"), "process": {"command": ["python3"]}}]}}
+    docker = {"spec": spec, "request": {"hosts": [{"host": "algo-1", "opt_ml": str(tmp_path / "algo-1"), "container": {"name": "c", "argv": []}}]}}
     for record in (local, docker):
         sync = checkpoints.for_record(record)
         assert sync is not None and sync.host_dirs == [tmp_path / "algo-1" / "checkpoints"]

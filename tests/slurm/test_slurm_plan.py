@@ -5,11 +5,13 @@ run the real thing."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from smddp_sdk.config.job_file import check_scheduler_options
 from smddp_sdk.errors import ContractError, SpecError, SpecIssue
 from smddp_sdk.runtime import slurm_node
 from smddp_sdk.schedulers import get_scheduler
@@ -177,6 +179,37 @@ def test_every_wrong_option_at_once() -> None:
     text = str(caught.value)
     for part in ("did you mean 'partition'", "max_retries", "extra_sbatch", "auto_resume"):
         assert part in text
+
+
+def test_a_name_taken_after_the_plan_is_refused_and_the_other_job_kept(tmp_path: Path, code: Path) -> None:
+    scheduler = get_scheduler("slurm", job_root=str(tmp_path / "jobs"), client=FakeSlurm())
+    plan = scheduler.dryrun(spec_for(code))
+    scheduler.submit(spec_for(code))
+    with pytest.raises(SpecError, match="already exists"):
+        scheduler.schedule(plan)
+    assert SlurmJobDir(tmp_path / "jobs" / "job-1").exists()
+
+
+def test_a_job_file_gets_the_declared_checks() -> None:
+    issues = check_scheduler_options("slurm", {"max_retries": 99, "auto_resume": "yes", "client": "sbatch", "partition": ""})
+    assert [issue.path for issue in issues] == [f"scheduler_options.{name}" for name in ("partition", "max_retries", "auto_resume", "client")]
+
+
+def test_dryrun_validates_once_and_reports_every_problem(tmp_path: Path, code: Path) -> None:
+    scheduler = get_scheduler("slurm", job_root=str(tmp_path), client=FakeSlurm())
+    with pytest.raises(SpecError) as caught:
+        scheduler.dryrun(spec_for(code, output_path="s3://b/p", use_spot_instances=True, max_wait=7200))
+    assert {issue.path for issue in caught.value.issues} >= {"output_path", "use_spot_instances"}
+
+
+def test_list_jobs_newest_first_and_limited(tmp_path: Path, code: Path) -> None:
+    scheduler = get_scheduler("slurm", job_root=str(tmp_path / "jobs"), client=FakeSlurm())
+    for name in ("job-a", "job-b", "job-c"):
+        scheduler.submit(spec_for(code, job_name=name))
+    for name, submitted in (("job-a", 1000), ("job-b", 3000), ("job-c", 2000)):
+        os.utime(SlurmJobDir(tmp_path / "jobs" / name).record_file, (submitted, submitted))
+    listed = scheduler.list_jobs(2)
+    assert [item.handle.job_id for item in listed] == ["job-b", "job-c"] and {item.state for item in listed} == {JobState.PENDING}
 
 
 def test_s3_output_and_spot_are_refused(tmp_path: Path, code: Path) -> None:

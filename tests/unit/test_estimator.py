@@ -112,10 +112,12 @@ def test_dryrun_is_pure_and_shows_the_exact_per_host_files(project):
     assert request["ranks"] == {"launcher": "smddp", "processes_per_host": 2, "world_size": 4}
     assert [host["host"] for host in request["hosts"]] == ["algo-1", "algo-2"]
     second = request["hosts"][1]
-    assert second["command"][1:] == ["-m", "smddp_sdk.runtime"]
-    assert second["environment"]["SAGEMAKER_BASE_DIR"] == str(project / "jobs" / "my-job" / "algo-2")
-    assert json.loads(second["environment"]["SMDDP_HOST_ADDRESSES"]) == {"algo-1": "127.0.0.1", "algo-2": "127.0.0.1"}
-    assert second["environment"]["SMDDP_NUM_GPUS"] == "2"
+    assert second["opt_ml"] == str(project / "jobs" / "my-job" / "algo-2")
+    assert second["process"]["command"][1:] == ["-m", "smddp_sdk.runtime"]
+    environment = second["process"]["environment"]
+    assert environment["SAGEMAKER_BASE_DIR"] == second["opt_ml"]
+    assert json.loads(environment["SMDDP_HOST_ADDRESSES"]) == {"algo-1": "127.0.0.1", "algo-2": "127.0.0.1"}
+    assert environment["SMDDP_NUM_GPUS"] == "2"
     assert second["config_files"]["resource"]["current_host"] == "algo-2"
     assert second["config_files"]["resource"]["hosts"] == ["algo-1", "algo-2"]
     assert second["config_files"]["input_data"] == {"train": {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated", "RecordWrapperType": "None"}}

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from smddp_sdk.specs import contract, processes
+from smddp_sdk.specs.json_files import write_json_atomic
 from smddp_sdk.specs.status import JobState, LogLine
 
 DEFAULT_JOB_ROOT = "~/.smddp/jobs"
@@ -98,16 +99,6 @@ class JobDir:
 
     def request_cancel(self) -> None:
         self.cancel_file.touch()
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Readers in other processes see the old file or the new one, never half of one."""
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    # 0600: job files hold the spec, its environment and the job's paths; they are the caller's alone.
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(json.dumps(obj, indent=2, default=str) + "\n")
-    os.replace(partial, path)
 
 
 # --- processes ----------------------------------------------------------------------------------

@@ -16,16 +16,16 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import smddp_sdk
-from smddp_sdk.errors import SmddpError, SpecError, SpecIssue
+from smddp_sdk.errors import SpecError, SpecIssue
 from smddp_sdk.schedulers.base import Capabilities, DryRun, Scheduler
 from smddp_sdk.schedulers.hosttree import fidelity
 from smddp_sdk.schedulers.hosttree.console_log import follow_stamped
-from smddp_sdk.schedulers.hosttree.host_trees import HostTree, prepare_host_trees, stage_code
+from smddp_sdk.schedulers.hosttree.host_trees import HostTree, config_files, prepare_host_trees, stage_code
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir, is_supervisor_of
 from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
 from smddp_sdk.schedulers.hosttree.supervisor import HEARTBEAT, LIFELINE, SCRATCH, backend_for
@@ -90,6 +90,23 @@ class HostTreeScheduler(Scheduler):
             "max_run": spec.max_run,
             "stop_grace_period": self.stop_grace_period,
         }
+
+    def _hosts_request(self, spec: JobSpec, job_name: str, launches: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Every host as job.json records it, the same for every backend: its /opt/ml tree, the config
+        files written there, and how it starts under the backend's name (``process``: command and
+        environment; ``container``: name and ``docker create`` argv)."""
+        job_dir = JobDir(self.job_root / job_name)
+        hosts = list(launches)
+        submit_directory = self._tree_options(job_dir)["submit_directory"]
+        return [
+            {
+                "host": host,
+                "opt_ml": str(job_dir.host_dir(host)),
+                "config_files": config_files(spec, job_name=job_name, hosts=hosts, current_host=host, submit_directory=submit_directory),
+                self.backend: dict(launch),
+            }
+            for host, launch in launches.items()
+        ]
 
     def _simulated_gpus(self, spec: JobSpec, *, gpus_passed: bool) -> int | None:
         """SMDDP_NUM_GPUS for every host; None lets the runtime count the GPUs it is given."""
@@ -302,12 +319,6 @@ class HostTreeScheduler(Scheduler):
         jobs = [JobDir(path) for path in self.job_root.iterdir() if JobDir(path).exists()]
         jobs.sort(key=lambda job: job.record_file.stat().st_mtime, reverse=True)
         return [self._listed_status(JobHandle(self.name, job.path.name)) for job in jobs[:limit]]
-
-    def _listed_status(self, handle: JobHandle) -> JobStatus:
-        try:
-            return self.status(handle)
-        except SmddpError as err:
-            return JobStatus(handle, JobState.UNKNOWN, str(err).splitlines()[0])
 
     def job_path(self, handle: JobHandle) -> Path:
         """Where the job's directory is (whether or not it still exists)."""

@@ -28,6 +28,19 @@ class HostPlan:
     container: str = ""  # the container's name
     create: tuple[str, ...] = ()  # the exact ``docker create`` argv
 
+    @classmethod
+    def from_record(cls, item: Mapping[str, Any]) -> HostPlan:
+        """One entry of the request's ``hosts``: ``host``, ``opt_ml``, and ``process`` or ``container``."""
+        process, container = item.get("process") or {}, item.get("container") or {}
+        return cls(
+            item["host"],
+            Path(item.get("opt_ml", "")),
+            command=tuple(process.get("command", ())),
+            environment=dict(process.get("environment", {})),
+            container=container.get("name", ""),
+            create=tuple(container.get("argv", ())),
+        )
+
 
 @dataclass(frozen=True)
 class HostTreePlan:
@@ -45,18 +58,11 @@ class HostTreePlan:
 
     @classmethod
     def from_request(cls, request: Mapping[str, Any]) -> HostTreePlan:
-        processes = [
-            HostPlan(item["host"], Path(item.get("base_dir", "")), tuple(item.get("command", ())), dict(item.get("environment", {})))
-            for item in request.get("hosts", ())
-        ]
-        containers = [
-            HostPlan(item["host"], Path(item.get("opt_ml", "")), container=item.get("name", ""), create=tuple(item.get("argv", ())))
-            for item in request.get("containers", ())
-        ]
+        hosts = [HostPlan.from_record(item) for item in request.get("hosts", ())]
         artifacts = request.get("artifacts") or {}
         return cls(
             job_name=str(request.get("job_name", "")),
-            hosts=(*processes, *containers),
+            hosts=tuple(hosts),
             model_data=Path(artifacts.get("model_data", "")),
             output_data=Path(artifacts.get("output_data", "")),
             backend=str(request.get("backend", "process")),

@@ -1,7 +1,7 @@
 """The slurm scheduler: a job as one sbatch allocation of ``instance_count`` nodes on a Slurm cluster
 (SageMaker HyperPod's included), run from a machine where ``sbatch`` works.
 
-``dryrun`` is the exact batch script (``script.render``) and what gets staged. ``schedule`` stages the
+The plan (``--dryrun``) is the exact batch script (``script.render``) and what gets staged; running it stages the
 job directory on the shared file system (``specs.slurm_job``: code, one /opt/ml tree per node with its
 hyperparameters and channels), asks Slurm whether the job can ever run (``sbatch --test-only``) and
 submits it. Each node's task runs the node runtime, which finishes the node's contract from Slurm's
@@ -13,25 +13,25 @@ machine that sees it can watch or stop the job.
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import re
 import secrets
 import shutil
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-import smddp_sdk
 from smddp_sdk.errors import SpecError, SpecIssue
-from smddp_sdk.schedulers import channels
 from smddp_sdk.schedulers.base import DryRun, Scheduler
-from smddp_sdk.schedulers.host_trees import config_files, stage_code
-from smddp_sdk.schedulers.local_job import default_job_root
-from smddp_sdk.schedulers.slurm import options as declared
+from smddp_sdk.schedulers.hosttree import channels
+from smddp_sdk.schedulers.hosttree.host_trees import config_files, stage_code
+from smddp_sdk.schedulers.hosttree.job_dir import default_job_root
+from smddp_sdk.schedulers.hosttree.jobs import package_parent
+from smddp_sdk.schedulers.options import PROCESSES_PER_HOST, Option, SchedulerOptions, job_root, with_default
 from smddp_sdk.schedulers.slurm.client import JobInfo, SlurmClient
 from smddp_sdk.schedulers.slurm.logs import job_lines
 from smddp_sdk.schedulers.slurm.script import BatchPlan, render
@@ -40,10 +40,33 @@ from smddp_sdk.specs import contract
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.failure import FailureRecord, decide
 from smddp_sdk.specs.job import JobSpec, make_job_name
-from smddp_sdk.specs.slurm_job import SlurmJobDir, read_json, write_json
+from smddp_sdk.specs.json_files import read_json_object, write_json_atomic
+from smddp_sdk.specs.slurm_job import SlurmJobDir
 from smddp_sdk.specs.status import HostStatus, JobHandle, JobState, JobStatus, LogLine
 
 NODE_FAILURE = "NodeFailure"
+MAX_RETRIES = 30
+
+
+def _named(value: Any, path: str) -> list[SpecIssue]:
+    return [] if isinstance(value, str) and value.strip() else [SpecIssue(path, f"must be a non-empty string, got {value!r}")]
+
+
+def _sbatch_options(value: Any, path: str) -> list[SpecIssue]:
+    lines = (value,) if isinstance(value, str) else value
+    if isinstance(lines, (list, tuple)) and all(isinstance(line, str) and line.startswith("-") for line in lines):
+        return []
+    return [SpecIssue(path, f"must be a list of sbatch options starting with '-', got {value!r}", "e.g. ['--exclusive', '--gres=gpu:8']")]
+
+
+def _retries(value: Any, path: str) -> list[SpecIssue]:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_RETRIES:
+        return [SpecIssue(path, f"must be a whole number from 0 to {MAX_RETRIES}, got {value!r}")]
+    return []
+
+
+def _auto_resume_setting(value: Any, path: str) -> list[SpecIssue]:
+    return [] if value == "auto" or isinstance(value, bool) else [SpecIssue(path, f"must be auto, true or false, got {value!r}")]
 
 
 @dataclass(frozen=True)
@@ -55,16 +78,49 @@ class SlurmDryRun(DryRun):
 
 
 class SlurmScheduler(Scheduler):
-    """Runs a job on a Slurm cluster; options in ``slurm.options.OPTIONS``; ``client`` is for tests."""
+    """Runs a job on a Slurm cluster; its options are declared below (``smddp-launch options slurm``)."""
 
     name: ClassVar[str] = "slurm"
+    options: ClassVar[SchedulerOptions] = SchedulerOptions.of(
+        "slurm",
+        job_root("folder for job directories on a file system every node shares (FSx on HyperPod); default $SMDDP_JOB_ROOT/slurm", lambda: default_job_root() / "slurm"),
+        Option("partition", "str", None, "sbatch --partition (default: the cluster's default partition)", check=_named),
+        Option("account", "str", None, "sbatch --account", check=_named),
+        Option(
+            "extra_sbatch",
+            "list[str]",
+            (),
+            "more #SBATCH lines, as sbatch options: ['--exclusive', '--gres=gpu:8', '--constraint=p4d']",
+            check=_sbatch_options,
+            convert=lambda lines: (lines,) if isinstance(lines, str) else tuple(lines),
+        ),
+        Option("container_image", "str", None, "an enroot image for every node: srun --container-image (clusters with pyxis); the image needs smddp-sdk", check=_named),
+        Option("max_retries", "int", 0, "requeue the job up to this many times when a node fails or the step fails (sbatch --requeue; Slurm holds a requeued job ~2 min)", check=_retries),
+        Option(
+            "auto_resume",
+            "bool or 'auto'",
+            "auto",
+            "srun --auto-resume=1 (HyperPod replaces faulty nodes and restarts the step); 'auto': when the node is a HyperPod node (/opt/sagemaker_cluster), as AWS's samples decide",
+            check=_auto_resume_setting,
+        ),
+        with_default(PROCESSES_PER_HOST, None, "ranks per node (default: the instance type's GPU count, or the GPUs each node finds)"),
+        Option("python", "str", None, "the Python on the nodes that has smddp-sdk (default: this one, the usual case with a shared file system; python3 with container_image)", check=_named),
+        Option("client", "object", None, "the SlurmClient that runs sbatch, scontrol, sacct and scancel (tests give a fake)", code_only=True),
+    )
+    job_root: Path
+    partition: str | None
+    account: str | None
+    extra_sbatch: tuple[str, ...]
+    container_image: str | None
+    max_retries: int
+    auto_resume: str | bool
+    processes_per_host: int | None
+    python: str | None
+    client: SlurmClient
 
-    def __init__(self, client: SlurmClient | None = None, **options: Any) -> None:
-        self.options = declared.checked(options)
-        self.given = frozenset(options)
-        self.client = client or SlurmClient()
-        root = self.options["job_root"]
-        self.job_root = Path(root).expanduser().absolute() if root else (default_job_root() / "slurm").absolute()
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.client = self.client or SlurmClient()
 
     # --- planning (pure) ------------------------------------------------------------------------
 
@@ -79,11 +135,14 @@ class SlurmScheduler(Scheduler):
         if spec.distribution.modelparallel is not None:
             issues.append(SpecIssue("distribution.smdistributed.modelparallel", "the bundled runtime cannot run SageMaker model parallelism", "use scheduler='sagemaker' with an AWS image"))
         if spec.job_name and SlurmJobDir(self.job_root / spec.job_name).path.exists():
-            issues.append(SpecIssue("job_name", f"a slurm job named {spec.job_name!r} already exists in {self.job_root}", "choose another job_name, or remove that job's directory"))
+            issues.append(self._name_taken(spec.job_name))
         return issues
 
-    def dryrun(self, spec: JobSpec) -> DryRun:
-        """The batch script and everything ``schedule`` stages; touches no file and no Slurm command."""
+    def _name_taken(self, job_name: str) -> SpecIssue:
+        return SpecIssue("job_name", f"a slurm job named {job_name!r} already exists in {self.job_root}", "choose another job_name, or remove that job's directory")
+
+    def plan(self, spec: JobSpec) -> DryRun:
+        """The batch script and everything ``run`` stages; touches no file and no Slurm command."""
         job_name = spec.job_name or make_job_name(spec.base_job_name)
         job_dir = SlurmJobDir(self.job_root / job_name)
         plan = self._batch_plan(spec, job_name, job_dir)
@@ -101,35 +160,33 @@ class SlurmScheduler(Scheduler):
             "checkpoints": str(job_dir.checkpoint_dir),
             "artifacts": {"model_data": str(artifacts / "model.tar.gz"), "output_data": str(artifacts / "output.tar.gz")},
             "max_run": spec.max_run,
-            "max_retries": self.options["max_retries"],
-            "auto_resume": self.options["auto_resume"],
+            "max_retries": self.max_retries,
+            "auto_resume": self.auto_resume,
             "script": render(plan),
         }
         return SlurmDryRun(self.name, spec, job_name, request, tuple(self._notes(spec)))
 
     def _batch_plan(self, spec: JobSpec, job_name: str, job_dir: SlurmJobDir) -> BatchPlan:
-        opts = self.options
-        image = opts["container_image"]
+        image = self.container_image
         environment = {contract.ENV_CACHE_ENV: str(self.job_root / ".envs"), **spec.environment}
         return BatchPlan(
             job_name=job_name,
             job_dir=job_dir.path,
             nodes=spec.instance_count,
             max_run=spec.max_run,
-            python=opts["python"] if not image or "python" in self.given else "python3",  # the image's own
-            python_path=os.pathsep.join(filter(None, [str(Path(smddp_sdk.__file__).resolve().parent.parent), spec.environment.get("PYTHONPATH")])),
-            partition=opts["partition"],
-            account=opts["account"],
-            extra_sbatch=opts["extra_sbatch"],
-            max_retries=opts["max_retries"],
+            python=self.python or ("python3" if image else sys.executable),  # in a container: the image's own
+            python_path=os.pathsep.join(filter(None, [package_parent(), spec.environment.get("PYTHONPATH")])),
+            partition=self.partition,
+            account=self.account,
+            extra_sbatch=self.extra_sbatch,
+            max_retries=self.max_retries,
             auto_resume=self._auto_resume(),
             container_image=image,
             environment=environment,
         )
 
     def _auto_resume(self) -> bool | None:
-        setting = self.options["auto_resume"]
-        return None if setting == "auto" else bool(setting)  # auto: the batch script looks on the node
+        return None if self.auto_resume == "auto" else bool(self.auto_resume)  # auto: the batch script looks on the node
 
     def _hyperparameters(self, spec: JobSpec, job_name: str, job_dir: SlurmJobDir) -> dict[str, Any]:
         return spec.training_hyperparameters(job_name=job_name, submit_directory=f"file://{job_dir.code_dir}", region=None)
@@ -143,7 +200,7 @@ class SlurmScheduler(Scheduler):
         notes = channels.notes(spec, spec.instance_count)
         if spec.checkpoint_s3_uri:
             notes.append(f"checkpoint_s3_uri {spec.checkpoint_s3_uri} is not synced on Slurm: /opt/ml/checkpoints of every node is the job's checkpoints/ folder on the shared file system")
-        if spec.image_uri and not self.options["container_image"]:
+        if spec.image_uri and not self.container_image:
             notes.append("image_uri is not used on Slurm: set scheduler_options container_image to run the nodes in an enroot image (pyxis)")
         if self._auto_resume() is not False:
             where = "on HyperPod's nodes (auto_resume: auto)" if self._auto_resume() is None else "(auto_resume: true)"
@@ -152,17 +209,16 @@ class SlurmScheduler(Scheduler):
 
     # --- submitting -----------------------------------------------------------------------------
 
-    def schedule(self, dryrun: DryRun) -> JobHandle:
-        """Stage the job directory, check the job can run at all, submit it; returns at once."""
-        if dryrun.scheduler != self.name:
-            raise SpecError(SpecIssue("scheduler", f"this dryrun was made for the {dryrun.scheduler!r} scheduler, not 'slurm'"))
-        issues = self.validate(dryrun.spec)
-        if issues:
-            raise SpecError(issues)
+    def run(self, dryrun: DryRun, *, owner_pid: int | None) -> JobHandle:
+        """Stage the job directory, check the job can run at all, submit it; returns at once (the job
+        outlives its caller: Slurm owns it)."""
         request = dryrun.request
         job_dir = SlurmJobDir(Path(request["job_dir"]))
         job_dir.path.parent.mkdir(parents=True, exist_ok=True)
-        job_dir.path.mkdir(mode=0o700)  # the caller's alone (environment, token); outside the try: one that exists is another job's
+        try:  # the caller's alone (environment, token); outside the cleanup: one that exists is another job's
+            job_dir.path.mkdir(mode=0o700)
+        except FileExistsError:  # made since the plan was validated
+            raise SpecError(self._name_taken(dryrun.job_name)) from None
         try:
             self._stage(dryrun, job_dir)
             self.client.check(job_dir.script_file)
@@ -171,7 +227,7 @@ class SlurmScheduler(Scheduler):
             shutil.rmtree(job_dir.path, ignore_errors=True)  # nothing was submitted: leave no half job
             raise
         handle = JobHandle(self.name, dryrun.job_name)
-        write_json(job_dir.record_file, {"handle": str(handle), "spec": dryrun.spec.as_dict(), "request": request, "slurm_job_id": slurm_id, "submitted": time.time()})
+        write_json_atomic(job_dir.record_file, {"handle": str(handle), "spec": dryrun.spec.as_dict(), "request": request, "slurm_job_id": slurm_id, "submitted": time.time()})
         return handle
 
     def _stage(self, dryrun: DryRun, job_dir: SlurmJobDir) -> None:
@@ -187,7 +243,7 @@ class SlurmScheduler(Scheduler):
         channels.deliver(spec.inputs, trees, job_dir.path / "inputs", style="copy")
         job_dir.checkpoint_dir.mkdir()
         job_dir.logs_dir.mkdir()
-        write_json(
+        write_json_atomic(
             job_dir.node_file,
             {
                 "job_name": dryrun.job_name,
@@ -200,8 +256,8 @@ class SlurmScheduler(Scheduler):
         job_dir.script_file.write_text(request["script"], encoding="utf-8")
 
     def _processes_per_host(self, spec: JobSpec) -> int | None:
-        if self.options["processes_per_host"] is not None:
-            return int(self.options["processes_per_host"])
+        if self.processes_per_host is not None:
+            return int(self.processes_per_host)
         instance = spec.instance
         return instance.gpus if instance is not None and instance.gpus else None
 
@@ -210,7 +266,7 @@ class SlurmScheduler(Scheduler):
     def status(self, handle: JobHandle) -> JobStatus:
         job_dir, record = self._job(handle)
         info = self.client.job_info(record["slurm_job_id"])
-        result = read_json(job_dir.result_file)
+        result = read_json_object(job_dir.result_file)
         state, message = job_state(info, result, cancel_requested=job_dir.cancel_file.exists(), max_retries=int(record["request"]["max_retries"]))
         failure, others = self._root_cause(job_dir, info) if state is JobState.FAILED else (None, [])
         if failure is not None and (info is None or info.state not in ENDINGS):
@@ -279,7 +335,7 @@ class SlurmScheduler(Scheduler):
     def cancel(self, handle: JobHandle) -> None:
         """scancel; a finished job is left alone (Slurm ignores it)."""
         job_dir, record = self._job(handle)
-        if read_json(job_dir.result_file) is None:
+        if read_json_object(job_dir.result_file) is None:
             job_dir.cancel_file.touch()
         self.client.cancel(record["slurm_job_id"])
 
@@ -289,21 +345,18 @@ class SlurmScheduler(Scheduler):
         if handle.scheduler != self.name:
             raise SpecError(SpecIssue("handle", f"{handle} is not a slurm job", f"use get_scheduler({handle.scheduler!r})"))
         job_dir = SlurmJobDir(self.job_root / handle.job_id)
-        record = read_json(job_dir.record_file)
+        record = read_json_object(job_dir.record_file)
         if record is None:
             raise SpecError(SpecIssue("handle", f"no slurm job {handle.job_id!r} in {self.job_root}", "set scheduler_options job_root (or SMDDP_JOB_ROOT) to where its job directory lives"))
         return job_dir, record
 
-    def has_job(self, job_name: str) -> bool:
-        return SlurmJobDir(self.job_root / job_name).exists()
-
-    def list_jobs(self) -> list[JobStatus]:
-        """Every job under the job root, newest first."""
+    def list_jobs(self, limit: int | None = None) -> list[JobStatus]:
+        """The jobs under the job root, newest first; one whose status cannot be read says why."""
         if not self.job_root.is_dir():
             return []
         jobs = [SlurmJobDir(path) for path in self.job_root.iterdir() if SlurmJobDir(path).exists()]
         jobs.sort(key=lambda job: job.record_file.stat().st_mtime, reverse=True)
-        return [self.status(JobHandle(self.name, job.path.name)) for job in jobs]
+        return [self._listed_status(JobHandle(self.name, job.path.name)) for job in jobs[:limit]]
 
     def job_record(self, handle: JobHandle) -> dict[str, Any]:
         """What ``schedule`` wrote to ``job.json``: handle, spec, request, Slurm job id."""
@@ -320,18 +373,3 @@ def _failed_nodes(job_dir: SlurmJobDir) -> list[str]:
     except OSError:
         return []
     return list(dict.fromkeys(_NODE_FAILURE.findall(text)))
-
-
-def _declared_signature() -> inspect.Signature:
-    """The constructor's signature as the option table declares it, for ``smddp-launch options`` and the job file's checks."""
-    keyword = inspect.Parameter.KEYWORD_ONLY
-    return inspect.Signature(
-        [
-            inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
-            *(inspect.Parameter(option.name, keyword, default=option.default, annotation=option.type) for option in declared.OPTIONS),
-            inspect.Parameter("client", keyword, default=None, annotation="SlurmClient | None"),
-        ]
-    )
-
-
-setattr(SlurmScheduler.__init__, "__signature__", _declared_signature())  # noqa: B010 - the table is the one declaration
