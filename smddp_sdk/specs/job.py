@@ -314,7 +314,7 @@ class _Builder:
     def semantics(self) -> None:
         """Checks across fields; each looks only at values that passed their type check."""
         self.check_code()
-        self.resolve_output_path()
+        self.resolve_local_locations()
         if self.values.get("input_mode", "File") not in _INPUT_MODES:
             self.issue("input_mode", f"must be one of {', '.join(_INPUT_MODES)}", did_you_mean(self.values["input_mode"], _INPUT_MODES))
         if self.values.get("max_wait") is not None and not self.values.get("use_spot_instances"):
@@ -326,14 +326,16 @@ class _Builder:
         if distribution is not None:
             self.issues += limits.processes_per_host_issues(distribution.mpi_processes_per_host, "distribution.mpi.processes_per_host")
 
-    def resolve_output_path(self) -> None:
-        """A relative local output path means relative to the job file (or cwd), like every other path."""
-        output_path = self.values.get("output_path")
-        if not output_path or "://" in output_path and not output_path.startswith("file://"):
-            return
-        local = Path(output_path.removeprefix("file://")).expanduser()
-        if not local.is_absolute():
-            self.values["output_path"] = str(self.base_dir / local)
+    def resolve_local_locations(self) -> None:
+        """A relative local output or checkpoint location means relative to the job file (or cwd), like
+        every other path: a rerun from another directory finds the same checkpoints."""
+        for field in ("output_path", "checkpoint_s3_uri"):
+            location = self.values.get(field)
+            if not location or "://" in location and not location.startswith("file://"):
+                continue
+            local = Path(location.removeprefix("file://")).expanduser()
+            if not local.is_absolute():
+                self.values[field] = str(self.base_dir / local)
 
     def check_instance_type(self) -> None:
         name = self.values.get("instance_type", "")

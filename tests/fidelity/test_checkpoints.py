@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 import time
@@ -63,6 +64,28 @@ def test_s3_uri_rerun_resumes(tmp_path: Path, s3) -> None:
     root = tmp_path / "run2" / "algo-1"
     _run_job([root], uri, s3)
     assert (checkpoints.host_dir(root, None) / "resumed-from.txt").read_text() == "3"
+
+
+def test_every_host_restores_identical_files_times_and_modes(tmp_path: Path) -> None:
+    """A script that resumes from the newest file by modification time picks the same one on every host."""
+    location = tmp_path / "store"
+    location.mkdir()
+    for epoch in range(12):
+        checkpoint = location / f"epoch-{epoch}.pt"
+        checkpoint.write_bytes(bytes([epoch]) * 100)
+        checkpoint.chmod(0o600 if epoch % 2 else 0o644)
+        os.utime(checkpoint, ns=(1_700_000_000_000_000_000 + epoch, 1_700_000_000_000_000_000 + epoch * 10**9))
+    roots = [tmp_path / f"algo-{i}" for i in (1, 2, 3)]
+    sync = checkpoints.for_job(f"file://{location}", None, roots, stream=io.StringIO())
+    assert sync is not None and sync.restore() == 12
+
+    def seen(root: Path) -> dict[str, tuple[bytes, int, int]]:
+        directory = checkpoints.host_dir(root, None)
+        return {p.name: (p.read_bytes(), p.stat().st_mtime_ns, p.stat().st_mode) for p in directory.iterdir()}
+
+    first = seen(roots[0])
+    assert len(first) == 12 and all(seen(root) == first for root in roots[1:])
+    assert max(first, key=lambda name: first[name][1]) == "epoch-11.pt"
 
 
 def test_unchanged_files_are_not_copied_again(tmp_path: Path) -> None:

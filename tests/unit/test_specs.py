@@ -187,7 +187,9 @@ def test_handles_round_trip_and_reject_garbage():
     assert JobState.CANCELLED.is_terminal and not JobState.RUNNING.is_terminal
 
 
-def test_relative_local_output_path_is_taken_from_the_base_dir(code):
-    assert spec(code, output_path="out").output_path == str(code / "out")
-    assert spec(code, output_path="file://out").output_path == str(code / "out")
-    assert spec(code, output_path="s3://bucket/out").output_path == "s3://bucket/out"
+@pytest.mark.parametrize("field", ["output_path", "checkpoint_s3_uri"])
+def test_relative_local_locations_are_taken_from_the_base_dir(code, field):
+    assert getattr(spec(code, **{field: "out"}), field) == str(code / "out")
+    assert getattr(spec(code, **{field: "file://out"}), field) == str(code / "out")
+    assert getattr(spec(code, **{field: "s3://bucket/out"}), field) == "s3://bucket/out"
+    assert getattr(spec(code, **{field: "/abs/out"}), field) == "/abs/out"

@@ -23,6 +23,7 @@ watches the hosts calls ``for_record(job record)``, ``.start()`` once they run a
 
 from __future__ import annotations
 
+import shutil
 import sys
 import threading
 from collections.abc import Mapping, Sequence
@@ -86,11 +87,11 @@ class CheckpointSync:
             return 0
         first = self.host_dirs[0]
         stores.copy_all(self.store, entries, first)
-        for other in self.host_dirs[1:]:
-            for entry in entries:
+        for other in self.host_dirs[1:]:  # copies of the first host's files, times and modes included,
+            for entry in entries:  # so a script that picks the newest file picks the same one everywhere
                 target = other / entry.key
                 target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes((first / entry.key).read_bytes())
+                shutil.copy2(first / entry.key, target)
         for directory in self.host_dirs:  # what came from the location need not go back
             for entry in entries:
                 stat = (directory / entry.key).stat()
