@@ -336,7 +336,21 @@ def render_status(job_status: JobStatus, color: bool) -> str:
         lines.append(f"  {host.host:<8} {state_text(host.state, color)}{code}")
     if job_status.model_data:
         lines.append(f"  model: {job_status.model_data}")
-    return "\n".join(lines)
+    return "\n".join(lines + attempt_lines(job_status.details))
+
+
+def attempt_lines(details: dict[str, Any]) -> list[str]:
+    """Attempts and status transitions (SageMaker's SecondaryStatusTransitions), once a job had more than one
+    attempt or billing seconds to show."""
+    transitions = details.get("transitions") or []
+    if not transitions:
+        return []
+    lines = [f"  attempt {details.get('attempt', 1)}" + (f"; training seconds {details['training_seconds']}, billable seconds {details['billable_seconds']}"
+                                                         if details.get("training_seconds") is not None else "")]
+    for item in transitions:
+        clock = datetime.fromtimestamp(item["start"]).strftime("%H:%M:%S")
+        lines.append(f"  {clock} {item['status']:<20} {item.get('message') or ''}".rstrip())
+    return lines
 
 
 def status_as_dict(job_status: JobStatus) -> dict[str, Any]:

@@ -329,13 +329,13 @@ class _Builder:
     def resolve_local_locations(self) -> None:
         """A relative local output or checkpoint location means relative to the job file (or cwd), like
         every other path: a rerun from another directory finds the same checkpoints."""
-        for field in ("output_path", "checkpoint_s3_uri"):
-            location = self.values.get(field)
+        for name in ("output_path", "checkpoint_s3_uri"):
+            location = self.values.get(name)
             if not location or "://" in location and not location.startswith("file://"):
                 continue
             local = Path(location.removeprefix("file://")).expanduser()
             if not local.is_absolute():
-                self.values[field] = str(self.base_dir / local)
+                self.values[name] = str(self.base_dir / local)
 
     def check_instance_type(self) -> None:
         name = self.values.get("instance_type", "")
