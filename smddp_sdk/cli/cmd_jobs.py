@@ -340,15 +340,17 @@ def render_status(job_status: JobStatus, color: bool) -> str:
 
 
 def attempt_lines(details: dict[str, Any]) -> list[str]:
-    """Attempts and status transitions (SageMaker's SecondaryStatusTransitions), once a job had more than one
-    attempt or billing seconds to show."""
+    """The attempt, its interruptions and billed seconds (per instance), and the status transitions with their
+    times (SageMaker's SecondaryStatusTransitions), for jobs whose scheduler records them."""
     transitions = details.get("transitions") or []
     if not transitions:
         return []
-    lines = [f"  attempt {details.get('attempt', 1)}" + (f"; training seconds {details['training_seconds']}, billable seconds {details['billable_seconds']}"
-                                                         if details.get("training_seconds") is not None else "")]
+    head = f"  attempt {details.get('attempt', 1)}, interruptions {details.get('interruptions', 0)}"
+    if details.get("training_seconds") is not None:
+        head += f"; training seconds {details['training_seconds']}, billable seconds {details.get('billable_seconds')} (per instance)"
+    lines = [head]
     for item in transitions:
-        clock = datetime.fromtimestamp(item["start"]).strftime("%H:%M:%S")
+        clock = datetime.fromtimestamp(item["start"]).strftime("%H:%M:%S") if item.get("start") else "--:--:--"
         lines.append(f"  {clock} {item['status']:<20} {item.get('message') or ''}".rstrip())
     return lines
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from smddp_sdk.cli.cmd_jobs import render_status
 from smddp_sdk.schedulers.local import LocalScheduler
 from smddp_sdk.specs.job import JobSpec
 from smddp_sdk.specs.status import JobHandle, JobState, JobStatus
@@ -55,6 +56,8 @@ def test_a_killed_runtime_is_retried_and_a_script_without_checkpoints_is_warned(
     log = "\n".join(line.text for line in scheduler.logs(handle))
     assert "attempt 2 starts the script from scratch" in log
     assert "Billable seconds:" in log
+    shown = render_status(status, color=False)
+    assert "attempt 2, interruptions 0; training seconds" in shown and " Restarting " in shown
 
 
 def test_a_failing_script_is_not_retried(tmp_path: Path) -> None:

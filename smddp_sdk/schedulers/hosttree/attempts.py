@@ -114,13 +114,11 @@ class Timeline:
     def end_attempt(self, outcome: str, reason: str, started: float, now: float | None = None) -> None:
         now = time.time() if now is None else now
         self.state["attempts"].append({"attempt": self.attempt, "started": started, "ended": now, "outcome": outcome, "reason": reason})
+        self.state["interruptions"] = sum(1 for item in self.state["attempts"] if item["outcome"] == INTERRUPTED)
 
     def next_attempt(self) -> int:
         self.state["attempt"] = self.attempt + 1
         return self.attempt
-
-    def interruptions(self) -> int:
-        return sum(1 for item in self.state["attempts"] if item["outcome"] == INTERRUPTED)
 
     def training_seconds(self) -> int:
         """SageMaker's TrainingTimeInSeconds: from the first Training to the end, interruptions included."""
@@ -133,11 +131,3 @@ class Timeline:
         attempt counted, the wait for capacity after an interruption not."""
         running = [t for t in self.state["transitions"] if t["status"] not in (INTERRUPTED,) and t.get("end") is not None]
         return int(round(sum(t["end"] - t["start"] for t in running)))
-
-
-def billing_lines(training: int, billable: int, spot: bool) -> list[str]:
-    """The lines SageMaker SDK v2 prints when a job ends (``logs_for_job``)."""
-    lines = [f"Training seconds: {training}", f"Billable seconds: {billable}"]
-    if spot and training > 0:
-        lines.append(f"Managed Spot Training savings: {(1 - billable / training) * 100:.1f}%")
-    return lines

@@ -39,7 +39,7 @@ SUPERVISOR_MODULE = "smddp_sdk.schedulers.hosttree.supervisor"
 FROZEN_AFTER = 3.0
 _NAME_ATTEMPTS = 20
 # What state.json says of attempts (``hosttree.attempts``), passed on in ``status`` details as recorded.
-ATTEMPT_KEYS = ("attempt", "attempts", "transitions", "training_seconds", "billable_seconds")
+ATTEMPT_KEYS = ("attempt", "attempts", "interruptions", "transitions", "training_seconds", "billable_seconds")
 
 
 class HostTreeScheduler(Scheduler):

@@ -45,7 +45,7 @@ from smddp_sdk.specs.failure import (
     decide,
     from_error_file,
 )
-from smddp_sdk.specs.status import JobState
+from smddp_sdk.specs.status import JobState, billing_lines
 
 POLL_SECONDS = 0.1
 HEARTBEAT_SECONDS = 1.0
@@ -437,7 +437,7 @@ class Supervisor:
         self.timeline.enter(final, message)
         self.timeline.close()
         spot = bool((self.record.get("spec") or {}).get("use_spot_instances"))
-        for line in attempts.billing_lines(self.state["training_seconds"], self.state["billable_seconds"], spot):
+        for line in billing_lines(self.state["training_seconds"], self.state["billable_seconds"], instances=len(self.hosts), spot=spot):
             self.say(line)
 
     def update(self, **changes: Any) -> None:
