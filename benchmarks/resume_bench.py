@@ -27,7 +27,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,7 @@ class Run:
     params: bytes  # model/params.pt as the job saved it
     resumed_at: tuple[int, ...]  # the epoch each retry resumed at
     seconds_to_training: tuple[float, ...]  # per fault: until the script resumed
+    phases: tuple[tuple[float, float, float], ...] = ()  # per fault: hosts stopped and synced, relaunched, script resumed
 
 
 def run_straight(workdir: Path, epochs: int = 10) -> Run:
@@ -70,7 +71,17 @@ def run_interrupted(workdir: Path, epochs: int = 10) -> Run:
     interrupted = time.time()
     scheduler.interrupt(handle, Interruption("algo-2"))
     second = _wait_resumed(job_dir, 2)
-    return _finish(scheduler, handle, (first - killed, second - interrupted))
+    run = _finish(scheduler, handle, (first - killed, second - interrupted))
+    return replace(run, phases=_phases(run.status, ((killed, first), (interrupted, second))))
+
+
+def _phases(status: JobStatus, faults: tuple[tuple[float, float], ...]) -> tuple[tuple[float, float, float], ...]:
+    """Split each fault-to-training span at the supervisor's transitions: the attempt ended (every host
+    stopped, the last checkpoint pass done), then Training (the hosts relaunched after the restore)."""
+    transitions = status.details.get("transitions", [])
+    ended = [t["start"] for t in transitions if t["status"] in ("Restarting", "Interrupted")]
+    training = [t["start"] for t in transitions if t["status"] == "Training"][1:]
+    return tuple((stop - fault, relaunch - stop, resumed - relaunch) for (fault, resumed), stop, relaunch in zip(faults, ended, training))
 
 
 def _submit(workdir: Path, name: str, epochs: int) -> tuple[LocalScheduler, JobHandle]:
@@ -136,7 +147,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    kills, interrupts = [], []
+    kills, interrupts, phases = [], [], []
     for repeat in range(args.repeats):
         with tempfile.TemporaryDirectory() as tmp:
             run = run_interrupted(Path(tmp))
@@ -145,9 +156,12 @@ def main() -> int:
             return 1
         kills.append(run.seconds_to_training[0])
         interrupts.append(run.seconds_to_training[1])
+        phases += run.phases
         print(f"repeat {repeat}: runtime SIGKILL -> training {kills[-1]:.1f} s; interruption -> training {interrupts[-1]:.1f} s", flush=True)
     for name, values in (("runtime SIGKILL", kills), ("spot interruption", interrupts)):
         print(f"{name} -> training again: median {statistics.median(values):.1f} s, max {max(values):.1f} s ({len(values)} runs)")
+    for index, name in enumerate(("hosts stopped and checkpoints synced", "archived, restored, hosts relaunched", "script resumed (torch import, process group)")):
+        print(f"  {name}: median {statistics.median(p[index] for p in phases):.1f} s")
     print(f"load: {os.getloadavg()[0]:.2f} (1-minute average)")
     return 0
 

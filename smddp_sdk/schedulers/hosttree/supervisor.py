@@ -200,17 +200,13 @@ class Supervisor:
             shutil.rmtree(checkpoints.host_dir(item.opt_ml, spec.get("checkpoint_local_path")), ignore_errors=True)
 
     def check_interruption(self) -> None:
-        """A spot interruption asked for (``smddp-launch interrupt``): stop the reclaimed hosts' runtimes at
-        once, as the instance goes away; the others then stop as after any lost host."""
+        """A spot interruption asked for (``smddp-launch interrupt``): every host is stopped (SIGTERM, then
+        SIGKILL after the grace), as SageMaker stops every container of a job whose capacity was reclaimed."""
         interruption = attempts.take_interrupt(self.job_dir.path)
         if interruption is None or self.stop_reason is not None:
             return
         self.interruption = interruption
         self.say(f"spot interruption: {interruption.what} is reclaimed; stopping the containers")
-        hosts = [interruption.host] if interruption.host in self.running_hosts() else self.running_hosts()
-        for host in hosts:
-            self.stopped_by_us.add(host)
-            self.backend.signal(host, signal.SIGTERM)
         self.stop(JobState.FAILED, f"interrupted: {interruption.what} was reclaimed")
 
     def say(self, message: str) -> None:
