@@ -58,10 +58,14 @@ def take_interrupt(job_path: Path) -> Interruption | None:
     """The pending interruption request, removed as it is taken; None when there is none."""
     target = job_path / INTERRUPT_FILE
     try:
-        data = json.loads(target.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        text = target.read_text(encoding="utf-8")
+    except OSError:
         return None
     target.unlink(missing_ok=True)
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
     host = data.get("host") if isinstance(data, dict) else None
     wait = data.get("wait") if isinstance(data, dict) else 0
     return Interruption(host if isinstance(host, str) else None, float(wait) if isinstance(wait, (int, float)) else 0.0)
