@@ -34,6 +34,7 @@ PARSE_ONLY = {
     "--scheduler docker": "needs a Docker engine (tests/docker)",
     "image build": "builds the training image (minutes; tests/docker)",
     "--follow": "follows until the job ends (exercised in tests/cli/test_run_local.py)",
+    "interrupt ": "needs a running spot job (exercised in tests/faults/test_resume.py)",
 }
 
 

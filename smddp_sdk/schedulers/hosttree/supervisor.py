@@ -106,7 +106,7 @@ class Supervisor:
         self.save()
         if self.cancel_wanted():
             return self.finish(JobState.CANCELLED, "cancelled before it started")
-        sync = checkpoints.for_record(self.record)  # checkpoint_s3_uri: copied out while the hosts run
+        sync = checkpoints.for_record(self.record, stream=self)  # checkpoint_s3_uri: copied out while the hosts run
         while True:
             self.run_attempt(sync)
             retry = self.retry_reason()
@@ -144,7 +144,7 @@ class Supervisor:
         spec = self.record.get("spec") or {}
         if self.interruption is not None:
             if not self.stop_reason or self.stop_reason[0] is not JobState.CANCELLED:
-                return f"interrupted: {self.interruption.what} was reclaimed"
+                return f"{self.interruption.what} was reclaimed"
             return ""
         failed = any(e.code != 0 for e in self.exits.values())
         if not failed or (self.stop_reason is not None and self.stop_reason[1]):  # success, cancel, max_run, max_wait
@@ -174,11 +174,10 @@ class Supervisor:
         self.state["hosts"] = {}
         self.backend = self.new_backend()
         self.save()
-        sync = checkpoints.for_record(self.record)
+        sync = checkpoints.for_record(self.record, stream=self)
         if sync is None:
             self.say(f"warning: attempt {attempt} starts the script from scratch: the job has no checkpoint_s3_uri to restore from")
             return None
-        sync.stream = self  # its messages go to the job's log
         self.timeline.enter(attempts.DOWNLOADING, f"attempt {attempt}: restoring checkpoints from {sync.uri}")
         if sync.restore() == 0:
             self.say(f"warning: attempt {attempt} starts the script from scratch: no checkpoint was synced to {sync.uri} "
@@ -215,7 +214,7 @@ class Supervisor:
         print(f"smddp: {message}", file=sys.stderr, flush=True)
 
     def write(self, text: str) -> None:
-        """The checkpoint sync's stream: its lines go to the job's log."""
+        """The checkpoint sync's stream (``stream=self``): its lines go to the job's log."""
         for line in text.splitlines():
             if line.strip():
                 self.copy_output(SUPERVISOR_HOST, line.encode())
