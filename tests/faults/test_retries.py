@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from smddp_sdk.cli.cmd_jobs import render_status
+from smddp_sdk.errors import SpecError
+from smddp_sdk.schedulers.hosttree.attempts import Interruption
 from smddp_sdk.schedulers.local import LocalScheduler
 from smddp_sdk.specs.job import JobSpec
 from smddp_sdk.specs.status import JobHandle, JobState, JobStatus
@@ -66,6 +68,8 @@ def test_a_failing_script_is_not_retried(tmp_path: Path) -> None:
     assert status.state is JobState.FAILED
     assert status.details["attempt"] == 1
     assert "ValueError" in status.message
+    with pytest.raises(SpecError, match="does not use spot instances"):
+        scheduler.interrupt(handle, Interruption("algo-2"))
 
 
 def test_retry_script_errors_retries_a_failing_script_up_to_max_retry_attempts(tmp_path: Path) -> None:
@@ -82,3 +86,5 @@ def test_max_wait_bounds_every_attempt_together(tmp_path: Path) -> None:
     assert status.state is JobState.FAILED
     assert status.message.startswith("MaxWaitTimeExceeded"), status.message
     assert statuses(status)[-1] == "MaxWaitTimeExceeded"
+    with pytest.raises(SpecError, match="is not running"):
+        scheduler.interrupt(handle, Interruption())

@@ -289,8 +289,8 @@ class HostTreeScheduler(Scheduler):
         job_dir.write_state({**job_dir.read_state(), "swept": True})
 
     def interrupt(self, handle: JobHandle, interruption: Interruption) -> None:
-        """Rehearse a managed spot interruption of a running job: its supervisor stops the reclaimed
-        hosts, syncs the checkpoints, and starts the job again (``hosttree.attempts``)."""
+        """Rehearse a managed spot interruption of a running spot job: its supervisor stops every host,
+        syncs the checkpoints, and starts the job again with them (``hosttree.attempts``)."""
         job_dir = self._job_dir(handle)
         record = job_dir.read_record()
         if not (record.get("spec") or {}).get("use_spot_instances"):
