@@ -23,6 +23,7 @@ import os
 import re
 import signal
 import statistics
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -35,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from smddp_sdk.schedulers.hosttree.attempts import Interruption  # noqa: E402
+from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler  # noqa: E402
 from smddp_sdk.schedulers.local import LocalScheduler  # noqa: E402
 from smddp_sdk.specs.job import JobSpec  # noqa: E402
 from smddp_sdk.specs.status import JobHandle, JobState, JobStatus  # noqa: E402
@@ -53,19 +55,19 @@ class Run:
     phases: tuple[tuple[float, float, float], ...] = ()  # per fault: hosts stopped and synced, relaunched, script resumed
 
 
-def run_straight(workdir: Path, epochs: int = 10) -> Run:
-    scheduler, handle = _submit(workdir, "straight", epochs)
+def run_straight(workdir: Path, epochs: int = 10, scheduler: HostTreeScheduler | None = None) -> Run:
+    scheduler, handle = _submit(scheduler or local_scheduler(workdir), workdir, "straight", epochs)
     return _finish(scheduler, handle, ())
 
 
-def run_interrupted(workdir: Path, epochs: int = 10) -> Run:
+def run_interrupted(workdir: Path, epochs: int = 10, scheduler: HostTreeScheduler | None = None) -> Run:
     """Kill algo-2's runtime after epoch 2, then interrupt algo-2 once the retry has checkpointed."""
-    scheduler, handle = _submit(workdir, "interrupted", epochs)
-    job_dir = workdir / "jobs" / handle.job_id
+    scheduler, handle = _submit(scheduler or local_scheduler(workdir), workdir, "interrupted", epochs)
+    job_dir = scheduler.job_root / handle.job_id
     checkpoints = job_dir / "algo-1" / "checkpoints"
     _wait(lambda: (checkpoints / "epoch-2.pt").exists(), "epoch 2 checkpointed")
     killed = time.time()
-    os.kill(int(_state(job_dir)["hosts"]["algo-2"]["pid"]), signal.SIGKILL)
+    _kill_runtime(_state(job_dir)["hosts"]["algo-2"])
     first = _wait_resumed(job_dir, 1)
     _wait(lambda: any(path.stat().st_mtime > first for path in checkpoints.glob("epoch-*.pt")), "an epoch checkpointed by the retry")
     interrupted = time.time()
@@ -84,8 +86,19 @@ def _phases(status: JobStatus, faults: tuple[tuple[float, float], ...]) -> tuple
     return tuple((stop - fault, relaunch - stop, resumed - relaunch) for (fault, resumed), stop, relaunch in zip(faults, ended, training))
 
 
-def _submit(workdir: Path, name: str, epochs: int) -> tuple[LocalScheduler, JobHandle]:
-    scheduler = LocalScheduler(job_root=workdir / "jobs", processes_per_host=1, stop_grace_period=3)
+def local_scheduler(workdir: Path) -> LocalScheduler:
+    return LocalScheduler(job_root=workdir / "jobs", processes_per_host=1, stop_grace_period=3)
+
+
+def _kill_runtime(host: dict[str, Any]) -> None:
+    """SIGKILL a host's runtime: its process here, its container (whose first process it is) in docker mode."""
+    if "container" in host:
+        subprocess.run(["docker", "kill", "--signal", "KILL", host["container"]], check=True, capture_output=True, timeout=60)
+    else:
+        os.kill(int(host["pid"]), signal.SIGKILL)
+
+
+def _submit(scheduler: HostTreeScheduler, workdir: Path, name: str, epochs: int) -> tuple[HostTreeScheduler, JobHandle]:
     spec = JobSpec.from_mapping(
         {
             "entry_point": "resume_train.py",
@@ -105,7 +118,7 @@ def _submit(workdir: Path, name: str, epochs: int) -> tuple[LocalScheduler, JobH
     return scheduler, scheduler.submit(spec)
 
 
-def _finish(scheduler: LocalScheduler, handle: JobHandle, seconds: tuple[float, ...]) -> Run:
+def _finish(scheduler: HostTreeScheduler, handle: JobHandle, seconds: tuple[float, ...]) -> Run:
     _wait(lambda: scheduler.status(handle).state.is_terminal, "the job's end")
     status = scheduler.status(handle)
     log = "\n".join(line.text for line in scheduler.logs(handle))
