@@ -341,7 +341,23 @@ def render_status(job_status: JobStatus, color: bool) -> str:
         lines.append(f"  {host.host:<8} {state_text(host.state, color)}{code}")
     if job_status.model_data:
         lines.append(f"  model: {job_status.model_data}")
-    return "\n".join(lines)
+    return "\n".join(lines + attempt_lines(job_status.details))
+
+
+def attempt_lines(details: dict[str, Any]) -> list[str]:
+    """The attempt, its interruptions and billed seconds (per instance), and the status transitions with their
+    times (SageMaker's SecondaryStatusTransitions), for jobs whose scheduler records them."""
+    transitions = details.get("transitions") or []
+    if not transitions:
+        return []
+    head = f"  attempt {details.get('attempt', 1)}, interruptions {details.get('interruptions', 0)}"
+    if details.get("training_seconds") is not None:
+        head += f"; training seconds {details['training_seconds']}, billable seconds {details.get('billable_seconds')} (per instance)"
+    lines = [head]
+    for item in transitions:
+        clock = datetime.fromtimestamp(item["start"]).strftime("%H:%M:%S") if item.get("start") else "--:--:--"
+        lines.append(f"  {clock} {item['status']:<20} {item.get('message') or ''}".rstrip())
+    return lines
 
 
 def status_as_dict(job_status: JobStatus) -> dict[str, Any]:

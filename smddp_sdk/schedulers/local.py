@@ -24,7 +24,7 @@ from smddp_sdk.schedulers.hosttree.host_trees import HostTree, host_names, large
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir, default_job_root
 from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler, package_parent
 from smddp_sdk.schedulers.hosttree.process_backend import PORT_PLACEHOLDER, TOKEN_PLACEHOLDER
-from smddp_sdk.schedulers.options import PROCESSES_PER_HOST, STOP_GRACE_PERIOD, Option, SchedulerOptions, boolean, job_root, with_default
+from smddp_sdk.schedulers.options import PROCESSES_PER_HOST, RETRY_SCRIPT_ERRORS, STOP_GRACE_PERIOD, Option, SchedulerOptions, boolean, job_root, with_default
 from smddp_sdk.specs import contract, limits
 from smddp_sdk.specs.job import JobSpec, TrainingInput, make_job_name
 
@@ -46,6 +46,7 @@ class LocalScheduler(HostTreeScheduler):
         with_default(PROCESSES_PER_HOST, None, "ranks per simulated host (default: the instance type's GPU count, else 1)"),
         Option("keep_job_dir", "bool", True, "keep the job directory (logs, /opt/ml trees) after the job", check=boolean),
         STOP_GRACE_PERIOD,
+        RETRY_SCRIPT_ERRORS,
     )
     keep_job_dir: bool
 
@@ -53,8 +54,6 @@ class LocalScheduler(HostTreeScheduler):
 
     def _feature_issues(self, spec: JobSpec) -> list[SpecIssue]:
         issues = []
-        if spec.use_spot_instances:
-            issues.append(SpecIssue("use_spot_instances", "spot training is not supported in local mode", "drop it, or use scheduler='sagemaker'"))
         if spec.distribution.modelparallel is not None:
             issues.append(SpecIssue("distribution.smdistributed.modelparallel", "the bundled runtime cannot run SageMaker model parallelism (it needs AWS's SMP containers)", "use scheduler='sagemaker' with an AWS image"))
         per_host = spec.distribution.mpi_processes_per_host or self._simulated_gpus(spec, gpus_passed=spec.instance_type == "local_gpu") or 1

@@ -84,3 +84,16 @@ class LogLine:
     @property
     def prefix(self) -> str:
         return console_prefix(self.host, self.rank).rstrip()
+
+
+def billing_lines(training: int | None, billable: int | None, *, instances: int, spot: bool) -> list[str]:
+    """What SageMaker SDK v2 prints when a job ends, from per-instance seconds (TrainingTimeInSeconds and
+    BillableTimeInSeconds) times the instance count, with the spot savings."""
+    lines = []
+    if training is not None:
+        lines.append(f"Training seconds: {training * instances}")
+    if billable is not None:
+        lines.append(f"Billable seconds: {billable * instances}")
+        if spot and training:
+            lines.append(f"Managed Spot Training savings: {(1 - billable / training) * 100:.1f}%")
+    return lines

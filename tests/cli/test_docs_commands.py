@@ -37,6 +37,7 @@ PARSE_ONLY = {
     "image build": "builds the training image (minutes; tests/docker)",
     "--follow": "follows until the job ends (exercised in tests/cli/test_run_local.py)",
     "smddp-launch stacks": "needs a running job (exercised in tests/cli/test_hangs.py)",
+    "interrupt ": "needs a running spot job (exercised in tests/faults/test_resume.py)",
 }
 
 

@@ -25,7 +25,7 @@ def test_dryrun_notes_every_setting_it_does_not_emulate(invoke, isolated: Path) 
     result = invoke("run", "job.yaml", "--dryrun")
     assert result.exit_code == 0, result.output
     notes = result.stdout.split("=== NOTES ===", 1)[1]
-    for words in ("metric_definitions (1) are not scraped", "max_retry_attempts=3 is not emulated",
+    for words in ("metric_definitions (1) are not scraped",
                   "FastFile runs as File", "downloaded through boto3", "ShardedByS3Key"):
         assert words in notes, words
 

@@ -208,3 +208,24 @@ def test_create_errors_show_the_aws_message_and_what_to_do(make_spec, code, mess
     text = str(caught.value)
     assert caught.value.exit_code == exit_code
     assert f"AWS said {code}: {message}" in text and advice in text
+
+
+def test_status_shows_attempts_and_interruptions_from_describe_training_job() -> None:
+    sagemaker, stub = client("sagemaker")
+    steps = ["Starting", "Training", "Interrupted", "Starting", "Training", "Restarting", "Starting", "Training", "Completed"]
+    spot = describe(
+        "Completed",
+        "Completed",
+        0,
+        EnableManagedSpotTraining=True,
+        TrainingTimeInSeconds=500,
+        BillableTimeInSeconds=100,
+        SecondaryStatusTransitions=[{"Status": name, "StartTime": T0 + timedelta(minutes=i), "EndTime": T0 + timedelta(minutes=i + 1), "StatusMessage": ""} for i, name in enumerate(steps)],
+    )
+    stub.add_response("describe_training_job", spot, {"TrainingJobName": JOB})
+    with stub:
+        details = scheduler(sagemaker).status(HANDLE).details
+    assert (details["attempt"], details["interruptions"]) == (3, 1)
+    assert [item["status"] for item in details["transitions"]] == steps
+    assert details["transitions"][2]["start"] == (T0 + timedelta(minutes=2)).timestamp()
+    assert (details["training_seconds"], details["billable_seconds"]) == (500, 100)

@@ -65,6 +65,8 @@ CASES: dict[str, dict[str, Any]] = {
                                         "metric_definitions": [{"Name": "loss", "Regex": "loss=([0-9.]+)"}],
                                         "checkpoint_s3_uri": "s3://my-bucket/ckpt", "checkpoint_local_path": "/opt/ml/checkpoints",
                                         "enable_sagemaker_metrics": False},
+    "retries-spot-checkpoints": {**BASE, "distribution": SMDDP, "max_retry_attempts": 1, "use_spot_instances": True, "max_run": 1800,
+                                 "max_wait": 1800, "checkpoint_s3_uri": "s3://my-bucket/ckpt/run-1", "checkpoint_local_path": "/opt/ml/checkpoints/model"},
     "region-without-debugger": {**BASE, "region": "eu-central-2"},
     "china-region": {**BASE, "region": "cn-north-1", "role": "arn:aws-cn:iam::123456789012:role/SageMakerRole"},
     "s3-source-tarball": {**BASE, "source_dir": "s3://my-bucket/code/sourcedir.tar.gz"},

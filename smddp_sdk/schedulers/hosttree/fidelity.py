@@ -79,7 +79,7 @@ def _version_notes(spec: JobSpec, scheduler: str) -> list[str]:
 def _platform_notes(spec: JobSpec) -> list[str]:
     """Features of SageMaker's platform (not of the container) that a rehearsal has no part of."""
     checks: list[tuple[bool, str]] = [
-        (spec.max_retry_attempts is not None, f"max_retry_attempts={spec.max_retry_attempts} is not emulated: a failed rehearsal is not retried"),
+        (spec.use_spot_instances, "use_spot_instances: no spot capacity here; rehearse an interruption with `smddp-launch interrupt <job>`; max_wait bounds every attempt together"),
         (spec.enable_network_isolation, "enable_network_isolation is not emulated: the hosts can reach the network here"),
         (spec.volume_size != 30, f"volume_size={spec.volume_size} GB is not enforced: the hosts write to this machine's disk"),
         (spec.keep_alive_period_in_seconds is not None, "keep_alive_period_in_seconds (warm pools) is not emulated: every rehearsal starts fresh"),
@@ -95,7 +95,6 @@ def _platform_notes(spec: JobSpec) -> list[str]:
 def _docker_notes(spec: JobSpec) -> list[str]:
     """What the local scheduler refuses or notes itself, and docker mode runs without."""
     checks: list[tuple[bool, str]] = [
-        (spec.use_spot_instances, "use_spot_instances: spot capacity and interruptions are not simulated"),
         (bool(spec.role), "role is not needed in docker mode and is ignored"),
         (bool(spec.code_location), "code_location is not used in docker mode: the code is mounted from the job directory"),
     ]

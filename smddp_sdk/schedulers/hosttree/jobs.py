@@ -24,6 +24,7 @@ import smddp_sdk
 from smddp_sdk.errors import SpecError, SpecIssue
 from smddp_sdk.schedulers.base import Capabilities, DryRun, Scheduler
 from smddp_sdk.schedulers.hosttree import fidelity
+from smddp_sdk.schedulers.hosttree.attempts import Interruption, request_interrupt
 from smddp_sdk.schedulers.hosttree.console_log import follow_stamped
 from smddp_sdk.schedulers.hosttree.host_trees import HostTree, config_files, prepare_host_trees, stage_code
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir, is_supervisor_of
@@ -39,6 +40,8 @@ SUPERVISOR_MODULE = "smddp_sdk.schedulers.hosttree.supervisor"
 # frozen; ``cancel`` then stops the hosts itself.
 FROZEN_AFTER = 3.0
 _NAME_ATTEMPTS = 20
+# What state.json says of attempts (``hosttree.attempts``), passed on in ``status`` details as recorded.
+ATTEMPT_KEYS = ("attempt", "attempts", "interruptions", "transitions", "training_seconds", "billable_seconds")
 
 
 class HostTreeScheduler(Scheduler):
@@ -49,6 +52,7 @@ class HostTreeScheduler(Scheduler):
     job_root: Path
     processes_per_host: int | None
     stop_grace_period: float
+    retry_script_errors: bool
 
     # --- planning ---------------------------------------------------------------------------------
 
@@ -89,6 +93,8 @@ class HostTreeScheduler(Scheduler):
             "backend": self.backend,
             "max_run": spec.max_run,
             "stop_grace_period": self.stop_grace_period,
+            "retry_script_errors": self.retry_script_errors,
+            "max_wait": spec.max_wait if spec.use_spot_instances else None,
         }
 
     def _hosts_request(self, spec: JobSpec, job_name: str, launches: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -200,6 +206,7 @@ class HostTreeScheduler(Scheduler):
             "other_failures": state.get("other_failures", []),
             "rank_log": state.get("rank_log"),
             "error_file": state.get("error_file"),
+            **{key: state[key] for key in ATTEMPT_KEYS if key in state},
         }
         return JobStatus(handle, JobState(state.get("state", "UNKNOWN")), state.get("message", ""), failure, hosts, state.get("model_data"), details)
 
@@ -301,6 +308,23 @@ class HostTreeScheduler(Scheduler):
         (job_dir.path / LIFELINE).unlink(missing_ok=True)
         shutil.rmtree(job_dir.path / SCRATCH, ignore_errors=True)
         job_dir.write_state({**job_dir.read_state(), "swept": True})
+
+    def interrupt(self, handle: JobHandle, interruption: Interruption) -> None:
+        """Rehearse a managed spot interruption of a running spot job: its supervisor stops every host,
+        syncs the checkpoints, and starts the job again with them (``hosttree.attempts``)."""
+        job_dir = self._job_dir(handle)
+        record = job_dir.read_record()
+        if not (record.get("spec") or {}).get("use_spot_instances"):
+            raise SpecError(SpecIssue("job", f"{handle} does not use spot instances: only spot capacity is interrupted",
+                                      "run the job with use_spot_instances: true and max_wait; a lost on-demand host is rehearsed by "
+                                      "killing a host's runtime (max_retry_attempts retries it)"))
+        hosts = [item.host for item in HostTreePlan.from_request(record["request"]).hosts]
+        if interruption.host is not None and interruption.host not in hosts:
+            raise SpecError(SpecIssue("--host", f"{handle} has no host {interruption.host!r}", f"one of {', '.join(hosts)}"))
+        state = self._settled_state(job_dir).get("state")
+        if state != JobState.RUNNING.value:
+            raise SpecError(SpecIssue("job", f"{handle} is not running (it is {state})", "interrupt a job while its hosts train"))
+        request_interrupt(job_dir.path, interruption)
 
     # --- lookups ----------------------------------------------------------------------------------
 

@@ -50,6 +50,8 @@ class HostTreePlan:
     output_data: Path
     backend: str = "process"  # or "container"
     max_run: int = DEFAULT_MAX_RUN
+    max_wait: int | None = None  # managed spot: every attempt together, waits for capacity included
+    retry_script_errors: bool = False  # retry a failed script too, not only the platform's failures
     grace: float = STOP_GRACE_PERIOD.default  # seconds between SIGTERM and SIGKILL
     keep_job_dir: bool = True
     keep_containers: bool = False
@@ -67,6 +69,8 @@ class HostTreePlan:
             output_data=Path(artifacts.get("output_data", "")),
             backend=str(request.get("backend", "process")),
             max_run=int(request.get("max_run") or DEFAULT_MAX_RUN),
+            max_wait=int(request["max_wait"]) if request.get("max_wait") else None,
+            retry_script_errors=bool(request.get("retry_script_errors", False)),
             grace=float(request.get("stop_grace_period", STOP_GRACE_PERIOD.default)),
             keep_job_dir=bool(request.get("keep_job_dir", True)),
             keep_containers=bool(request.get("keep_containers", False)),

@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from smddp_sdk.schedulers.hosttree import checkpoints, stacks
+from smddp_sdk.schedulers.hosttree import attempts, checkpoints, stacks
+from smddp_sdk.schedulers.hosttree.attempts import Interruption, Timeline
 from smddp_sdk.schedulers.hosttree.backend import HostBackend, HostExit
 from smddp_sdk.schedulers.hosttree.console_log import StampedLog
 from smddp_sdk.schedulers.hosttree.host_trees import collect_artifacts
@@ -45,7 +46,7 @@ from smddp_sdk.specs.failure import (
     decide,
     from_error_file,
 )
-from smddp_sdk.specs.status import JobState
+from smddp_sdk.specs.status import JobState, billing_lines
 
 POLL_SECONDS = 0.1
 HEARTBEAT_SECONDS = 1.0
@@ -55,6 +56,7 @@ PEER_FAILURE_GRACE = 5.0
 LIFELINE = "lifeline"
 HEARTBEAT = "heartbeat"
 SCRATCH = "scratch"  # the runtimes' scratch files, removed when the job ends
+SUPERVISOR_HOST = "supervisor"  # the console prefix of the supervisor's own lines (attempts, interruptions)
 
 
 def backend_for(job_dir: JobDir, record: dict[str, Any]) -> HostBackend:
@@ -76,7 +78,8 @@ class Supervisor:
         self.job_dir = job_dir
         self.record = job_dir.read_record()
         self.plan = HostTreePlan.from_request(self.record["request"])
-        self.backend = backend or backend_for(job_dir, self.record)
+        self.new_backend = (lambda: backend) if backend is not None else (lambda: backend_for(job_dir, self.record))
+        self.backend = self.new_backend()
         self.hosts: list[str] = [item.host for item in self.plan.hosts]
         self.console_lock = threading.Lock()
         self.console: StampedLog | None = None
@@ -89,6 +92,9 @@ class Supervisor:
         self.first_parent = os.getppid()
         self.lifeline_fd: int | None = None
         self.last_heartbeat = 0.0
+        self.timeline = Timeline({})
+        self.attempt_started = time.time()
+        self.interruption: Interruption | None = None
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -96,31 +102,133 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self.signalled.set())
         self.state = {"state": JobState.STARTING.value, "message": "", "supervisor_pid": os.getpid(), "started": time.time(), "hosts": {}}
+        self.timeline = Timeline(self.state)
+        self.timeline.enter(attempts.STARTING, "launching the hosts")
         self.save()
         if self.cancel_wanted():
             return self.finish(JobState.CANCELLED, "cancelled before it started")
+        sync = checkpoints.for_record(self.record, stream=self)  # checkpoint_s3_uri: copied out while the hosts run
+        while True:
+            self.run_attempt(sync)
+            retry = self.retry_reason()
+            if not retry:
+                break
+            sync = self.restart(sync, retry)
+        shutil.rmtree(self.job_dir.path / SCRATCH, ignore_errors=True)
+        try:
+            return self.conclude()
+        finally:
+            if self.console is not None:
+                self.console.close()
+
+    def run_attempt(self, sync: checkpoints.CheckpointSync | None) -> None:
+        """Start every host, watch them until they all ended, and make the last checkpoint pass."""
+        self.attempt_started = time.time()
         try:
             self.start_hosts()
         except Exception as exc:  # noqa: BLE001 - a host that cannot start fails the job, with the reason
             self.stop(JobState.FAILED, f"could not start the hosts: {exc}")
         else:
+            self.timeline.enter(attempts.TRAINING, f"attempt {self.timeline.attempt}: the hosts run the script")
             self.update(state=JobState.RUNNING.value)
-        sync = checkpoints.for_record(self.record)  # checkpoint_s3_uri: copied out while the hosts run
         if sync is not None:
             sync.start()
         self.watch()
         if sync is not None:
-            sync.stop()  # the last pass, after every host ended
+            sync.stop()  # the last pass, after every host ended: what a retry restores
         self.backend.drain(timeout=5)
-        if self.console is not None:
-            self.console.close()
-        shutil.rmtree(self.job_dir.path / SCRATCH, ignore_errors=True)
-        return self.conclude()
+
+    # --- attempts (max_retry_attempts, spot interruptions) ---------------------------------------
+
+    def retry_reason(self) -> str:
+        """Why the attempt that just ended is followed by another, or "" (SageMaker's rule: ``attempts``)."""
+        spec = self.record.get("spec") or {}
+        if self.interruption is not None:
+            if not self.stop_reason or self.stop_reason[0] is not JobState.CANCELLED:
+                return f"{self.interruption.what} was reclaimed"
+            return ""
+        failed = any(e.code != 0 for e in self.exits.values())
+        if not failed or (self.stop_reason is not None and self.stop_reason[1]):  # success, cancel, max_run, max_wait
+            return ""
+        verdict = self.verdict()
+        retried = sum(1 for item in self.state["attempts"] if item["outcome"] == attempts.RESTARTING)
+        retries_left = int(spec.get("max_retry_attempts") or 0) - retried
+        return attempts.retry_reason(verdict.root if verdict else None, retries_left=retries_left, script_errors=self.plan.retry_script_errors)
+
+    def restart(self, sync: checkpoints.CheckpointSync | None, reason: str) -> checkpoints.CheckpointSync | None:
+        """End the attempt (SageMaker's Interrupted or Restarting), give every host a fresh tree with the
+        checkpoints synced so far, and reset what the supervisor knows of the hosts."""
+        interrupted = self.interruption is not None
+        outcome = attempts.INTERRUPTED if interrupted else attempts.RESTARTING
+        self.timeline.end_attempt(outcome, reason, self.attempt_started)
+        self.timeline.enter(outcome, reason)
+        self.backend.release()
+        self.say(f"attempt {self.timeline.attempt} {outcome.lower()}: {reason}")
+        wait = self.interruption.wait if self.interruption is not None else 0.0
+        if wait > 0:
+            self.say(f"waiting {wait:g} s for capacity")
+            self.signalled.wait(wait)
+        attempt = self.timeline.next_attempt()
+        self.timeline.enter(attempts.STARTING, f"attempt {attempt}: launching the hosts")
+        self.archive_attempt(attempt - 1)
+        self.exits, self.stopped_by_us, self.stop_reason, self.kill_at, self.interruption = {}, set(), None, None, None
+        self.state["hosts"] = {}
+        self.backend = self.new_backend()
+        self.save()
+        sync = checkpoints.for_record(self.record, stream=self)
+        if sync is None:
+            self.say(f"warning: attempt {attempt} starts the script from scratch: the job has no checkpoint_s3_uri to restore from")
+            return None
+        self.timeline.enter(attempts.DOWNLOADING, f"attempt {attempt}: restoring checkpoints from {sync.uri}")
+        if sync.restore() == 0:
+            self.say(f"warning: attempt {attempt} starts the script from scratch: no checkpoint was synced to {sync.uri} "
+                     "(the script wrote none to its checkpoint directory)")
+        return sync
+
+    def archive_attempt(self, attempt: int) -> None:
+        """Move what an ended attempt left in each host's tree (failure records, model, output) to
+        ``attempt-N/<host>/``, and empty its checkpoint directory: the next attempt starts on fresh hosts."""
+        spec = self.record.get("spec") or {}
+        for item in self.plan.hosts:
+            opt_ml = OptMl(item.opt_ml)
+            kept = self.job_dir.path / f"attempt-{attempt}" / item.host
+            kept.mkdir(parents=True, exist_ok=True)
+            for path in (opt_ml.model_dir, opt_ml.output_dir):
+                if path.exists():
+                    shutil.move(str(path), str(kept / path.name))
+                path.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(checkpoints.host_dir(item.opt_ml, spec.get("checkpoint_local_path")), ignore_errors=True)
+
+    def check_interruption(self) -> None:
+        """A spot interruption asked for (``smddp-launch interrupt``): every host is stopped (SIGTERM, then
+        SIGKILL after the grace), as SageMaker stops every container of a job whose capacity was reclaimed."""
+        interruption = attempts.take_interrupt(self.job_dir.path)
+        if interruption is None or self.stop_reason is not None:
+            return
+        self.interruption = interruption
+        self.say(f"spot interruption: {interruption.what} is reclaimed; stopping the containers")
+        self.stop(JobState.FAILED, f"interrupted: {interruption.what} was reclaimed")
+
+    def say(self, message: str) -> None:
+        """A line of the supervisor's in the job's log (and its own log)."""
+        self.copy_output(SUPERVISOR_HOST, f"smddp: {message}".encode())
+        print(f"smddp: {message}", file=sys.stderr, flush=True)
+
+    def write(self, text: str) -> None:
+        """The checkpoint sync's stream (``stream=self``): its lines go to the job's log."""
+        for line in text.splitlines():
+            if line.strip():
+                self.copy_output(SUPERVISOR_HOST, line.encode())
+
+    def flush(self) -> None:
+        pass
 
     def start_hosts(self) -> None:
-        self.lifeline_fd = open_lifeline(self.job_dir.path / LIFELINE)
+        if self.lifeline_fd is None:  # one lifeline for every attempt
+            self.lifeline_fd = open_lifeline(self.job_dir.path / LIFELINE)
         self.update(**(self.backend.prepare() or {}))
-        self.console = StampedLog(self.job_dir.console_log)  # closed at the end of run()
+        if self.console is None:
+            self.console = StampedLog(self.job_dir.console_log)  # closed at the end of run()
         extra: dict[str, str] = {}
         if self.plan.backend == "process":  # a container has its lifeline mount in its plan, and a /tmp of its own
             extra = {contract.LIFELINE_ENV: str(self.job_dir.path / LIFELINE), contract.SCRATCH_ENV: str(self.job_dir.path / SCRATCH)}
@@ -142,7 +250,8 @@ class Supervisor:
     # --- watching -------------------------------------------------------------------------------
 
     def watch(self) -> None:
-        deadline = self.state["started"] + self.plan.max_run
+        ran_before = sum(item["ended"] - item["started"] for item in self.state["attempts"])  # max_run: every attempt
+        deadline = self.attempt_started + self.plan.max_run - ran_before
         while self.running():
             self.record_exits()
             if self.stop_reason is None:
@@ -163,6 +272,7 @@ class Supervisor:
         if stacks.take_request(self.job_dir.path):  # `smddp-launch stacks`: the runtimes pass it to their ranks
             for host in self.running_hosts():
                 self.backend.signal(host, contract.STACKS_SIGNAL)
+        self.check_interruption()
 
     def check_stop_conditions(self, deadline: float) -> None:
         owner = self.record.get("owner_pid")
@@ -171,6 +281,8 @@ class Supervisor:
             self.stop(JobState.CANCELLED, "cancelled")
         elif owner and self.owner_gone(owner):
             self.stop(JobState.CANCELLED, f"cancelled: the process that started it (pid {owner}) exited")
+        elif self.plan.max_wait is not None and time.time() > self.state["started"] + self.plan.max_wait:
+            self.stop(JobState.FAILED, f"MaxWaitTimeExceeded: the attempts together took longer than max_wait={self.plan.max_wait} seconds")
         elif time.time() > deadline:
             self.stop(JobState.FAILED, f"MaxRuntimeExceeded: the job ran longer than max_run={self.plan.max_run} seconds")
         elif first_failure is not None and time.time() - first_failure > self.peer_failure_grace:
@@ -222,6 +334,7 @@ class Supervisor:
         verdict = self.verdict()
         failed = any(e.code != 0 for e in self.exits.values()) or (self.stop_reason is not None)
         self.before_collect(verdict)
+        self.timeline.enter(attempts.UPLOADING, "collecting the artifacts")
         problem = self.collect()
         self.backend.release()
         if self.stop_reason is not None and self.stop_reason[1]:
@@ -314,8 +427,22 @@ class Supervisor:
         failure = verdict.root.to_json() if verdict is not None and state is JobState.FAILED else None
         for name in (LIFELINE, HEARTBEAT):  # they mean something only while the job runs
             (self.job_dir.path / name).unlink(missing_ok=True)
+        self.end_timeline(state, message)
         self.update(state=state.value, message=message or self.state.get("message", ""), failure=failure, ended=time.time())
         return 0
+
+    def end_timeline(self, state: JobState, message: str) -> None:
+        """The last transition (SageMaker's final secondary status), the last attempt, and the billing lines."""
+        if "transitions" not in self.state:
+            return  # the supervisor failed before the job began
+        final = {JobState.SUCCEEDED: attempts.COMPLETED, JobState.CANCELLED: attempts.STOPPED}.get(state, attempts.FAILED)
+        final = next((limit for limit in attempts.LIMITS_EXCEEDED if message.startswith(limit)), final)
+        self.timeline.end_attempt(final, message, self.attempt_started)
+        self.timeline.enter(final, message)
+        self.timeline.close()
+        spot = bool((self.record.get("spec") or {}).get("use_spot_instances"))
+        for line in billing_lines(self.state["training_seconds"], self.state["billable_seconds"], instances=len(self.hosts), spot=spot):
+            self.say(line)
 
     def update(self, **changes: Any) -> None:
         self.state.update(changes)

@@ -340,6 +340,7 @@ def _job_status(handle: JobHandle, description: dict[str, Any]) -> JobStatus:
     count = int(description.get("ResourceConfig", {}).get("InstanceCount", 0))
     details = {key: description[key] for key in ("TrainingJobArn", "TrainingJobStatus", "SecondaryStatus", "FailureReason",
                                                  "TrainingTimeInSeconds", "BillableTimeInSeconds", "CreationTime") if key in description}
+    details.update(states.attempt_details(description))
     return JobStatus(
         handle=handle,
         state=state,

@@ -7,6 +7,7 @@ from typing import Any
 
 from smddp_sdk.specs.failure import FailureRecord, parse_failure_reason
 from smddp_sdk.specs.status import JobState
+from smddp_sdk.specs.status import billing_lines as billing_lines_of
 
 # TrainingJobStatus -> JobState; "InProgress" is refined by the secondary status below.
 _PRIMARY = {
@@ -61,17 +62,30 @@ def _transition_line(transition: dict[str, Any]) -> str:
     return f"{stamp} {transition.get('Status', '')}" + (f" - {message}" if message else "")
 
 
+# Secondary statuses that end an attempt: a spot interruption, or a retry under RetryStrategy.
+_NEW_ATTEMPT = frozenset({"Interrupted", "Restarting"})
+
+
+def attempt_details(description: dict[str, Any]) -> dict[str, Any]:
+    """Attempts, transitions and seconds in the shape local and docker jobs record them (``hosttree.attempts``):
+    the attempt number counts the Interrupted and Restarting transitions, as DescribeTrainingJob has no field for it."""
+    transitions = [
+        {"status": item.get("Status", ""), "start": _epoch(item.get("StartTime")), "end": _epoch(item.get("EndTime")), "message": item.get("StatusMessage", "")}
+        for item in description.get("SecondaryStatusTransitions") or []
+    ]
+    details: dict[str, Any] = {"attempt": 1 + sum(item["status"] in _NEW_ATTEMPT for item in transitions), "transitions": transitions}
+    details["interruptions"] = sum(item["status"] == "Interrupted" for item in transitions)
+    for key, name in (("training_seconds", "TrainingTimeInSeconds"), ("billable_seconds", "BillableTimeInSeconds")):
+        if description.get(name) is not None:
+            details[key] = description[name]
+    return details
+
+
 def billing_lines(description: dict[str, Any]) -> list[str]:
     """The seconds SageMaker bills (per instance, times the instance count) and spot savings."""
-    lines = []
     count = int(description.get("ResourceConfig", {}).get("InstanceCount", 1))
-    if (training := description.get("TrainingTimeInSeconds")) is not None:
-        lines.append(f"Training seconds: {training * count}")
-    if (billable := description.get("BillableTimeInSeconds")) is not None:
-        lines.append(f"Billable seconds: {billable * count}")
-        if description.get("EnableManagedSpotTraining") and training:
-            lines.append(f"Managed Spot Training savings: {(1 - billable / training) * 100:.1f}%")
-    return lines
+    return billing_lines_of(description.get("TrainingTimeInSeconds"), description.get("BillableTimeInSeconds"),
+                            instances=count, spot=bool(description.get("EnableManagedSpotTraining")))
 
 
 def _epoch(value: Any) -> float | None:

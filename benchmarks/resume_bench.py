@@ -1,0 +1,183 @@
+"""Time from a fault to training again, for a local job retried from its checkpoints.
+
+    python benchmarks/resume_bench.py --repeats 3
+
+Each repeat runs ``tests/faults/scripts/resume_train.py`` (2 hosts x 1 rank, torch on CPU, a checkpoint
+per epoch) as a managed spot job with ``max_retry_attempts=1`` and injects two faults: algo-2's runtime
+is SIGKILLed once epoch 2 is checkpointed (a lost host: the job is retried), then algo-2's instance is
+reclaimed (``interrupt``) once the second attempt has checkpointed an epoch of its own. Measured per fault:
+seconds from the fault until the script prints that it resumed ("starting at epoch N from epoch-M.pt"),
+which spans stopping the hosts, the last checkpoint sync, archiving the attempt, restoring the checkpoints,
+starting the runtimes, importing torch and joining the process group. Reported: median and max over
+repeats (the machine is shared, so single runs are noisy; give ``uptime`` with the figures).
+
+``run_interrupted`` and ``run_straight`` are also the proof in ``tests/faults/test_resume.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from smddp_sdk.schedulers.hosttree.attempts import Interruption  # noqa: E402
+from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler  # noqa: E402
+from smddp_sdk.schedulers.local import LocalScheduler  # noqa: E402
+from smddp_sdk.specs.job import JobSpec  # noqa: E402
+from smddp_sdk.specs.status import JobHandle, JobState, JobStatus  # noqa: E402
+
+SCRIPTS = ROOT / "tests" / "faults" / "scripts"
+TIMEOUT = 300.0
+RESUMED = re.compile(r"rank 0: starting at epoch (\d+) from epoch-\d+\.pt")
+
+
+@dataclass(frozen=True)
+class Run:
+    status: JobStatus
+    params: bytes  # model/params.pt as the job saved it
+    resumed_at: tuple[int, ...]  # the epoch each retry resumed at
+    seconds_to_training: tuple[float, ...]  # per fault: until the script resumed
+    phases: tuple[tuple[float, float, float], ...] = ()  # per fault: hosts stopped and synced, relaunched, script resumed
+
+
+def run_straight(workdir: Path, epochs: int = 10, scheduler: HostTreeScheduler | None = None) -> Run:
+    scheduler, handle = _submit(scheduler or local_scheduler(workdir), workdir, "straight", epochs)
+    return _finish(scheduler, handle, ())
+
+
+def run_interrupted(workdir: Path, epochs: int = 10, scheduler: HostTreeScheduler | None = None) -> Run:
+    """Kill algo-2's runtime after epoch 2, then interrupt algo-2 once the retry has checkpointed."""
+    scheduler, handle = _submit(scheduler or local_scheduler(workdir), workdir, "interrupted", epochs)
+    job_dir = scheduler.job_root / handle.job_id
+    checkpoints = job_dir / "algo-1" / "checkpoints"
+    _wait(lambda: (checkpoints / "epoch-2.pt").exists(), "epoch 2 checkpointed")
+    killed = time.time()
+    _kill_runtime(_state(job_dir)["hosts"]["algo-2"])
+    first = _wait_resumed(job_dir, 1)
+    _wait(lambda: any(path.stat().st_mtime > first for path in checkpoints.glob("epoch-*.pt")), "an epoch checkpointed by the retry")
+    interrupted = time.time()
+    scheduler.interrupt(handle, Interruption("algo-2"))
+    second = _wait_resumed(job_dir, 2)
+    run = _finish(scheduler, handle, (first - killed, second - interrupted))
+    return replace(run, phases=_phases(run.status, ((killed, first), (interrupted, second))))
+
+
+def _phases(status: JobStatus, faults: tuple[tuple[float, float], ...]) -> tuple[tuple[float, float, float], ...]:
+    """Split each fault-to-training span at the supervisor's transitions: the attempt ended (every host
+    stopped, the last checkpoint pass done), then Training (the hosts relaunched after the restore)."""
+    transitions = status.details.get("transitions", [])
+    ended = [t["start"] for t in transitions if t["status"] in ("Restarting", "Interrupted")]
+    training = [t["start"] for t in transitions if t["status"] == "Training"][1:]
+    return tuple((stop - fault, relaunch - stop, resumed - relaunch) for (fault, resumed), stop, relaunch in zip(faults, ended, training))
+
+
+def local_scheduler(workdir: Path) -> LocalScheduler:
+    return LocalScheduler(job_root=workdir / "jobs", processes_per_host=1, stop_grace_period=3)
+
+
+def _kill_runtime(host: dict[str, Any]) -> None:
+    """SIGKILL a host's runtime: its process here, its container (whose first process it is) in docker mode."""
+    if "container" in host:
+        subprocess.run(["docker", "kill", "--signal", "KILL", host["container"]], check=True, capture_output=True, timeout=60)
+    else:
+        os.kill(int(host["pid"]), signal.SIGKILL)
+
+
+def _submit(scheduler: HostTreeScheduler, workdir: Path, name: str, epochs: int) -> tuple[HostTreeScheduler, JobHandle]:
+    spec = JobSpec.from_mapping(
+        {
+            "entry_point": "resume_train.py",
+            "source_dir": str(SCRIPTS),
+            "instance_type": "local",
+            "instance_count": 2,
+            "distribution": {"smdistributed": {"dataparallel": {"enabled": True}}},
+            "job_name": f"resume-{name}",
+            "checkpoint_s3_uri": f"file://{workdir / 'checkpoints' / name}",
+            "max_retry_attempts": 1,
+            "use_spot_instances": True,
+            "max_run": 600,
+            "max_wait": 900,
+            "hyperparameters": {"epochs": epochs},
+        }
+    )
+    return scheduler, scheduler.submit(spec)
+
+
+def _finish(scheduler: HostTreeScheduler, handle: JobHandle, seconds: tuple[float, ...]) -> Run:
+    _wait(lambda: scheduler.status(handle).state.is_terminal, "the job's end")
+    status = scheduler.status(handle)
+    log = "\n".join(line.text for line in scheduler.logs(handle))
+    resumed = tuple(int(match) for match in RESUMED.findall(log))
+    params = b""
+    if status.state is JobState.SUCCEEDED and status.model_data:
+        with tarfile.open(status.model_data) as archive:
+            member = archive.extractfile("params.pt")
+            params = member.read() if member is not None else b""
+    return Run(status, params, resumed, seconds)
+
+
+def _wait_resumed(job_dir: Path, count: int) -> float:
+    """When the script had resumed ``count`` times (polled from the job's log)."""
+    log = job_dir / "console.log"
+    _wait(lambda: len(RESUMED.findall(log.read_text(errors="replace"))) >= count, f"resume {count}", poll=0.05)
+    return time.time()
+
+
+def _wait(condition: Any, what: str, poll: float = 0.1) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(poll)
+
+
+def _state(job_dir: Path) -> dict[str, Any]:
+    return json.loads((job_dir / "state.json").read_text())
+
+
+def load_params(raw: bytes) -> dict[str, Any]:
+    import torch
+
+    return torch.load(io.BytesIO(raw))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    kills, interrupts, phases = [], [], []
+    for repeat in range(args.repeats):
+        with tempfile.TemporaryDirectory() as tmp:
+            run = run_interrupted(Path(tmp))
+        if run.status.state is not JobState.SUCCEEDED:
+            print(f"repeat {repeat}: the job ended {run.status.state.value}: {run.status.message}", file=sys.stderr)
+            return 1
+        kills.append(run.seconds_to_training[0])
+        interrupts.append(run.seconds_to_training[1])
+        phases += run.phases
+        print(f"repeat {repeat}: runtime SIGKILL -> training {kills[-1]:.1f} s; interruption -> training {interrupts[-1]:.1f} s", flush=True)
+    for name, values in (("runtime SIGKILL", kills), ("spot interruption", interrupts)):
+        print(f"{name} -> training again: median {statistics.median(values):.1f} s, max {max(values):.1f} s ({len(values)} runs)")
+    for index, name in enumerate(("hosts stopped and checkpoints synced", "archived, restored, hosts relaunched", "script resumed (torch import, process group)")):
+        print(f"  {name}: median {statistics.median(p[index] for p in phases):.1f} s")
+    print(f"load: {os.getloadavg()[0]:.2f} (1-minute average)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
