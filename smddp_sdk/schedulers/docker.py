@@ -33,6 +33,7 @@ from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler
 from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
 from smddp_sdk.schedulers.hosttree.supervisor import LIFELINE
 from smddp_sdk.schedulers.options import (
+    INTERRUPT_AFTER,
     PROCESSES_PER_HOST,
     RETRY_SCRIPT_ERRORS,
     STOP_GRACE_PERIOD,
@@ -98,6 +99,7 @@ class DockerScheduler(HostTreeScheduler):
                convert=lambda user: str(user) if user else f"{os.getuid()}:{os.getgid()}"),
         with_default(STOP_GRACE_PERIOD, 30.0),
         RETRY_SCRIPT_ERRORS,
+        INTERRUPT_AFTER,
         Option("docker", "str", "docker", "the docker CLI to run", check=is_text),
         Option("wheelhouse", "path", None, "folder of wheels mounted read-only; requirements.txt installs from it offline",
                check=_wheelhouse_issues, convert=lambda folder: Path(folder).expanduser().absolute() if folder else None),

@@ -24,7 +24,7 @@ from smddp_sdk.schedulers.hosttree.host_trees import HostTree, host_names, large
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir, default_job_root
 from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler, package_parent
 from smddp_sdk.schedulers.hosttree.process_backend import PORT_PLACEHOLDER, TOKEN_PLACEHOLDER
-from smddp_sdk.schedulers.options import PROCESSES_PER_HOST, RETRY_SCRIPT_ERRORS, STOP_GRACE_PERIOD, Option, SchedulerOptions, boolean, job_root, with_default
+from smddp_sdk.schedulers.options import INTERRUPT_AFTER, PROCESSES_PER_HOST, RETRY_SCRIPT_ERRORS, STOP_GRACE_PERIOD, Option, SchedulerOptions, boolean, job_root, with_default
 from smddp_sdk.specs import contract, limits
 from smddp_sdk.specs.job import JobSpec, TrainingInput, make_job_name
 
@@ -47,6 +47,7 @@ class LocalScheduler(HostTreeScheduler):
         Option("keep_job_dir", "bool", True, "keep the job directory (logs, /opt/ml trees) after the job", check=boolean),
         STOP_GRACE_PERIOD,
         RETRY_SCRIPT_ERRORS,
+        INTERRUPT_AFTER,
     )
     keep_job_dir: bool
 

@@ -7,7 +7,9 @@ come the constructor's checks and defaults (``Scheduler.__init__``), the job fil
 
 from __future__ import annotations
 
+import math
 import os
+import random
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -145,6 +147,36 @@ RETRY_SCRIPT_ERRORS = Option(
     check=boolean,
 )
 STOP_GRACE_PERIOD = Option("stop_grace_period", "float", 10.0, "seconds between SIGTERM and SIGKILL on cancel", check=seconds, convert=float)
+
+def interrupt_times(value: Any) -> tuple[float, ...] | None:
+    """``interrupt_after`` as seconds since the job's start, sorted: a number, a list of numbers, or
+    ``random:LO-HI`` (one time drawn now, so the dry run shows it); None when the value is none of these."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        drawn = re.fullmatch(r"random:(\d+(?:\.\d+)?)-(\d+(?:\.\d+)?)", value.strip())
+        low, high = (float(drawn[1]), float(drawn[2])) if drawn else (1.0, 0.0)
+        return (round(random.uniform(low, high), 1),) if low <= high else None
+    times = value if isinstance(value, (list, tuple)) else [value]
+    if not times or any(isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < math.inf for t in times):
+        return None
+    return tuple(sorted(float(t) for t in times))
+
+
+def _interrupt_after_issues(value: Any, path: str) -> list[SpecIssue]:
+    if interrupt_times(value) is not None:
+        return []
+    return [SpecIssue(path, f"must be seconds after the start (a number > 0), a list of them, or random:LO-HI, got {value!r}", "e.g. 60, [60, 150] or random:30-120")]
+
+
+INTERRUPT_AFTER = Option(
+    "interrupt_after",
+    "seconds, list or random:LO-HI",
+    None,
+    "rehearse spot interruptions (with use_spot_instances): every instance is reclaimed this many seconds after the job started, once at each time of a list, or once at a random time between LO and HI seconds",
+    check=_interrupt_after_issues,
+    convert=interrupt_times,
+)
 
 
 def job_root(description: str, default: Callable[[], Path]) -> Option:

@@ -88,3 +88,15 @@ def test_max_wait_bounds_every_attempt_together(tmp_path: Path) -> None:
     assert statuses(status)[-1] == "MaxWaitTimeExceeded"
     with pytest.raises(SpecError, match="is not running"):
         scheduler.interrupt(handle, Interruption())
+
+
+def test_interrupt_after_reclaims_every_instance_at_the_planned_time_and_the_job_resumes(tmp_path: Path) -> None:
+    scheduler = LocalScheduler(job_root=tmp_path / "jobs", processes_per_host=1, stop_grace_period=3, interrupt_after=[2])
+    base = {"entry_point": "no_checkpoints.py", "source_dir": str(SCRIPTS), "instance_type": "local", "instance_count": 2}
+    spec = JobSpec.from_mapping({**base, "use_spot_instances": True, "max_run": 120, "max_wait": 240, "hyperparameters": {"seconds": 4}})
+    assert scheduler.dryrun(spec).request["interrupt_after"] == [2.0]
+    handle = scheduler.submit(spec)
+    status = wait(scheduler, handle, lambda s: s.state.is_terminal)
+    assert status.state is JobState.SUCCEEDED, status
+    assert [a["outcome"] for a in status.details["attempts"]] == ["Interrupted", "Completed"]
+    assert statuses(status)[:4] == ["Starting", "Training", "Interrupted", "Starting"]

@@ -6,8 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from smddp_sdk.errors import SpecError
 from smddp_sdk.schedulers.hosttree.attempts import INTERRUPT_FILE, Interruption, Timeline, request_interrupt, retry_reason, take_interrupt
+from smddp_sdk.schedulers.local import LocalScheduler
+from smddp_sdk.schedulers.options import interrupt_times
 from smddp_sdk.specs.failure import SOURCE_ERROR_FILE, SOURCE_RUNTIME, SOURCE_SUPERVISOR, FailureRecord
+from smddp_sdk.specs.job import JobSpec
 
 KILLED_RUNTIME = FailureRecord("algo-2", None, 137, "the runtime was killed by SIGKILL", error_type="Signal", source=SOURCE_SUPERVISOR, signal="SIGKILL")
 LOST_HOST = FailureRecord("algo-2", None, 1, "algo-2 stopped answering", error_type="LostPeer", source=SOURCE_RUNTIME)
@@ -50,3 +54,27 @@ def test_an_interruption_request_is_taken_once_and_a_garbled_one_is_ignored(tmp_
     (tmp_path / INTERRUPT_FILE).write_text("{not json")
     assert take_interrupt(tmp_path) is None
     assert not (tmp_path / INTERRUPT_FILE).exists()
+
+
+@pytest.mark.parametrize(("value", "times"), [(None, ()), (60, (60.0,)), ([150, 60.5], (60.5, 150.0)), ("random:7-7", (7.0,))])
+def test_interrupt_after_takes_seconds_a_list_or_a_random_range(value: object, times: tuple[float, ...]) -> None:
+    assert LocalScheduler(interrupt_after=value).interrupt_after == times
+
+
+def test_interrupt_after_draws_a_random_time_in_its_range() -> None:
+    [drawn] = interrupt_times("random:30-120")
+    assert 30 <= drawn <= 120
+
+
+@pytest.mark.parametrize("value", [0, -5, "soon", "random:9-3", [], [1, "x"], True, float("nan")])
+def test_interrupt_after_refuses_what_is_no_time(value: object) -> None:
+    with pytest.raises(SpecError, match="interrupt_after"):
+        LocalScheduler(interrupt_after=value)
+
+
+def test_interrupt_after_needs_spot_instances(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("")
+    spec = JobSpec.from_mapping({"entry_point": str(script), "instance_type": "local"})
+    with pytest.raises(SpecError, match="does not use spot instances"):
+        LocalScheduler(job_root=tmp_path / "jobs", interrupt_after=30).dryrun(spec)

@@ -53,6 +53,7 @@ class HostTreeScheduler(Scheduler):
     processes_per_host: int | None
     stop_grace_period: float
     retry_script_errors: bool
+    interrupt_after: tuple[float, ...]
 
     # --- planning ---------------------------------------------------------------------------------
 
@@ -67,6 +68,8 @@ class HostTreeScheduler(Scheduler):
             issues.append(SpecIssue("output_path" if spec.output_path else "scheduler_options.job_root", problem))
         if spec.job_name and JobDir(self.job_root / spec.job_name).path.exists():
             issues.append(self._name_taken(spec.job_name))
+        if self.interrupt_after and not spec.use_spot_instances:
+            issues.append(SpecIssue("scheduler_options.interrupt_after", "rehearses spot interruptions, and this job does not use spot instances", "set use_spot_instances: true and max_wait, or drop interrupt_after"))
         return [*issues, *self._feature_issues(spec), *fidelity.issues(spec)]
 
     def _feature_issues(self, spec: JobSpec) -> list[SpecIssue]:
@@ -95,6 +98,7 @@ class HostTreeScheduler(Scheduler):
             "stop_grace_period": self.stop_grace_period,
             "retry_script_errors": self.retry_script_errors,
             "max_wait": spec.max_wait if spec.use_spot_instances else None,
+            "interrupt_after": list(self.interrupt_after),
         }
 
     def _hosts_request(self, spec: JobSpec, job_name: str, launches: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -52,6 +52,7 @@ class HostTreePlan:
     max_run: int = DEFAULT_MAX_RUN
     max_wait: int | None = None  # managed spot: every attempt together, waits for capacity included
     retry_script_errors: bool = False  # retry a failed script too, not only the platform's failures
+    interrupt_after: tuple[float, ...] = ()  # spot interruptions planned, in seconds since the job's start
     grace: float = STOP_GRACE_PERIOD.default  # seconds between SIGTERM and SIGKILL
     keep_job_dir: bool = True
     keep_containers: bool = False
@@ -71,6 +72,7 @@ class HostTreePlan:
             max_run=int(request.get("max_run") or DEFAULT_MAX_RUN),
             max_wait=int(request["max_wait"]) if request.get("max_wait") else None,
             retry_script_errors=bool(request.get("retry_script_errors", False)),
+            interrupt_after=tuple(float(t) for t in request.get("interrupt_after") or ()),
             grace=float(request.get("stop_grace_period", STOP_GRACE_PERIOD.default)),
             keep_job_dir=bool(request.get("keep_job_dir", True)),
             keep_containers=bool(request.get("keep_containers", False)),

@@ -202,12 +202,21 @@ class Supervisor:
     def check_interruption(self) -> None:
         """A spot interruption asked for (``smddp-launch interrupt``): every host is stopped (SIGTERM, then
         SIGKILL after the grace), as SageMaker stops every container of a job whose capacity was reclaimed."""
-        interruption = attempts.take_interrupt(self.job_dir.path)
+        interruption = attempts.take_interrupt(self.job_dir.path) or self.planned_interruption()
         if interruption is None or self.stop_reason is not None:
             return
         self.interruption = interruption
         self.say(f"spot interruption: {interruption.what} is reclaimed; stopping the containers")
         self.stop(JobState.FAILED, f"interrupted: {interruption.what} was reclaimed")
+
+    def planned_interruption(self) -> Interruption | None:
+        """``interrupt_after``: the next planned interruption, once its time since the job's start has come."""
+        fired = int(self.state.get("planned_interruptions", 0))
+        planned = self.plan.interrupt_after
+        if fired >= len(planned) or time.time() - self.state["started"] < planned[fired]:
+            return None
+        self.state["planned_interruptions"] = fired + 1
+        return Interruption()
 
     def say(self, message: str) -> None:
         """A line of the supervisor's in the job's log (and its own log)."""
