@@ -52,7 +52,9 @@ terminal and never when `NO_COLOR` is set.
 Arguments, torchrun's rule: `smddp-launch [launcher options] train.py [script args...]`. Launcher
 options go before the script; everything after it reaches the script untouched, in order (flags
 without values, positionals, even `--dryrun`). After a job file, `run job.yaml -- --lr 0.1` sets
-hyperparameters instead (`--name value` pairs, as SageMaker passes them).
+hyperparameters instead (`--name value` pairs, as SageMaker passes them). torchrun's own launcher
+options work there too: `--nnodes`/`--hosts`, `--nproc-per-node`/`--nproc-per-host` and
+`--max-restarts N` (retries after any failure: `max_retry_attempts=N`, `retry_script_errors`).
 
 Hyperparameter values follow one typing rule however they are given (job file, `-H`, after a job
 file's `--`, `{ENV_PREFIX}HYPERPARAMETERS`): read as YAML, so `3` is a number, `0.1` a float, `true` a

@@ -48,8 +48,12 @@ class LaunchGroup(click.Group):
 
 
 # torchrun's spellings, accepted before a script: smddp-launch --nnodes 2 --nproc-per-node 4 train.py ...
-_SCRIPT_FLAGS = {"--hosts": "--instance-count", "--nnodes": "--instance-count", "--nproc-per-host": "processes_per_host",
-                 "--nproc-per-node": "processes_per_host", "--nproc_per_node": "processes_per_host"}
+# Each becomes these run arguments, the flag's value put in for {}. torchrun restarts its workers after
+# any failure, so --max-restarts retries the script's own failures too.
+_PER_HOST = ["-o", "processes_per_host={}"]
+_RESTARTS = ["--set", "max_retry_attempts={}", "-o", "retry_script_errors=true"]
+_SCRIPT_FLAGS = {"--hosts": ["--instance-count", "{}"], "--nnodes": ["--instance-count", "{}"], "--nproc-per-host": _PER_HOST,
+                 "--nproc-per-node": _PER_HOST, "--nproc_per_node": _PER_HOST, "--max-restarts": _RESTARTS, "--max_restarts": _RESTARTS}
 
 
 def script_mode(args: list[str], commands: dict[str, click.Command]) -> list[str] | None:
@@ -76,8 +80,7 @@ def script_mode(args: list[str], commands: dict[str, click.Command]) -> list[str
                     raise click.UsageError(f"{arg} needs a number, e.g. {arg} 2")
                 value = before[position + 1]
                 position += 1
-            target = _SCRIPT_FLAGS[name]
-            flags += ["-o", f"processes_per_host={value}"] if target == "processes_per_host" else [target, value]
+            flags += [part.format(value) for part in _SCRIPT_FLAGS[name]]
         else:
             flags.append(arg)
         position += 1

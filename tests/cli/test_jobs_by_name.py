@@ -33,6 +33,9 @@ def test_script_arguments_are_split_torchrun_style() -> None:
     assert split(["job.yaml", "--", "--script", "x.py"], COMMANDS) == ["run", "job.yaml", "--", "--script", "x.py"]
     # after the script everything is the script's, --dryrun included
     assert split(["train.py", "data.csv", "--fp16", "--dryrun"], COMMANDS) == ["run", "train.py", "--", "data.csv", "--fp16", "--dryrun"]
+    # torchrun's --max-restarts: retries after any failure, the script's own included
+    assert split(["--hosts", "2", "--max-restarts", "3", "train.py"], COMMANDS) == [
+        "run", "--instance-count", "2", "--set", "max_retry_attempts=3", "-o", "retry_script_errors=true", "train.py", "--"]
 
 
 def test_arguments_after_a_script_reach_it_untouched(invoke, job_root: Path) -> None:
