@@ -17,44 +17,13 @@ from smddp_sdk.schedulers import get_scheduler
 from smddp_sdk.schedulers.slurm import SlurmScheduler
 from smddp_sdk.specs.job import JobSpec
 from smddp_sdk.specs.status import JobHandle, JobState
+from tests.jobs import SAME_JOB, assert_same_archives, run_same_job
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 
 JOB_TIMEOUT = 240
 
-# In the manner of AWS's SMDDP examples: the smddp backend, DDP, SM_* defaults, literal /opt/ml paths.
-AWS_STYLE = textwrap.dedent(
-    """
-    import argparse, json, os
-    import torch
-    import torch.distributed as dist
-    import torch.nn as nn
-    import smdistributed.dataparallel.torch.torch_smddp  # noqa: F401
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--model-dir", type=str, default=os.environ["SM_MODEL_DIR"])
-    args = parser.parse_args()
-    dist.init_process_group(backend="smddp")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(0)
-    model = DDP(nn.Linear(4, 2))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    for epoch in range(args.epochs):
-        optimizer.zero_grad()
-        model(torch.randn(8, 4) * (rank + 1)).sum().backward()
-        optimizer.step()
-    hosts = json.load(open("/opt/ml/input/config/resourceconfig.json"))["hosts"]
-    print(f"rank {rank}/{world} on {os.environ['SM_CURRENT_HOST']} of {hosts} epochs {args.epochs}", flush=True)
-    if rank == 0:
-        assert args.model_dir == "/opt/ml/model"
-        torch.save(model.module.state_dict(), "/opt/ml/model/model.pth")
-        open("/opt/ml/output/data/hosts.json", "w").write(json.dumps(hosts))
-    dist.barrier()
-    dist.destroy_process_group()
-    """
-)
+AWS_STYLE = (SAME_JOB.parent / "train.py").read_text()
 FAILING = textwrap.dedent(
     """
     import time
@@ -144,6 +113,11 @@ def test_aws_style_script_on_three_nodes_matches_local_mode(tmp_path: Path) -> N
     assert local_status.state is JobState.SUCCEEDED, local_status
     with tarfile.open(local_status.model_data) as archive:
         assert sorted(archive.getnames()) == slurm_members
+
+
+def test_the_same_job_file_gives_the_same_model_archive_as_local_mode(tmp_path: Path) -> None:
+    """tests/jobs/same_everywhere/job.yaml through the CLI, unchanged but for --scheduler."""
+    assert_same_archives(run_same_job("local", tmp_path / "local"), run_same_job("slurm", tmp_path / "slurm"))
 
 
 def test_failing_rank_is_the_root_cause_by_host_and_rank(tmp_path: Path) -> None:
