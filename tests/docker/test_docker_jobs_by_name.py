@@ -35,9 +35,10 @@ def test_a_docker_job_is_found_by_name_everywhere(smddp_image: str, tmp_path: Pa
     status = cli(tmp_path, "status", "dock-named")
     assert status.returncode == 0 and status.stdout.startswith("docker://dock-named  SUCCEEDED")
     assert cli(tmp_path, "logs", "dock-named", "--rank", "3").stdout.splitlines() == ["[algo-2/rank3]: rank 3 loss 0.25"]
-    metrics = cli(tmp_path, "metrics", "dock-named", "-m", "loss=loss ([0-9.]+)")
-    name, count, _last, low, high = metrics.stdout.splitlines()[1].split()
-    assert (name, count, low, high) == ("loss", "4", "0.25", "1"), metrics.stdout + metrics.stderr
+    for flags, row in (((), ("loss", "1", "1", "1")), (("--all-ranks",), ("loss", "4", "0.25", "1"))):  # rank 0 unless asked
+        metrics = cli(tmp_path, "metrics", "dock-named", "-m", "loss=loss ([0-9.]+)", *flags)
+        name, count, _last, low, high = metrics.stdout.splitlines()[1].split()
+        assert (name, count, low, high) == row, metrics.stdout + metrics.stderr
 
     monkeypatch.setenv("SMDDP_JOB_ROOT", str(tmp_path / "jobs"))
     from smddp_sdk import PyTorch
