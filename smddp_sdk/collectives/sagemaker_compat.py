@@ -147,16 +147,19 @@ _BACKEND_FILES = tuple(str(Path(__file__).resolve().with_name(name)) for name in
 
 
 _TORCH_API_DIR = str(Path(dist.__file__).resolve().parent)  # torch.distributed: the API a user's call goes through
+# smddp's DDP: its own wrapper and the hook it gives torch's DDP reduce buckets on the user's behalf, as
+# torch's reducer does (on SageMaker AWS's code does that), so their calls are not the user's either.
+_DDP_FILE = str(Path(__file__).resolve().with_name("ddp.py"))
 
 
 def _users_own_call() -> bool:
     """Whether the collective was called from outside torch (the user's script, or this package): past
-    the backend and torch.distributed's API, the next frame decides; torch.nn's DDP or autograd calling
-    it means torch did, on the user's behalf."""
+    the backend and torch.distributed's API, the next frame decides; torch.nn's DDP, autograd or smddp's
+    DDP calling it means they did, on the user's behalf."""
     frame: FrameType | None = sys._getframe(2)
     while frame is not None and frame.f_code.co_filename.startswith((_TORCH_API_DIR, *_BACKEND_FILES)):
         frame = frame.f_back
-    return frame is not None and not frame.f_code.co_filename.startswith(_TORCH_DIR)
+    return frame is not None and not frame.f_code.co_filename.startswith((_TORCH_DIR, _DDP_FILE))
 
 
 def _issued_by_this_package() -> bool:
