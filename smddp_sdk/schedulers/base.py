@@ -14,6 +14,7 @@ import json
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 from smddp_sdk.errors import SmddpError, SpecError, SpecIssue
@@ -125,6 +126,11 @@ class Scheduler(abc.ABC):
     @abc.abstractmethod
     def list_jobs(self, limit: int | None = None) -> list[JobStatus]:
         """This target's jobs, newest first (at most ``limit``; None: what the target lists at once)."""
+
+    def _list_job_dirs(self, directories: list[Path], limit: int | None) -> list[JobStatus]:
+        """Listing rows for job directories (each holding its ``job.json``), newest record first."""
+        directories.sort(key=lambda path: (path / "job.json").stat().st_mtime, reverse=True)
+        return [self._listed_status(JobHandle(self.name, path.name)) for path in directories[:limit]]
 
     def _listed_status(self, handle: JobHandle) -> JobStatus:
         """``status`` for a listing: a job whose status cannot be read says why, and the listing goes on."""

@@ -344,9 +344,7 @@ class HostTreeScheduler(Scheduler):
         """The jobs under the job root, newest first; one whose record cannot be read says why."""
         if not self.job_root.is_dir():
             return []
-        jobs = [JobDir(path) for path in self.job_root.iterdir() if JobDir(path).exists()]
-        jobs.sort(key=lambda job: job.record_file.stat().st_mtime, reverse=True)
-        return [self._listed_status(JobHandle(self.name, job.path.name)) for job in jobs[:limit]]
+        return self._list_job_dirs([path for path in self.job_root.iterdir() if JobDir(path).exists()], limit)
 
     def job_path(self, handle: JobHandle) -> Path:
         """Where the job's directory is (whether or not it still exists)."""

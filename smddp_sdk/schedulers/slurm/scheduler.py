@@ -354,9 +354,7 @@ class SlurmScheduler(Scheduler):
         """The jobs under the job root, newest first; one whose status cannot be read says why."""
         if not self.job_root.is_dir():
             return []
-        jobs = [SlurmJobDir(path) for path in self.job_root.iterdir() if SlurmJobDir(path).exists()]
-        jobs.sort(key=lambda job: job.record_file.stat().st_mtime, reverse=True)
-        return [self._listed_status(JobHandle(self.name, job.path.name)) for job in jobs[:limit]]
+        return self._list_job_dirs([path for path in self.job_root.iterdir() if SlurmJobDir(path).exists()], limit)
 
     def job_record(self, handle: JobHandle) -> dict[str, Any]:
         """What ``schedule`` wrote to ``job.json``: handle, spec, request, Slurm job id."""
