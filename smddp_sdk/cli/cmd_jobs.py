@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
+import shutil
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -18,8 +20,8 @@ from smddp_sdk import job_index, launcher
 from smddp_sdk.cli.common import console, parse_hosts, parse_ranks, scheduler_named
 from smddp_sdk.cli.output import color_enabled, state_text
 from smddp_sdk.cli.params import key_value
-from smddp_sdk.errors import SmddpError, SpecError, SpecIssue
-from smddp_sdk.schedulers.base import Scheduler
+from smddp_sdk.errors import SmddpError, SpecError, SpecIssue, did_you_mean
+from smddp_sdk.schedulers.base import Listed, Scheduler, brief, newest
 from smddp_sdk.specs.status import SCHEDULER_NAMES, JobHandle, JobState, JobStatus, LogLine
 
 if TYPE_CHECKING:
@@ -207,56 +209,104 @@ def cancel(ctx: click.Context, job: str, options: list[tuple[str, str]]) -> None
     console(ctx).say(f"Cancel requested: {handle}")
 
 
+def comma_choices(choices: Sequence[str], *, upper: bool = False) -> Any:
+    """A callback for a repeatable option that also takes comma lists (``--state failed,cancelled``), each item
+    one of ``choices`` (case-insensitive); a bad one is a usage error (exit 2) with a did-you-mean."""
+
+    def parse(ctx: click.Context, param: click.Parameter, values: Sequence[str]) -> tuple[str, ...]:
+        picked = []
+        for item in (part.strip() for value in values for part in value.split(",")):
+            name = item.upper() if upper else item.lower()
+            if name not in choices:
+                hint = did_you_mean(name, choices) or f"one of {', '.join(choices)}"
+                raise click.BadParameter(f"{item!r} is not a {param.name.rstrip('s')} ({hint})", ctx=ctx, param=param)  # type: ignore[union-attr]
+            picked.append(name)
+        return tuple(dict.fromkeys(picked))
+
+    return parse
+
+
 @click.command("list", short_help="List jobs, newest first.")
-@click.option("--scheduler", type=click.Choice(SCHEDULER_NAMES), help="Only this scheduler's jobs; for sagemaker, the region's whole listing (not only jobs from here).")
-@scheduler_option
 @click.option("-n", "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Show at most this many.")
-@click.option("--json", "as_json", is_flag=True, help="Print them as JSON (for scripts).")
+@click.option("--state", "states", multiple=True, metavar="STATE[,STATE]", callback=comma_choices([state.value for state in JobState], upper=True),
+              help="Only jobs in these states (pending, starting, running, succeeded, failed, cancelled, unknown); repeatable.")
+@click.option("--scheduler", "schedulers", multiple=True, metavar="NAME[,NAME]", callback=comma_choices(SCHEDULER_NAMES),
+              help="Only these schedulers' jobs (local, docker, slurm, sagemaker); repeatable. Naming sagemaker adds the "
+                   "region's own listing (jobs not submitted from here too).")
+@click.option("-o", "--scheduler-option", "options", multiple=True, metavar="KEY=VALUE", callback=key_value,
+              help="An option of the schedulers named by --scheduler (without it, of the local one), e.g. job_root or region; repeatable.")
+@click.option("--json", "as_json", is_flag=True, help="Print them as JSON, each as `status --json` prints one (for scripts).")
 @click.pass_context
-def list_command(ctx: click.Context, scheduler: str | None, options: list[tuple[str, str]], limit: int, as_json: bool) -> None:
-    """List jobs, newest first: by default every job submitted from this machine (local, docker and
-    SageMaker, from the job index under ~/.smddp/jobs or SMDDP_JOB_ROOT)."""
-    statuses = list_statuses(scheduler, options, limit)[:limit]
+def list_command(ctx: click.Context, limit: int, states: tuple[str, ...], schedulers: tuple[str, ...], options: list[tuple[str, str]], as_json: bool) -> None:
+    """List jobs, newest first, with when each started and how long it ran (so far): every job submitted
+    from this machine (the job index) and every job directory under the job root (~/.smddp/jobs or
+    SMDDP_JOB_ROOT), local, docker, slurm and SageMaker alike. -n counts the jobs the filters keep.
+
+    A job that cannot be described is one UNKNOWN line that says why: a job directory whose record is
+    broken, a job gone from its job root or from SageMaker, a SageMaker job the credentials in use cannot
+    see. To drop such a line: smddp-launch clean JOB."""
+    wanted = [JobState(state) for state in states]
+    statuses = list_statuses(schedulers, wanted, options, limit)
     if as_json:
         click.echo(json.dumps([status_as_dict(item) for item in statuses], indent=2, default=str))
         return
     if not statuses:
-        console(ctx).say(f"No {scheduler + ' ' if scheduler else ''}jobs yet. Start one with: smddp-launch job.yaml")
+        which = " ".join(part for part in ("/".join(states).lower(), "/".join(schedulers)) if part)
+        console(ctx).say(f"No {which + ' ' if which else ''}jobs{'' if which else ' yet. Start one with: smddp-launch job.yaml'}")
         return
     color = color_enabled(click.get_text_stream("stdout"), (ctx.find_root().obj or {}).get("color_mode", "auto"))
-    rows = [(str(item.handle), item.state, _started(item), item.message) for item in statuses]
+    click.echo(render_listing(statuses, color), color=color)
+    undescribed = sum(1 for item in statuses if item.details.get("undescribed"))
+    if undescribed:
+        console(ctx).say(f"{undescribed} job{'s' if undescribed != 1 else ''} could not be described; "
+                         "`smddp-launch clean JOB...` forgets the ones you no longer need")
+
+
+def render_listing(statuses: Sequence[JobStatus], color: bool) -> str:
+    """One line per job: handle, state, start time, duration and its message."""
+    rows = [(str(item.handle), item.state, _started(item), _duration(item), item.message) for item in statuses]
     width = max(len(row[0]) for row in rows)
-    click.echo(f"{'HANDLE'.ljust(width)}  {'STATE'.ljust(9)}  {'STARTED'.ljust(19)}  MESSAGE")
-    for handle, state, started, message in rows:
-        click.echo(f"{handle.ljust(width)}  {state_text(state, color)}{' ' * (9 - len(state.value))}  {started.ljust(19)}  {message}".rstrip(), color=color)
+    lines = [f"{'HANDLE'.ljust(width)}  {'STATE'.ljust(9)}  {'STARTED'.ljust(19)}  {'DURATION'.rjust(8)}  MESSAGE"]
+    for handle, state, started, duration, message in rows:
+        padding = " " * (9 - len(state.value))
+        lines.append(f"{handle.ljust(width)}  {state_text(state, color)}{padding}  {started.ljust(19)}  {duration.rjust(8)}  {message}".rstrip())
+    return "\n".join(lines)
 
 
-def list_statuses(scheduler: str | None, options: Sequence[tuple[str, str]], limit: int = 20) -> list[JobStatus]:
-    """``scheduler``'s jobs, or (None) every job this machine submitted and every local job, newest first."""
-    if scheduler is not None:
-        return scheduler_named(scheduler, options).list_jobs(limit)
-    found: dict[str, JobStatus] = {}
-    for item in scheduler_named("local", options).list_jobs():
-        found[str(item.handle)] = item
+DIRECTORY_SCHEDULERS = ("local", "docker", "slurm")  # keep a job directory per job under the job root
+
+
+def list_statuses(schedulers: Sequence[str], states: Collection[JobState], options: Sequence[tuple[str, str]], limit: int) -> list[JobStatus]:
+    """The newest ``limit`` jobs of ``schedulers`` (every one when empty) in ``states`` (any when empty), each
+    described only when it is shown: the job directories under the job root, the jobs in the index, and (when
+    sagemaker is named) the region's newest training jobs."""
+    listed: list[Listed] = []
+    for name in schedulers or DIRECTORY_SCHEDULERS:
+        scheduler = scheduler_named(name, options if schedulers or name == "local" else ())
+        if name == "sagemaker":  # one call answers for the region's newest: no describe per job
+            listed += [Listed.of(item) for item in scheduler.list_jobs(100 if states else limit)]
+        else:
+            listed += scheduler.listed()
+    seen = {str(item.handle) for item in listed}
+    scheduler_for = functools.cache(scheduler_named)  # one per scheduler and options, not one per job
     for entry in reversed(job_index.entries()):
-        if entry.handle in found or entry.scheduler == "local" or len(found) >= limit * 2:
-            continue
-        found[entry.handle] = _indexed_status(entry)
-    return sorted(found.values(), key=lambda item: item.details.get("started") or item.details.get("submitted") or 0, reverse=True)
+        if entry.handle not in seen and entry.scheduler in (schedulers or SCHEDULER_NAMES):
+            seen.add(entry.handle)
+            listed.append(Listed(entry.job_handle, entry.submitted, functools.partial(_indexed_status, entry, scheduler_for)))
+    listed.sort(key=lambda item: item.submitted, reverse=True)
+    return newest(listed, limit, states)
 
 
-def _indexed_status(entry: job_index.IndexEntry) -> JobStatus:
-    """A remembered job's status; when its scheduler cannot answer, the reason (the listing goes on)."""
-    handle = entry.job_handle
+def _indexed_status(entry: job_index.IndexEntry, scheduler_for: Any) -> JobStatus:
+    """A remembered job's listing row; a scheduler that cannot even be built (a missing package) says why."""
     try:
-        item = scheduler_named(handle.scheduler, list(entry.options.items())).status(handle)
+        scheduler = scheduler_for(entry.scheduler, tuple(sorted(entry.options.items())))
     except SmddpError as err:
-        return JobStatus(handle, JobState.UNKNOWN, str(err).splitlines()[0], details={"submitted": entry.submitted})
-    item.details.setdefault("started", entry.submitted)
-    return item
+        return JobStatus(entry.job_handle, JobState.UNKNOWN, brief(err), details={"undescribed": True, "submitted": entry.submitted})
+    return scheduler.listed_status(entry.job_handle, entry.submitted)
 
 
-@click.command(short_help="Remove finished local and docker jobs and docker leftovers.")
+@click.command(short_help="Remove finished local and docker jobs and docker leftovers; forget others.")
 @click.argument("jobs", nargs=-1, metavar="[JOB]...", shell_complete=complete_jobs)
 @click.option("--older-than", "older_than", default="0s", show_default=True, metavar="AGE",
               help="Only jobs that ended at least this long ago (30m, 12h, 7d).")
@@ -264,52 +314,77 @@ def _indexed_status(entry: job_index.IndexEntry) -> JobStatus:
 @click.pass_context
 def clean(ctx: click.Context, jobs: tuple[str, ...], older_than: str, dry_run: bool) -> None:
     """Remove finished local and docker jobs (their directories, logs and outputs under the job root), stopped
-    containers and unused networks docker jobs left behind, and their index entries. Running jobs are kept;
-    SageMaker jobs are never touched. With JOB names only those jobs; default all finished ones."""
+    containers and unused networks docker jobs left behind, and their index entries. Running jobs are kept.
+    With JOB names only those jobs; default all finished ones.
+
+    A named job this machine only remembers is forgotten (its index entry dropped, so `list` no longer shows
+    it): a SageMaker or slurm job (SageMaker and the cluster keep the job), or a job gone from its job root. A
+    named local or docker job whose record is broken is removed."""
     match = _DURATION.match(older_than.strip())
     if not match:
         raise click.BadParameter(f"{older_than!r} is not an age like 30m, 12h or 7d", ctx=ctx, param_hint="--older-than")
     cutoff = time.time() - float(match.group(1)) * _UNITS[match.group(2)]
     out = console(ctx)
-    targets = _clean_targets(jobs, cutoff)
-    removed = []
+    targets, forgotten = _clean_targets(jobs, cutoff)
     for sched, status_ in targets:
-        out.say(f"{'would remove' if dry_run else 'removing'} {status_.handle} ({status_.state.value}) {sched.job_path(status_.handle)}")
+        out.say(f"{'would remove' if dry_run else 'removing'} {status_.handle} ({_state_or_why(status_)}) {sched.job_path(status_.handle)}")
         if not dry_run:
-            sched.remove(status_.handle)
-            removed.append(str(status_.handle))
-    if removed:
-        job_index.forget(removed)
+            _remove(sched, status_)
+    for status_ in forgotten:
+        out.say(f"{'would forget' if dry_run else 'forgetting'} {status_.handle} ({_state_or_why(status_)})")
+    if not dry_run:
+        job_index.forget(str(item.handle) for item in [*(status_ for _, status_ in targets), *forgotten])
     leftovers = _docker_leftovers({s.handle.job_id for _, s in targets if s.handle.scheduler == "docker"}, dry_run, out)
-    out.say(f"{'Would remove' if dry_run else 'Removed'} {len(targets)} job{'s' if len(targets) != 1 else ''}"
-            f"{f' and {leftovers} docker leftover' + ('s' if leftovers != 1 else '') if leftovers else ''}.")
+    summary = f"{'Would remove' if dry_run else 'Removed'} {len(targets)} job{'s' if len(targets) != 1 else ''}"
+    if leftovers:
+        summary += f" and {leftovers} docker leftover{'s' if leftovers != 1 else ''}"
+    if forgotten:
+        summary += f"; {'would forget' if dry_run else 'forgot'} {len(forgotten)}"
+    out.say(summary + ".")
 
 
-def _clean_targets(jobs: tuple[str, ...], cutoff: float) -> list[tuple[HostTreeScheduler, JobStatus]]:
-    """(scheduler, status) of every finished local/docker job to remove."""
-    if jobs:
-        candidates = [job_index.resolve(job)[0] for job in jobs]
-        for handle in candidates:
-            if handle.scheduler == "sagemaker":
-                raise SpecError(SpecIssue("job", f"{handle} runs on SageMaker; clean removes only local and docker jobs"))
-    else:
-        candidates = [item.handle for name in ("local", "docker") for item in scheduler_named(name).list_jobs()]
+def _clean_targets(jobs: tuple[str, ...], cutoff: float) -> tuple[list[tuple[HostTreeScheduler, JobStatus]], list[JobStatus]]:
+    """(scheduler, status) of every finished local/docker job to remove, and the named jobs only to forget."""
     from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler  # loaded only for clean
 
-    targets = []
-    for handle in candidates:
-        sched = scheduler_named(handle.scheduler)
-        assert isinstance(sched, HostTreeScheduler)  # local or docker, checked above
-        item = sched.status(handle)
-        if not item.state.is_terminal:
+    if jobs:
+        found = [job_target(job, ()) for job in jobs]
+    else:
+        found = [(item.handle, sched) for sched in map(scheduler_named, ("local", "docker")) for item in sched.listed()]
+    targets, forgotten = [], []
+    for handle, sched in found:
+        directory = sched.job_path(handle) if isinstance(sched, HostTreeScheduler) else None
+        item = sched.listed_status(handle, directory=directory)
+        undescribed = bool(item.details.get("undescribed"))
+        if directory is None or (undescribed and not directory.is_dir()):
+            forgotten.append(item)  # only a named job gets here: every unnamed one has its directory
+        elif undescribed:
+            if jobs:  # a broken record, named: its directory goes; unnamed ones are kept for a look
+                targets.append((sched, item))
+        elif not item.state.is_terminal:
             if jobs:
                 raise SpecError(SpecIssue("job", f"{handle} is {item.state.value}", f"cancel it first: smddp-launch cancel {handle.job_id}"))
-            continue
-        path = sched.job_path(handle)
-        ended = item.details.get("ended") or (path.stat().st_mtime if path.exists() else 0)
-        if isinstance(ended, (int, float)) and ended <= cutoff and path.is_dir():
+        elif _ended(sched, item) <= cutoff:
             targets.append((sched, item))
-    return targets
+    return targets, forgotten
+
+
+def _ended(sched: HostTreeScheduler, job_status: JobStatus) -> float:
+    ended = job_status.details.get("ended")
+    path = sched.job_path(job_status.handle)
+    return ended if isinstance(ended, (int, float)) else path.stat().st_mtime if path.exists() else 0.0
+
+
+def _remove(sched: HostTreeScheduler, job_status: JobStatus) -> None:
+    """Remove a job's directory: through its scheduler, which checks that it ended, unless its record is broken."""
+    if job_status.details.get("undescribed"):
+        shutil.rmtree(sched.job_path(job_status.handle), ignore_errors=True)
+    else:
+        sched.remove(job_status.handle)
+
+
+def _state_or_why(job_status: JobStatus) -> str:
+    return job_status.message if job_status.details.get("undescribed") else job_status.state.value
 
 
 def _docker_leftovers(removed: set[str], dry_run: bool, out: Any) -> int:
@@ -332,10 +407,36 @@ def _started(job_status: JobStatus) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)) if isinstance(started, (int, float)) else "-"
 
 
+def duration_seconds(job_status: JobStatus, now: float | None = None) -> float | None:
+    """How long the job ran: from its start to its end, or to now while it runs; None before it started."""
+    started, ended = job_status.details.get("started"), job_status.details.get("ended")
+    if not isinstance(started, (int, float)):
+        return None
+    if not isinstance(ended, (int, float)):
+        if job_status.state.is_terminal or job_status.details.get("undescribed"):
+            return None  # ended, but when is not recorded
+        ended = time.time() if now is None else now
+    return max(0.0, ended - started)
+
+
+def _duration(job_status: JobStatus) -> str:
+    seconds = duration_seconds(job_status)
+    if seconds is None:
+        return "-"
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{days}d{hours:02d}h"
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
 def render_status(job_status: JobStatus, color: bool) -> str:
     lines = [f"{job_status.handle}  {state_text(job_status.state, color)}"]
     if job_status.message:
         lines.append(f"  {job_status.message}")
+    if duration_seconds(job_status) is not None:
+        lines.append(f"  started {_started(job_status)}, {'ran' if job_status.state.is_terminal else 'running for'} {_duration(job_status)}")
     for host in job_status.hosts:
         code = "" if host.exit_code is None or host.state is JobState.CANCELLED else f"  exit {host.exit_code}"
         lines.append(f"  {host.host:<8} {state_text(host.state, color)}{code}")
@@ -361,8 +462,10 @@ def attempt_lines(details: dict[str, Any]) -> list[str]:
 
 
 def status_as_dict(job_status: JobStatus) -> dict[str, Any]:
+    """The JSON of ``status --json`` and of each ``list --json`` item: the status, and its duration in seconds."""
     out = dataclasses.asdict(job_status)
     out["handle"] = str(job_status.handle)
+    out["duration"] = duration_seconds(job_status)
     return out
 
 

@@ -10,9 +10,12 @@ can do (``capabilities``).
 from __future__ import annotations
 
 import abc
+import functools
+import itertools
 import json
+import textwrap
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -21,6 +24,8 @@ from smddp_sdk.errors import SmddpError, SpecError, SpecIssue
 from smddp_sdk.schedulers.options import SchedulerOptions
 from smddp_sdk.specs.job import JobSpec
 from smddp_sdk.specs.status import JobHandle, JobState, JobStatus, LogLine
+
+RECORD_FILE = "job.json"  # every job directory's record, written once when the job is submitted
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,51 @@ class DryRun:
     def render(self) -> str:
         """The request as indented JSON, the form ``--dryrun`` prints."""
         return json.dumps(self.request, indent=2, sort_keys=False, default=str)
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A job a listing may show: its handle, when it was submitted (the listing's order) and how to describe
+    it (called only for the rows shown, as describing a job may cost a call to its scheduler)."""
+
+    handle: JobHandle
+    submitted: float
+    describe: Callable[[], JobStatus]
+
+    @classmethod
+    def of(cls, job_status: JobStatus) -> Listed:
+        """An entry already described (e.g. from a listing call that returns each job's state)."""
+        return cls(job_status.handle, job_status.details.get("submitted") or 0.0, lambda: job_status)
+
+
+def newest(listed: Iterable[Listed], limit: int | None, states: Collection[JobState] = ()) -> list[JobStatus]:
+    """The first ``limit`` of ``listed`` (newest first) that are in ``states`` (any when empty), described."""
+    rows = (item.describe() for item in listed)
+    return list(itertools.islice((row for row in rows if not states or row.state in states), limit))
+
+
+def brief(err: Exception) -> str:
+    """An error in the few words a listing row has room for (its first line, without the advice)."""
+    if isinstance(err, SpecError):
+        return err.issues[0].message
+    if isinstance(err, KeyError):
+        return f"its record lacks {err} (written by another version?)"
+    text = str(err).splitlines()[0] if isinstance(err, SmddpError) else f"{type(err).__name__}: {err}"
+    return textwrap.shorten(text, 100, placeholder=" ...")
+
+
+def broken_record(directory: Path) -> str:
+    """What is wrong with a job directory's JSON files (its record and state), or "" when they read well."""
+    for path in sorted(directory.glob("*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as err:
+            return f"{path.name} cannot be read ({err.strerror})"
+        except ValueError:
+            return f"{path.name} is not valid JSON"
+        if not isinstance(data, dict):
+            return f"{path.name} is not a JSON object"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -123,21 +173,44 @@ class Scheduler(abc.ABC):
     def cancel(self, handle: JobHandle) -> None:
         """Stop the job. Cancelling a finished or already cancelled job does nothing."""
 
-    @abc.abstractmethod
-    def list_jobs(self, limit: int | None = None) -> list[JobStatus]:
-        """This target's jobs, newest first (at most ``limit``; None: what the target lists at once)."""
+    # --- listing ----------------------------------------------------------------------------------
 
-    def _list_job_dirs(self, directories: list[Path], limit: int | None) -> list[JobStatus]:
-        """Listing rows for job directories (each holding its ``job.json``), newest record first."""
-        directories.sort(key=lambda path: (path / "job.json").stat().st_mtime, reverse=True)
-        return [self._listed_status(JobHandle(self.name, path.name)) for path in directories[:limit]]
+    def listed(self) -> list[Listed]:
+        """The jobs this target keeps a record of on this machine, newest first, each described only when
+        shown; none by default (SageMaker keeps its own list: ``list_jobs``)."""
+        return []
 
-    def _listed_status(self, handle: JobHandle) -> JobStatus:
-        """``status`` for a listing: a job whose status cannot be read says why, and the listing goes on."""
+    def list_jobs(self, limit: int | None = None, states: Collection[JobState] = ()) -> list[JobStatus]:
+        """This target's jobs, newest first: at most ``limit``, only those in ``states`` when given."""
+        return newest(self.listed(), limit, states)
+
+    def listed_status(self, handle: JobHandle, submitted: float | None = None, directory: Path | None = None) -> JobStatus:
+        """``status`` for a listing: a job that cannot be described is one UNKNOWN row that says why in a few
+        words, never a traceback, and the listing goes on."""
         try:
-            return self.status(handle)
-        except SmddpError as err:
-            return JobStatus(handle, JobState.UNKNOWN, str(err).splitlines()[0])
+            job_status = self.status(handle)
+        except Exception as err:  # noqa: BLE001 - a job's unreadable record costs its row, not the listing
+            reason = (broken_record(directory) if directory else "") or self.undescribed(err)
+            job_status = JobStatus(handle, JobState.UNKNOWN, reason, details={"undescribed": True})
+        job_status.details.setdefault("submitted", submitted)
+        return job_status
+
+    def undescribed(self, err: Exception) -> str:
+        """Why ``status`` failed, in the few words a listing row has room for."""
+        return brief(err)
+
+    def _listed_dirs(self, directories: Iterable[Path]) -> list[Listed]:
+        """Job directories (each holding its ``job.json``, written once when the job was submitted) as listing
+        entries, newest record first."""
+        found = []
+        for path in directories:
+            try:
+                submitted = (path / RECORD_FILE).stat().st_mtime
+            except OSError:
+                continue  # removed meanwhile
+            handle = JobHandle(self.name, path.name)
+            found.append(Listed(handle, submitted, functools.partial(self.listed_status, handle, submitted, path)))
+        return sorted(found, key=lambda item: item.submitted, reverse=True)
 
     def wait(self, handle: JobHandle, *, poll: float = 1.0, timeout: float | None = None) -> JobStatus:
         """Poll ``status`` until the job reaches a terminal state (or ``timeout`` seconds pass)."""

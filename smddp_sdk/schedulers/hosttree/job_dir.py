@@ -175,8 +175,11 @@ def ports_of_live_jobs(job_root: Path, *, skip: Path | None = None) -> set[int]:
     for job in job_root.iterdir():
         if job == skip:
             continue
-        state = JobDir(job).read_state() if (job / "state.json").is_file() else {}
-        if state.get("state") in (JobState.STARTING.value, JobState.RUNNING.value):
+        try:
+            state = JobDir(job).read_state() if (job / "state.json").is_file() else {}
+        except (OSError, ValueError):
+            continue  # another job's broken state must not stop this one from starting (`list` shows it)
+        if isinstance(state, dict) and state.get("state") in (JobState.STARTING.value, JobState.RUNNING.value):
             taken.update(int(port) for port in (state.get("ports") or {}).values())
     return taken
 

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 import smddp_sdk
 from smddp_sdk.errors import SpecError, SpecIssue
-from smddp_sdk.schedulers.base import Capabilities, DryRun, Scheduler
+from smddp_sdk.schedulers.base import Capabilities, DryRun, Listed, Scheduler
 from smddp_sdk.schedulers.hosttree import fidelity
 from smddp_sdk.schedulers.hosttree.attempts import Interruption, request_interrupt
 from smddp_sdk.schedulers.hosttree.console_log import follow_stamped
@@ -340,11 +340,11 @@ class HostTreeScheduler(Scheduler):
             raise SpecError(SpecIssue("handle", f"no {self.name} job {handle.job_id!r} in {self.job_root}", f"list jobs with `smddp-launch list --scheduler {self.name}`; set job_root or SMDDP_JOB_ROOT if they live elsewhere"))
         return job_dir
 
-    def list_jobs(self, limit: int | None = None) -> list[JobStatus]:
-        """The jobs under the job root, newest first; one whose record cannot be read says why."""
+    def listed(self) -> list[Listed]:
+        """The jobs under the job root, newest first."""
         if not self.job_root.is_dir():
             return []
-        return self._list_job_dirs([path for path in self.job_root.iterdir() if JobDir(path).exists()], limit)
+        return self._listed_dirs(path for path in self.job_root.iterdir() if JobDir(path).exists())
 
     def job_path(self, handle: JobHandle) -> Path:
         """Where the job's directory is (whether or not it still exists)."""

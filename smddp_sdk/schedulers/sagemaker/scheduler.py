@@ -11,20 +11,21 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import textwrap
 import time
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Collection, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from smddp_sdk.errors import SpecError, SpecIssue, UnavailableError
-from smddp_sdk.schedulers.base import DryRun, Scheduler
+from smddp_sdk.schedulers.base import DryRun, Listed, Scheduler, newest
 from smddp_sdk.schedulers.options import Option, SchedulerOptions, is_text, matching, seconds
 from smddp_sdk.schedulers.sagemaker import request as req
 from smddp_sdk.schedulers.sagemaker import states, validation
 from smddp_sdk.schedulers.sagemaker.errors import INSTALL_HINT, REGION_HINT, Detached
 from smddp_sdk.specs.contract import decode_hyperparameter
 from smddp_sdk.specs.job import JobSpec
-from smddp_sdk.specs.status import HostStatus, JobHandle, JobStatus, LogLine
+from smddp_sdk.specs.status import HostStatus, JobHandle, JobState, JobStatus, LogLine
 
 if TYPE_CHECKING:
     from smddp_sdk.schedulers.sagemaker.client import AwsClients
@@ -205,23 +206,29 @@ class SageMakerScheduler(Scheduler):
     def status(self, handle: JobHandle) -> JobStatus:
         return _job_status(handle, self.describe(handle))
 
-    def list_jobs(self, limit: int | None = None, name_contains: str | None = None) -> list[JobStatus]:
-        """This region's training jobs, newest first (one ListTrainingJobs call; at most 100, 50 unless told)."""
+    def list_jobs(self, limit: int | None = None, states: Collection[JobState] = (), name_contains: str | None = None) -> list[JobStatus]:
+        """This region's training jobs, newest first, from one ListTrainingJobs call: at most 100 (50 unless told),
+        and with ``states`` only those of the region's newest 100 that are in them."""
         from smddp_sdk.schedulers.sagemaker.client import call
 
         region = self.resolved_region()
-        query: dict[str, Any] = {"SortBy": "CreationTime", "SortOrder": "Descending", "MaxResults": max(1, min(limit or 50, 100))}
+        query: dict[str, Any] = {"SortBy": "CreationTime", "SortOrder": "Descending", "MaxResults": 100 if states else max(1, min(limit or 50, 100))}
         if name_contains:
             query["NameContains"] = name_contains
         listed = call("list training jobs", self.clients(region).sagemaker.list_training_jobs, **query)
-        jobs = []
-        for summary in listed.get("TrainingJobSummaries", []):
-            status = _job_status(JobHandle(self.name, f"{region}/{summary['TrainingJobName']}"), summary)
-            created = summary.get("CreationTime")
-            if hasattr(created, "timestamp"):
-                status.details["started"] = created.timestamp()
-            jobs.append(status)
-        return jobs
+        summaries = listed.get("TrainingJobSummaries", [])
+        # a summary has what a listing row shows: no describe per job
+        return newest([Listed.of(_job_status(JobHandle(self.name, f"{region}/{item['TrainingJobName']}"), item)) for item in summaries], limit, states)
+
+    def undescribed(self, err: Exception) -> str:
+        """A few words for a listing row: a job SageMaker no longer has is gone; an AWS refusal is its code."""
+        code = getattr(err, "code", "")
+        if "no such training job" in str(err):
+            return "gone: SageMaker has no such job (any more)"
+        if code:
+            return f"cannot describe it: AWS said {code}"
+        reason = str(err).splitlines()[0].split(": ", 1)[-1].split("; ")[0]  # the cause, without the job's name and the advice
+        return textwrap.shorten(f"cannot describe it: {reason}", 100, placeholder=" ...")
 
     def logs(self, handle: JobHandle, *, hosts: Sequence[str] | None = None, ranks: Sequence[int] | None = None, follow: bool = False) -> Iterator[LogLine]:
         """Every host's CloudWatch lines merged by time. With ``follow``, also SageMaker's status lines and,
@@ -341,6 +348,7 @@ def _job_status(handle: JobHandle, description: dict[str, Any]) -> JobStatus:
     details = {key: description[key] for key in ("TrainingJobArn", "TrainingJobStatus", "SecondaryStatus", "FailureReason",
                                                  "TrainingTimeInSeconds", "BillableTimeInSeconds", "CreationTime") if key in description}
     details.update(states.attempt_details(description))
+    details.update(_times(description))
     return JobStatus(
         handle=handle,
         state=state,
@@ -350,6 +358,16 @@ def _job_status(handle: JobHandle, description: dict[str, Any]) -> JobStatus:
         model_data=description.get("ModelArtifacts", {}).get("S3ModelArtifacts"),
         details=details,
     )
+
+
+def _times(description: dict[str, Any]) -> dict[str, float | None]:
+    """When the job was created (it starts there: SageMaker provisions, then trains) and ended, as the other
+    schedulers give them (seconds since the epoch); also in ListTrainingJobs' summaries."""
+    created, ended = (description.get(key) for key in ("CreationTime", "TrainingEndTime"))
+    if ended is None and description.get("TrainingJobStatus") in ("Failed", "Stopped"):
+        ended = description.get("LastModifiedTime")  # a job stopped before training has no TrainingEndTime
+    created_s = created.timestamp() if hasattr(created, "timestamp") else None
+    return {"submitted": created_s, "started": created_s, "ended": ended.timestamp() if hasattr(ended, "timestamp") else None}
 
 
 def _next_steps(handle: JobHandle, region: str, job_name: str) -> str:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from smddp_sdk.errors import SpecError, SpecIssue
-from smddp_sdk.schedulers.base import DryRun, Scheduler
+from smddp_sdk.schedulers.base import DryRun, Listed, Scheduler
 from smddp_sdk.schedulers.hosttree import channels
 from smddp_sdk.schedulers.hosttree.host_trees import config_files, stage_code
 from smddp_sdk.schedulers.hosttree.job_dir import default_job_root
@@ -350,11 +350,11 @@ class SlurmScheduler(Scheduler):
             raise SpecError(SpecIssue("handle", f"no slurm job {handle.job_id!r} in {self.job_root}", "set scheduler_options job_root (or SMDDP_JOB_ROOT) to where its job directory lives"))
         return job_dir, record
 
-    def list_jobs(self, limit: int | None = None) -> list[JobStatus]:
-        """The jobs under the job root, newest first; one whose status cannot be read says why."""
+    def listed(self) -> list[Listed]:
+        """The jobs under the job root, newest first (each asks Slurm only when shown)."""
         if not self.job_root.is_dir():
             return []
-        return self._list_job_dirs([path for path in self.job_root.iterdir() if SlurmJobDir(path).exists()], limit)
+        return self._listed_dirs(path for path in self.job_root.iterdir() if SlurmJobDir(path).exists())
 
     def job_record(self, handle: JobHandle) -> dict[str, Any]:
         """What ``schedule`` wrote to ``job.json``: handle, spec, request, Slurm job id."""
