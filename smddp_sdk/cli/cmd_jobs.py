@@ -9,7 +9,7 @@ import re
 import shutil
 import time
 from collections import deque
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -297,7 +297,7 @@ def list_statuses(schedulers: Sequence[str], states: Collection[JobState], optio
     return newest(listed, limit, states)
 
 
-def _indexed_status(entry: job_index.IndexEntry, scheduler_for: Any) -> JobStatus:
+def _indexed_status(entry: job_index.IndexEntry, scheduler_for: Callable[..., Scheduler]) -> JobStatus:
     """A remembered job's listing row; a scheduler that cannot even be built (a missing package) says why."""
     try:
         scheduler = scheduler_for(entry.scheduler, tuple(sorted(entry.options.items())))
@@ -407,7 +407,7 @@ def _started(job_status: JobStatus) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)) if isinstance(started, (int, float)) else "-"
 
 
-def duration_seconds(job_status: JobStatus, now: float | None = None) -> float | None:
+def duration_seconds(job_status: JobStatus) -> float | None:
     """How long the job ran: from its start to its end, or to now while it runs; None before it started."""
     started, ended = job_status.details.get("started"), job_status.details.get("ended")
     if not isinstance(started, (int, float)):
@@ -415,7 +415,7 @@ def duration_seconds(job_status: JobStatus, now: float | None = None) -> float |
     if not isinstance(ended, (int, float)):
         if job_status.state.is_terminal or job_status.details.get("undescribed"):
             return None  # ended, but when is not recorded
-        ended = time.time() if now is None else now
+        ended = time.time()
     return max(0.0, ended - started)
 
 
