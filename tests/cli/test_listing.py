@@ -11,15 +11,15 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import botocore.exceptions
 import pytest
 
 from smddp_sdk import PyTorch, job_index
 from smddp_sdk.schedulers import get_scheduler
-from smddp_sdk.specs.status import JobHandle
+from smddp_sdk.specs.status import JobHandle, JobState, JobStatus
 from tests.cli.test_run_local import TRAIN
 from tests.slurm.test_slurm_plan import FakeSlurm, spec_for
 
-pytestmark = pytest.mark.integration
 REGION = "us-west-2"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"  # moto's account
 ROW = re.compile(r"^(?P<handle>\S+)\s+(?P<state>[A-Z]+)\s+(?P<started>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|-)\s+(?P<duration>\S+)\s*(?P<message>.*)$")
@@ -64,6 +64,7 @@ def submit_to_sagemaker(isolated: Path) -> str:
     return job.latest_training_job.name
 
 
+@pytest.mark.integration
 def test_list_shows_every_scheduler_newest_first_filters_and_forgets(invoke, job_root: Path, isolated: Path) -> None:
     done = run_local(invoke, "done", "train.py")
     run_local(invoke, "failed", "--nproc-per-host", "2", "train.py", "--fail", "3", code=1)
@@ -132,3 +133,29 @@ def test_list_shows_every_scheduler_newest_first_filters_and_forgets(invoke, job
     finally:
         invoke("cancel", running)
 
+
+
+@pytest.mark.parametrize(("error", "row"), [
+    (lambda: botocore.exceptions.NoCredentialsError(), "cannot describe it: no AWS credentials found (Unable to locate credentials)"),
+    (lambda: botocore.exceptions.ClientError({"Error": {"Code": "ExpiredTokenException", "Message": "The security token included in the request is expired"}},
+                                             "DescribeTrainingJob"), "cannot describe it: AWS said ExpiredTokenException"),
+    (lambda: botocore.exceptions.ClientError({"Error": {"Code": "ValidationException", "Message": "Requested resource not found."}}, "DescribeTrainingJob"),
+     "gone: SageMaker has no such job (any more)"),  # what AWS answers for a job it no longer has
+    (lambda: botocore.exceptions.ClientError({"Error": {"Code": "ValidationException", "Message": "1 validation error detected"}}, "DescribeTrainingJob"),
+     "cannot describe it: AWS said ValidationException"),
+    (lambda: botocore.exceptions.ClientError({"Error": {"Code": "ValidationException", "Message": "Could not find training job 'x'"}}, "DescribeTrainingJob"),
+     "gone: SageMaker has no such job (any more)"),
+])
+def test_a_sagemaker_job_that_cannot_be_described_says_why_in_a_few_words(error, row: str) -> None:
+    from smddp_sdk.schedulers.sagemaker.client import translate
+
+    scheduler = get_scheduler("sagemaker", region=REGION)
+    assert scheduler.undescribed(translate(error(), "describe the training job pytorch-training-2026-11-26-01-57-01-505")) == row
+
+
+@pytest.mark.parametrize(("started", "ended", "shown"), [(100.0, 100.4, "0s"), (100.0, 159.6, "1m00s"), (0.0, 3 * 3600 + 125, "3h02m"),
+                                                         (0.0, 2 * 86400 + 7200, "2d02h"), (None, None, "-")])
+def test_durations_read_at_a_glance(started, ended, shown: str) -> None:
+    from smddp_sdk.cli.cmd_jobs import _duration
+
+    assert _duration(JobStatus(JobHandle("local", "x"), JobState.SUCCEEDED, details={"started": started, "ended": ended})) == shown
