@@ -17,7 +17,7 @@ import click
 from click.shell_completion import CompletionItem
 
 from smddp_sdk import job_index, launcher
-from smddp_sdk.cli.common import console, parse_hosts, parse_ranks, scheduler_named
+from smddp_sdk.cli.common import console, load_scheduler_class, parse_hosts, parse_ranks, scheduler_named
 from smddp_sdk.cli.output import color_enabled, state_text
 from smddp_sdk.cli.params import key_value
 from smddp_sdk.errors import SmddpError, SpecError, SpecIssue, did_you_mean
@@ -234,7 +234,7 @@ def comma_choices(choices: Sequence[str], *, upper: bool = False) -> Any:
               help="Only these schedulers' jobs (local, docker, slurm, sagemaker); repeatable. Naming sagemaker adds the "
                    "region's own listing (jobs not submitted from here too).")
 @click.option("-o", "--scheduler-option", "options", multiple=True, metavar="KEY=VALUE", callback=key_value,
-              help="An option of the schedulers named by --scheduler (without it, of the local one), e.g. job_root or region; repeatable.")
+              help="An option of the schedulers named by --scheduler (each takes those it has; without --scheduler, the local one), e.g. job_root or region; repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print them as JSON, each as `status --json` prints one (for scripts).")
 @click.pass_context
 def list_command(ctx: click.Context, limit: int, states: tuple[str, ...], schedulers: tuple[str, ...], options: list[tuple[str, str]], as_json: bool) -> None:
@@ -282,7 +282,7 @@ def list_statuses(schedulers: Sequence[str], states: Collection[JobState], optio
     sagemaker is named) the region's newest training jobs."""
     listed: list[Listed] = []
     for name in schedulers or DIRECTORY_SCHEDULERS:
-        scheduler = scheduler_named(name, options if schedulers or name == "local" else ())
+        scheduler = scheduler_named(name, _options_of(name, options, schedulers or ("local",)))
         if name == "sagemaker":  # one call answers for the region's newest: no describe per job
             listed += [Listed.of(item) for item in scheduler.list_jobs(100 if states else limit)]
         else:
@@ -295,6 +295,16 @@ def list_statuses(schedulers: Sequence[str], states: Collection[JobState], optio
             listed.append(Listed(entry.job_handle, entry.submitted, functools.partial(_indexed_status, entry, scheduler_for)))
     listed.sort(key=lambda item: item.submitted, reverse=True)
     return newest(listed, limit, states)
+
+
+def _options_of(name: str, options: Sequence[tuple[str, str]], named: Sequence[str]) -> list[tuple[str, str]]:
+    """The -o options for scheduler ``name``: those it declares, and those no ``named`` scheduler declares (so
+    that a misspelt one is still an error, with a did-you-mean); none unless it is named."""
+    if name not in named:
+        return []
+    declared = {key for other in named for key in load_scheduler_class(other).options.names()}
+    own = load_scheduler_class(name).options.names()
+    return [(key, value) for key, value in options if key in own or key not in declared]
 
 
 def _indexed_status(entry: job_index.IndexEntry, scheduler_for: Callable[..., Scheduler]) -> JobStatus:

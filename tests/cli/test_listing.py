@@ -106,8 +106,11 @@ def test_list_shows_every_scheduler_newest_first_filters_and_forgets(invoke, job
         assert [row["handle"] for row in rows(invoke("list", "-n", "2").stdout)] == [row["handle"] for row in table[:2]]
         assert [row["handle"] for row in rows(invoke("list", "--state", "failed,running", "--state", "STARTING").stdout)] == ["local://running", "local://failed"]
         assert [row["handle"] for row in rows(invoke("list", "--scheduler", "local", "--state", "unknown", "-n", "1").stdout)] == ["local://broken"]
-        region = invoke("list", "--scheduler", "sagemaker")  # the region's own listing and the index, each job once
-        assert [row["handle"] for row in rows(region.stdout)] == [row["handle"] for row in table[:3]]
+        # the region's own listing and the index, each job once; -o goes to the schedulers that have the option
+        region = invoke("list", "--scheduler", "sagemaker,local", "-o", f"region={REGION}", "-n", "4")
+        assert [row["handle"] for row in rows(region.stdout)] == [*(row["handle"] for row in table[:3]), "local://running"]
+        misspelt = invoke("list", "--scheduler", "sagemaker,local", "-o", f"regoin={REGION}")
+        assert misspelt.exit_code == 2 and "did you mean 'region'?" in misspelt.stderr
         assert invoke("list", "--scheduler", "docker", "--state", "failed").stderr.startswith("No failed docker jobs")
 
         as_json = json.loads(invoke("list", "--json", "--scheduler", "local", "--state", "succeeded").stdout)
