@@ -76,7 +76,7 @@ def test_list_shows_every_scheduler_newest_first_filters_and_forgets(invoke, job
         shutil.copytree(job_root / done, job_root / name)
         (job_root / name / "state.json").write_text(state)
         os.utime(job_root / name / "job.json", (made - age, made - age))
-    running = run_local(invoke, "running", "--detach", "train.py", "--sleep", "60")  # they stop no new job
+    running = run_local(invoke, "running", "--detach", "train.py", "--sleep", "600")  # they stop no new job; cancelled below
     try:
         # a slurm job written by the real planner (its sbatch answered by a fake): no cluster answers for it here
         get_scheduler("slurm", client=FakeSlurm()).submit(spec_for(isolated / "src", job_name="on-slurm"))
@@ -91,7 +91,7 @@ def test_list_shows_every_scheduler_newest_first_filters_and_forgets(invoke, job
             f"sagemaker://{REGION}/elsewhere", f"sagemaker://{REGION}/gone-job", f"sagemaker://{REGION}/{sagemaker}",
             "slurm://on-slurm", "local://running", "local://failed", "local://done", "local://broken", "local://old-format"]
         by_handle = {row["handle"]: row for row in table}
-        assert by_handle["local://done"]["state"] == "SUCCEEDED" and re.fullmatch(r"\d+s", by_handle["local://done"]["duration"])
+        assert by_handle["local://done"]["state"] == "SUCCEEDED" and re.fullmatch(r"(\d+m)?\d+s", by_handle["local://done"]["duration"])
         assert by_handle["local://failed"]["state"] == "FAILED" and by_handle["local://failed"]["started"] != "-"
         assert by_handle["local://running"]["state"] in ("STARTING", "RUNNING") and by_handle["local://running"]["duration"] != "-", listed.stdout
         assert by_handle[f"sagemaker://{REGION}/{sagemaker}"]["started"] != "-"
@@ -118,7 +118,7 @@ def test_list_shows_every_scheduler_newest_first_filters_and_forgets(invoke, job
         assert as_json[0].keys() == json.loads(invoke("status", "done", "--json").stdout).keys()
         assert isinstance(as_json[0]["duration"], float) and as_json[0]["details"]["started"] <= as_json[0]["details"]["ended"]
         status = invoke("status", "done").stdout.splitlines()
-        assert re.fullmatch(r"  started \d{4}-\d\d-\d\d \d\d:\d\d:\d\d, ran \d+s", status[1]), status
+        assert re.fullmatch(r"  started \d{4}-\d\d-\d\d \d\d:\d\d:\d\d, ran (\d+m)?\d+s", status[1]), status
 
         for args, wrong, hint in ((("--state", "failed,runing"), "'runing' is not a state", "did you mean 'RUNNING'?"),
                                   (("--scheduler", "sagemkr"), "'sagemkr' is not a scheduler", "did you mean 'sagemaker'?")):
