@@ -107,16 +107,16 @@ def measure_loop(op: str, size: int, group, args: argparse.Namespace, rank: int,
     check()  # and again after timing
     seconds = statistics.median(per_call)
     link_bytes = PER_LINK_FACTOR[op](args.hosts) * size
-    return {"time_s": seconds, "calls": calls, "repeats": per_call,
-            "link_bytes_per_s": link_bytes / seconds,
-            "utilisation": link_bytes / seconds / (args.rate_mbit * 1e6 / 8)}
+    return {"time_s": seconds, "calls": calls, "repeats": per_call, "link_bytes_per_s": link_bytes / seconds, "utilisation": link_bytes / seconds / (args.rate_mbit * 1e6 / 8)}
 
 
 def print_row(row: dict, backends: list[str], first: bool) -> None:
     if first:
-        head = (f"\n{row['op']}: {row['hosts']} hosts x {row['n'] // row['hosts']} rank(s), links {row['rate_mbit']:g} mbit, "
-                f"{row['delay_ms']:g} ms one way "
-                f"(time per call, median of loops; util = per-link bytes/s / link rate)\n{'size':>6}")
+        head = (
+            f"\n{row['op']}: {row['hosts']} hosts x {row['n'] // row['hosts']} rank(s), links {row['rate_mbit']:g} mbit, "
+            f"{row['delay_ms']:g} ms one way "
+            f"(time per call, median of loops; util = per-link bytes/s / link rate)\n{'size':>6}"
+        )
         for name in backends:
             head += f" | {name + ' time':>12} {'MB/s':>7} {'util':>6}"
         if len(backends) == 2:
@@ -137,14 +137,21 @@ def rank_env(rank: int, args: argparse.Namespace, names: list[str], addresses: d
     host = names[rank // args.ranks_per_host]
     project_root = str(Path(__file__).resolve().parent.parent)
     env = dict(os.environ)
-    env.update({
-        "RANK": str(rank), "WORLD_SIZE": str(args.hosts * args.ranks_per_host),
-        "LOCAL_RANK": str(rank % args.ranks_per_host), "LOCAL_WORLD_SIZE": str(args.ranks_per_host),
-        "MASTER_ADDR": addresses[names[0]], "MASTER_PORT": "29511",
-        "SM_CURRENT_HOST": host, "SMDDP_HOST_ADDRESSES": json.dumps(addresses),
-        "GLOO_SOCKET_IFNAME": "eth0", "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": os.pathsep.join(filter(None, [project_root, os.environ.get("PYTHONPATH")])),
-    })
+    env.update(
+        {
+            "RANK": str(rank),
+            "WORLD_SIZE": str(args.hosts * args.ranks_per_host),
+            "LOCAL_RANK": str(rank % args.ranks_per_host),
+            "LOCAL_WORLD_SIZE": str(args.ranks_per_host),
+            "MASTER_ADDR": addresses[names[0]],
+            "MASTER_PORT": "29511",
+            "SM_CURRENT_HOST": host,
+            "SMDDP_HOST_ADDRESSES": json.dumps(addresses),
+            "GLOO_SOCKET_IFNAME": "eth0",
+            "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": os.pathsep.join(filter(None, [project_root, os.environ.get("PYTHONPATH")])),
+        }
+    )
     return env
 
 
@@ -162,8 +169,7 @@ def main(argv: list[str]) -> int:
     forwarded = [a for a in argv if a != "--rank-process"]
     with SimHosts(args.hosts, rate_mbit=args.rate_mbit, burst_ms=args.burst_ms, delay_ms=args.delay_ms) as hosts:
         procs = [
-            hosts.popen(rank // args.ranks_per_host, [sys.executable, __file__, "--rank-process", *forwarded],
-                        env=rank_env(rank, args, hosts.names, hosts.addresses))
+            hosts.popen(rank // args.ranks_per_host, [sys.executable, __file__, "--rank-process", *forwarded], env=rank_env(rank, args, hosts.names, hosts.addresses))
             for rank in range(args.hosts * args.ranks_per_host)
         ]
         return wait_all(procs, time.monotonic() + args.timeout)

@@ -21,9 +21,9 @@ import os
 import shutil
 import subprocess
 import tempfile
-from pathlib import Path
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 _instances = itertools.count()
 SUBNET = "10.221.0"  # hosts get SUBNET.1 .. SUBNET.N inside their namespaces only
@@ -34,7 +34,7 @@ DELAY_LINK_MTU = 64000
 
 
 def available() -> str:
-    """"" when simulated hosts can be made here, else the reason they cannot."""
+    """ "" when simulated hosts can be made here, else the reason they cannot."""
     if os.geteuid() != 0:
         return "simulated hosts need root (network namespaces)"
     missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
@@ -125,8 +125,7 @@ class SimHosts:
     def _delay_link(self, outside: str, ns: str) -> None:
         """TAP ``outside`` here and eth0 in ``ns``, joined by a delaylink process; they vanish with it."""
         up_us = str(round(self.delay_ms * 1000))
-        link = subprocess.Popen([str(delay_link_binary()), outside, f"/run/netns/{ns}", "eth0", up_us, "0"],
-                                stdout=subprocess.PIPE, text=True)
+        link = subprocess.Popen([str(delay_link_binary()), outside, f"/run/netns/{ns}", "eth0", up_us, "0"], stdout=subprocess.PIPE, text=True)
         self._links.append(link)
         if link.stdout is None or link.stdout.readline().strip() != "ready":
             raise RuntimeError(f"delaylink for {ns} did not start (exit {link.wait()})")
@@ -169,13 +168,10 @@ class SimHosts:
         """``argv`` wrapped to run inside host ``index``'s namespace."""
         return ["ip", "netns", "exec", self.namespace(index), *argv]
 
-    def run(self, index: int, argv: Sequence[str], env: Mapping[str, str] | None = None,
-            timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self.command(index, argv), env=env, capture_output=True, text=True,
-                              timeout=timeout, check=False)
+    def run(self, index: int, argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self.command(index, argv), env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
-    def popen(self, index: int, argv: Sequence[str], env: Mapping[str, str] | None = None,
-              **kwargs: object) -> subprocess.Popen[str]:
+    def popen(self, index: int, argv: Sequence[str], env: Mapping[str, str] | None = None, **kwargs: object) -> subprocess.Popen[str]:
         return subprocess.Popen(self.command(index, argv), env=env, text=True, **kwargs)  # type: ignore[call-overload]
 
 
