@@ -64,3 +64,43 @@ def test_nothing_is_reachable_outside_the_bridge():
     with SimHosts(1) as hosts:
         result = hosts.run(0, ["ip", "route", "get", "1.1.1.1"])
         assert result.returncode != 0  # no default route: traffic cannot leave the simulated network
+
+
+PING_PONG = textwrap.dedent(
+    """
+    import socket, statistics, sys, time
+    address, role = sys.argv[1], sys.argv[2]
+    if role == "server":
+        conn, _ = socket.create_server((address, 5002)).accept()
+        while data := conn.recv(64):
+            conn.sendall(data)
+    else:
+        for _ in range(50):
+            try:
+                conn = socket.create_connection((address, 5002)); break
+            except OSError:
+                time.sleep(0.1)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        rtts = []
+        for _ in range(50):
+            start = time.perf_counter(); conn.sendall(b"p"); conn.recv(64); rtts.append(time.perf_counter() - start)
+        print(min(rtts), statistics.median(rtts))
+    """
+)
+
+
+def test_a_delayed_link_adds_its_one_way_delay_each_way_and_keeps_its_rate():
+    with SimHosts(2, rate_mbit=400, delay_ms=2.0) as hosts:
+        target = hosts.addresses["algo-1"]
+        server = hosts.popen(0, [sys.executable, "-c", PING_PONG, target, "server"])
+        client = hosts.run(1, [sys.executable, "-c", PING_PONG, target, "client"])
+        server.wait(timeout=30)
+        assert client.returncode == 0, client.stderr
+        fastest, median = map(float, client.stdout.split())
+        assert fastest >= 2 * 2.0e-3  # a round trip crosses the delay twice, never less
+        assert median < 2 * 2.0e-3 + 5e-3  # plus the machine's own scheduling, a few ms at most when busy
+        received, rate = _transfer(hosts, 20)
+        assert received == 20 << 20 and rate < 1.1 * 400e6 / 8
+        links = [f"smv{hosts.tag}h{i}" for i in (1, 2)]
+    listed = subprocess.run(["ip", "link"], capture_output=True, text=True, check=True).stdout
+    assert not any(link in listed for link in links)  # the TAP devices went with their delaylink processes
