@@ -7,6 +7,8 @@ namespace, so the hosts reach only each other. Everything is removed on exit, al
     with SimHosts(2, rate_mbit=1000, delay_ms=0.5) as hosts:
         hosts.run(0, ["python3", "-c", "print('hello from algo-1')"])
 
+    sudo python3 benchmarks/simhosts.py --rate-mbit 1000 --delay-ms 0.5    # the link's RTT, rate and CPU cost
+
 A host's link is a veth pair, or, with ``delay_ms``, two TAP devices joined by a delaylink process
 (benchmarks/delaylink/delaylink.c, compiled with cc on first use): this kernel has no netem, so the
 one-way delay is added in user space, on each host's sends (host to host: ``delay_ms`` one way, twice
@@ -15,22 +17,30 @@ that round trip). Delayed links carry large frames (DELAY_LINK_MTU) so that the 
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import itertools
 import os
 import shutil
+import statistics
 import subprocess
+import sys
 import tempfile
+import textwrap
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+# Frames through the delaylink process: 64000-byte frames cost it ~half the CPU of 9000-byte ones and carry
+# TCP at 99.9% payload (measured: 998 against 878 mbit/s of payload at 1000 mbit, 0.5 ms).
+from smddp_sdk.planning.hardware import DELAY_LINK_MTU  # noqa: E402
+
 _instances = itertools.count()
 SUBNET = "10.221.0"  # hosts get SUBNET.1 .. SUBNET.N inside their namespaces only
 DELAY_LINK_SOURCE = Path(__file__).with_name("delaylink") / "delaylink.c"
-# Frames through the delaylink process: 64000-byte frames cost it ~half the CPU of 9000-byte ones and carry
-# TCP at 99.9% payload (measured: 998 against 878 mbit/s of payload at 1000 mbit, 0.5 ms).
-DELAY_LINK_MTU = 64000
 
 
 def available() -> str:
@@ -174,8 +184,116 @@ class SimHosts:
     def popen(self, index: int, argv: Sequence[str], env: Mapping[str, str] | None = None, **kwargs: object) -> subprocess.Popen[str]:
         return subprocess.Popen(self.command(index, argv), env=env, text=True, **kwargs)  # type: ignore[call-overload]
 
+    def links_cpu_s(self) -> float:
+        """CPU seconds the delaylink processes have used so far."""
+        ticks = 0
+        for link in self._links:
+            fields = Path(f"/proc/{link.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        return ticks / os.sysconf("SC_CLK_TCK")
+
+
+# Probes of a link between two hosts, for the measurements in docs/planning.md and the tests.
+PING_PONG = textwrap.dedent(
+    """
+    import socket, sys, time
+    address, role, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    if role == "server":
+        conn, _ = socket.create_server((address, 5002)).accept()
+        while data := conn.recv(64):
+            conn.sendall(data)
+    else:
+        for _ in range(50):
+            try:
+                conn = socket.create_connection((address, 5002)); break
+            except OSError:
+                time.sleep(0.1)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(count):
+            start = time.perf_counter(); conn.sendall(b"p"); conn.recv(64); print(time.perf_counter() - start)
+    """
+)
+RECEIVER = textwrap.dedent(
+    """
+    import socket, sys, time
+    server = socket.create_server((sys.argv[1], 5001))
+    conn, _ = server.accept()
+    got, start = 0, time.monotonic()
+    while chunk := conn.recv(1 << 20):
+        got += len(chunk)
+    print(got, got / (time.monotonic() - start))
+    """
+)
+SENDER = textwrap.dedent(
+    """
+    import socket, sys, time
+    for _ in range(50):
+        try:
+            conn = socket.create_connection((sys.argv[1], 5001)); break
+        except OSError:
+            time.sleep(0.1)
+    for _ in range(int(sys.argv[2])):
+        conn.sendall(b"x" * (1 << 20))
+    conn.close()
+    """
+)
+
+
+def round_trips(hosts: SimHosts, count: int = 200) -> list[float]:
+    """TCP round trips (1 byte each way, no Nagle) from algo-2 to algo-1, in seconds."""
+    target = hosts.addresses["algo-1"]
+    server = hosts.popen(0, [sys.executable, "-c", PING_PONG, target, "server", "0"])
+    client = hosts.run(1, [sys.executable, "-c", PING_PONG, target, "client", str(count)])
+    server.wait(timeout=30)
+    if client.returncode != 0:
+        raise RuntimeError(f"round trip probe failed: {client.stderr}")
+    return [float(line) for line in client.stdout.split()]
+
+
+def transfer(hosts: SimHosts, megabytes: int) -> tuple[int, float]:
+    """One bulk TCP flow from algo-2 to algo-1: (bytes received, payload bytes/s)."""
+    target = hosts.addresses["algo-1"]
+    receiver = hosts.popen(0, [sys.executable, "-c", RECEIVER, target], stdout=subprocess.PIPE)
+    sender = hosts.run(1, [sys.executable, "-c", SENDER, target, str(megabytes)])
+    out, _ = receiver.communicate(timeout=120)
+    if sender.returncode != 0:
+        raise RuntimeError(f"transfer probe failed: {sender.stderr}")
+    received, rate = out.split()
+    return int(received), float(rate)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description="Measure a simulated link: TCP round trip, bulk rate, delaylink CPU.")
+    parser.add_argument("--rate-mbit", type=float, default=1000.0)
+    parser.add_argument("--delay-ms", type=float, default=0.5)
+    parser.add_argument("--megabytes", type=int, default=400, help="size of the bulk transfer")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    reason = available()
+    if reason:
+        print(f"simhosts: {reason}", file=sys.stderr)
+        return 3
+    with SimHosts(2, rate_mbit=args.rate_mbit, delay_ms=args.delay_ms) as hosts:
+        for _ in range(args.repeats):
+            rtts = sorted(round_trips(hosts))
+            cpu, start = hosts.links_cpu_s(), time.monotonic()
+            _, rate = transfer(hosts, args.megabytes)
+            cpu, wall = hosts.links_cpu_s() - cpu, time.monotonic() - start
+            print(
+                f"rtt min {rtts[0] * 1e3:.3f} ms, median {statistics.median(rtts) * 1e3:.3f} ms, p90 "
+                f"{rtts[len(rtts) * 9 // 10] * 1e3:.3f} ms; bulk {rate * 8 / 1e6:.0f} mbit/s of payload "
+                f"({rate * 8 / 1e6 / args.rate_mbit:.1%} of the rate); delaylink CPU {cpu:.2f} s in {wall:.2f} s "
+                f"({cpu / wall:.0%} of a core, both links); load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
+    return 0
+
 
 def _check(argv: list[str]) -> None:
     result = subprocess.run(argv, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed: {result.stderr.strip()}")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
