@@ -67,7 +67,7 @@ class Topology:
 # NVLink figures are NVIDIA's per-GPU totals (both directions) halved to one direction; PCIe-only hosts get
 # PCIe 4.0 x16's ~25 GB/s usable. Network alpha: EFA (SRD) ~15 us, ENA TCP ~30 us per message, the order of
 # magnitude nccl-tests show at small sizes on these hosts; the bandwidth term dominates above ~1 MB.
-_EFA_ALPHA, _ENA_ALPHA, _NVLINK_ALPHA = 15e-6, 30e-6, 5e-6
+_EFA_ALPHA, _ENA_ALPHA, _NVLINK_ALPHA, _CPU_ALPHA = 15e-6, 30e-6, 5e-6, 150e-6
 CATALOG: dict[str, Topology] = {
     t.name: t
     for t in (
@@ -81,13 +81,19 @@ CATALOG: dict[str, Topology] = {
         Topology("ml.g5.12xlarge", 4, 25, 40, _ENA_ALPHA, 10e-6, False, EC2_ACCELERATED),
         Topology("ml.g5.48xlarge", 8, 25, 100, _EFA_ALPHA, 10e-6, True, EC2_ACCELERATED),
         Topology("ml.g6e.48xlarge", 8, 25, 400, _EFA_ALPHA, 10e-6, True, EFA_MULTI_CARD, CHECKED),
+        # CPU hosts: one rank each (the runtime's plan for CPU types), the bundled backend over TCP, whose
+        # per-message cost in Python dominates ENA's (the same assumed 0.15 ms as on simulated hosts).
+        Topology("ml.c5.18xlarge", 1, 0, 25, _CPU_ALPHA, 0, False, EC2_TYPES, gpu=False),
+        Topology("ml.c6i.32xlarge", 1, 0, 50, _CPU_ALPHA, 0, False, EC2_TYPES, gpu=False),
+        Topology("ml.m5.24xlarge", 1, 0, 25, _CPU_ALPHA, 0, False, EC2_TYPES, gpu=False),
+        Topology("ml.m6i.32xlarge", 1, 0, 50, _CPU_ALPHA, 0, False, EC2_TYPES, gpu=False),
     )
 }
 
 _SIM = re.compile(r"^sim:(?P<rate>\d+(\.\d+)?)mbit(x(?P<ranks>\d+))?(\+(?P<delay>\d+(\.\d+)?)ms)?$")
 # Assumed, not fitted: a TCP round trip between namespaces plus the backend's per-call cost in Python,
 # ~0.15 ms; ~0.05 ms within a host. At the shaped rates they matter only below ~256 KiB.
-SIM_ALPHA_S, SIM_INTRA_ALPHA_S, SIM_INTRA_GBYTES_S = 150e-6, 50e-6, 2.0
+SIM_ALPHA_S, SIM_INTRA_ALPHA_S, SIM_INTRA_GBYTES_S = _CPU_ALPHA, 50e-6, 2.0
 
 
 def simulated(rate_mbit: float, ranks_per_host: int = 1, delay_ms: float = 0.0) -> Topology:
@@ -128,7 +134,7 @@ def topology(name: str, price_per_hour: float | None = None) -> Topology:
 
 def markdown_table() -> str:
     """The catalogue as the table in docs/planning.md."""
-    rows = ["| instance type | GPUs | intra-host GB/s per GPU (one way) | network Gbit/s | EFA | price/h | source (checked) |", "|---|---|---|---|---|---|---|"]
+    rows = ["| instance type | ranks (GPUs) | intra-host GB/s per GPU (one way) | network Gbit/s | EFA | price/h | source (checked) |", "|---|---|---|---|---|---|---|"]
     for t in CATALOG.values():
         price = f"${t.price_per_hour:.2f}" if t.price_per_hour else "n/a"
         rows.append(f"| `{t.name}` | {t.gpus} | {t.intra_gbytes_s:g} | {t.network_gbit_s:g} | {'yes' if t.efa else 'no'} | {price} | {t.source} ({t.checked}) |")

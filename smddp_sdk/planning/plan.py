@@ -167,7 +167,7 @@ def render_table(plan: Plan) -> str:
     t = plan.topology
     moved = plan.profile.bytes_per_step
     head = [
-        f"{plan.instance_type}: {t.gpus} GPU(s)/host, network {t.network_gbit_s:.3g} Gbit/s, "
+        f"{plan.instance_type}: {t.gpus} {'GPU(s)' if t.gpu else 'rank(s)'}/host, network {t.network_gbit_s:.3g} Gbit/s, "
         f"compute {plan.profile.compute_s * 1e3:.1f} ms/step, {moved / 1e6:.3g} MB in "
         f"{len(plan.profile.events)} collective(s)/step ({plan.profile.source or 'figures'})",
         "",

@@ -140,3 +140,11 @@ def test_topology_names_and_errors():
         topology("sim:100mbit+fast")
     with pytest.raises(Exception, match="positive"):
         topology("ml.p4d.24xlarge", price_per_hour=-1)
+
+
+def test_cpu_instance_types_run_the_bundled_backend_one_rank_per_host():
+    topo = CATALOG["ml.c6i.32xlarge"]
+    assert topo.gpus == 1 and not topo.gpu
+    cost = collective_cost("all_reduce", 4 * MB, 8, topo)
+    assert (cost.implementation, cost.algorithm) == ("smddp (this project)", "ring")
+    assert collective_cost("all_reduce", 4 * MB, 8, topo, "stock").implementation == "gloo"
