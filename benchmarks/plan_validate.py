@@ -227,7 +227,7 @@ def run_ddp(args: argparse.Namespace) -> list[dict]:
         }
         results.append(row)
         print(
-            f"ddp {hosts}x{rate:g}: {len(profile.events)} collectives, {profile.bytes_per_step / 1e6:.1f} MB, compute "
+            f"ddp {config_name(row)}: {len(profile.events)} collectives, {profile.bytes_per_step / 1e6:.1f} MB, compute "
             f"{profiles[0].compute_s * 1e3:.1f}/{profiles[1].compute_s * 1e3:.1f} ms; measured {measured * 1e3:.1f} ms, "
             f"predicted {predicted * 1e3:.1f} ms ({row['error']:+.1%}; from each profile "
             f"{predictions[0] * 1e3:.1f}/{predictions[1] * 1e3:.1f} ms); no-overlap {serial * 1e3:.1f} ms",
