@@ -47,7 +47,8 @@ def plan(
 ) -> None:
     """Predict, for JOB_FILE's step, the step time, scaling efficiency, throughput and cost on each instance
     count, for what runs there: AWS's SMDDP against NCCL on GPU instance types, this project's backend
-    against gloo on simulated hosts. The notes say which, and why wherever smddp is predicted slower."""
+    against gloo on CPU instance types and simulated hosts. The notes say which, and why wherever smddp is
+    predicted slower."""
     spec = _job_spec(job_file) if job_file else None
     result = plan_for_spec(
         spec,

@@ -5,7 +5,7 @@ What runs depends on the target (``implementation``):
 * GPU instance types: SageMaker runs **AWS's SMDDP** for smddp (this project's backend hands CUDA tensors
   to NCCL, and on SageMaker the AWS library is what ``backend="smddp"`` loads) on the instance types it
   supports, and NCCL elsewhere; stock is **NCCL**.
-* CPU hosts (simulated hosts here): smddp is **this project's bundled backend** with its algorithms chosen
+* CPU instance types and simulated hosts: smddp is **this project's bundled backend** with its algorithms chosen
   by size and host count (``selection.py``, the same rules as the runtime); stock is **gloo**.
 
 Notation: H hosts of G ranks (N = H·G), S bytes, B a host's network bytes/s times the library's link
@@ -46,18 +46,18 @@ from smddp_sdk.specs.smddp_support import SUPPORTED_INSTANCE_TYPES
 
 LIBRARIES = ("smddp", "stock")
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+BUNDLED, GLOO, AWS_SMDDP, NCCL = "smddp (this project)", "gloo", "AWS SMDDP", "NCCL"
 
 # Share of the network link each library's large transfers reach on EFA hosts. AWS's SMDDP documentation
 # ("Optimal bandwidth use with EFA", docs.aws.amazon.com/sagemaker/latest/dg/data-parallel-intro.html)
 # shows AllGather on 32 p4d.24xlarge near 90% of the link for SMDDP and near 80% for NCCL. On this
 # project's simulated hosts the topology's bandwidth already is the TCP payload rate, so both reach 1.
-# The same shares are assumed on ENA (TCP) hosts, for which no comparable figure is published.
-LINK_EFFICIENCY = {"AWS SMDDP": 0.90, "NCCL": 0.80}
+# The same shares are assumed on ENA (TCP) hosts, for which no comparable figure is published; the bundled
+# backend and gloo on CPU instance types are given the whole link (their TCP headers, ~1% at MTU 9001, left out).
+LINK_EFFICIENCY = {AWS_SMDDP: 0.90, NCCL: 0.80}
 # SMDDP's servers reduce on the host's CPUs: assumed memory-bound at ~40 GB/s of input on a 96-vCPU host,
 # pipelined under the transfer; it bounds the step only where the network is faster (p5's 3200 Gbit/s).
 CPU_REDUCE_BYTES_S = 40e9
-
-BUNDLED, GLOO, AWS_SMDDP, NCCL = "smddp (this project)", "gloo", "AWS SMDDP", "NCCL"
 
 
 @dataclass(frozen=True)
