@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # Frames through the delaylink process: 64000-byte frames cost it ~half the CPU of 9000-byte ones and carry
 # TCP at 99.9% payload (measured: 998 against 878 mbit/s of payload at 1000 mbit, 0.5 ms).
-from smddp_sdk.planning.hardware import DELAY_LINK_MTU  # noqa: E402
+from smddp_sdk.planning.hardware import DELAY_LINK_MTU, VETH_MTU  # noqa: E402
 
 _instances = itertools.count()
 SUBNET = "10.221.0"  # hosts get SUBNET.1 .. SUBNET.N inside their namespaces only
@@ -141,11 +141,11 @@ class SimHosts:
             raise RuntimeError(f"delaylink for {ns} did not start (exit {link.wait()})")
 
     def _shape(self, outside: str, ns: str) -> None:
-        """A token bucket on both ends of the host's veth: egress inside is its upload, outside its download.
+        """A token bucket on both ends of the host's link: egress inside is its upload, outside its download.
         (tbf is what this kernel offers; netem is not built in, hence the delaylink process for delay.)"""
         if self.rate_mbit is None:
             return
-        frame = (DELAY_LINK_MTU if self.delay_ms else 1500) + 14
+        frame = (DELAY_LINK_MTU if self.delay_ms else VETH_MTU) + 14
         burst = max(64_000, 2 * frame, int(self.rate_mbit * 1e6 / 8 * self.burst_ms / 1000))
         tbf = ["tbf", "rate", f"{self.rate_mbit}mbit", "burst", str(burst), "latency", "20ms"]
         _check(["tc", "qdisc", "add", "dev", outside, "root", *tbf])
