@@ -1,9 +1,11 @@
 """Link benchmark: smddp and gloo between simulated hosts joined by shaped links (needs root).
 
     sudo python3 benchmarks/link_bench.py --hosts 2 --rate-mbit 800
+    sudo python3 benchmarks/link_bench.py --hosts 8 --rate-mbit 1000 --delay-ms 0.5
 
 Each host is a network namespace (benchmarks/simhosts.py) whose link is a token bucket of ``--rate-mbit``
-in both directions, slow enough that the link and not the CPUs is the limit. One rank runs per host
+in both directions, slow enough that the link and not the CPUs is the limit; ``--delay-ms`` adds a one-way
+delay between hosts (a delaylink process per host, which costs CPU: docs/planning.md). One rank runs per host
 (``--ranks-per-host`` for more); every rank joins the default group with smddp and a second group with gloo
 (GLOO_SOCKET_IFNAME=eth0), so both backends move the same data over the same links in one run.
 
@@ -48,6 +50,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--ranks-per-host", type=int, default=1)
     parser.add_argument("--rate-mbit", type=float, default=800.0, help="shaped rate of every host link, each direction")
     parser.add_argument("--burst-ms", type=float, default=10.0, help="token bucket size, in ms of traffic at the rate")
+    parser.add_argument("--delay-ms", type=float, default=0.0, help="one-way delay between hosts (added on each host's sends)")
     parser.add_argument("--ops", default="allgather,allreduce")
     parser.add_argument("--sizes", default=SIZES)
     parser.add_argument("--seconds", type=float, default=0.6, help="rough length of one timed loop")
@@ -60,6 +63,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     unknown = set(args.ops.split(",")) - set(PER_LINK_FACTOR)
     if unknown:
         parser.error(f"unknown op(s) {sorted(unknown)}: choose from {sorted(PER_LINK_FACTOR)}")
+    if args.delay_ms < 0:
+        parser.error(f"--delay-ms is a one-way delay in milliseconds, 0 or more; got {args.delay_ms}")
     return args
 
 
@@ -71,6 +76,7 @@ def rank_main(args: argparse.Namespace) -> None:
         print_row,
         hosts=args.hosts,
         rate_mbit=args.rate_mbit,
+        delay_ms=args.delay_ms,
     )
 
 
@@ -84,7 +90,9 @@ def measure_loop(op: str, size: int, group, args: argparse.Namespace, rank: int,
     run(group)
     check()  # verified before anything is timed
     reset()
-    calls = max(2, min(MAX_CALLS, round(args.seconds / (PER_LINK_FACTOR[op](args.hosts) * size / (args.rate_mbit * 1e6 / 8)))))
+    wire_s = PER_LINK_FACTOR[op](args.hosts) * size / (args.rate_mbit * 1e6 / 8)
+    latency_s = 2 * (args.hosts - 1) * args.delay_ms / 1e3  # a ring's, the most any algorithm pays
+    calls = max(2, min(MAX_CALLS, round(args.seconds / (wire_s + latency_s))))
     per_call = []
     for _ in range(args.repeats):
         dist.barrier(group=group)
@@ -99,15 +107,16 @@ def measure_loop(op: str, size: int, group, args: argparse.Namespace, rank: int,
     check()  # and again after timing
     seconds = statistics.median(per_call)
     link_bytes = PER_LINK_FACTOR[op](args.hosts) * size
-    return {"time_s": seconds, "calls": calls, "repeats": per_call,
-            "link_bytes_per_s": link_bytes / seconds,
-            "utilisation": link_bytes / seconds / (args.rate_mbit * 1e6 / 8)}
+    return {"time_s": seconds, "calls": calls, "repeats": per_call, "link_bytes_per_s": link_bytes / seconds, "utilisation": link_bytes / seconds / (args.rate_mbit * 1e6 / 8)}
 
 
 def print_row(row: dict, backends: list[str], first: bool) -> None:
     if first:
-        head = (f"\n{row['op']}: {row['hosts']} hosts x {row['n'] // row['hosts']} rank(s), links {row['rate_mbit']:g} mbit "
-                f"(time per call, median of loops; util = per-link bytes/s / link rate)\n{'size':>6}")
+        head = (
+            f"\n{row['op']}: {row['hosts']} hosts x {row['n'] // row['hosts']} rank(s), links {row['rate_mbit']:g} mbit, "
+            f"{row['delay_ms']:g} ms one way "
+            f"(time per call, median of loops; util = per-link bytes/s / link rate)\n{'size':>6}"
+        )
         for name in backends:
             head += f" | {name + ' time':>12} {'MB/s':>7} {'util':>6}"
         if len(backends) == 2:
@@ -128,14 +137,21 @@ def rank_env(rank: int, args: argparse.Namespace, names: list[str], addresses: d
     host = names[rank // args.ranks_per_host]
     project_root = str(Path(__file__).resolve().parent.parent)
     env = dict(os.environ)
-    env.update({
-        "RANK": str(rank), "WORLD_SIZE": str(args.hosts * args.ranks_per_host),
-        "LOCAL_RANK": str(rank % args.ranks_per_host), "LOCAL_WORLD_SIZE": str(args.ranks_per_host),
-        "MASTER_ADDR": addresses[names[0]], "MASTER_PORT": "29511",
-        "SM_CURRENT_HOST": host, "SMDDP_HOST_ADDRESSES": json.dumps(addresses),
-        "GLOO_SOCKET_IFNAME": "eth0", "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": os.pathsep.join(filter(None, [project_root, os.environ.get("PYTHONPATH")])),
-    })
+    env.update(
+        {
+            "RANK": str(rank),
+            "WORLD_SIZE": str(args.hosts * args.ranks_per_host),
+            "LOCAL_RANK": str(rank % args.ranks_per_host),
+            "LOCAL_WORLD_SIZE": str(args.ranks_per_host),
+            "MASTER_ADDR": addresses[names[0]],
+            "MASTER_PORT": "29511",
+            "SM_CURRENT_HOST": host,
+            "SMDDP_HOST_ADDRESSES": json.dumps(addresses),
+            "GLOO_SOCKET_IFNAME": "eth0",
+            "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": os.pathsep.join(filter(None, [project_root, os.environ.get("PYTHONPATH")])),
+        }
+    )
     return env
 
 
@@ -151,10 +167,9 @@ def main(argv: list[str]) -> int:
         print(f"link_bench: {reason}", file=sys.stderr)
         return 3
     forwarded = [a for a in argv if a != "--rank-process"]
-    with SimHosts(args.hosts, rate_mbit=args.rate_mbit, burst_ms=args.burst_ms) as hosts:
+    with SimHosts(args.hosts, rate_mbit=args.rate_mbit, burst_ms=args.burst_ms, delay_ms=args.delay_ms) as hosts:
         procs = [
-            hosts.popen(rank // args.ranks_per_host, [sys.executable, __file__, "--rank-process", *forwarded],
-                        env=rank_env(rank, args, hosts.names, hosts.addresses))
+            hosts.popen(rank // args.ranks_per_host, [sys.executable, __file__, "--rank-process", *forwarded], env=rank_env(rank, args, hosts.names, hosts.addresses))
             for rank in range(args.hosts * args.ranks_per_host)
         ]
         return wait_all(procs, time.monotonic() + args.timeout)

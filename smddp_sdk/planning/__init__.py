@@ -3,7 +3,9 @@
 Stdlib only (the CLI and the estimator use it without torch). The pieces:
 
 * ``hardware``   instance topologies (GPUs, intra-host and network bandwidth) with sources; simulated hosts
-* ``costmodel``  alpha-beta cost of each collective, smddp's hierarchical algorithms against the stock ring
+* ``selection``  the bundled backend's inter-host algorithm for a size and host count (shared with the runtime)
+* ``costmodel``  alpha-beta cost of each collective for what runs on the target: AWS SMDDP and NCCL on GPU
+                 instance types, the bundled backend's algorithms and gloo on CPU and simulated hosts
 * ``step``       a step's compute and its collectives; overlap of communication with backward
 * ``profile_io`` step profiles recorded with SMDDP_PROFILE (smddp_sdk/collectives/profile.py)
 * ``plan``       the table, JSON and SVG of ``smddp-launch plan``
@@ -36,8 +38,7 @@ def batch_size_of(hyperparameters: Mapping[str, Any]) -> int | None:
     return None
 
 
-def step_profile(profile: str | None = None, compute_ms: float | None = None, gradient_mb: float | None = None,
-                 bucket_mb: float = 25.0, samples_per_rank: int | None = None) -> StepProfile:
+def step_profile(profile: str | None = None, compute_ms: float | None = None, gradient_mb: float | None = None, bucket_mb: float = 25.0, samples_per_rank: int | None = None) -> StepProfile:
     """The step to plan for: a recorded profile (its compute replaced by ``compute_ms`` when given, for the
     target GPU), or the two figures compute_ms and gradient_mb."""
     if profile:
@@ -49,17 +50,13 @@ def step_profile(profile: str | None = None, compute_ms: float | None = None, gr
             raise SpecError(SpecIssue("compute_ms", "compute time, gradient size and bucket size must be positive"))
         step = from_figures(compute_ms / 1e3, int(gradient_mb * 1e6), int(bucket_mb * 1e6))
     else:
-        raise SpecError(SpecIssue("profile", "the planner needs the job's step",
-                                  "record one with SMDDP_PROFILE=<dir> and pass --profile <dir>, "
-                                  "or give --compute-ms and --gradient-mb"))
+        raise SpecError(SpecIssue("profile", "the planner needs the job's step", "record one with SMDDP_PROFILE=<dir> and pass --profile <dir>, or give --compute-ms and --gradient-mb"))
     if samples_per_rank is not None:
-        step = StepProfile(step.compute_s, step.events, samples_per_rank, step.source, step.measured_step_s,
-                           step.measured_comm_s, step.notes)
+        step = StepProfile(step.compute_s, step.events, samples_per_rank, step.source, step.measured_step_s, step.measured_comm_s, step.notes)
     return step
 
 
-def plan_job(instance_type: str, instances: str | Sequence[int], step: StepProfile,
-             price_per_hour: float | None = None, samples_per_epoch: int | None = None) -> Plan:
+def plan_job(instance_type: str, instances: str | Sequence[int], step: StepProfile, price_per_hour: float | None = None, samples_per_epoch: int | None = None) -> Plan:
     if isinstance(instances, str):
         try:
             counts = parse_counts(instances)
@@ -77,10 +74,19 @@ def plannable(instance_type: str) -> bool:
     return instance_type in CATALOG or instance_type.startswith("sim:")
 
 
-def plan_for_spec(spec: Any, instances: str | Sequence[int] = "1,2,4,8,16,32", *, instance_type: str | None = None,
-                  profile: str | None = None, compute_ms: float | None = None, gradient_mb: float | None = None,
-                  bucket_mb: float = 25.0, batch_size: int | None = None, samples_per_epoch: int | None = None,
-                  price_per_hour: float | None = None) -> Plan:
+def plan_for_spec(
+    spec: Any,
+    instances: str | Sequence[int] = "1,2,4,8,16,32",
+    *,
+    instance_type: str | None = None,
+    profile: str | None = None,
+    compute_ms: float | None = None,
+    gradient_mb: float | None = None,
+    bucket_mb: float = 25.0,
+    batch_size: int | None = None,
+    samples_per_epoch: int | None = None,
+    price_per_hour: float | None = None,
+) -> Plan:
     """The plan for a job (a JobSpec, or None): its instance type and batch size unless given."""
     if spec is not None:
         instance_type = instance_type or spec.instance_type
@@ -88,8 +94,12 @@ def plan_for_spec(spec: Any, instances: str | Sequence[int] = "1,2,4,8,16,32", *
     if not instance_type:
         raise SpecError(SpecIssue("instance_type", "no instance type to plan for", "pass --instance-type or a job file"))
     if not plannable(instance_type):
-        raise SpecError(SpecIssue("instance_type", f"the planner has no network figures for {instance_type!r}",
-                                  f"pass --instance-type (instance_type=), one of {', '.join(sorted(CATALOG))}, "
-                                  "or sim:<rate>mbit"))
+        raise SpecError(
+            SpecIssue(
+                "instance_type",
+                f"the planner has no network figures for {instance_type!r}",
+                f"pass --instance-type (instance_type=), one of {', '.join(sorted(CATALOG))}, or sim:<rate>mbit[+<delay>ms]",
+            )
+        )
     step = step_profile(profile, compute_ms, gradient_mb, bucket_mb, batch_size)
     return plan_job(instance_type, instances, step, price_per_hour, samples_per_epoch)

@@ -26,8 +26,7 @@ def load(path: str | Path) -> list[dict]:
     path = Path(path)
     files = sorted(path.glob("rank-*.json")) if path.is_dir() else [path]
     if not path.exists() or not files:
-        raise SpecError(SpecIssue("profile", f"no profile at {path}",
-                                  "run the job with SMDDP_PROFILE=<dir> in its environment, then pass that dir"))
+        raise SpecError(SpecIssue("profile", f"no profile at {path}", "run the job with SMDDP_PROFILE=<dir> in its environment, then pass that dir"))
     docs = []
     for file in files:
         try:
@@ -64,9 +63,14 @@ def steps_of(doc: dict) -> list[dict]:
         inside = [e for e in events if begin < e[2] <= end]
         step_s = end - begin
         exposed = max(0.0, min(end, max(e[4] for e in inside)) - inside[-1][2]) if inside else 0.0
-        result.append({"step_s": step_s, "compute_s": step_s - exposed, "comm_s": sum(e[4] - e[3] for e in inside),
-                       "events": [CommEvent(kind, int(e[1]), e[2] - begin) for e in inside
-                                  if (kind := op_kind(e[0])) is not None and e[1] > 0]})
+        result.append(
+            {
+                "step_s": step_s,
+                "compute_s": step_s - exposed,
+                "comm_s": sum(e[4] - e[3] for e in inside),
+                "events": [CommEvent(kind, int(e[1]), e[2] - begin) for e in inside if (kind := op_kind(e[0])) is not None and e[1] > 0],
+            }
+        )
     return result
 
 
@@ -76,14 +80,18 @@ def to_step_profile(docs: Sequence[dict], source: str = "") -> StepProfile:
         raise ValueError("no profiles given")
     steps = steps_of(docs[0])
     if not steps:
-        raise ValueError("fewer than two step marks in the profile: train with a torch.optim optimizer, "
-                         "or call smddp_sdk.collectives.profile.step() after each step")
+        raise ValueError("fewer than two step marks in the profile: train with a torch.optim optimizer, or call smddp_sdk.collectives.profile.step() after each step")
     # Every figure from one step, so that they agree (an even count's averaged median step could be
     # shorter than the chosen step's compute).
     median = sorted(steps, key=lambda s: s["step_s"])[len(steps) // 2]
-    return StepProfile(median["compute_s"], tuple(median["events"]), source=source,
-                       measured_step_s=median["step_s"], measured_comm_s=median["comm_s"],
-                       notes=(f"{len(steps)} steps of rank 0, world size {docs[0].get('world_size')}",))
+    return StepProfile(
+        median["compute_s"],
+        tuple(median["events"]),
+        source=source,
+        measured_step_s=median["step_s"],
+        measured_comm_s=median["comm_s"],
+        notes=(f"{len(steps)} steps of rank 0, world size {docs[0].get('world_size')}",),
+    )
 
 
 def read_step_profile(path: str | Path) -> StepProfile:
@@ -111,8 +119,6 @@ def summary_lines(doc: dict, profile: StepProfile) -> list[str]:
     exposed = max(0.0, step_s - profile.compute_s)
     overlapped = 1.0 if comm_s == 0 else max(0.0, 1 - exposed / comm_s)
     return [
-        f"smddp profile (rank 0, world size {doc.get('world_size')}): {len(steps)} steps, median {step_s * 1e3:.1f} ms "
-        f"(compute {profile.compute_s * 1e3:.1f} ms)",
-        f"  per step: {_mb(profile.bytes_per_step)} in collectives ({per_op}); {comm_s * 1e3:.1f} ms inside them, "
-        f"{overlapped:.0%} overlapped with compute",
+        f"smddp profile (rank 0, world size {doc.get('world_size')}): {len(steps)} steps, median {step_s * 1e3:.1f} ms (compute {profile.compute_s * 1e3:.1f} ms)",
+        f"  per step: {_mb(profile.bytes_per_step)} in collectives ({per_op}); {comm_s * 1e3:.1f} ms inside them, {overlapped:.0%} overlapped with compute",
     ]

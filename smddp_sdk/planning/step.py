@@ -54,8 +54,7 @@ class StepProfile:
         return StepProfile(compute_s, events, self.samples_per_rank, self.source, None, None, self.notes)
 
 
-def from_figures(compute_s: float, gradient_bytes: int, bucket_bytes: int = 25 << 20, backward_share: float = 2 / 3,
-                 samples_per_rank: int | None = None) -> StepProfile:
+def from_figures(compute_s: float, gradient_bytes: int, bucket_bytes: int = 25 << 20, backward_share: float = 2 / 3, samples_per_rank: int | None = None) -> StepProfile:
     """A DDP step from two figures: gradient buckets of ``bucket_bytes`` becoming ready evenly through the
     backward pass (the last ``backward_share`` of the compute, before a negligible optimizer)."""
     if compute_s <= 0 or gradient_bytes <= 0 or bucket_bytes <= 0:

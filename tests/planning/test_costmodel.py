@@ -1,11 +1,16 @@
-"""The collective cost model: closed forms, the algorithm choice, monotonicity and bad input."""
+"""The collective cost model: closed forms per algorithm, the algorithm choice, what runs on each target,
+monotonicity and bad input."""
+
+import math
 
 import pytest
 
-from smddp_sdk.planning.costmodel import collective_seconds, per_link_bytes, smddp_inter_host_allreduce
-from smddp_sdk.planning.hardware import CATALOG, TCP_PAYLOAD_SHARE, simulated, topology
+from smddp_sdk.planning.costmodel import collective_cost, collective_seconds, implementation, per_link_bytes
+from smddp_sdk.planning.hardware import CATALOG, DELAY_LINK_MTU, TCP_PAYLOAD_SHARE, simulated, tcp_payload_share, topology
+from smddp_sdk.planning.selection import ALL_GATHER_ALGORITHMS, ALL_REDUCE_ALGORITHMS, IMPLEMENTED, inter_host_algorithm
 
 MB = 1 << 20
+EVERY = frozenset(ALL_REDUCE_ALGORITHMS + ALL_GATHER_ALGORITHMS)
 
 
 def test_ring_allreduce_on_single_rank_hosts_is_the_textbook_closed_form():
@@ -19,26 +24,74 @@ def test_ring_allreduce_on_single_rank_hosts_is_the_textbook_closed_form():
         assert collective_seconds("all_reduce", size, hosts, topo, "stock") == pytest.approx(expected)
 
 
-def test_two_hosts_use_oneshot_which_moves_the_optimal_bytes():
-    topo = simulated(800)
+@pytest.mark.parametrize("hosts", [4, 8, 16])
+def test_log_depth_closed_forms_on_powers_of_two(hosts):
+    topo = simulated(1000, delay_ms=0.5)
+    alpha, bw, size, log = topo.alpha_s, topo.network_bytes_s, 4 * MB, math.log2(hosts)
+    cost = collective_cost("all_reduce", size, hosts, topo, forced="halving_doubling")
+    assert cost.latency_s == pytest.approx(2 * log * alpha)
+    assert cost.transfer_s == pytest.approx(2 * (hosts - 1) / hosts * size / bw)
+    assert collective_seconds("all_reduce", size, hosts, topo, forced="recursive_doubling") == pytest.approx(log * (alpha + size / bw))
+    assert collective_seconds("all_gather", size, hosts, topo, forced="bruck") == pytest.approx(log * alpha + (hosts - 1) / hosts * size / bw)
+
+
+def test_other_host_counts_pay_two_rounds_to_fold_the_extra_hosts_in_and_out():
+    topo = simulated(1000, delay_ms=0.5)
     size = 4 * MB
-    assert collective_seconds("all_reduce", size, 2, topo) == pytest.approx(topo.alpha_s + size / topo.network_bytes_s)
-    assert smddp_inter_host_allreduce(size, 2, topo, "ring") > smddp_inter_host_allreduce(size, 2, topo, "oneshot")
+    eight = collective_cost("all_reduce", size, 8, topo, forced="halving_doubling")
+    twelve = collective_cost("all_reduce", size, 12, topo, forced="halving_doubling")
+    assert twelve.latency_s == pytest.approx(eight.latency_s + 2 * topo.alpha_s)
+    assert twelve.transfer_s == pytest.approx(eight.transfer_s + 2 * size / topo.network_bytes_s)
+    # which is why large all_reduces on 12 hosts keep the ring, and on 16 halve and double
+    assert inter_host_algorithm("all_reduce", size, 12, implemented=EVERY) == "ring"
+    assert inter_host_algorithm("all_reduce", size, 16, implemented=EVERY) == "halving_doubling"
 
 
-def test_auto_picks_as_the_backend_does():
+def test_the_choice_is_the_runtimes_today_and_the_log_depth_ones_once_implemented():
     topo = simulated(400)
     for size, algo in ((16 << 10, "oneshot"), (256 << 10, "sharded"), (4 * MB, "ring")):
-        assert smddp_inter_host_allreduce(size, 4, topo) == smddp_inter_host_allreduce(size, 4, topo, algo)
+        assert collective_cost("all_reduce", size, 4, topo).algorithm == algo
+        assert collective_seconds("all_reduce", size, 4, topo) == collective_seconds("all_reduce", size, 4, topo, forced=algo)
+    assert collective_cost("all_reduce", 4 * MB, 2, topo).algorithm == "oneshot"  # two hosts: one round, optimal bytes
+    assert {"recursive_doubling", "halving_doubling", "bruck"}.isdisjoint(IMPLEMENTED)
+    chosen = {size: collective_cost("all_reduce", size, 16, topo, implemented=EVERY).algorithm for size in (64 << 10, 256 << 10, 4 * MB)}
+    assert chosen == {64 << 10: "recursive_doubling", 256 << 10: "halving_doubling", 4 * MB: "halving_doubling"}
+    assert collective_cost("all_gather", 64 << 10, 16, topo, implemented=EVERY).algorithm == "bruck"
 
 
-def test_hierarchical_smddp_moves_fewer_network_bytes_than_a_flat_ring_on_gpu_hosts():
+def test_log_depth_algorithms_beat_the_ring_where_latency_counts():
+    topo = simulated(1000, delay_ms=0.5)
+    for size in (64 << 10, MB):
+        ring = collective_seconds("all_reduce", size, 16, topo, forced="ring")
+        assert collective_seconds("all_reduce", size, 16, topo, implemented=EVERY) < ring / 1.5
+
+
+def test_delay_is_part_of_alpha_and_delayed_links_carry_large_frames():
+    plain, delayed = topology("sim:1000mbit"), topology("sim:1000mbit+0.5ms")
+    assert delayed.alpha_s == pytest.approx(plain.alpha_s + 0.5e-3)
+    assert delayed.network_gbit_s == pytest.approx(tcp_payload_share(DELAY_LINK_MTU))
+    assert topology("sim:100mbitx2+2ms").gpus == 2 and not delayed.gpu
+
+
+def test_each_target_models_what_runs_there():
+    p4d, g5, sim = CATALOG["ml.p4d.24xlarge"], CATALOG["ml.g5.48xlarge"], simulated(400)
+    assert (implementation(p4d, "smddp"), implementation(p4d, "stock")) == ("AWS SMDDP", "NCCL")
+    assert (implementation(sim, "smddp"), implementation(sim, "stock")) == ("smddp (this project)", "gloo")
+    # SMDDP does not run on g5: SageMaker jobs with backend smddp get NCCL there, like the stock library
+    assert implementation(g5, "smddp") == "NCCL"
+    assert collective_seconds("all_reduce", 25 * MB, 8, g5, "smddp") == collective_seconds("all_reduce", 25 * MB, 8, g5, "stock")
+    # reduce-scatter is not one of SMDDP's own collectives
+    assert collective_cost("reduce_scatter", 25 * MB, 8, p4d).note == "SMDDP hands reduce_scatter to NCCL"
+
+
+def test_aws_smddp_pays_two_network_steps_at_any_scale_and_moves_fewer_bytes_than_nccl():
     topo = CATALOG["ml.p4d.24xlarge"]
-    size = 1000 * MB
-    # per host: 2(H-1)/H S for smddp against 2(N-1)/N S for the flat ring (N = 8H)
-    assert collective_seconds("all_reduce", size, 2, topo, "smddp") < 0.6 * collective_seconds("all_reduce", size, 2, topo, "stock")
-    for hosts in (2, 4, 8):
-        assert collective_seconds("all_reduce", size, hosts, topo, "smddp") < collective_seconds("all_reduce", size, hosts, topo, "stock")
+    latencies = {collective_cost("all_reduce", 25 * MB, h, topo).latency_s for h in (2, 8, 64, 512)}
+    assert len({round(x, 12) for x in latencies}) == 1
+    for hosts in (2, 4, 8, 16, 32, 64):
+        assert collective_seconds("all_reduce", 1000 * MB, hosts, topo, "smddp") < collective_seconds("all_reduce", 1000 * MB, hosts, topo, "stock")
+    # NCCL's tree takes over from its ring where latency matters
+    assert collective_cost("all_reduce", 1 * MB, 64, topo, "stock").algorithm == "tree"
 
 
 @pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter"])
@@ -72,6 +125,8 @@ def test_bad_input_is_a_clear_error():
         collective_seconds("all_reduce", 1, 2, simulated(100), "mpi")
     with pytest.raises(ValueError, match="hosts"):
         collective_seconds("all_reduce", 1, 0, simulated(100))
+    with pytest.raises(ValueError, match="unknown all_reduce algorithm 'tree'"):
+        collective_seconds("all_reduce", MB, 4, simulated(100), forced="tree")
 
 
 def test_topology_names_and_errors():
@@ -81,5 +136,15 @@ def test_topology_names_and_errors():
     assert CATALOG["ml.p4d.24xlarge"].price_per_hour is None  # no unchecked prices built in
     with pytest.raises(Exception, match="no network figures"):
         topology("ml.p9.huge")
+    with pytest.raises(Exception, match="no network figures"):
+        topology("sim:100mbit+fast")
     with pytest.raises(Exception, match="positive"):
         topology("ml.p4d.24xlarge", price_per_hour=-1)
+
+
+def test_cpu_instance_types_run_the_bundled_backend_one_rank_per_host():
+    topo = CATALOG["ml.c6i.32xlarge"]
+    assert topo.gpus == 1 and not topo.gpu
+    cost = collective_cost("all_reduce", 4 * MB, 8, topo)
+    assert (cost.implementation, cost.algorithm) == ("smddp (this project)", "ring")
+    assert collective_cost("all_reduce", 4 * MB, 8, topo, "stock").implementation == "gloo"

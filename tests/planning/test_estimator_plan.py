@@ -13,8 +13,7 @@ def job(tmp_path, monkeypatch):
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "train.py").write_text("print('hi')\n")
     monkeypatch.chdir(tmp_path)
-    return PyTorch(entry_point="train.py", source_dir="src", instance_count=2, instance_type="ml.p4d.24xlarge",
-                   distribution=SMDDP, hyperparameters={"batch-size": 32})
+    return PyTorch(entry_point="train.py", source_dir="src", instance_count=2, instance_type="ml.p4d.24xlarge", distribution=SMDDP, hyperparameters={"batch-size": 32})
 
 
 def test_estimator_plan_uses_the_jobs_instance_type_and_batch_size(job):

@@ -64,3 +64,27 @@ def test_docs_topology_table_matches_the_catalogue():
     from tests.collectives.cluster import PROJECT_ROOT
 
     assert markdown_table() in (PROJECT_ROOT / "docs" / "planning.md").read_text(encoding="utf-8")
+
+
+def test_bert_large_on_p4d_smddp_keeps_up_with_nccl_from_2_to_64_instances_and_says_what_runs():
+    plan = plan_job("ml.p4d.24xlarge", "2,4,8,16,32,64", step_profile(compute_ms=150, gradient_mb=1360))
+    for n in (2, 4, 8, 16, 32, 64):
+        assert plan.row(n, "smddp").step_s <= plan.row(n, "stock").step_s
+        assert (plan.row(n, "smddp").implementation, plan.row(n, "stock").implementation) == ("AWS SMDDP", "NCCL")
+    text = render_table(plan)
+    assert "smddp on ml.p4d.24xlarge is AWS's SMDDP" in text and "stock on ml.p4d.24xlarge is NCCL" in text
+    assert "slower" not in text
+
+
+def test_where_smddp_is_predicted_slower_the_plan_says_why():
+    # p5's 3200 Gbit/s outruns the assumed reduction on the hosts' CPUs that SMDDP's servers do
+    plan = plan_job("ml.p5.48xlarge", "2,8", step_profile(compute_ms=20, gradient_mb=1360))
+    reasons = [n for n in plan.notes if "smddp predicted" in n]
+    assert [r.split(":")[0] for r in reasons] == ["2 instances", "8 instances"]
+    assert all("bound by the reduction on the hosts' CPUs" in r and "NCCL" in r for r in reasons)
+
+
+def test_simulated_hosts_plan_the_bundled_backend_against_gloo():
+    plan = plan_job("sim:1000mbit+0.5ms", "2,4", step_profile(compute_ms=50, gradient_mb=20, bucket_mb=4))
+    assert plan.row(4, "smddp").implementation == "smddp (this project)" and plan.row(4, "stock").implementation == "gloo"
+    assert plan.row(2, "smddp").algorithm == "oneshot" and plan.row(4, "smddp").algorithm == "ring"

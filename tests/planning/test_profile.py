@@ -27,12 +27,20 @@ def run_ranks(tmp_path, n=2, ddp="torch"):
     port = free_port()
     procs = []
     for rank in range(n):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(n),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), SM_CURRENT_HOST="algo-1", OMP_NUM_THREADS="1",
-                   SMDDP_PROFILE=str(tmp_path / "prof"),
-                   PYTHONPATH=os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])))
-        procs.append(subprocess.Popen([sys.executable, "-m", "tests.planning.profile_worker", ddp], cwd=PROJECT_ROOT, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        env = dict(
+            os.environ,
+            RANK=str(rank),
+            WORLD_SIZE=str(n),
+            LOCAL_RANK=str(rank),
+            LOCAL_WORLD_SIZE=str(n),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            SM_CURRENT_HOST="algo-1",
+            OMP_NUM_THREADS="1",
+            SMDDP_PROFILE=str(tmp_path / "prof"),
+            PYTHONPATH=os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])),
+        )
+        procs.append(subprocess.Popen([sys.executable, "-m", "tests.planning.profile_worker", ddp], cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
     return outs

@@ -14,9 +14,14 @@ pytestmark = [pytest.mark.netns, pytest.mark.skipif(bool(available()), reason=av
 
 def test_collective_predictions_hold_on_shaped_links(tmp_path):
     out = tmp_path / "v.json"
-    run = subprocess.run([sys.executable, "benchmarks/plan_validate.py", "collectives", "--configs", "3x200",
-                          "--sizes", "1M,4M", "--json", str(out)],
-                         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600, check=False)
+    run = subprocess.run(
+        [sys.executable, "benchmarks/plan_validate.py", "collectives", "--configs", "3x200", "--sizes", "1M,4M", "--json", str(out)],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     rows = json.loads(out.read_text())
     assert {(r["op"], r["backend"]) for r in rows} == {(op, b) for op in ("all_reduce", "all_gather") for b in ("smddp", "gloo")}
