@@ -338,6 +338,7 @@ class HostTreeScheduler(Scheduler):
         job_dir = JobDir(self.job_root / handle.job_id)
         if not job_dir.exists():
             raise SpecError(SpecIssue("handle", f"no {self.name} job {handle.job_id!r} in {self.job_root}", f"list jobs with `smddp-launch list --scheduler {self.name}`; set job_root or SMDDP_JOB_ROOT if they live elsewhere"))
+        HostTreePlan.from_request(job_dir.read_record().get("request") or {})  # a job an older version wrote says so
         return job_dir
 
     def list_jobs(self, limit: int | None = None) -> list[JobStatus]:
