@@ -20,7 +20,7 @@ import html
 import math
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -235,10 +235,6 @@ def _write_png(points: Sequence[MetricPoint], target: Path, title: str) -> None:
     figure.tight_layout()
     figure.savefig(target)
     plt.close(figure)
-
-
-def points_as_dicts(points: Sequence[MetricPoint]) -> list[dict[str, Any]]:
-    return [asdict(point) for point in points]
 
 
 __all__ = ["MetricPoint", "TrainingJobAnalytics", "compile_definitions", "extract", "summary", "write_plot", "render_svg", "write_csv"]

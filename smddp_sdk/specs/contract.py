@@ -139,10 +139,6 @@ class OptMl:
         return self.output_dir / "success"
 
     @property
-    def checkpoints_dir(self) -> Path:
-        return self.base / "checkpoints"
-
-    @property
     def logs_dir(self) -> Path:
         """Per-rank log files written by the runtime (``rank-<N>.log``)."""
         return self.output_dir / "logs"
@@ -164,10 +160,6 @@ class OptMl:
     def rank_stacks_file(self, rank: int) -> Path:
         """Every thread's Python stack, appended by the rank on each STACKS_SIGNAL."""
         return self.output_dir / "stacks" / f"rank-{rank}.txt"
-
-    def rank_torchelastic_error_file(self, rank: int) -> Path:
-        """Where torch's ``@record`` writes (TORCHELASTIC_ERROR_FILE) under the torch_distributed launcher."""
-        return torchelastic_error_file(self.rank_error_file(rank))
 
     def make_dirs(self) -> None:
         """Create the directories a container finds in place when SageMaker starts it."""
@@ -455,6 +447,8 @@ def parse_console_line(raw: str, default_host: str = "") -> ConsoleLine:
 
 def has_console_prefix(raw: str) -> bool:
     return _CONSOLE_PREFIX.match(raw) is not None
+
+
 def bind_address(host_addresses: Mapping[str, str], host: str) -> str:
     """Where a listener on ``host`` binds: the address the scheduler mapped the host to (loopback in local
     mode, so nothing off this machine can connect), or every interface ("") where hosts find each other
