@@ -70,83 +70,44 @@ RESERVED_HYPERPARAMETERS = frozenset(
 )
 
 
+class Below:
+    """A path attribute: ``name`` below the owner's ``parent`` attribute, so that a class body of them
+    reads as the tree's layout (``config_dir = Below("input_dir", "config")``)."""
+
+    def __init__(self, parent: str, name: str) -> None:
+        self.parent, self.name = parent, name
+
+    def __get__(self, tree: object, owner: type | None = None) -> Path:
+        return Path(getattr(tree, self.parent)) / self.name
+
+
 @dataclass(frozen=True)
 class OptMl:
     """The paths of one host's ``/opt/ml`` tree, rooted anywhere (local mode gives each host its own)."""
 
     base: Path
 
+    input_dir = Below("base", "input")
+    config_dir = Below("input_dir", "config")
+    data_dir = Below("input_dir", "data")
+    resource_config_file = Below("config_dir", "resourceconfig.json")
+    hyperparameters_file = Below("config_dir", "hyperparameters.json")
+    input_data_config_file = Below("config_dir", "inputdataconfig.json")
+    code_dir = Below("base", "code")
+    model_dir = Below("base", "model")
+    output_dir = Below("base", "output")
+    output_data_dir = Below("output_dir", "data")
+    intermediate_dir = Below("output_dir", "intermediate")
+    failure_file = Below("output_dir", "failure")
+    failures_file = Below("output_dir", "failures.json")  # every failure record the host's runtime knows (FailureRecord JSON)
+    success_file = Below("output_dir", "success")
+    logs_dir = Below("output_dir", "logs")  # rank-<N>.log, written by the runtime
+    errors_dir = Below("output_dir", "errors")  # rank-<N>.json, written by the rank bootstrap
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> OptMl:
         environ = os.environ if environ is None else environ
         return cls(Path(environ.get(BASE_DIR_ENV) or DEFAULT_BASE_DIR))
-
-    @property
-    def input_dir(self) -> Path:
-        return self.base / "input"
-
-    @property
-    def config_dir(self) -> Path:
-        return self.input_dir / "config"
-
-    @property
-    def data_dir(self) -> Path:
-        return self.input_dir / "data"
-
-    @property
-    def resource_config_file(self) -> Path:
-        return self.config_dir / "resourceconfig.json"
-
-    @property
-    def hyperparameters_file(self) -> Path:
-        return self.config_dir / "hyperparameters.json"
-
-    @property
-    def input_data_config_file(self) -> Path:
-        return self.config_dir / "inputdataconfig.json"
-
-    @property
-    def code_dir(self) -> Path:
-        return self.base / "code"
-
-    @property
-    def model_dir(self) -> Path:
-        return self.base / "model"
-
-    @property
-    def output_dir(self) -> Path:
-        return self.base / "output"
-
-    @property
-    def output_data_dir(self) -> Path:
-        return self.output_dir / "data"
-
-    @property
-    def intermediate_dir(self) -> Path:
-        return self.output_dir / "intermediate"
-
-    @property
-    def failure_file(self) -> Path:
-        return self.output_dir / "failure"
-
-    @property
-    def failures_file(self) -> Path:
-        """Every failure record this host's runtime knows (``specs.failure.FailureRecord`` as JSON)."""
-        return self.output_dir / "failures.json"
-
-    @property
-    def success_file(self) -> Path:
-        return self.output_dir / "success"
-
-    @property
-    def logs_dir(self) -> Path:
-        """Per-rank log files written by the runtime (``rank-<N>.log``)."""
-        return self.output_dir / "logs"
-
-    @property
-    def errors_dir(self) -> Path:
-        """Per-rank error files written by the rank bootstrap (``rank-<N>.json``)."""
-        return self.output_dir / "errors"
 
     def channel_dir(self, channel: str) -> Path:
         return self.data_dir / channel
@@ -226,9 +187,7 @@ def resource_config(
         "current_instance_type": instance_type,
         "current_group_name": group_name,
         "hosts": list(hosts),
-        "instance_groups": [
-            {"instance_group_name": group_name, "instance_type": instance_type, "hosts": list(hosts)}
-        ],
+        "instance_groups": [{"instance_group_name": group_name, "instance_type": instance_type, "hosts": list(hosts)}],
         "network_interface_name": network_interface_name,
     }
 
@@ -442,7 +401,7 @@ def parse_console_line(raw: str, default_host: str = "") -> ConsoleLine:
     if match is None:
         return ConsoleLine(default_host, None, line)
     rank = match["rank"]
-    return ConsoleLine(match["host"], int(rank) if rank is not None else None, line[match.end():])
+    return ConsoleLine(match["host"], int(rank) if rank is not None else None, line[match.end() :])
 
 
 def has_console_prefix(raw: str) -> bool:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from smddp_sdk.specs import contract, processes
+from smddp_sdk.specs.contract import Below
 from smddp_sdk.specs.json_files import write_json_atomic
 from smddp_sdk.specs.status import JobState, LogLine
 
@@ -48,29 +49,12 @@ class JobDir:
 
     path: Path
 
-    @property
-    def record_file(self) -> Path:
-        return self.path / "job.json"
-
-    @property
-    def state_file(self) -> Path:
-        return self.path / "state.json"
-
-    @property
-    def cancel_file(self) -> Path:
-        return self.path / "cancel-requested"
-
-    @property
-    def console_log(self) -> Path:
-        return self.path / "console.log"
-
-    @property
-    def supervisor_log(self) -> Path:
-        return self.path / "supervisor.log"
-
-    @property
-    def code_dir(self) -> Path:
-        return self.path / "code"
+    record_file = Below("path", "job.json")
+    state_file = Below("path", "state.json")
+    cancel_file = Below("path", "cancel-requested")
+    console_log = Below("path", "console.log")
+    supervisor_log = Below("path", "supervisor.log")
+    code_dir = Below("path", "code")
 
     def host_dir(self, host: str) -> Path:
         return self.path / host
@@ -213,4 +197,3 @@ def follow_lines(path: Path, finished: Any, *, poll: float = 0.1) -> Iterator[st
                 yield from (line for line in pending.split("\n") if line)
                 return
             time.sleep(poll)
-
