@@ -19,6 +19,7 @@ from typing import Any
 
 from smddp_sdk.errors import ContractError
 from smddp_sdk.specs.archives import read_inside, write_inside
+from smddp_sdk.specs.json_files import read_json_object
 
 DEFAULT_BASE_DIR = "/opt/ml"
 BASE_DIR_ENV = "SAGEMAKER_BASE_DIR"
@@ -287,11 +288,11 @@ def error_record(error_file: Path) -> tuple[Path, dict[str, Any]] | None:
     ``{"message": {"message": "Type: text", "extraInfo": {"py_callstack": ..., "timestamp": "<s>"}}}``
     (or ``{"message": "text", "timestamp": ...}``), turned into the same keys.
     """
-    own = _json_object(error_file)
+    own = read_json_object(error_file)
     if own is not None:
         return error_file, own
     torch_file = torchelastic_error_file(error_file)
-    raw = _json_object(torch_file)
+    raw = read_json_object(torch_file)
     if raw is None or "message" not in raw:
         return None
     return torch_file, _from_torchelastic(raw)
@@ -313,14 +314,6 @@ def _from_torchelastic(raw: dict[str, Any]) -> dict[str, Any]:
     except (TypeError, ValueError):
         timestamp = None
     return {"error_type": error_type, "message": rest, "traceback": trace, "timestamp": timestamp, "source": "torchelastic"}
-
-
-def _json_object(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def write_success(opt_ml: OptMl) -> None:

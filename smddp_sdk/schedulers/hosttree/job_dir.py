@@ -18,14 +18,12 @@ so a job started by one Python process can be watched or stopped from any other:
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import random
 import socket
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,18 +135,6 @@ def pick_free_ports(count: int, *, exclude: Iterable[int] = (), address: str = "
             if len(chosen) == count:
                 return chosen
     raise OSError(f"no {count} free TCP ports found on {address}")
-
-
-@contextmanager
-def port_lock(job_root: Path) -> Iterator[None]:
-    """Held while a job picks its ports and records them, so two jobs starting together cannot pick the same."""
-    job_root.mkdir(parents=True, exist_ok=True)
-    with open(job_root / ".ports.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def ports_of_live_jobs(job_root: Path, *, skip: Path | None = None) -> set[int]:
