@@ -261,9 +261,7 @@ class Estimator:
         estimator = cls.__new__(cls)
         estimator._arguments, estimator._base_dir = {}, Path.cwd()
         estimator.scheduler, estimator.scheduler_options = handle.scheduler, options
-        estimator.sagemaker_session = sagemaker_session
-        estimator._scheduler = None
-        estimator._spec = None
+        estimator.sagemaker_session, estimator._scheduler, estimator._spec = sagemaker_session, None, None
         job_scheduler = estimator._get_scheduler()
         spec_dict = job_arguments(job_scheduler, handle)
         if spec_dict is not None and entry is not None and entry.metric_definitions:
@@ -289,16 +287,8 @@ class PyTorch(Estimator):
         distribution: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(
-            entry_point,
-            framework_version=framework_version,
-            py_version=py_version,
-            source_dir=source_dir,
-            hyperparameters=hyperparameters,
-            image_uri=image_uri,
-            distribution=distribution,
-            **kwargs,
-        )
+        super().__init__(entry_point, framework_version=framework_version, py_version=py_version, source_dir=source_dir,
+                         hyperparameters=hyperparameters, image_uri=image_uri, distribution=distribution, **kwargs)
 
 
 class TrainingJob:
