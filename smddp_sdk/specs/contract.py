@@ -12,7 +12,7 @@ import json
 import os
 import re
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -369,10 +369,22 @@ _CONSOLE_PREFIX = re.compile(r"^\[(?P<host>[^\]/\s]+)(?:/(?:rank(?P<rank>\d+)|(?
 
 
 @dataclass(frozen=True)
-class ConsoleLine:
+class LogLine:
+    """One line of a job's output; ``rank`` is None for lines a host's runtime prints itself."""
+
     host: str
-    rank: int | None
     text: str
+    rank: int | None = None
+    stream: str = "stdout"
+    timestamp: float | None = None
+
+    def matches(self, hosts: Collection[str] | None, ranks: Collection[int] | None) -> bool:
+        """Whether a ``logs(hosts=..., ranks=...)`` filter keeps this line (None keeps everything)."""
+        return (hosts is None or self.host in hosts) and (ranks is None or self.rank in ranks)
+
+    @property
+    def prefix(self) -> str:
+        return console_prefix(self.host, self.rank).rstrip()
 
 
 def console_prefix(host: str, rank: int | None = None, role: str = "") -> str:
@@ -383,7 +395,7 @@ def console_prefix(host: str, rank: int | None = None, role: str = "") -> str:
     return f"[{host}/{role}]: " if role else f"[{host}]: "
 
 
-def parse_console_line(raw: str, default_host: str = "") -> ConsoleLine:
+def parse_console_line(raw: str, default_host: str = "") -> LogLine:
     """A console line back into host, rank (None for the runtime's own lines) and text.
 
     Older runtimes wrote ``[algo-1/runtime]:`` and ``[algo-1/setup]:``; they read as the host's lines.
@@ -392,9 +404,9 @@ def parse_console_line(raw: str, default_host: str = "") -> ConsoleLine:
     line = raw.rstrip("\r\n")
     match = _CONSOLE_PREFIX.match(line)
     if match is None:
-        return ConsoleLine(default_host, None, line)
+        return LogLine(default_host, line)
     rank = match["rank"]
-    return ConsoleLine(match["host"], int(rank) if rank is not None else None, line[match.end() :])
+    return LogLine(match["host"], line[match.end() :], int(rank) if rank is not None else None)
 
 
 def has_console_prefix(raw: str) -> bool:

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from smddp_sdk.specs import contract, processes
+from smddp_sdk.specs import processes
 from smddp_sdk.specs.contract import Below
 from smddp_sdk.specs.json_files import write_json_atomic
-from smddp_sdk.specs.status import JobState, LogLine
+from smddp_sdk.specs.status import JobState
 
 DEFAULT_JOB_ROOT = "~/.smddp/jobs"
 JOB_ROOT_ENV = "SMDDP_JOB_ROOT"
@@ -152,12 +152,6 @@ def ports_of_live_jobs(job_root: Path, *, skip: Path | None = None) -> set[int]:
 
 
 # --- logs ---------------------------------------------------------------------------------------
-
-
-def parse_console_line(raw: str, default_host: str = "") -> LogLine:
-    """A console.log line as a LogLine (the one parser is ``contract.parse_console_line``)."""
-    parsed = contract.parse_console_line(raw, default_host)
-    return LogLine(parsed.host, parsed.text, rank=parsed.rank)
 
 
 def follow_lines(path: Path, finished: Any, *, poll: float = 0.1) -> Iterator[str]:

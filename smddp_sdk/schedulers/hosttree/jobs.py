@@ -9,6 +9,7 @@ starts the one supervisor (``hosttree.supervisor``) and answers ``status``, ``lo
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -243,8 +244,7 @@ class HostTreeScheduler(Scheduler):
         job_dir = self._job_dir(handle)
         finished = (lambda: self.status(handle).state.is_terminal) if follow else (lambda: True)
         for raw, timestamp in follow_stamped(job_dir.console_log, finished):
-            parsed = contract.parse_console_line(raw)
-            line = LogLine(parsed.host, parsed.text, parsed.rank, timestamp=timestamp)
+            line = dataclasses.replace(contract.parse_console_line(raw), timestamp=timestamp)
             if line.matches(hosts, ranks):
                 yield line
 
