@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Mapping
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -418,10 +419,8 @@ def _host_addresses(environ: Mapping[str, str], hosts: tuple[str, ...]) -> dict[
 def _derived_token(opt_ml: OptMl, hosts: tuple[str, ...], environ: Mapping[str, str]) -> str:
     """A job identity every host can compute alike: the hyperparameters file, the host list and the job name."""
     digest = hashlib.sha256()
-    try:
+    with suppress(OSError):
         digest.update(opt_ml.hyperparameters_file.read_bytes())
-    except OSError:
-        pass
     digest.update(json.dumps(sorted(hosts)).encode())
     digest.update(environ.get("TRAINING_JOB_NAME", "").encode())
     return digest.hexdigest()

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -399,10 +400,8 @@ def _last_sign_of_life(job_dir: JobDir) -> float:
     """When the supervisor last wrote its state or heartbeat, on the monotonic clock."""
     newest = 0.0
     for path in (job_dir.state_file, job_dir.path / HEARTBEAT):
-        try:
+        with suppress(FileNotFoundError):
             newest = max(newest, path.stat().st_mtime)
-        except FileNotFoundError:
-            pass
     return time.monotonic() - (time.time() - newest)
 
 
