@@ -152,10 +152,6 @@ class TrainingEnv:
         return ()
 
     @property
-    def is_hetero(self) -> bool:
-        return len({group.instance_type for group in self.instance_groups}) > 1
-
-    @property
     def module_name(self) -> str:
         return self.user_entry_point[: -len(".py")] if self.user_entry_point.endswith(".py") else self.user_entry_point
 
@@ -388,12 +384,8 @@ def number_env(environ: Mapping[str, str], name: str, default: N, kind: type[N],
     return value
 
 
-def _int_env(environ: Mapping[str, str], name: str, default: int) -> int:
-    return number_env(environ, name, default, int)
-
-
 def _port(environ: Mapping[str, str], name: str, default: int) -> int:
-    port = _int_env(environ, name, default)
+    port = number_env(environ, name, default, int)
     if not 0 < port < 65536:
         raise ContractError(f"environment variable {name}={port} must be a TCP port between 1 and 65535")
     return port
