@@ -110,7 +110,7 @@ class Estimator:
     def spec(self) -> JobSpec:
         """The validated job description every scheduler receives."""
         if self._spec is None:
-            raise SpecError(SpecIssue("", f"this estimator was attached to {self._handle_text()} and its arguments are unknown", "build a new estimator to run a job"))
+            raise SpecError(SpecIssue("", f"this estimator was attached to {self.latest_training_job.handle if self.latest_training_job else 'a job'} and its arguments are unknown", "build a new estimator to run a job"))
         return self._spec
 
     def __getattr__(self, name: str) -> Any:
@@ -232,9 +232,6 @@ class Estimator:
         if self._scheduler is None:
             self._scheduler = get_scheduler(self.scheduler, **self.scheduler_options)
         return self._scheduler
-
-    def _handle_text(self) -> str:
-        return str(self.latest_training_job.handle) if self.latest_training_job else "a job"
 
     # --- attaching ------------------------------------------------------------------------------
 
