@@ -40,7 +40,6 @@ class SlurmJobDir:
     logs_dir = Below("path", "logs")
     batch_log = Below("logs_dir", "batch.log")
     result_file = Below("path", "result.json")
-    artifacts_dir = Below("path", "output")
     cancel_file = Below("path", "cancel-requested")
 
     def node_tree(self, index: int) -> Path:

@@ -66,7 +66,7 @@ class HostTreeScheduler(Scheduler):
             issues.append(SpecIssue("source_dir", f"{self.name} mode runs code from this machine, not from S3", "give a local directory"))
         if spec.output_path and spec.output_path.startswith("s3://"):
             issues.append(SpecIssue("output_path", f"{self.name} mode writes artifacts to this machine", "use a local path or file:// URI, or leave it unset"))
-        elif problem := _unwritable(self._output_dir(spec)):
+        elif problem := _unwritable(output_root(spec, self.job_root)):
             issues.append(SpecIssue("output_path" if spec.output_path else "scheduler_options.job_root", problem))
         if spec.job_name and JobDir(self.job_root / spec.job_name).path.exists():
             issues.append(self._name_taken(spec.job_name))
@@ -81,20 +81,16 @@ class HostTreeScheduler(Scheduler):
     def _name_taken(self, job_name: str) -> SpecIssue:
         return SpecIssue("job_name", f"a {self.name} job named {job_name!r} already exists in {self.job_root}", "choose another job_name, or remove that job's directory")
 
-    def _output_dir(self, spec: JobSpec) -> Path:
-        return Path(spec.output_path.removeprefix("file://")).expanduser().absolute() if spec.output_path else self.job_root
-
     def _request(self, spec: JobSpec, job_name: str, **planned: Any) -> dict[str, Any]:
         """The job record's request: what every host-tree job has around what its scheduler ``planned``."""
         job_dir = JobDir(self.job_root / job_name)
-        artifacts = self._output_dir(spec) / job_name / "output"
         return {
             "job_name": job_name,
             "handle": str(JobHandle(self.name, job_name)),
             "job_dir": str(job_dir.path),
             "code": {"source": spec.source_dir or spec.entry_point, "dependencies": list(spec.dependencies), "snapshot": str(job_dir.code_dir)},
             **planned,
-            "artifacts": {"model_data": str(artifacts / "model.tar.gz"), "output_data": str(artifacts / "output.tar.gz")},
+            "artifacts": artifacts(spec, self.job_root, job_name),
             "backend": self.backend,
             "max_run": spec.max_run,
             "stop_grace_period": self.stop_grace_period,
@@ -369,6 +365,17 @@ _CHILDREN: list[subprocess.Popen[bytes]] = []
 
 def _reap_finished_children() -> None:
     _CHILDREN[:] = [child for child in _CHILDREN if child.poll() is None]
+
+
+def output_root(spec: JobSpec, job_root: Path) -> Path:
+    """Where jobs on this machine (or its shared file system) put ``<job>/output/``: ``output_path``, else the job root."""
+    return Path(spec.output_path.removeprefix("file://")).expanduser().absolute() if spec.output_path else job_root
+
+
+def artifacts(spec: JobSpec, job_root: Path, job_name: str) -> dict[str, str]:
+    """The job's two archives, as the request records them (``model_data`` and ``output_data``)."""
+    folder = output_root(spec, job_root) / job_name / "output"
+    return {"model_data": str(folder / "model.tar.gz"), "output_data": str(folder / "output.tar.gz")}
 
 
 def package_parent() -> str:
