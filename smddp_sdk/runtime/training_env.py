@@ -153,7 +153,7 @@ class TrainingEnv:
 
     @property
     def module_name(self) -> str:
-        return self.user_entry_point[: -len(".py")] if self.user_entry_point.endswith(".py") else self.user_entry_point
+        return self.user_entry_point.removesuffix(".py")
 
     @property
     def instance_type(self) -> str:

@@ -138,7 +138,7 @@ def user_command(
     if kind is EntryPointKind.PYTHON_PROGRAM:
         argv = [python, "-m", BOOTSTRAP_MODULE, entry_point, *args]
     elif kind is EntryPointKind.PYTHON_PACKAGE:
-        module = entry_point[: -len(".py")] if entry_point.endswith(".py") else entry_point
+        module = entry_point.removesuffix(".py")
         argv = [python, "-m", BOOTSTRAP_MODULE, "--module", module.replace("/", "."), *args]
     else:
         script = code_dir / entry_point

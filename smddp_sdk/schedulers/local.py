@@ -71,7 +71,7 @@ class LocalScheduler(HostTreeScheduler):
         environment = {
             contract.BASE_DIR_ENV: str(job_dir.host_dir(host)),
             "TRAINING_JOB_NAME": job_name,
-            contract.HOST_ADDRESSES_ENV: json.dumps({name: LOOPBACK for name in hosts}, separators=(",", ":")),
+            contract.HOST_ADDRESSES_ENV: json.dumps(dict.fromkeys(hosts, LOOPBACK), separators=(",", ":")),
             contract.MASTER_PORT_ENV: PORT_PLACEHOLDER,
             contract.SERVER_PORT_ENV: PORT_PLACEHOLDER,
             contract.AGENT_PORT_ENV: PORT_PLACEHOLDER,
