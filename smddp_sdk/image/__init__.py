@@ -23,8 +23,7 @@ HERE = Path(__file__).resolve().parent
 PACKAGE = HERE.parent
 SCRIPT = "build-image.sh"
 # The files shipped beside this module -> where a checkout keeps them (a test keeps the copies identical).
-SHIPPED = {"Dockerfile": "Dockerfile", "dockerignore": ".dockerignore", "train": "container/train",
-           "image-requirements.txt": "container/image-requirements.txt", SCRIPT: f"scripts/{SCRIPT}"}
+SHIPPED = {"Dockerfile": "Dockerfile", "dockerignore": ".dockerignore", "train": "container/train", "image-requirements.txt": "container/image-requirements.txt", SCRIPT: f"scripts/{SCRIPT}"}
 
 
 def checkout_root() -> Path | None:
