@@ -1,7 +1,7 @@
 """The pre-1.4 `smdistributed.dataparallel.torch.distributed` API on top of torch.distributed + smddp.
 
-Old scripts call ``init_process_group()`` with no arguments and use ``get_local_rank()``; the rest is
-torch.distributed's, with the smddp backend. The module warns once that this API is old.
+Old scripts call ``init_process_group()`` with no arguments and use ``get_local_rank()``; everything is
+forwarded to torch.distributed with the smddp backend. The module warns once that this API is old.
 """
 
 from __future__ import annotations
@@ -10,9 +10,6 @@ import os
 import warnings
 
 import torch.distributed as _dist
-
-# The rest of the old API has torch's own signatures, so it is torch.distributed's own functions.
-from torch.distributed import all_gather, all_reduce, all_to_all_single, barrier, broadcast, get_rank, get_world_size, group, is_available, is_initialized  # noqa: F401
 
 import smddp_sdk.collectives  # noqa: F401 - registers "smddp"
 
@@ -35,12 +32,31 @@ class ReduceOp:
     PRODUCT = _dist.ReduceOp.PRODUCT
 
 
+group = _dist.group
+
+
+def is_available() -> bool:
+    return _dist.is_available()
+
+
 def init_process_group(*args: object, **kwargs: object) -> None:
     """Join the job's process group from the launcher's environment; a second call is a no-op."""
     if _dist.is_initialized():
         return
     kwargs.setdefault("backend", "smddp")
     _dist.init_process_group(*args, **kwargs)
+
+
+def is_initialized() -> bool:
+    return _dist.is_initialized()
+
+
+def get_world_size(group: object = None) -> int:
+    return _dist.get_world_size(group)
+
+
+def get_rank(group: object = None) -> int:
+    return _dist.get_rank(group)
 
 
 def get_local_rank() -> int:
@@ -55,3 +71,23 @@ def get_local_size() -> int:
         if name in os.environ:
             return int(os.environ[name])
     return 1
+
+
+def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
+    return _dist.all_reduce(tensor, op=op, group=group, async_op=async_op)
+
+
+def broadcast(tensor, src=0, group=None, async_op=False):
+    return _dist.broadcast(tensor, src=src, group=group, async_op=async_op)
+
+
+def all_gather(tensor_list, tensor, group=None, async_op=False):
+    return _dist.all_gather(tensor_list, tensor, group=group, async_op=async_op)
+
+
+def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None, async_op=False):  # noqa: A002
+    return _dist.all_to_all_single(output, input, output_split_sizes, input_split_sizes, group=group, async_op=async_op)
+
+
+def barrier(group=None, async_op=False):
+    return _dist.barrier(group=group, async_op=async_op)
