@@ -35,6 +35,7 @@ from smddp_sdk.schedulers.hosttree.supervisor import HEARTBEAT, LIFELINE, SCRATC
 from smddp_sdk.specs import contract, instance_types, processes
 from smddp_sdk.specs.failure import FailureRecord
 from smddp_sdk.specs.job import JobSpec
+from smddp_sdk.specs.json_files import read_json_object
 from smddp_sdk.specs.status import HostStatus, JobHandle, JobState, JobStatus, LogLine
 
 SUPERVISOR_MODULE = "smddp_sdk.schedulers.hosttree.supervisor"
@@ -335,7 +336,8 @@ class HostTreeScheduler(Scheduler):
         job_dir = JobDir(self.job_root / handle.job_id)
         if not job_dir.exists():
             raise SpecError(SpecIssue("handle", f"no {self.name} job {handle.job_id!r} in {self.job_root}", f"list jobs with `smddp-launch list --scheduler {self.name}`; set job_root or SMDDP_JOB_ROOT if they live elsewhere"))
-        HostTreePlan.from_request(job_dir.read_record().get("request") or {})  # a job an older version wrote says so
+        record = read_json_object(job_dir.record_file) or {}  # one it cannot read is not refused here
+        HostTreePlan.from_request(record.get("request") or {})  # a job an older version wrote says so
         return job_dir
 
     def list_jobs(self, limit: int | None = None) -> list[JobStatus]:
