@@ -155,7 +155,7 @@ class SlurmScheduler(Scheduler):
             "code": {"source": spec.source_dir or spec.entry_point, "dependencies": list(spec.dependencies), "snapshot": str(job_dir.code_dir)},
             "nodes": {"count": spec.instance_count, "trees": str(job_dir.nodes_dir / "<SLURM_NODEID>"), "logs": str(job_dir.logs_dir / "<node>.log")},
             "inputs": {name: {"source": str(ch.local_path) if ch.local_path is not None else ch.s3_data, "distribution": ch.distribution} for name, ch in spec.inputs.items()},
-            "hyperparameters": contract.encode_hyperparameters(self._hyperparameters(spec, job_name, job_dir)),
+            "hyperparameters": contract.encode_hyperparameters(spec.training_hyperparameters(job_name=job_name, submit_directory=f"file://{job_dir.code_dir}", region=None)),
             "checkpoints": str(job_dir.checkpoint_dir),
             "artifacts": artifacts(spec, self.job_root, job_name),
             "max_run": spec.max_run,
@@ -186,9 +186,6 @@ class SlurmScheduler(Scheduler):
 
     def _auto_resume(self) -> bool | None:
         return None if self.auto_resume == "auto" else bool(self.auto_resume)  # auto: the batch script looks on the node
-
-    def _hyperparameters(self, spec: JobSpec, job_name: str, job_dir: SlurmJobDir) -> dict[str, Any]:
-        return spec.training_hyperparameters(job_name=job_name, submit_directory=f"file://{job_dir.code_dir}", region=None)
 
     def _notes(self, spec: JobSpec) -> list[str]:
         notes = channels.notes(spec, spec.instance_count)
