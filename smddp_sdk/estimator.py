@@ -110,7 +110,7 @@ class Estimator:
     def spec(self) -> JobSpec:
         """The validated job description every scheduler receives."""
         if self._spec is None:
-            raise SpecError(SpecIssue("", f"this estimator was attached to {self._handle_text()} and its arguments are unknown", "build a new estimator to run a job"))
+            raise SpecError(SpecIssue("", f"this estimator was attached to {self.latest_training_job.handle if self.latest_training_job else 'a job'} and its arguments are unknown", "build a new estimator to run a job"))
         return self._spec
 
     def __getattr__(self, name: str) -> Any:
@@ -233,9 +233,6 @@ class Estimator:
             self._scheduler = get_scheduler(self.scheduler, **self.scheduler_options)
         return self._scheduler
 
-    def _handle_text(self) -> str:
-        return str(self.latest_training_job.handle) if self.latest_training_job else "a job"
-
     # --- attaching ------------------------------------------------------------------------------
 
     @classmethod
@@ -261,9 +258,7 @@ class Estimator:
         estimator = cls.__new__(cls)
         estimator._arguments, estimator._base_dir = {}, Path.cwd()
         estimator.scheduler, estimator.scheduler_options = handle.scheduler, options
-        estimator.sagemaker_session = sagemaker_session
-        estimator._scheduler = None
-        estimator._spec = None
+        estimator.sagemaker_session, estimator._scheduler, estimator._spec = sagemaker_session, None, None
         job_scheduler = estimator._get_scheduler()
         spec_dict = job_arguments(job_scheduler, handle)
         if spec_dict is not None and entry is not None and entry.metric_definitions:
@@ -289,16 +284,8 @@ class PyTorch(Estimator):
         distribution: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(
-            entry_point,
-            framework_version=framework_version,
-            py_version=py_version,
-            source_dir=source_dir,
-            hyperparameters=hyperparameters,
-            image_uri=image_uri,
-            distribution=distribution,
-            **kwargs,
-        )
+        super().__init__(entry_point, framework_version=framework_version, py_version=py_version, source_dir=source_dir,
+                         hyperparameters=hyperparameters, image_uri=image_uri, distribution=distribution, **kwargs)
 
 
 class TrainingJob:

@@ -15,7 +15,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TextIO
+from typing import IO, TextIO
 
 from smddp_sdk import job_index
 from smddp_sdk.errors import JobFailedError, SmddpError, UnavailableError
@@ -46,7 +46,7 @@ def _index(scheduler: Scheduler, dryrun: DryRun, handle: JobHandle) -> None:
         print(f"smddp: warning: could not add {handle} to the job index ({err}); use its handle to find it", file=sys.stderr)
 
 
-def use_colour(out: TextIO, color: bool | None = None) -> bool:
+def use_colour(out: IO[str] | None, color: bool | None = None) -> bool:
     """Colour only when asked for or when ``out`` is a terminal, and never when NO_COLOR is set."""
     if os.environ.get("NO_COLOR"):
         return False

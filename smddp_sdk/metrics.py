@@ -20,13 +20,14 @@ import html
 import math
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from smddp_sdk.errors import SpecError, SpecIssue, UnavailableError
 from smddp_sdk.specs.status import JobHandle, LogLine
 
+COLUMNS = ("timestamp", "metric_name", "value", "step", "host", "rank")  # v2's columns first
 _COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 
 
@@ -134,12 +135,12 @@ class TrainingJobAnalytics:
                  "metric_name": p.metric_name, "value": p.value, "step": p.step, "host": p.host, "rank": p.rank} for p in points]
 
     def dataframe(self, force_refresh: bool = False) -> Any:
-        """The rows as a pandas DataFrame (v2's columns first). Without pandas: exit 3 with the install command."""
+        """The rows as a pandas DataFrame. Without pandas: exit 3 with the install command."""
         try:
             import pandas
         except ModuleNotFoundError:
             raise UnavailableError("training_job_analytics.dataframe() needs pandas: pip install pandas (or use .rows(), which needs nothing)") from None
-        return pandas.DataFrame(self.rows(force_refresh), columns=["timestamp", "metric_name", "value", "step", "host", "rank"])
+        return pandas.DataFrame(self.rows(force_refresh), columns=list(COLUMNS))
 
     def export_csv(self, filename: str) -> None:
         write_csv(self.rows(), filename)
@@ -150,7 +151,7 @@ class TrainingJobAnalytics:
 
 def write_csv(rows: Sequence[Mapping[str, Any]], filename: str | Path) -> None:
     with open(filename, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=["timestamp", "metric_name", "value", "step", "host", "rank"])
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
 
@@ -235,10 +236,6 @@ def _write_png(points: Sequence[MetricPoint], target: Path, title: str) -> None:
     figure.tight_layout()
     figure.savefig(target)
     plt.close(figure)
-
-
-def points_as_dicts(points: Sequence[MetricPoint]) -> list[dict[str, Any]]:
-    return [asdict(point) for point in points]
 
 
 __all__ = ["MetricPoint", "TrainingJobAnalytics", "compile_definitions", "extract", "summary", "write_plot", "render_svg", "write_csv"]

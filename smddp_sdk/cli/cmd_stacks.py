@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from smddp_sdk.cli.cmd_jobs import JOB_HELP, job_argument, job_target, scheduler_option
 from smddp_sdk.cli.common import console
 from smddp_sdk.errors import SpecError, SpecIssue
 from smddp_sdk.schedulers.hosttree import stacks
+from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler
 
 
 @click.command("stacks", short_help="Print every rank's Python stack of a running job.", epilog=JOB_HELP)
@@ -24,13 +23,13 @@ def stacks_command(ctx: click.Context, job: str, options: list[tuple[str, str]],
     a collective or in native code; they are also kept in the job's tree (<host>/output/stacks/).
     """
     handle, scheduler = job_target(job, options)
-    if handle.scheduler not in ("local", "docker"):
+    if not isinstance(scheduler, HostTreeScheduler):
         raise SpecError(
             SpecIssue("job", f"stacks works on local and docker jobs; {handle} runs on {handle.scheduler}", "on SageMaker, use py-spy dump --pid in the container (SSM) or the job's CloudWatch logs")
         )
     if scheduler.status(handle).state.is_terminal:
         raise SpecError(SpecIssue("job", f"{handle} has ended: there are no stacks to show", f"see its logs: smddp-launch logs {handle}"))
-    collected = stacks.collect(Path(scheduler.job_root) / handle.job_id, timeout=timeout)  # type: ignore[attr-defined]
+    collected = stacks.collect(scheduler.job_path(handle), timeout=timeout)
     silent = [stack for stack in collected if not stack.text]
     for stack in collected:
         if stack.text:

@@ -117,19 +117,14 @@ def run_guarded(call: Any, debug: bool) -> int:
     except (click.Abort, KeyboardInterrupt):
         console.say("Interrupted.")
         return EXIT_INTERRUPTED
-    except SmddpError as err:
-        if debug:
-            traceback.print_exc()
-        report_error(console, err)
-        return err.exit_code
-    except ModuleNotFoundError as err:
-        unavailable = launcher.missing_package(err)
-        if unavailable is None:
+    except (SmddpError, ModuleNotFoundError) as err:
+        error = launcher.missing_package(err) if isinstance(err, ModuleNotFoundError) else err  # exit 3 for an optional package
+        if error is None:
             raise
         if debug:
             traceback.print_exc()
-        report_error(console, unavailable)
-        return unavailable.exit_code
+        report_error(console, error)
+        return error.exit_code
     except BrokenPipeError:  # `smddp-launch logs ... | head`
         sys.stderr.close()
         return 0

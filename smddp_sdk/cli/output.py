@@ -8,7 +8,6 @@ Colour is used only when the stream is a terminal and ``NO_COLOR`` is unset (or 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, Any
@@ -16,6 +15,7 @@ from typing import IO, Any
 import click
 import yaml
 
+from smddp_sdk import launcher
 from smddp_sdk.config.job_file import ResolvedJob
 from smddp_sdk.config.layers import MERGED_MAPPINGS
 from smddp_sdk.specs.status import JobHandle, JobState
@@ -33,14 +33,9 @@ COMMENT_COLUMN_LIMIT = 60
 
 
 def color_enabled(stream: IO[str] | None, mode: str = "auto") -> bool:
-    """Never with ``NO_COLOR`` (https://no-color.org), whatever else is asked; ``always``/``never``
-    otherwise win; ``auto`` means only on a terminal."""
-    if os.environ.get("NO_COLOR"):
-        return False
-    if mode in ("always", "never"):
-        return mode == "always"
-    isatty = getattr(stream, "isatty", None)
-    return bool(isatty and isatty())
+    """``--color``'s rule: never with ``NO_COLOR`` (https://no-color.org), whatever else is asked;
+    ``always``/``never`` otherwise win; ``auto`` means only on a terminal."""
+    return launcher.use_colour(stream, {"always": True, "never": False}.get(mode))
 
 
 class Console:

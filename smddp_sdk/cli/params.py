@@ -25,30 +25,18 @@ DISTRIBUTIONS: dict[str, dict[str, Any] | None] = {
     "none": None,
 }
 
-# Job fields with a flag of their own: field -> click type. Everything else: --set field=value.
-FIELD_FLAGS: dict[str, Any] = {
-    "entry_point": str,
-    "source_dir": str,
-    "instance_type": str,
-    "instance_count": click.IntRange(min=1),
-    "role": str,
-    "image_uri": str,
-    "output_path": str,
-    "job_name": str,
-    "base_job_name": str,
-    "max_run": click.IntRange(min=1),
-}
-_FIELD_HELP = {
-    "entry_point": "Training script (relative to --source-dir when set).",
-    "source_dir": "Directory packaged as the job's code.",
-    "instance_type": "local, local_gpu or an ml.* type.",
-    "instance_count": "Number of hosts.",
-    "role": "IAM role ARN (SageMaker).",
-    "image_uri": "Training image.",
-    "output_path": "Where model and output archives go.",
-    "job_name": "Exact job name.",
-    "base_job_name": "Prefix of generated job names.",
-    "max_run": "Seconds the job may run.",
+# Job fields with a flag of their own: field -> (click type, help). Everything else: --set field=value.
+FIELD_FLAGS: dict[str, tuple[Any, str]] = {
+    "entry_point": (str, "Training script (relative to --source-dir when set)."),
+    "source_dir": (str, "Directory packaged as the job's code."),
+    "instance_type": (str, "local, local_gpu or an ml.* type."),
+    "instance_count": (click.IntRange(min=1), "Number of hosts."),
+    "role": (str, "IAM role ARN (SageMaker)."),
+    "image_uri": (str, "Training image."),
+    "output_path": (str, "Where model and output archives go."),
+    "job_name": (str, "Exact job name."),
+    "base_job_name": (str, "Prefix of generated job names."),
+    "max_run": (click.IntRange(min=1), "Seconds the job may run."),
 }
 
 
@@ -113,9 +101,9 @@ def job_options(func: F) -> F:
             help="A scheduler option (value read as YAML); repeatable. List them with `smddp-launch options SCHEDULER`.",
         ),
     ]
-    for name, click_type in FIELD_FLAGS.items():
+    for name, (click_type, help_text) in FIELD_FLAGS.items():
         flag = "--" + name.replace("_", "-")
-        decorators.append(_option(flag, name, group=JOB_GROUP, type=click_type, help=f"{_FIELD_HELP[name]} [env: {ENV_PREFIX}{name.upper()}]"))
+        decorators.append(_option(flag, name, group=JOB_GROUP, type=click_type, help=f"{help_text} [env: {ENV_PREFIX}{name.upper()}]"))
     decorators += [
         _option("--distribution", "distribution_kind", group=JOB_GROUP, type=click.Choice(list(DISTRIBUTIONS)), help="Shorthand for the distribution mapping (smddp = smdistributed dataparallel)."),
         _option("-H", "--hyperparameter", "hyperparameter", group=JOB_GROUP, multiple=True, metavar="KEY=VALUE", callback=key_value, help="A hyperparameter (value read as YAML); repeatable."),

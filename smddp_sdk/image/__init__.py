@@ -22,6 +22,8 @@ from smddp_sdk.errors import UnavailableError
 HERE = Path(__file__).resolve().parent
 PACKAGE = HERE.parent
 SCRIPT = "build-image.sh"
+# The files shipped beside this module -> where a checkout keeps them (a test keeps the copies identical).
+SHIPPED = {"Dockerfile": "Dockerfile", "dockerignore": ".dockerignore", "train": "container/train", "image-requirements.txt": "container/image-requirements.txt", SCRIPT: f"scripts/{SCRIPT}"}
 
 
 def checkout_root() -> Path | None:
@@ -34,14 +36,9 @@ def checkout_root() -> Path | None:
 
 def write_context(target: Path) -> Path:
     """A build context for the shipped script: what a checkout would give it, from the installed package."""
-    target.mkdir(parents=True, exist_ok=True)
-    shutil.copy(HERE / "Dockerfile", target / "Dockerfile")
-    shutil.copy(HERE / "dockerignore", target / ".dockerignore")
-    (target / "container").mkdir(exist_ok=True)
-    shutil.copy(HERE / "train", target / "container" / "train")
-    shutil.copy(HERE / "image-requirements.txt", target / "container" / "image-requirements.txt")
-    (target / "scripts").mkdir(exist_ok=True)
-    shutil.copy(HERE / SCRIPT, target / "scripts" / SCRIPT)
+    for shipped, place in SHIPPED.items():
+        (target / place).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(HERE / shipped, target / place)
     for path in (target / "container" / "train", target / "scripts" / SCRIPT):
         path.chmod(0o755)
     shutil.copytree(PACKAGE, target / "smddp_sdk", dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))

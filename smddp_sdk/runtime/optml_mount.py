@@ -69,7 +69,7 @@ def bind_host_tree(tree: Path) -> str:
             "cannot give this host its own /opt/ml: the machine has no /opt directory to mount over; "
             "create it (mkdir /opt) or use scheduler='docker'"
         )
-    if _is_under(tree, OPT_ML):
+    if tree.is_relative_to(OPT_ML):
         raise OptMlUnavailable(f"the host tree {tree} lies inside /opt/ml itself; choose a job_root outside /opt/ml")
     libc = _libc()
     how = _enter_namespace(libc)
@@ -168,7 +168,3 @@ def _libc() -> ctypes.CDLL:
     libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
     libc.unshare.argtypes = [ctypes.c_int]
     return libc
-
-
-def _is_under(path: Path, parent: Path) -> bool:
-    return path == parent or parent in path.parents

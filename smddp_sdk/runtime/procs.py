@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,10 +77,8 @@ def spawn_rank(
 
 def signal_groups(procs: Iterable[RankProcess], sig: signal.Signals) -> None:
     for proc in procs:
-        try:
+        with suppress(ProcessLookupError, PermissionError):  # the whole group is gone already
             os.killpg(proc.popen.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass  # the whole group is gone already
 
 
 def stop_ranks(procs: Sequence[RankProcess], grace: float, sig: signal.Signals = signal.SIGTERM) -> None:

@@ -64,14 +64,9 @@ def rank_python_path(
         head += compat_entries(compat_dir, missing_packages(COMPAT_PACKAGES, head + inherited, environ), scratch)
     if not _is_site_dir(PACKAGE_ROOT):
         head.append(str(PACKAGE_ROOT))  # the bootstrap and the collectives must import in every rank
-    return _unique(head + inherited)
+    return list(dict.fromkeys(head + inherited))  # each entry once, first place kept
 
 
 def _is_site_dir(path: Path) -> bool:
     sites = [*site.getsitepackages(), site.getusersitepackages()]
     return any(Path(entry).resolve() == path for entry in sites if entry)
-
-
-def _unique(entries: Sequence[str]) -> list[str]:
-    seen: set[str] = set()
-    return [e for e in entries if not (e in seen or seen.add(e))]

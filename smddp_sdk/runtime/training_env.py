@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Mapping
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -151,12 +152,8 @@ class TrainingEnv:
         return ()
 
     @property
-    def is_hetero(self) -> bool:
-        return len({group.instance_type for group in self.instance_groups}) > 1
-
-    @property
     def module_name(self) -> str:
-        return self.user_entry_point[: -len(".py")] if self.user_entry_point.endswith(".py") else self.user_entry_point
+        return self.user_entry_point.removesuffix(".py")
 
     @property
     def instance_type(self) -> str:
@@ -387,12 +384,8 @@ def number_env(environ: Mapping[str, str], name: str, default: N, kind: type[N],
     return value
 
 
-def _int_env(environ: Mapping[str, str], name: str, default: int) -> int:
-    return number_env(environ, name, default, int)
-
-
 def _port(environ: Mapping[str, str], name: str, default: int) -> int:
-    port = _int_env(environ, name, default)
+    port = number_env(environ, name, default, int)
     if not 0 < port < 65536:
         raise ContractError(f"environment variable {name}={port} must be a TCP port between 1 and 65535")
     return port
@@ -418,10 +411,8 @@ def _host_addresses(environ: Mapping[str, str], hosts: tuple[str, ...]) -> dict[
 def _derived_token(opt_ml: OptMl, hosts: tuple[str, ...], environ: Mapping[str, str]) -> str:
     """A job identity every host can compute alike: the hyperparameters file, the host list and the job name."""
     digest = hashlib.sha256()
-    try:
+    with suppress(OSError):
         digest.update(opt_ml.hyperparameters_file.read_bytes())
-    except OSError:
-        pass
     digest.update(json.dumps(sorted(hosts)).encode())
     digest.update(environ.get("TRAINING_JOB_NAME", "").encode())
     return digest.hexdigest()

@@ -8,7 +8,6 @@ refused before anything is written.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import shutil
@@ -16,8 +15,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -25,6 +23,7 @@ from urllib.parse import unquote, urlparse
 
 from smddp_sdk.errors import ContractError, SmddpError, did_you_mean
 from smddp_sdk.specs.archives import safe_extract
+from smddp_sdk.specs.json_files import locked
 
 BOOTSTRAP_MODULE = "smddp_sdk.runtime.bootstrap"
 
@@ -139,7 +138,7 @@ def user_command(
     if kind is EntryPointKind.PYTHON_PROGRAM:
         argv = [python, "-m", BOOTSTRAP_MODULE, entry_point, *args]
     elif kind is EntryPointKind.PYTHON_PACKAGE:
-        module = entry_point[: -len(".py")] if entry_point.endswith(".py") else entry_point
+        module = entry_point.removesuffix(".py")
         argv = [python, "-m", BOOTSTRAP_MODULE, "--module", module.replace("/", "."), *args]
     else:
         script = code_dir / entry_point
@@ -196,7 +195,7 @@ def install(
         _pip(code_dir, kind, [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", *targets], emit)
         return Interpreter()
     venv = cache / _environment_key(code_dir, kind, job_key)
-    with _locked(cache / f"{venv.name}.lock"):
+    with locked(cache / f"{venv.name}.lock"):  # the other hosts of the job wait here, then reuse the result
         if (venv / _COMPLETE).is_file():
             emit(f"requirements already installed in {venv} (shared by the job's hosts and by jobs with the same file)")
             return Interpreter(str(venv / "bin" / "python"), venv)
@@ -224,17 +223,6 @@ def _environment_key(code_dir: Path, kind: EntryPointKind, job_key: str) -> str:
     if kind is EntryPointKind.PYTHON_PACKAGE:
         digest.update(f"package of job {job_key}".encode())
     return "req-" + digest.hexdigest()[:16]
-
-
-@contextmanager
-def _locked(lock_file: Path) -> Iterator[None]:
-    lock_file.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_file, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)  # the other hosts of the job wait here, then reuse the result
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _run_quietly(command: list[str]) -> None:

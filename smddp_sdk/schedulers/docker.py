@@ -3,22 +3,17 @@
 Every host gets its own ``/opt/ml`` tree in the job directory, bind-mounted into its container, and the
 image's ``train`` command (the node runtime) does the rest, exactly as on SageMaker. Containers and the
 network carry labels (``ai.smddp.job=<job>``), so status, logs, cancel and cleanup find them from any
-process. The docker CLI is driven through subprocess: no compose, no Docker SDK.
+process.
 
-This module is the plan (every ``docker create`` argv) and the engine checks. The run belongs to the one
-host-tree lifecycle (``hosttree``): ``schedule`` writes the job directory (the same code snapshot and
-per-host trees local mode writes) and starts the detached supervisor, which creates the network and the
-containers through the container backend, watches them, stops them on cancel, owner gone, ``max_run``
-or a peer's failure, names the root cause, collects ``model.tar.gz``/``output.tar.gz``, writes the job's
-state and removes containers and network (``keep_containers=True`` keeps them). ``status``, ``logs``
-and ``cancel`` come from ``hosttree.jobs`` and work after the containers are gone.
+This module is the plan (every ``docker create`` argv) and the engine checks. Everything after it -- the
+job directory, the supervisor that creates, watches and removes the containers through the container
+backend (``keep_containers=True`` keeps them), ``status``, ``logs`` and ``cancel`` -- is ``hosttree``'s.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -67,15 +62,6 @@ def _wheelhouse_issues(folder: Any, path: str) -> list[SpecIssue]:
     return []
 
 
-@dataclass(frozen=True)
-class ContainerPlan:
-    """One host's container: its name, labels and the exact ``docker create`` argv."""
-
-    host: str
-    name: str
-    argv: tuple[str, ...]
-
-
 class DockerScheduler(HostTreeScheduler):
     """Runs a job as N containers of the smddp-sdk image (or ``image_uri``) on this machine's engine.
 
@@ -122,12 +108,11 @@ class DockerScheduler(HostTreeScheduler):
         image = spec.image_uri or self.image or DEFAULT_IMAGE
         gpu_flag, notes = self._gpu_plan(spec)
         network = f"smddp-{job_name}"
-        containers = [self._container_plan(spec, job_name, job_dir, host, image, network, gpu_flag) for host in hosts]
         request = self._request(
             spec, job_name,
             image=image,
             network=["network", "create", "--driver", "bridge", "--label", f"{LABEL_JOB}={job_name}", network],
-            hosts=self._hosts_request(spec, job_name, {c.host: {"name": c.name, "argv": list(c.argv)} for c in containers}),
+            hosts=self._hosts_request(spec, job_name, {host: self._container(spec, job_name, job_dir, host, image, network, gpu_flag) for host in hosts}),
         )
         request["code"]["mounted_at"] = CODE_MOUNT
         request.update(docker_cli=self.docker, keep_containers=self.keep_containers)
@@ -141,9 +126,10 @@ class DockerScheduler(HostTreeScheduler):
             return None, notes
         return "all", ["GPUs passed with --gpus all: the engine needs the NVIDIA Container Toolkit (gpus: none rehearses on CPU)"]
 
-    def _container_plan(
+    def _container(
         self, spec: JobSpec, job_name: str, job_dir: JobDir, host: str, image: str, network: str, gpu_flag: str | None
-    ) -> ContainerPlan:
+    ) -> dict[str, Any]:
+        """How one host starts: its container's name and the exact ``docker create`` argv."""
         opt_ml = job_dir.host_dir(host)
         name = f"{job_name}-{host}"
         argv: list[str] = [
@@ -169,7 +155,7 @@ class DockerScheduler(HostTreeScheduler):
         for key, value in self._environment(spec, job_name, gpu_flag).items():
             argv += ["-e", f"{key}={value}"]
         argv += [image, "train"]
-        return ContainerPlan(host, name, tuple(argv))
+        return {"name": name, "argv": argv}
 
     def _environment(self, spec: JobSpec, job_name: str, gpu_flag: str | None) -> dict[str, str]:
         env = {"TRAINING_JOB_NAME": job_name, contract.LIFELINE_ENV: LIFELINE_MOUNT}

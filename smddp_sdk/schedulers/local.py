@@ -1,12 +1,8 @@
 """The local scheduler: N simulated hosts as process trees on this machine, no Docker and no AWS.
 
-This module is the plan: ``dryrun`` computes every host's command, environment and config files, and
-``schedule`` writes the job directory (see ``hosttree.job_dir``): a code snapshot and one ``/opt/ml`` tree per
-host (``host_trees``). The run itself belongs to the one host-tree lifecycle (``hosttree``): the detached
-supervisor starts the runtime once per host through the process backend (``python -m
-smddp_sdk.runtime``, never imported), and ``status``, ``logs`` and ``cancel`` come from ``hosttree.jobs``.
-
-Its options are declared on the class (``LocalScheduler.options``; ``smddp-launch options local``).
+This module is the plan: every host's command (``python -m smddp_sdk.runtime``, never imported),
+environment and config files. Everything after it -- the job directory, the supervisor that starts the
+hosts through the process backend, ``status``, ``logs`` and ``cancel`` -- is ``hosttree``'s.
 """
 
 from __future__ import annotations
@@ -29,10 +25,6 @@ from smddp_sdk.specs import contract, limits
 from smddp_sdk.specs.job import JobSpec, TrainingInput, make_job_name
 
 LOOPBACK = "127.0.0.1"
-NUM_GPUS_ENV = contract.NUM_GPUS_ENV  # simulated GPUs per host (the runtime plans that many ranks per host)
-JOB_TOKEN_ENV = contract.JOB_TOKEN_ENV  # shared secret the runtimes of one job prove to each other
-BIND_OPT_ML_ENV = contract.BIND_OPT_ML_ENV  # each host's runtime binds its tree on a private /opt/ml
-ENV_CACHE_ENV = contract.ENV_CACHE_ENV  # requirements.txt virtualenvs, keyed by the file's hash
 
 
 class LocalScheduler(HostTreeScheduler):
@@ -79,14 +71,14 @@ class LocalScheduler(HostTreeScheduler):
         environment = {
             contract.BASE_DIR_ENV: str(job_dir.host_dir(host)),
             "TRAINING_JOB_NAME": job_name,
-            contract.HOST_ADDRESSES_ENV: _json_compact({name: LOOPBACK for name in hosts}),
+            contract.HOST_ADDRESSES_ENV: json.dumps(dict.fromkeys(hosts, LOOPBACK), separators=(",", ":")),
             contract.MASTER_PORT_ENV: PORT_PLACEHOLDER,
             contract.SERVER_PORT_ENV: PORT_PLACEHOLDER,
             contract.AGENT_PORT_ENV: PORT_PLACEHOLDER,
-            JOB_TOKEN_ENV: TOKEN_PLACEHOLDER,
-            BIND_OPT_ML_ENV: "1",  # each host's runtime puts its tree on /opt/ml (the job's environment may say 0)
-            ENV_CACHE_ENV: os.environ.get(ENV_CACHE_ENV) or str(self.job_root / ".envs"),  # requirements.txt venvs
-            **({NUM_GPUS_ENV: str(num_gpus)} if num_gpus is not None else {}),
+            contract.JOB_TOKEN_ENV: TOKEN_PLACEHOLDER,
+            contract.BIND_OPT_ML_ENV: "1",  # each host's runtime puts its tree on /opt/ml (the job's environment may say 0)
+            contract.ENV_CACHE_ENV: os.environ.get(contract.ENV_CACHE_ENV) or str(self.job_root / ".envs"),  # requirements.txt venvs
+            **({contract.NUM_GPUS_ENV: str(num_gpus)} if num_gpus is not None else {}),  # simulated GPUs: ranks per host
             **dict(spec.environment),
         }
         # The runtime must import smddp_sdk; the user's own PYTHONPATH (if any) comes after it.
@@ -144,7 +136,3 @@ def _input_request(channel: TrainingInput, name: str) -> dict[str, str]:
     source = str(channel.local_path) if channel.local_path is not None else channel.s3_data
     sharded = {"distribution": channel.distribution} if channel.distribution != "FullyReplicated" else {}
     return {"source": source, **sharded, "target": f"input/data/{name}"}
-
-
-def _json_compact(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"))

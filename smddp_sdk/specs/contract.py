@@ -12,13 +12,14 @@ import json
 import os
 import re
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from smddp_sdk.errors import ContractError
 from smddp_sdk.specs.archives import read_inside, write_inside
+from smddp_sdk.specs.json_files import read_json_object
 
 DEFAULT_BASE_DIR = "/opt/ml"
 BASE_DIR_ENV = "SAGEMAKER_BASE_DIR"
@@ -70,87 +71,44 @@ RESERVED_HYPERPARAMETERS = frozenset(
 )
 
 
+class Below:
+    """A path attribute: ``name`` below the owner's ``parent`` attribute, so that a class body of them
+    reads as the tree's layout (``config_dir = Below("input_dir", "config")``)."""
+
+    def __init__(self, parent: str, name: str) -> None:
+        self.parent, self.name = parent, name
+
+    def __get__(self, tree: object, owner: type | None = None) -> Path:
+        return Path(getattr(tree, self.parent)) / self.name
+
+
 @dataclass(frozen=True)
 class OptMl:
     """The paths of one host's ``/opt/ml`` tree, rooted anywhere (local mode gives each host its own)."""
 
     base: Path
 
+    input_dir = Below("base", "input")
+    config_dir = Below("input_dir", "config")
+    data_dir = Below("input_dir", "data")
+    resource_config_file = Below("config_dir", "resourceconfig.json")
+    hyperparameters_file = Below("config_dir", "hyperparameters.json")
+    input_data_config_file = Below("config_dir", "inputdataconfig.json")
+    code_dir = Below("base", "code")
+    model_dir = Below("base", "model")
+    output_dir = Below("base", "output")
+    output_data_dir = Below("output_dir", "data")
+    intermediate_dir = Below("output_dir", "intermediate")
+    failure_file = Below("output_dir", "failure")
+    failures_file = Below("output_dir", "failures.json")  # every failure record the host's runtime knows (FailureRecord JSON)
+    success_file = Below("output_dir", "success")
+    logs_dir = Below("output_dir", "logs")  # rank-<N>.log, written by the runtime
+    errors_dir = Below("output_dir", "errors")  # rank-<N>.json, written by the rank bootstrap
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> OptMl:
         environ = os.environ if environ is None else environ
         return cls(Path(environ.get(BASE_DIR_ENV) or DEFAULT_BASE_DIR))
-
-    @property
-    def input_dir(self) -> Path:
-        return self.base / "input"
-
-    @property
-    def config_dir(self) -> Path:
-        return self.input_dir / "config"
-
-    @property
-    def data_dir(self) -> Path:
-        return self.input_dir / "data"
-
-    @property
-    def resource_config_file(self) -> Path:
-        return self.config_dir / "resourceconfig.json"
-
-    @property
-    def hyperparameters_file(self) -> Path:
-        return self.config_dir / "hyperparameters.json"
-
-    @property
-    def input_data_config_file(self) -> Path:
-        return self.config_dir / "inputdataconfig.json"
-
-    @property
-    def code_dir(self) -> Path:
-        return self.base / "code"
-
-    @property
-    def model_dir(self) -> Path:
-        return self.base / "model"
-
-    @property
-    def output_dir(self) -> Path:
-        return self.base / "output"
-
-    @property
-    def output_data_dir(self) -> Path:
-        return self.output_dir / "data"
-
-    @property
-    def intermediate_dir(self) -> Path:
-        return self.output_dir / "intermediate"
-
-    @property
-    def failure_file(self) -> Path:
-        return self.output_dir / "failure"
-
-    @property
-    def failures_file(self) -> Path:
-        """Every failure record this host's runtime knows (``specs.failure.FailureRecord`` as JSON)."""
-        return self.output_dir / "failures.json"
-
-    @property
-    def success_file(self) -> Path:
-        return self.output_dir / "success"
-
-    @property
-    def checkpoints_dir(self) -> Path:
-        return self.base / "checkpoints"
-
-    @property
-    def logs_dir(self) -> Path:
-        """Per-rank log files written by the runtime (``rank-<N>.log``)."""
-        return self.output_dir / "logs"
-
-    @property
-    def errors_dir(self) -> Path:
-        """Per-rank error files written by the rank bootstrap (``rank-<N>.json``)."""
-        return self.output_dir / "errors"
 
     def channel_dir(self, channel: str) -> Path:
         return self.data_dir / channel
@@ -164,10 +122,6 @@ class OptMl:
     def rank_stacks_file(self, rank: int) -> Path:
         """Every thread's Python stack, appended by the rank on each STACKS_SIGNAL."""
         return self.output_dir / "stacks" / f"rank-{rank}.txt"
-
-    def rank_torchelastic_error_file(self, rank: int) -> Path:
-        """Where torch's ``@record`` writes (TORCHELASTIC_ERROR_FILE) under the torch_distributed launcher."""
-        return torchelastic_error_file(self.rank_error_file(rank))
 
     def make_dirs(self) -> None:
         """Create the directories a container finds in place when SageMaker starts it."""
@@ -234,9 +188,7 @@ def resource_config(
         "current_instance_type": instance_type,
         "current_group_name": group_name,
         "hosts": list(hosts),
-        "instance_groups": [
-            {"instance_group_name": group_name, "instance_type": instance_type, "hosts": list(hosts)}
-        ],
+        "instance_groups": [{"instance_group_name": group_name, "instance_type": instance_type, "hosts": list(hosts)}],
         "network_interface_name": network_interface_name,
     }
 
@@ -336,11 +288,11 @@ def error_record(error_file: Path) -> tuple[Path, dict[str, Any]] | None:
     ``{"message": {"message": "Type: text", "extraInfo": {"py_callstack": ..., "timestamp": "<s>"}}}``
     (or ``{"message": "text", "timestamp": ...}``), turned into the same keys.
     """
-    own = _json_object(error_file)
+    own = read_json_object(error_file)
     if own is not None:
         return error_file, own
     torch_file = torchelastic_error_file(error_file)
-    raw = _json_object(torch_file)
+    raw = read_json_object(torch_file)
     if raw is None or "message" not in raw:
         return None
     return torch_file, _from_torchelastic(raw)
@@ -362,14 +314,6 @@ def _from_torchelastic(raw: dict[str, Any]) -> dict[str, Any]:
     except (TypeError, ValueError):
         timestamp = None
     return {"error_type": error_type, "message": rest, "traceback": trace, "timestamp": timestamp, "source": "torchelastic"}
-
-
-def _json_object(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def write_success(opt_ml: OptMl) -> None:
@@ -425,10 +369,22 @@ _CONSOLE_PREFIX = re.compile(r"^\[(?P<host>[^\]/\s]+)(?:/(?:rank(?P<rank>\d+)|(?
 
 
 @dataclass(frozen=True)
-class ConsoleLine:
+class LogLine:
+    """One line of a job's output; ``rank`` is None for lines a host's runtime prints itself."""
+
     host: str
-    rank: int | None
     text: str
+    rank: int | None = None
+    stream: str = "stdout"
+    timestamp: float | None = None
+
+    def matches(self, hosts: Collection[str] | None, ranks: Collection[int] | None) -> bool:
+        """Whether a ``logs(hosts=..., ranks=...)`` filter keeps this line (None keeps everything)."""
+        return (hosts is None or self.host in hosts) and (ranks is None or self.rank in ranks)
+
+    @property
+    def prefix(self) -> str:
+        return console_prefix(self.host, self.rank).rstrip()
 
 
 def console_prefix(host: str, rank: int | None = None, role: str = "") -> str:
@@ -439,7 +395,7 @@ def console_prefix(host: str, rank: int | None = None, role: str = "") -> str:
     return f"[{host}/{role}]: " if role else f"[{host}]: "
 
 
-def parse_console_line(raw: str, default_host: str = "") -> ConsoleLine:
+def parse_console_line(raw: str, default_host: str = "") -> LogLine:
     """A console line back into host, rank (None for the runtime's own lines) and text.
 
     Older runtimes wrote ``[algo-1/runtime]:`` and ``[algo-1/setup]:``; they read as the host's lines.
@@ -448,13 +404,15 @@ def parse_console_line(raw: str, default_host: str = "") -> ConsoleLine:
     line = raw.rstrip("\r\n")
     match = _CONSOLE_PREFIX.match(line)
     if match is None:
-        return ConsoleLine(default_host, None, line)
+        return LogLine(default_host, line)
     rank = match["rank"]
-    return ConsoleLine(match["host"], int(rank) if rank is not None else None, line[match.end():])
+    return LogLine(match["host"], line[match.end() :], int(rank) if rank is not None else None)
 
 
 def has_console_prefix(raw: str) -> bool:
     return _CONSOLE_PREFIX.match(raw) is not None
+
+
 def bind_address(host_addresses: Mapping[str, str], host: str) -> str:
     """Where a listener on ``host`` binds: the address the scheduler mapped the host to (loopback in local
     mode, so nothing off this machine can connect), or every interface ("") where hosts find each other

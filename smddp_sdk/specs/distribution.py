@@ -102,11 +102,7 @@ def parse_distribution(value: Any, path: str = "distribution") -> tuple[Distribu
         elif key == "smdistributed":
             _parse_smdistributed(options, key_path, fields, issues)
         elif key in ("smdistributed_dataparallel", "pytorchddp"):
-            if "smddp" in fields:
-                issues.append(SpecIssue(key_path, "smdistributed dataparallel is given twice", "keep one of smdistributed.dataparallel, smdistributed_dataparallel, pytorchddp"))
-            opts = _options(options, key_path, "dataparallel" if key == "smdistributed_dataparallel" else "pytorchddp", issues)
-            fields["smddp"] = _flag(opts, key_path, issues)
-            fields["smddp_custom_mpi_options"] = _text(opts, "custom_mpi_options", key_path, issues)
+            _parse_dataparallel(options, key_path, "dataparallel" if key == "smdistributed_dataparallel" else "pytorchddp", fields, issues)
         elif key == "torch_distributed":
             fields["torch_distributed"] = bool(_flag(_options(options, key_path, key, issues), key_path, issues))
         elif key == "mpi":
@@ -134,11 +130,7 @@ def _parse_smdistributed(options: Any, path: str, fields: dict[str, Any], issues
     if "pytorchddp" in (fields.get("given") or {}):
         issues.append(SpecIssue(path, "pytorchddp and smdistributed cannot be used together", "pytorchddp is smdistributed dataparallel; keep one"))
     if "dataparallel" in options:
-        opts = _options(options["dataparallel"], f"{path}.dataparallel", "dataparallel", issues)
-        if "smddp" in fields:
-            issues.append(SpecIssue(f"{path}.dataparallel", "smdistributed dataparallel is given twice", "keep one of smdistributed.dataparallel, smdistributed_dataparallel"))
-        fields["smddp"] = _flag(opts, f"{path}.dataparallel", issues)
-        fields["smddp_custom_mpi_options"] = _text(opts, "custom_mpi_options", f"{path}.dataparallel", issues)
+        _parse_dataparallel(options["dataparallel"], f"{path}.dataparallel", "dataparallel", fields, issues)
     if "modelparallel" in options:
         opts = _options(options["modelparallel"], f"{path}.modelparallel", "modelparallel", issues)
         if _flag(opts, f"{path}.modelparallel", issues):
@@ -147,6 +139,15 @@ def _parse_smdistributed(options: Any, path: str, fields: dict[str, Any], issues
                 issues.append(SpecIssue(f"{path}.modelparallel.parameters", f"must be a mapping, got {type(parameters).__name__}"))
                 parameters = {}
             fields["modelparallel"] = {"parameters": dict(parameters)}
+
+
+def _parse_dataparallel(options: Any, path: str, kind: str, fields: dict[str, Any], issues: list[SpecIssue]) -> None:
+    """One of the three spellings of smdistributed dataparallel; a second one is an error."""
+    if "smddp" in fields:
+        issues.append(SpecIssue(path, "smdistributed dataparallel is given twice", "keep one of smdistributed.dataparallel, smdistributed_dataparallel, pytorchddp"))
+    opts = _options(options, path, kind, issues)
+    fields["smddp"] = _flag(opts, path, issues)
+    fields["smddp_custom_mpi_options"] = _text(opts, "custom_mpi_options", path, issues)
 
 
 def _options(options: Any, path: str, kind: str, issues: list[SpecIssue]) -> Mapping[str, Any]:

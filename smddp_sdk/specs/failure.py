@@ -122,11 +122,7 @@ class FailureRecord:
     def from_json(cls, data: Mapping[str, Any]) -> FailureRecord:
         """Tolerant of extra and missing keys: records cross processes and versions."""
         known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
-        known.setdefault("host", "")
-        known.setdefault("rank", None)
-        known.setdefault("exit_code", 1)
-        known.setdefault("message", "")
-        return cls(**known)
+        return cls(**{"host": "", "rank": None, "exit_code": 1, "message": "", **known})
 
 
 def exit_code_of(returncode: int) -> int:
@@ -265,9 +261,6 @@ def _time(record: FailureRecord) -> float:
     return record.timestamp if record.timestamp is not None else float("inf")
 
 
-# --- the summary -------------------------------------------------------------------------------------
-
-
 # --- the failure file (output/failure, SageMaker's FailureReason) -----------------------------------
 
 EXIT_CODE_LABEL = "ExitCode"
@@ -333,6 +326,9 @@ def _last_chars(text: str, limit: int) -> str:
     return text if len(text) <= limit else "..." + text[-limit:]
 
 
+# --- the summary -------------------------------------------------------------------------------------
+
+
 def render_summary(root: FailureRecord, others: Sequence[FailureRecord] = (), *, title: str = "Job failed", hints: Sequence[str] = ()) -> str:
     """torchrun's layout: other failures first, the root cause last (it is what the eye finds at the end)."""
     blocks = [_BORDER, title, _BORDER]
@@ -395,14 +391,3 @@ def _float_or_none(value: Any) -> float | None:
     except (TypeError, ValueError):
         return None
 
-
-def _read_json_object(path: Any) -> dict[str, Any] | None:
-    """A JSON object from a file, or None when it is missing, unreadable or not an object."""
-    import json
-
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None

@@ -5,7 +5,6 @@ Data, not code: when SageMaker adds a type, add a row here.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 
@@ -74,23 +73,8 @@ CATALOG: dict[str, InstanceType] = {
                           ("8xlarge", 32, 0, 128), ("16xlarge", 64, 0, 256), ("32xlarge", 128, 0, 512)]),
 }
 
-_ML_NAME = re.compile(r"^ml\.[a-z0-9-]+\.[a-z0-9]+$")
-
-
 def lookup(name: str) -> InstanceType | None:
     return CATALOG.get(name)
-
-
-def is_gpu_type(name: str) -> bool:
-    """GPU instance types, as SageMaker SDK v2 tells them apart (p and g families, local_gpu)."""
-    entry = CATALOG.get(name)
-    if entry is not None:
-        return entry.gpus > 0 or name == "local_gpu"
-    return bool(re.match(r"^ml\.[pg]\d", name))
-
-
-def looks_like_instance_type(name: str) -> bool:
-    return name in ("local", "local_gpu") or bool(_ML_NAME.match(name))
 
 
 def markdown_table() -> str:

@@ -1,12 +1,16 @@
-"""JSON files that several processes (or nodes, on a shared file system) read while one rewrites them.
+"""Files that several processes (or nodes, on a shared file system) share: JSON files read while one
+rewrites them, and lock files.
 
 Stdlib only: the node runtime uses it as well as the schedulers.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,3 +32,15 @@ def read_json_object(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+@contextmanager
+def locked(lock_file: Path) -> Iterator[None]:
+    """Held by one process at a time: an exclusive flock on ``lock_file`` (made, with its folder, if need be)."""
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_file, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -8,6 +8,7 @@ session of processes) and the collectives (peers of a shared-memory group). Wher
 from __future__ import annotations
 
 import os
+from contextlib import suppress
 from pathlib import Path
 
 from smddp_sdk.specs import contract
@@ -74,16 +75,11 @@ def session_alive(session_id: int) -> bool:
 
 
 def signal_session(session_id: int, sig: int) -> None:
-    """Signal a whole session; where /proc is missing, its process group."""
+    """Signal a whole session; where /proc is missing (or shows none of it), its process group."""
     targets = session_members(session_id) if PROC.is_dir() else []
-    if not targets:
-        try:
-            os.killpg(session_id, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-        return
     for pid in targets:
-        try:
+        with suppress(ProcessLookupError, PermissionError):
             os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+    if not targets:
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(session_id, sig)

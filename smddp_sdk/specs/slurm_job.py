@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from smddp_sdk.specs.contract import Below
+
 JOB_DIR_ENV = "SMDDP_SLURM_JOB_DIR"  # set in the batch script: the node runtime builds its tree from Slurm's env
 
 
@@ -29,25 +31,16 @@ JOB_DIR_ENV = "SMDDP_SLURM_JOB_DIR"  # set in the batch script: the node runtime
 class SlurmJobDir:
     path: Path
 
-    @property
-    def record_file(self) -> Path:
-        return self.path / "job.json"
-
-    @property
-    def script_file(self) -> Path:
-        return self.path / "job.sbatch"
-
-    @property
-    def node_file(self) -> Path:
-        return self.path / "node.json"
-
-    @property
-    def code_dir(self) -> Path:
-        return self.path / "code"
-
-    @property
-    def nodes_dir(self) -> Path:
-        return self.path / "nodes"
+    record_file = Below("path", "job.json")
+    script_file = Below("path", "job.sbatch")
+    node_file = Below("path", "node.json")
+    code_dir = Below("path", "code")
+    nodes_dir = Below("path", "nodes")
+    checkpoint_dir = Below("path", "checkpoints")
+    logs_dir = Below("path", "logs")
+    batch_log = Below("logs_dir", "batch.log")
+    result_file = Below("path", "result.json")
+    cancel_file = Below("path", "cancel-requested")
 
     def node_tree(self, index: int) -> Path:
         return self.nodes_dir / str(index)
@@ -57,30 +50,6 @@ class SlurmJobDir:
         if not self.nodes_dir.is_dir():
             return []
         return sorted((p for p in self.nodes_dir.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
-
-    @property
-    def checkpoint_dir(self) -> Path:
-        return self.path / "checkpoints"
-
-    @property
-    def logs_dir(self) -> Path:
-        return self.path / "logs"
-
-    @property
-    def batch_log(self) -> Path:
-        return self.logs_dir / "batch.log"
-
-    @property
-    def result_file(self) -> Path:
-        return self.path / "result.json"
-
-    @property
-    def artifacts_dir(self) -> Path:
-        return self.path / "output"
-
-    @property
-    def cancel_file(self) -> Path:
-        return self.path / "cancel-requested"
 
     def exists(self) -> bool:
         return self.record_file.is_file()

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 from smddp_sdk.errors import SpecError, SpecIssue, did_you_mean
-from smddp_sdk.specs.contract import console_prefix
+from smddp_sdk.specs.contract import LogLine as LogLine  # what every scheduler's ``logs`` yields, parsed there
 from smddp_sdk.specs.failure import FailureRecord
 
 SCHEDULER_NAMES = ("local", "docker", "sagemaker", "slurm")
@@ -65,25 +64,6 @@ class JobStatus:
     hosts: tuple[HostStatus, ...] = ()
     model_data: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class LogLine:
-    """One line of a job's output; ``rank`` is None for lines a host's runtime prints itself."""
-
-    host: str
-    text: str
-    rank: int | None = None
-    stream: str = "stdout"
-    timestamp: float | None = None
-
-    def matches(self, hosts: Collection[str] | None, ranks: Collection[int] | None) -> bool:
-        """Whether a ``logs(hosts=..., ranks=...)`` filter keeps this line (None keeps everything)."""
-        return (hosts is None or self.host in hosts) and (ranks is None or self.rank in ranks)
-
-    @property
-    def prefix(self) -> str:
-        return console_prefix(self.host, self.rank).rstrip()
 
 
 def billing_lines(training: int | None, billable: int | None, *, instances: int, spot: bool) -> list[str]:

@@ -10,9 +10,9 @@ import pytest
 from smddp_sdk.errors import SpecError
 from smddp_sdk.schedulers import get_scheduler
 from smddp_sdk.schedulers.hosttree.host_trees import collect_artifacts, host_names, largest_entries, prepare_host_trees, stage_code
-from smddp_sdk.schedulers.hosttree.job_dir import JobDir, parse_console_line, pick_free_ports, ports_of_live_jobs
+from smddp_sdk.schedulers.hosttree.job_dir import JobDir, pick_free_ports, ports_of_live_jobs
 from smddp_sdk.schedulers.hosttree.process_backend import inherited_env
-from smddp_sdk.specs.contract import OptMl, decode_hyperparameters
+from smddp_sdk.specs.contract import OptMl, decode_hyperparameters, parse_console_line
 from smddp_sdk.specs.job import JobSpec
 from smddp_sdk.specs.status import JobHandle, JobState
 

@@ -1,9 +1,14 @@
-"""The scheduler side of host-tree jobs: unique names, private job directories."""
+"""The scheduler side of host-tree jobs: unique names, private job directories, records of older versions."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
+from click.testing import CliRunner
+
+from smddp_sdk.cli.main import cli
 from smddp_sdk.schedulers.local import LocalScheduler
 from smddp_sdk.specs.job import JobSpec
 
@@ -20,3 +25,24 @@ def test_two_jobs_in_the_same_millisecond_get_different_names(tmp_path: Path) ->
     for job_dir in (first_dir, second_dir):
         assert job_dir.path.stat().st_mode & 0o777 == 0o700
     assert (tmp_path / "jobs").stat().st_mode & 0o077 == 0
+
+
+# job.json as versions before the one schema wrote it: local hosts with a ``base_dir``, docker's ``containers``.
+OLD_REQUESTS = {
+    "local": {"hosts": [{"host": "algo-1", "base_dir": "algo-1", "command": ["python3", "-m", "smddp_sdk.runtime"], "environment": {}}]},
+    "docker": {"containers": [{"host": "algo-1", "name": "old-algo-1", "opt_ml": "algo-1", "argv": ["create"]}], "backend": "container"},
+}
+
+
+@pytest.mark.parametrize("scheduler", ["local", "docker"])
+def test_a_job_written_by_an_older_version_says_so_and_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scheduler: str) -> None:
+    job_dir = tmp_path / "jobs" / ("docker" if scheduler == "docker" else "") / "old-job"  # docker jobs have a root of their own
+    job_dir.mkdir(parents=True)
+    request = {"job_name": "old-job", "handle": f"{scheduler}://old-job", "job_dir": str(job_dir), **OLD_REQUESTS[scheduler]}
+    (job_dir / "job.json").write_text(json.dumps({"handle": request["handle"], "job_name": "old-job", "spec": {}, "request": request}))
+    (job_dir / "state.json").write_text(json.dumps({"state": "SUCCEEDED"}))
+    monkeypatch.setenv("SMDDP_JOB_ROOT", str(tmp_path / "jobs"))
+    for command in ("status", "logs", "cancel", "clean"):
+        result = CliRunner().invoke(cli, [command, f"{scheduler}://old-job"])
+        assert result.exit_code == 2, (command, result.output)
+        assert "written by an older smddp-sdk" in result.stderr and f"rm -rf {job_dir}" in result.stderr, result.stderr

@@ -7,9 +7,12 @@ else -- when to stop, who is to blame, artifacts, the job's state -- is the supe
 from __future__ import annotations
 
 import abc
+import subprocess
+import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import IO, Any, ClassVar
 
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir
 from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
@@ -36,6 +39,8 @@ class HostBackend(abc.ABC):
     def __init__(self, job_dir: JobDir, request: Mapping[str, Any]) -> None:
         self.job_dir = job_dir
         self.plan = HostTreePlan.from_request(request)
+        self.readers: list[threading.Thread] = []
+        self.exits: dict[str, HostExit] = {}  # the hosts seen to end, kept: each ends once
 
     def prepare(self) -> None:
         """Whatever must exist before the first host starts (a network, the containers)."""
@@ -54,6 +59,16 @@ class HostBackend(abc.ABC):
 
     def drain(self, timeout: float) -> None:
         """Wait (at most ``timeout`` s) until every host's output has been copied."""
+        deadline = time.monotonic() + timeout
+        for reader in self.readers:
+            reader.join(max(0.0, deadline - time.monotonic()))
+
+    def _copy_output(self, host: str, process: subprocess.Popen[bytes], output: Output) -> None:
+        """Hand every line the process prints to ``output``, from a thread of its own."""
+        assert process.stdout is not None
+        reader = threading.Thread(target=_copy, args=(host, process.stdout, output), name=f"output {host}", daemon=True)
+        reader.start()
+        self.readers.append(reader)
 
     def release(self, *, keep: bool = False) -> None:
         """After the job: sweep what is left (stray processes, containers, the network)."""
@@ -61,3 +76,9 @@ class HostBackend(abc.ABC):
     @classmethod
     def stop_orphans(cls, job_dir: JobDir, record: Mapping[str, Any], state: Mapping[str, Any], grace: float) -> None:
         """Stop a job whose supervisor is gone or frozen, from what the job directory recorded."""
+
+
+def _copy(host: str, stream: IO[bytes], output: Output) -> None:
+    for raw in iter(stream.readline, b""):
+        output(host, raw)
+    stream.close()

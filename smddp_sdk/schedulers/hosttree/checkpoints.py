@@ -27,6 +27,7 @@ import shutil
 import sys
 import threading
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -151,11 +152,9 @@ class CheckpointSync:
             self._say(f"warning: {message}")
 
     def _say(self, message: str) -> None:
-        try:
+        with suppress(OSError, ValueError):  # a closed log must not stop the sync
             self.stream.write(f"smddp: {message}\n")
             self.stream.flush()
-        except (OSError, ValueError):
-            pass  # a closed log must not stop the sync
 
 
 def for_job(

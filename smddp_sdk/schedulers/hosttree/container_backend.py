@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
 import time
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import IO, Any, ClassVar
+from typing import Any, ClassVar
 
 from smddp_sdk.schedulers.hosttree import docker_cli
 from smddp_sdk.schedulers.hosttree.backend import HostBackend, HostExit, Output
@@ -32,8 +31,6 @@ class ContainerBackend(HostBackend):
         super().__init__(job_dir, request)
         self.docker = self.plan.docker_cli
         self.attached: dict[str, subprocess.Popen[bytes]] = {}
-        self.readers: list[threading.Thread] = []
-        self.exits: dict[str, HostExit] = {}
         self.inspected_at: dict[str, float] = {}
 
     def prepare(self) -> dict[str, Any]:
@@ -48,10 +45,7 @@ class ContainerBackend(HostBackend):
         # runtime inside also watches the lifeline FIFO mounted into it.
         process = subprocess.Popen([self.docker, "start", "-a", name], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self.attached[host] = process
-        assert process.stdout is not None
-        reader = threading.Thread(target=_copy, args=(host, process.stdout, output), name=f"output {host}", daemon=True)
-        reader.start()
-        self.readers.append(reader)
+        self._copy_output(host, process, output)
         return {"container": name}
 
     def poll(self, host: str) -> HostExit | None:
@@ -75,9 +69,7 @@ class ContainerBackend(HostBackend):
         docker_cli.run(self.docker, "kill", "-s", str(int(sig)), self.plan.host(host).container, check=False, timeout=30)
 
     def drain(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        for reader in self.readers:
-            reader.join(max(0.0, deadline - time.monotonic()))
+        super().drain(timeout)
         for process in self.attached.values():
             if process.poll() is None:
                 process.kill()
@@ -112,9 +104,3 @@ def _epoch(stamp: str) -> float | None:
         return None
     head, _, fraction = stamp.rstrip("Z").partition(".")
     return datetime.fromisoformat(head).replace(tzinfo=timezone.utc).timestamp() + float(f"0.{fraction or 0}")
-
-
-def _copy(host: str, stream: IO[bytes], output: Output) -> None:
-    for raw in iter(stream.readline, b""):
-        output(host, raw)
-    stream.close()

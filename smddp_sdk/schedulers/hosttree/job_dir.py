@@ -18,21 +18,20 @@ so a job started by one Python process can be watched or stopped from any other:
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import random
 import socket
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from smddp_sdk.specs import contract, processes
+from smddp_sdk.specs import processes
+from smddp_sdk.specs.contract import Below
 from smddp_sdk.specs.json_files import write_json_atomic
-from smddp_sdk.specs.status import JobState, LogLine
+from smddp_sdk.specs.status import JobState
 
 DEFAULT_JOB_ROOT = "~/.smddp/jobs"
 JOB_ROOT_ENV = "SMDDP_JOB_ROOT"
@@ -48,29 +47,12 @@ class JobDir:
 
     path: Path
 
-    @property
-    def record_file(self) -> Path:
-        return self.path / "job.json"
-
-    @property
-    def state_file(self) -> Path:
-        return self.path / "state.json"
-
-    @property
-    def cancel_file(self) -> Path:
-        return self.path / "cancel-requested"
-
-    @property
-    def console_log(self) -> Path:
-        return self.path / "console.log"
-
-    @property
-    def supervisor_log(self) -> Path:
-        return self.path / "supervisor.log"
-
-    @property
-    def code_dir(self) -> Path:
-        return self.path / "code"
+    record_file = Below("path", "job.json")
+    state_file = Below("path", "state.json")
+    cancel_file = Below("path", "cancel-requested")
+    console_log = Below("path", "console.log")
+    supervisor_log = Below("path", "supervisor.log")
+    code_dir = Below("path", "code")
 
     def host_dir(self, host: str) -> Path:
         return self.path / host
@@ -155,18 +137,6 @@ def pick_free_ports(count: int, *, exclude: Iterable[int] = (), address: str = "
     raise OSError(f"no {count} free TCP ports found on {address}")
 
 
-@contextmanager
-def port_lock(job_root: Path) -> Iterator[None]:
-    """Held while a job picks its ports and records them, so two jobs starting together cannot pick the same."""
-    job_root.mkdir(parents=True, exist_ok=True)
-    with open(job_root / ".ports.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def ports_of_live_jobs(job_root: Path, *, skip: Path | None = None) -> set[int]:
     """Ports held by the other unfinished jobs under ``job_root`` (cheap: one small file per job)."""
     taken: set[int] = set()
@@ -185,12 +155,6 @@ def ports_of_live_jobs(job_root: Path, *, skip: Path | None = None) -> set[int]:
 
 
 # --- logs ---------------------------------------------------------------------------------------
-
-
-def parse_console_line(raw: str, default_host: str = "") -> LogLine:
-    """A console.log line as a LogLine (the one parser is ``contract.parse_console_line``)."""
-    parsed = contract.parse_console_line(raw, default_host)
-    return LogLine(parsed.host, parsed.text, rank=parsed.rank)
 
 
 def follow_lines(path: Path, finished: Any, *, poll: float = 0.1) -> Iterator[str]:
@@ -216,4 +180,3 @@ def follow_lines(path: Path, finished: Any, *, poll: float = 0.1) -> Iterator[st
                 yield from (line for line in pending.split("\n") if line)
                 return
             time.sleep(poll)
-

@@ -9,6 +9,7 @@ starts the one supervisor (``hosttree.supervisor``) and answers ``status``, ``lo
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -33,6 +35,7 @@ from smddp_sdk.schedulers.hosttree.supervisor import HEARTBEAT, LIFELINE, SCRATC
 from smddp_sdk.specs import contract, instance_types, processes
 from smddp_sdk.specs.failure import FailureRecord
 from smddp_sdk.specs.job import JobSpec
+from smddp_sdk.specs.json_files import read_json_object
 from smddp_sdk.specs.status import HostStatus, JobHandle, JobState, JobStatus, LogLine
 
 SUPERVISOR_MODULE = "smddp_sdk.schedulers.hosttree.supervisor"
@@ -64,7 +67,7 @@ class HostTreeScheduler(Scheduler):
             issues.append(SpecIssue("source_dir", f"{self.name} mode runs code from this machine, not from S3", "give a local directory"))
         if spec.output_path and spec.output_path.startswith("s3://"):
             issues.append(SpecIssue("output_path", f"{self.name} mode writes artifacts to this machine", "use a local path or file:// URI, or leave it unset"))
-        elif problem := _unwritable(self._output_dir(spec)):
+        elif problem := _unwritable(output_root(spec, self.job_root)):
             issues.append(SpecIssue("output_path" if spec.output_path else "scheduler_options.job_root", problem))
         if spec.job_name and JobDir(self.job_root / spec.job_name).path.exists():
             issues.append(self._name_taken(spec.job_name))
@@ -79,20 +82,16 @@ class HostTreeScheduler(Scheduler):
     def _name_taken(self, job_name: str) -> SpecIssue:
         return SpecIssue("job_name", f"a {self.name} job named {job_name!r} already exists in {self.job_root}", "choose another job_name, or remove that job's directory")
 
-    def _output_dir(self, spec: JobSpec) -> Path:
-        return Path(spec.output_path.removeprefix("file://")).expanduser().absolute() if spec.output_path else self.job_root
-
     def _request(self, spec: JobSpec, job_name: str, **planned: Any) -> dict[str, Any]:
         """The job record's request: what every host-tree job has around what its scheduler ``planned``."""
         job_dir = JobDir(self.job_root / job_name)
-        artifacts = self._output_dir(spec) / job_name / "output"
         return {
             "job_name": job_name,
             "handle": str(JobHandle(self.name, job_name)),
             "job_dir": str(job_dir.path),
             "code": {"source": spec.source_dir or spec.entry_point, "dependencies": list(spec.dependencies), "snapshot": str(job_dir.code_dir)},
             **planned,
-            "artifacts": {"model_data": str(artifacts / "model.tar.gz"), "output_data": str(artifacts / "output.tar.gz")},
+            "artifacts": artifacts(spec, self.job_root, job_name),
             "backend": self.backend,
             "max_run": spec.max_run,
             "stop_grace_period": self.stop_grace_period,
@@ -243,8 +242,7 @@ class HostTreeScheduler(Scheduler):
         job_dir = self._job_dir(handle)
         finished = (lambda: self.status(handle).state.is_terminal) if follow else (lambda: True)
         for raw, timestamp in follow_stamped(job_dir.console_log, finished):
-            parsed = contract.parse_console_line(raw)
-            line = LogLine(parsed.host, parsed.text, parsed.rank, timestamp=timestamp)
+            line = dataclasses.replace(contract.parse_console_line(raw), timestamp=timestamp)
             if line.matches(hosts, ranks):
                 yield line
 
@@ -338,6 +336,8 @@ class HostTreeScheduler(Scheduler):
         job_dir = JobDir(self.job_root / handle.job_id)
         if not job_dir.exists():
             raise SpecError(SpecIssue("handle", f"no {self.name} job {handle.job_id!r} in {self.job_root}", f"list jobs with `smddp-launch list --scheduler {self.name}`; set job_root or SMDDP_JOB_ROOT if they live elsewhere"))
+        record = read_json_object(job_dir.record_file) or {}  # one it cannot read is not refused here
+        HostTreePlan.from_request(record.get("request") or {})  # a job an older version wrote says so
         return job_dir
 
     def listed(self) -> list[Listed]:
@@ -369,6 +369,17 @@ def _reap_finished_children() -> None:
     _CHILDREN[:] = [child for child in _CHILDREN if child.poll() is None]
 
 
+def output_root(spec: JobSpec, job_root: Path) -> Path:
+    """Where jobs on this machine (or its shared file system) put ``<job>/output/``: ``output_path``, else the job root."""
+    return Path(spec.output_path.removeprefix("file://")).expanduser().absolute() if spec.output_path else job_root
+
+
+def artifacts(spec: JobSpec, job_root: Path, job_name: str) -> dict[str, str]:
+    """The job's two archives, as the request records them (``model_data`` and ``output_data``)."""
+    folder = output_root(spec, job_root) / job_name / "output"
+    return {"model_data": str(folder / "model.tar.gz"), "output_data": str(folder / "output.tar.gz")}
+
+
 def package_parent() -> str:
     """The directory holding the ``smddp_sdk`` package, for the supervisor's and runtimes' PYTHONPATH."""
     return str(Path(smddp_sdk.__file__).resolve().parent.parent)
@@ -398,10 +409,8 @@ def _last_sign_of_life(job_dir: JobDir) -> float:
     """When the supervisor last wrote its state or heartbeat, on the monotonic clock."""
     newest = 0.0
     for path in (job_dir.state_file, job_dir.path / HEARTBEAT):
-        try:
+        with suppress(FileNotFoundError):
             newest = max(newest, path.stat().st_mtime)
-        except FileNotFoundError:
-            pass
     return time.monotonic() - (time.time() - newest)
 
 

@@ -1,7 +1,8 @@
 """The plan of a host-tree job, typed: what the local and docker planners put in the dry run's request
 (and so in ``job.json``), read here once for the supervisor, its backends and the checkpoint sync.
 
-The defaults live here and nowhere else: a record written by hand (tests, an older job) gets them.
+The defaults live here and nowhere else: a record written by hand (tests) or before a field was added gets them;
+a record from before this schema is refused with what to do (``_check_schema``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from smddp_sdk.errors import SpecError, SpecIssue
 from smddp_sdk.schedulers.options import STOP_GRACE_PERIOD
 from smddp_sdk.specs.job import JobSpec
 
@@ -61,6 +63,7 @@ class HostTreePlan:
 
     @classmethod
     def from_request(cls, request: Mapping[str, Any]) -> HostTreePlan:
+        _check_schema(request)
         hosts = [HostPlan.from_record(item) for item in request.get("hosts", ())]
         artifacts = request.get("artifacts") or {}
         return cls(
@@ -82,3 +85,16 @@ class HostTreePlan:
 
     def host(self, name: str) -> HostPlan:
         return next(item for item in self.hosts if item.host == name)
+
+
+def _check_schema(request: Mapping[str, Any]) -> None:
+    """Refuse a record from before the one job.json schema (local's hosts with a ``base_dir``, docker's
+    ``containers``): read as this one, it would be a job without hosts or trees."""
+    if "containers" in request or any("base_dir" in item for item in request.get("hosts", ())):
+        raise SpecError(
+            SpecIssue(
+                "job",
+                f"{request.get('handle', 'this job')} was written by an older smddp-sdk, whose job.json this version does not read",
+                f"use the version that started it, or remove its directory by hand: rm -rf {request.get('job_dir', '<its job directory>')}",
+            )
+        )

@@ -11,15 +11,15 @@ import os
 import secrets
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Mapping
-from typing import IO, Any, ClassVar
+from typing import Any, ClassVar
 
 from smddp_sdk.schedulers.hosttree.backend import HostBackend, HostExit, Output
-from smddp_sdk.schedulers.hosttree.job_dir import JobDir, pick_free_ports, port_lock, ports_of_live_jobs
+from smddp_sdk.schedulers.hosttree.job_dir import JobDir, pick_free_ports, ports_of_live_jobs
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.failure import exit_code_of, signal_name
+from smddp_sdk.specs.json_files import locked
 from smddp_sdk.specs.processes import session_alive, signal_session
 
 PORT_PLACEHOLDER = "<free port, picked at start>"
@@ -47,14 +47,12 @@ class ProcessBackend(HostBackend):
     def __init__(self, job_dir: JobDir, request: Mapping[str, Any]) -> None:
         super().__init__(job_dir, request)
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
-        self.readers: list[threading.Thread] = []
         self.ports: dict[str, int] = {}
         self.token = secrets.token_hex(16)
-        self.exits: dict[str, HostExit] = {}
 
     def prepare(self) -> dict[str, Any]:
         job_root = self.job_dir.path.parent
-        with port_lock(job_root):
+        with locked(job_root / ".ports.lock"):  # two jobs starting together cannot pick the same ports
             picked = pick_free_ports(len(_PORT_ENVS), exclude=ports_of_live_jobs(job_root, skip=self.job_dir.path))
             self.ports = dict(zip(_PORT_ENVS, picked))
             # Recorded before the lock is released, so the next job's pick skips them.
@@ -75,10 +73,7 @@ class ProcessBackend(HostBackend):
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
         )
         self.processes[host] = process
-        assert process.stdout is not None
-        reader = threading.Thread(target=_copy, args=(host, process.stdout, output), name=f"output {host}", daemon=True)
-        reader.start()
-        self.readers.append(reader)
+        self._copy_output(host, process, output)
         return {"pid": process.pid}
 
     def poll(self, host: str) -> HostExit | None:
@@ -107,11 +102,6 @@ class ProcessBackend(HostBackend):
                 pass
         signal_session(process.pid, sig)
 
-    def drain(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        for reader in self.readers:
-            reader.join(max(0.0, deadline - time.monotonic()))
-
     def release(self, *, keep: bool = False) -> None:
         for process in self.processes.values():
             signal_session(process.pid, signal.SIGKILL)
@@ -128,9 +118,3 @@ class ProcessBackend(HostBackend):
             time.sleep(0.05)
         for session in sessions:
             signal_session(session, signal.SIGKILL)
-
-
-def _copy(host: str, stream: IO[bytes], output: Output) -> None:
-    for raw in iter(stream.readline, b""):
-        output(host, raw)
-    stream.close()

@@ -35,16 +35,11 @@ def job_lines(logs_dir: Path, finished: Callable[[], bool]) -> Iterator[LogLine]
                 while chunk := handle.readline():
                     pending[0] += chunk
                     if pending[0].endswith("\n"):
-                        yield _line(pending[0], path.stem)
+                        yield contract.parse_console_line(pending[0], path.stem)
                         pending[0] = ""
             if done:
                 for path, (_, pending) in files.items():
                     if pending[0]:
-                        yield _line(pending[0], path.stem)
+                        yield contract.parse_console_line(pending[0], path.stem)
                 return
             time.sleep(POLL)
-
-
-def _line(raw: str, default_host: str) -> LogLine:
-    parsed = contract.parse_console_line(raw, default_host)
-    return LogLine(parsed.host, parsed.text, parsed.rank)

@@ -30,7 +30,7 @@ from smddp_sdk.schedulers.base import DryRun, Listed, Scheduler
 from smddp_sdk.schedulers.hosttree import channels
 from smddp_sdk.schedulers.hosttree.host_trees import config_files, stage_code
 from smddp_sdk.schedulers.hosttree.job_dir import default_job_root
-from smddp_sdk.schedulers.hosttree.jobs import package_parent
+from smddp_sdk.schedulers.hosttree.jobs import artifacts, package_parent
 from smddp_sdk.schedulers.options import PROCESSES_PER_HOST, Option, SchedulerOptions, job_root, with_default
 from smddp_sdk.schedulers.slurm.client import JobInfo, SlurmClient
 from smddp_sdk.schedulers.slurm.logs import job_lines
@@ -146,7 +146,6 @@ class SlurmScheduler(Scheduler):
         job_name = spec.job_name or make_job_name(spec.base_job_name)
         job_dir = SlurmJobDir(self.job_root / job_name)
         plan = self._batch_plan(spec, job_name, job_dir)
-        artifacts = self._artifacts_dir(spec, job_dir, job_name)
         request = {
             "job_name": job_name,
             "handle": str(JobHandle(self.name, job_name)),
@@ -156,9 +155,9 @@ class SlurmScheduler(Scheduler):
             "code": {"source": spec.source_dir or spec.entry_point, "dependencies": list(spec.dependencies), "snapshot": str(job_dir.code_dir)},
             "nodes": {"count": spec.instance_count, "trees": str(job_dir.nodes_dir / "<SLURM_NODEID>"), "logs": str(job_dir.logs_dir / "<node>.log")},
             "inputs": {name: {"source": str(ch.local_path) if ch.local_path is not None else ch.s3_data, "distribution": ch.distribution} for name, ch in spec.inputs.items()},
-            "hyperparameters": contract.encode_hyperparameters(self._hyperparameters(spec, job_name, job_dir)),
+            "hyperparameters": contract.encode_hyperparameters(spec.training_hyperparameters(job_name=job_name, submit_directory=f"file://{job_dir.code_dir}", region=None)),
             "checkpoints": str(job_dir.checkpoint_dir),
-            "artifacts": {"model_data": str(artifacts / "model.tar.gz"), "output_data": str(artifacts / "output.tar.gz")},
+            "artifacts": artifacts(spec, self.job_root, job_name),
             "max_run": spec.max_run,
             "max_retries": self.max_retries,
             "auto_resume": self.auto_resume,
@@ -187,14 +186,6 @@ class SlurmScheduler(Scheduler):
 
     def _auto_resume(self) -> bool | None:
         return None if self.auto_resume == "auto" else bool(self.auto_resume)  # auto: the batch script looks on the node
-
-    def _hyperparameters(self, spec: JobSpec, job_name: str, job_dir: SlurmJobDir) -> dict[str, Any]:
-        return spec.training_hyperparameters(job_name=job_name, submit_directory=f"file://{job_dir.code_dir}", region=None)
-
-    def _artifacts_dir(self, spec: JobSpec, job_dir: SlurmJobDir, job_name: str) -> Path:
-        if spec.output_path:
-            return Path(spec.output_path.removeprefix("file://")).expanduser().absolute() / job_name / "output"
-        return job_dir.artifacts_dir
 
     def _notes(self, spec: JobSpec) -> list[str]:
         notes = channels.notes(spec, spec.instance_count)
