@@ -42,7 +42,11 @@ def test_a_job_written_by_an_older_version_says_so_and_what_to_do(tmp_path: Path
     (job_dir / "job.json").write_text(json.dumps({"handle": request["handle"], "job_name": "old-job", "spec": {}, "request": request}))
     (job_dir / "state.json").write_text(json.dumps({"state": "SUCCEEDED"}))
     monkeypatch.setenv("SMDDP_JOB_ROOT", str(tmp_path / "jobs"))
-    for command in ("status", "logs", "cancel", "clean"):
+    for command in ("status", "logs", "cancel"):
         result = CliRunner().invoke(cli, [command, f"{scheduler}://old-job"])
         assert result.exit_code == 2, (command, result.output)
         assert "written by an older smddp-sdk" in result.stderr and f"rm -rf {job_dir}" in result.stderr, result.stderr
+    # clean, named, is the way out: it removes the directory it cannot describe, saying why
+    result = CliRunner().invoke(cli, ["clean", f"{scheduler}://old-job"])
+    assert result.exit_code == 0 and "written by an older smddp-sdk" in result.output, result.output
+    assert not job_dir.exists()
