@@ -47,12 +47,38 @@ def test_role_name_in_china_gets_the_china_partition(make_spec) -> None:
     assert dry.request["AlgorithmSpecification"]["TrainingImage"].startswith("727897471807.dkr.ecr.cn-north-1.amazonaws.com.cn/")
 
 
-def test_missing_role_is_reported_with_how_to_fix(make_spec) -> None:
+class NoAws:
+    """A boto3 session that fails the test if anything asks it for a client (nothing may be sent)."""
+
+    region_name = None  # as with no region in the environment or ~/.aws/config
+
+    def client(self, service: str, **_: object) -> None:
+        raise AssertionError(f"a dry run asked for a {service} client")
+
+
+def test_a_dry_run_needs_no_region_role_or_credentials_and_says_what_is_a_placeholder(make_spec, monkeypatch) -> None:
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    unconfigured = get_scheduler("sagemaker", session=NoAws())
+    dry = unconfigured.dryrun(make_spec(role=None))
+    assert dry.request["RoleArn"] == "arn:aws:iam::<account-id>:role/<execution-role>"
+    assert dry.request["HyperParameters"]["sagemaker_region"] == '"us-east-1"'
+    assert dry.request["OutputDataConfig"]["S3OutputPath"] == "s3://sagemaker-us-east-1-<account-id>/"
+    placeholders = [note for note in dry.notes if note.startswith("placeholder: ")]
+    assert [note.split(" (")[0].split(" in ")[0] for note in placeholders] == [
+        "placeholder: region us-east-1", "placeholder: role arn:aws:iam::<account-id>:role/<execution-role>", "placeholder: <account-id>"]
+    assert "the role ARN and the bucket s3://sagemaker-us-east-1-<account-id>" in placeholders[2]
+    # Submitting it is refused before AWS is asked anything: a role first (exit 2), then a region (exit 3).
     with pytest.raises(SpecError) as caught:
-        scheduler().dryrun(make_spec(role=None))
+        unconfigured.schedule(dry)
     assert caught.value.exit_code == EXIT_SPEC
     assert "role: is required to run on SageMaker" in str(caught.value)
     assert "arn:aws:iam::<account>:role/<name>" in str(caught.value)
+
+
+def test_a_configured_region_and_role_are_no_placeholders(make_spec) -> None:
+    dry = scheduler(account_id=ACCOUNT).dryrun(make_spec())
+    assert not [note for note in dry.notes if note.startswith("placeholder: ")]
 
 
 def test_every_problem_is_reported_at_once(make_spec, tmp_path: Path) -> None:
@@ -127,12 +153,15 @@ def test_api_ranges_are_checked_before_upload(make_spec) -> None:
     assert "between 1 and 30" in paths["max_retry_attempts"]
 
 
-def test_no_region_is_unavailable_with_what_to_set(make_spec, monkeypatch, tmp_path) -> None:
+def test_no_region_is_a_placeholder_in_a_dry_run_and_unavailable_at_submit(make_spec, monkeypatch, tmp_path) -> None:
     for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    unconfigured = get_scheduler("sagemaker")
+    dry = unconfigured.dryrun(make_spec())  # boto3 finds no region in the (missing) config: a placeholder
+    assert any(note.startswith("placeholder: region us-east-1") for note in dry.notes)
     with pytest.raises(UnavailableError) as caught:
-        get_scheduler("sagemaker").dryrun(make_spec())
+        unconfigured.schedule(dry)
     assert caught.value.exit_code == 3
     assert "AWS_REGION" in str(caught.value)
 

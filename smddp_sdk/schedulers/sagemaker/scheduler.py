@@ -1,9 +1,11 @@
 """``SageMakerScheduler``: run a JobSpec as a real SageMaker training job.
 
-``dryrun`` and ``validate`` are pure (no boto3 needed): they check everything, including the role and
-the image, and show the exact ``CreateTrainingJob`` request with ``<account-id>`` placeholders.
-``schedule`` fills those in, creates the default bucket if needed, uploads ``sourcedir.tar.gz`` and
-creates the job. boto3 is loaded only when AWS is first called, through ``client.py``.
+``dryrun`` and ``validate`` are pure (no credentials, no network): they check everything, including
+the role and the image, and show the exact ``CreateTrainingJob`` request. What only AWS or the user can
+supply is a placeholder there, said in the notes: ``<account-id>`` (from the credentials at submit), and,
+when none is configured, the role and the region, which ``schedule`` requires before it contacts AWS.
+``schedule`` fills the account in, creates the default bucket if needed, uploads ``sourcedir.tar.gz``
+and creates the job. boto3 is loaded only when AWS is first called, through ``client.py``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ if TYPE_CHECKING:
 
 Echo = Callable[[str], None]
 STATUS_HOST = "sagemaker"  # the pseudo-host of SageMaker's own status lines in a followed log
+# Stand-ins a dry run shows where nothing says the region or the role; ``run`` refuses them.
+PLACEHOLDER_REGION = "us-east-1"
+PLACEHOLDER_ROLE = "<execution-role>"
 
 
 def _stderr(text: str) -> None:
@@ -104,6 +109,13 @@ class SageMakerScheduler(Scheduler):
         except ImportError:
             raise UnavailableError(f"no AWS region configured; {REGION_HINT} (or {INSTALL_HINT} to read ~/.aws/config)") from None
 
+    def planned_region(self) -> tuple[str, bool]:
+        """The region a dry run plans for, and whether it is the placeholder (none configured anywhere)."""
+        try:
+            return self.resolved_region(), False
+        except UnavailableError:
+            return PLACEHOLDER_REGION, True
+
     def resolve(self, spec: JobSpec) -> JobSpec:
         """The spec with this scheduler's role/code_location/output_path filled in where it has none."""
         return spec.replace(
@@ -116,23 +128,29 @@ class SageMakerScheduler(Scheduler):
         spec = self.resolve(spec)  # also called directly, on a spec as written
         issues = validation.spec_issues(spec)
         if not spec.image_uri:
-            issues += req.resolve_image(spec, self.resolved_region())[1]
+            issues += req.resolve_image(spec, self.planned_region()[0])[1]
         return issues
 
     def plan(self, spec: JobSpec) -> DryRun:
-        """The exact request, with ``<account-id>`` where the account is not known yet (``run`` fills it in)."""
-        region = self.resolved_region()
+        """The exact request, with placeholders where the account, the role or the region is not known
+        (``run`` fills the account in and refuses the others)."""
+        region, region_unknown = self.planned_region()
         image_uri, _ = req.resolve_image(spec, region)
         assert image_uri is not None  # validate() reported any image problem
         job_name = req.job_name_for(spec, image_uri)
         placement = self._placement(spec, job_name, region, image_uri, self.account_id)
         request = req.build_request(spec, job_name=job_name, placement=placement)
-        return DryRun(self.name, spec, job_name, request, _notes(spec, placement))
+        return DryRun(self.name, spec, job_name, request, (*_placeholder_notes(spec, placement, region_unknown), *_notes(spec, placement)))
 
     def _placement(self, spec: JobSpec, job_name: str, region: str, image_uri: str, account: str | None) -> req.Placement:
-        assert spec.role is not None
-        return req.plan_placement(spec, job_name=job_name, region=region, role=spec.role, image_uri=image_uri,
+        return req.plan_placement(spec, job_name=job_name, region=region, role=spec.role or PLACEHOLDER_ROLE, image_uri=image_uri,
                                   account=account, bucket=self.bucket)
+
+    def _check_submittable(self, spec: JobSpec) -> None:
+        """What a dry run may leave open and a submit may not: a role, then a region."""
+        if not spec.role:
+            raise SpecError(req.role_issues(None))
+        self.resolved_region()  # raises UnavailableError with what to set
 
     # --- AWS --------------------------------------------------------------------------------------
 
@@ -150,6 +168,7 @@ class SageMakerScheduler(Scheduler):
         from smddp_sdk.schedulers.sagemaker.client import call
 
         spec, job_name = dryrun.spec, dryrun.job_name
+        self._check_submittable(spec)
         region = decode_hyperparameter(dryrun.request["HyperParameters"]["sagemaker_region"])
         image_uri = dryrun.request["AlgorithmSpecification"]["TrainingImage"]
         aws = self.clients(region)
@@ -363,7 +382,22 @@ def _uses_bucket(placement: req.Placement, bucket: str) -> bool:
     return output_bucket == bucket or (placement.code is not None and placement.code.bucket == bucket)
 
 
-def _notes(spec: JobSpec, placement: req.Placement) -> tuple[str, ...]:
+def _placeholder_notes(spec: JobSpec, placement: req.Placement, region_unknown: bool) -> list[str]:
+    """What the request shows in place of what is not known here, and where each comes from."""
+    notes = []
+    if region_unknown:
+        notes.append(f"placeholder: region {placement.region} (none is configured; submitting needs one: {REGION_HINT})")
+    if not spec.role:
+        notes.append(f"placeholder: role {placement.role_arn} (none is given; submitting needs one: role: in the job file, "
+                     "scheduler_options.sagemaker.role or SMDDP_ROLE)")
+    bucket = placement.default_bucket if _uses_bucket(placement, placement.default_bucket) else ""
+    where = [what for what, value in (("the role ARN", placement.role_arn), (f"the bucket s3://{bucket}", bucket)) if req.ACCOUNT_PLACEHOLDER in value]
+    if where:
+        notes.append(f"placeholder: {req.ACCOUNT_PLACEHOLDER} in {' and '.join(where)}, filled in from the credentials (sts:GetCallerIdentity) at submit")
+    return notes
+
+
+def _notes(spec: JobSpec, placement: req.Placement) -> list[str]:
     notes = []
     if placement.code is not None:
         parts = "source_dir" if spec.source_dir else "the entry point"
@@ -371,6 +405,4 @@ def _notes(spec: JobSpec, placement: req.Placement) -> tuple[str, ...]:
         notes.append(f"would upload sourcedir.tar.gz ({parts}{extra}) to {placement.code.uri}")
     if _uses_bucket(placement, placement.default_bucket):
         notes.append(f"would create s3://{placement.default_bucket} if it does not exist")
-    if placement.needs_account:
-        notes.append(f"{req.ACCOUNT_PLACEHOLDER} is filled in from the credentials (sts:GetCallerIdentity) at submit")
-    return tuple(notes)
+    return notes

@@ -23,8 +23,9 @@ _MAX_RETRIES = 30
 
 
 def spec_issues(spec: JobSpec) -> list[SpecIssue]:
-    """Every problem SageMaker would have with ``spec`` (the image choice itself is checked by ``images``)."""
-    issues = req.role_issues(spec.role)
+    """Every problem SageMaker would have with ``spec`` (the image choice itself is checked by ``images``).
+    A missing role is no problem yet: a dry run shows a placeholder, and ``run`` requires one."""
+    issues = req.role_issues(spec.role) if spec.role else []
     issues += _location_issues(spec)
     issues += _instance_issues(spec)
     issues += smddp_issues(spec)
