@@ -66,7 +66,10 @@ def test_a_dry_run_needs_no_region_role_or_credentials_and_says_what_is_a_placeh
     assert dry.request["OutputDataConfig"]["S3OutputPath"] == "s3://sagemaker-us-east-1-<account-id>/"
     placeholders = [note for note in dry.notes if note.startswith("placeholder: ")]
     assert [note.split(" (")[0].split(" in ")[0] for note in placeholders] == [
-        "placeholder: region us-east-1", "placeholder: role arn:aws:iam::<account-id>:role/<execution-role>", "placeholder: <account-id>"]
+        "placeholder: region us-east-1",
+        "placeholder: role arn:aws:iam::<account-id>:role/<execution-role>",
+        "placeholder: <account-id>",
+    ]
     assert "the role ARN and the bucket s3://sagemaker-us-east-1-<account-id>" in placeholders[2]
     # Submitting it is refused before AWS is asked anything: a role first (exit 2), then a region (exit 3).
     with pytest.raises(SpecError) as caught:
@@ -84,8 +87,9 @@ def test_a_configured_region_and_role_are_no_placeholders(make_spec) -> None:
 def test_every_problem_is_reported_at_once(make_spec, tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
-    spec = make_spec(role="arn:aws:iam::12:user/me", output_path=f"file://{tmp_path}", inputs={"train": str(data)},
-                     checkpoint_s3_uri="/local/ckpt", image_uri="docker.io/library/python:3.11", subnets=["subnet-1"])
+    spec = make_spec(
+        role="arn:aws:iam::12:user/me", output_path=f"file://{tmp_path}", inputs={"train": str(data)}, checkpoint_s3_uri="/local/ckpt", image_uri="docker.io/library/python:3.11", subnets=["subnet-1"]
+    )
     with pytest.raises(SpecError) as caught:
         scheduler().dryrun(spec)
     paths = issue_paths(caught.value)
@@ -185,8 +189,13 @@ def _spec_stub():
         ("2.2.0", "py310", "ml.c5.xlarge", None, "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.2.0-cpu-py310"),
         ("2.8", None, "ml.g5.2xlarge", None, "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.8-gpu-py312"),
         ("1.6.0", "py3", "ml.p4d.24xlarge", None, "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:1.6.0-gpu-py3-cu110-ubuntu18.04"),
-        ("2.2.0", "py310", "ml.p4d.24xlarge", {"torch_distributed": {"enabled": True}, "smdistributed": {"modelparallel": {"enabled": True}}},
-         "658645717510.dkr.ecr.us-west-2.amazonaws.com/smdistributed-modelparallel:2.2.0-gpu-py310-cu121"),
+        (
+            "2.2.0",
+            "py310",
+            "ml.p4d.24xlarge",
+            {"torch_distributed": {"enabled": True}, "smdistributed": {"modelparallel": {"enabled": True}}},
+            "658645717510.dkr.ecr.us-west-2.amazonaws.com/smdistributed-modelparallel:2.2.0-gpu-py310-cu121",
+        ),
     ],
 )
 def test_aws_image_resolution(version, py, instance, distribution, expected) -> None:
@@ -206,7 +215,6 @@ def test_request_builder_and_dryrun_import_without_boto3(code_dir: Path) -> None
         " instance_type='ml.g5.2xlarge', framework_version='2.5.1', py_version='py311'))\n"
         f"print(get_scheduler('sagemaker', region={REGION!r}).dryrun(spec).request['AlgorithmSpecification']['TrainingImage'])\n"
     )
-    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=False,
-                            cwd=Path(request.__file__).resolve().parents[3])
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=False, cwd=Path(request.__file__).resolve().parents[3])
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith("pytorch-training:2.5.1-gpu-py311")

@@ -68,8 +68,9 @@ class SageMakerScheduler(Scheduler):
         _text("output_path", "where model and output go when the job has none"),
         _text("profile", "AWS profile from ~/.aws/config"),
         # YAML reads 111122223333 as a number: taken as the 12 digits it spells.
-        Option("account_id", "str", None, "the account, to save an STS lookup", check=matching(r"\d{12}", "the 12-digit account id"),
-               convert=lambda account: None if account is None else str(account)),
+        Option(
+            "account_id", "str", None, "the account, to save an STS lookup", check=matching(r"\d{12}", "the 12-digit account id"), convert=lambda account: None if account is None else str(account)
+        ),
         Option("poll", "float", 10.0, "seconds between DescribeTrainingJob calls while following", check=seconds),
         Option("min_poll", "float", 5.0, "the shortest poll allowed (DescribeTrainingJob is rate-limited)", check=seconds),
         _python("session", "a boto3 session to make the clients from"),
@@ -143,8 +144,7 @@ class SageMakerScheduler(Scheduler):
         return DryRun(self.name, spec, job_name, request, (*_placeholder_notes(spec, placement, region_unknown), *_notes(spec, placement)))
 
     def _placement(self, spec: JobSpec, job_name: str, region: str, image_uri: str, account: str | None) -> req.Placement:
-        return req.plan_placement(spec, job_name=job_name, region=region, role=spec.role or PLACEHOLDER_ROLE, image_uri=image_uri,
-                                  account=account, bucket=self.bucket)
+        return req.plan_placement(spec, job_name=job_name, region=region, role=spec.role or PLACEHOLDER_ROLE, image_uri=image_uri, account=account, bucket=self.bucket)
 
     def _check_submittable(self, spec: JobSpec) -> None:
         """What a dry run may leave open and a submit may not: a role, then a region."""
@@ -277,8 +277,7 @@ class SageMakerScheduler(Scheduler):
             return self._poll_until_end(handle, poll, deadline)
         except KeyboardInterrupt:
             raise Detached(
-                f"detached from {handle}: the job keeps running on SageMaker (and keeps being billed)\n"
-                f"  reattach: smddp-launch logs --follow {handle}\n  stop it:  smddp-launch cancel {handle}"
+                f"detached from {handle}: the job keeps running on SageMaker (and keeps being billed)\n  reattach: smddp-launch logs --follow {handle}\n  stop it:  smddp-launch cancel {handle}"
             ) from None
 
     def _poll_until_end(self, handle: JobHandle, poll: float, deadline: float | None) -> JobStatus:
@@ -296,8 +295,7 @@ class SageMakerScheduler(Scheduler):
                 return end.value
             self.log_sink(f"{line.prefix} {line.text}")
 
-    def _follow(self, handle: JobHandle, *, hosts: Sequence[str] | None, ranks: Sequence[int] | None, poll: float,
-                deadline: float | None) -> Generator[LogLine, None, JobStatus]:
+    def _follow(self, handle: JobHandle, *, hosts: Sequence[str] | None, ranks: Sequence[int] | None, poll: float, deadline: float | None) -> Generator[LogLine, None, JobStatus]:
         """Status lines, log lines as they arrive, then billing; returns the final status."""
         from smddp_sdk.schedulers.sagemaker import logs as cloudwatch
 
@@ -357,8 +355,11 @@ def _parse(handle: JobHandle) -> tuple[str, str]:
 def _job_status(handle: JobHandle, description: dict[str, Any]) -> JobStatus:
     state = states.job_state(description)
     count = int(description.get("ResourceConfig", {}).get("InstanceCount", 0))
-    details = {key: description[key] for key in ("TrainingJobArn", "TrainingJobStatus", "SecondaryStatus", "FailureReason",
-                                                 "TrainingTimeInSeconds", "BillableTimeInSeconds", "CreationTime") if key in description}
+    details = {
+        key: description[key]
+        for key in ("TrainingJobArn", "TrainingJobStatus", "SecondaryStatus", "FailureReason", "TrainingTimeInSeconds", "BillableTimeInSeconds", "CreationTime")
+        if key in description
+    }
     details.update(states.attempt_details(description))
     return JobStatus(
         handle=handle,
@@ -373,8 +374,7 @@ def _job_status(handle: JobHandle, description: dict[str, Any]) -> JobStatus:
 
 def _next_steps(handle: JobHandle, region: str, job_name: str) -> str:
     console = f"https://{region}.console.aws.amazon.com/sagemaker/home?region={region}#/jobs/{job_name}"
-    return (f"Submitted {handle}\n  follow: smddp-launch logs --follow {handle}\n"
-            f"  status: smddp-launch status {handle}\n  stop:   smddp-launch cancel {handle}\n  console: {console}")
+    return f"Submitted {handle}\n  follow: smddp-launch logs --follow {handle}\n  status: smddp-launch status {handle}\n  stop:   smddp-launch cancel {handle}\n  console: {console}"
 
 
 def _uses_bucket(placement: req.Placement, bucket: str) -> bool:
@@ -388,8 +388,7 @@ def _placeholder_notes(spec: JobSpec, placement: req.Placement, region_unknown: 
     if region_unknown:
         notes.append(f"placeholder: region {placement.region} (none is configured; submitting needs one: {REGION_HINT})")
     if not spec.role:
-        notes.append(f"placeholder: role {placement.role_arn} (none is given; submitting needs one: role: in the job file, "
-                     "scheduler_options.sagemaker.role or SMDDP_ROLE)")
+        notes.append(f"placeholder: role {placement.role_arn} (none is given; submitting needs one: role: in a job file, role= in Python, SMDDP_ROLE or the sagemaker option role)")
     bucket = placement.default_bucket if _uses_bucket(placement, placement.default_bucket) else ""
     where = [what for what, value in (("the role ARN", placement.role_arn), (f"the bucket s3://{bucket}", bucket)) if req.ACCOUNT_PLACEHOLDER in value]
     if where:
