@@ -196,7 +196,7 @@ def _pop_sections(layer: Layer, problems: list[tuple[Source, SpecIssue]], *, req
     older form), which stay in the layer and apply to whichever scheduler runs the job."""
     given = layer.values.get("scheduler_options")
     source = layer.source_of("scheduler_options")
-    if given is None or (not required and not is_keyed_by_scheduler(given)):
+    if given is None or (not required and not _is_keyed_by_scheduler(given)):
         return {}
     del layer.values["scheduler_options"]
     if not isinstance(given, Mapping):
@@ -210,12 +210,11 @@ def _pop_sections(layer: Layer, problems: list[tuple[Source, SpecIssue]], *, req
         elif options is not None and not isinstance(options, Mapping):
             problems.append((source, SpecIssue(f"scheduler_options.{name}", f"must be a mapping of options, got {type(options).__name__}")))
         else:
-            moved = Source(source.kind, source.label, source.document, source.base_dir, moved_to="scheduler_options.", moved_from=f"scheduler_options.{name}.")
-            sections[str(name)] = (dict(options or {}), moved)
+            sections[str(name)] = (dict(options or {}), replace(source, moved_to="scheduler_options.", moved_from=f"scheduler_options.{name}."))
     return sections
 
 
-def is_keyed_by_scheduler(options: Any) -> bool:
+def _is_keyed_by_scheduler(options: Any) -> bool:
     """Whether ``scheduler_options`` holds per-scheduler sections: a scheduler's name mapped to options."""
     return isinstance(options, Mapping) and any(unknown_scheduler(name) is None and (value is None or isinstance(value, Mapping)) for name, value in options.items())
 
