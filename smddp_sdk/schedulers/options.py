@@ -65,27 +65,27 @@ class SchedulerOptions:
 
     def issues(self, given: Mapping[str, Any], *, unknown: bool = True) -> list[SpecIssue]:
         """Every problem at once: unknown names first (with ``unknown``), then bad values in declared order."""
-        found = self._unknown_names(given) if unknown else []
-        for option in self.declared:
-            if option.name in given:
-                found += option.issues(given[option.name])
-        return found
+        return [*(self._unknown_names(given, self.names()) if unknown else []), *self._value_issues(given)]
 
     def file_issues(self, given: Mapping[str, Any]) -> list[SpecIssue]:
         """What a job file or user config may not say: the issues above, and Python-only options."""
-        return [*self.issues(given), *self._code_only(given)]
+        return [*self.name_issues(given), *self._value_issues(given)]
 
     def name_issues(self, given: Mapping[str, Any]) -> list[SpecIssue]:
         """Only the names a file may not use (for another scheduler's section, whose values are its own business until it runs)."""
-        return [*self._unknown_names(given), *self._code_only(given)]
+        code_only = [
+            SpecIssue(f"scheduler_options.{option.name}", "can only be given from Python (it is an object, not a value)") for option in self.declared if option.code_only and option.name in given
+        ]
+        return [*self._unknown_names(given, tuple(option.name for option in self.declared if not option.code_only)), *code_only]
 
-    def _unknown_names(self, given: Mapping[str, Any]) -> list[SpecIssue]:
-        names = self.names()
-        expected = f"expected one of {', '.join(names)}" if names else f"the {self.scheduler} scheduler takes no options"
-        return [SpecIssue(f"scheduler_options.{key}", f"unknown option of the {self.scheduler} scheduler", did_you_mean(key, names) or expected) for key in given if key not in names]
+    def _unknown_names(self, given: Mapping[str, Any], expected: tuple[str, ...]) -> list[SpecIssue]:
+        """Names not declared, each with a did-you-mean among ``expected`` (what the caller can give) or their list."""
+        declared = self.names()
+        listed = f"expected one of {', '.join(expected)}" if expected else f"the {self.scheduler} scheduler takes no options"
+        return [SpecIssue(f"scheduler_options.{key}", f"unknown option of the {self.scheduler} scheduler", did_you_mean(key, expected) or listed) for key in given if key not in declared]
 
-    def _code_only(self, given: Mapping[str, Any]) -> list[SpecIssue]:
-        return [SpecIssue(f"scheduler_options.{option.name}", "can only be given from Python (it is an object, not a value)") for option in self.declared if option.code_only and option.name in given]
+    def _value_issues(self, given: Mapping[str, Any]) -> list[SpecIssue]:
+        return [issue for option in self.declared if option.name in given for issue in option.issues(given[option.name])]
 
     def resolve(self, given: Mapping[str, Any]) -> dict[str, Any]:
         """Checked values with defaults filled in and converted; raises SpecError with every problem."""
