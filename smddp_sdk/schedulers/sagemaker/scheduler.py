@@ -110,12 +110,12 @@ class SageMakerScheduler(Scheduler):
         except ImportError:
             raise UnavailableError(f"no AWS region configured; {REGION_HINT} (or {INSTALL_HINT} to read ~/.aws/config)") from None
 
-    def planned_region(self) -> tuple[str, bool]:
-        """The region a dry run plans for, and whether it is the placeholder (none configured anywhere)."""
+    def planned_region(self) -> tuple[str, str]:
+        """The region a dry run plans for, and why it is the placeholder ("" when it is not)."""
         try:
-            return self.resolved_region(), False
-        except UnavailableError:
-            return PLACEHOLDER_REGION, True
+            return self.resolved_region(), ""
+        except UnavailableError as err:  # none configured, boto3 missing to read ~/.aws/config, a bad profile
+            return PLACEHOLDER_REGION, str(err)
 
     def resolve(self, spec: JobSpec) -> JobSpec:
         """The spec with this scheduler's role/code_location/output_path filled in where it has none."""
@@ -135,13 +135,13 @@ class SageMakerScheduler(Scheduler):
     def plan(self, spec: JobSpec) -> DryRun:
         """The exact request, with placeholders where the account, the role or the region is not known
         (``run`` fills the account in and refuses the others)."""
-        region, region_unknown = self.planned_region()
+        region, region_problem = self.planned_region()
         image_uri, _ = req.resolve_image(spec, region)
         assert image_uri is not None  # validate() reported any image problem
         job_name = req.job_name_for(spec, image_uri)
         placement = self._placement(spec, job_name, region, image_uri, self.account_id)
         request = req.build_request(spec, job_name=job_name, placement=placement)
-        return DryRun(self.name, spec, job_name, request, (*_placeholder_notes(spec, placement, region_unknown), *_notes(spec, placement)))
+        return DryRun(self.name, spec, job_name, request, (*_placeholder_notes(spec, placement, region_problem), *_notes(spec, placement)))
 
     def _placement(self, spec: JobSpec, job_name: str, region: str, image_uri: str, account: str | None) -> req.Placement:
         return req.plan_placement(spec, job_name=job_name, region=region, role=spec.role or PLACEHOLDER_ROLE, image_uri=image_uri, account=account, bucket=self.bucket)
@@ -382,11 +382,11 @@ def _uses_bucket(placement: req.Placement, bucket: str) -> bool:
     return output_bucket == bucket or (placement.code is not None and placement.code.bucket == bucket)
 
 
-def _placeholder_notes(spec: JobSpec, placement: req.Placement, region_unknown: bool) -> list[str]:
+def _placeholder_notes(spec: JobSpec, placement: req.Placement, region_problem: str) -> list[str]:
     """What the request shows in place of what is not known here, and where each comes from."""
     notes = []
-    if region_unknown:
-        notes.append(f"placeholder: region {placement.region} (none is configured; submitting needs one: {REGION_HINT})")
+    if region_problem:
+        notes.append(f"placeholder: region {placement.region} (submitting needs a real one: {region_problem})")
     if not spec.role:
         notes.append(f"placeholder: role {placement.role_arn} (none is given; submitting needs one: role: in a job file, role= in Python, SMDDP_ROLE or the sagemaker option role)")
     bucket = placement.default_bucket if _uses_bucket(placement, placement.default_bucket) else ""
