@@ -45,8 +45,7 @@ def job_file_reference() -> str:
 
 def _scheduler_options_section() -> str:
     """Each scheduler's options, from their declarations (the same rows ``smddp-launch options`` prints)."""
-    parts = ["What each scheduler accepts under `scheduler_options:` (`-o KEY=VALUE` on the command line, "
-             "`scheduler_options={...}` in Python); unknown names and bad values are reported at once."]
+    parts = [_SECTIONS, "What each scheduler accepts in its section (`-o KEY=VALUE` on the command line, `scheduler_options={...}` in Python); unknown names and bad values are reported at once."]
     for name in SCHEDULER_NAMES:
         declared = list(scheduler_class(name).options)
         rows = [f"| `{o.name}` | {o.type} | `{o.default!r}` | {o.help} |" for o in declared if not o.code_only]
@@ -103,8 +102,7 @@ def _default_text(value: Any, name: str) -> str:
 
 def _distribution_section(schema: dict[str, Any]) -> str:
     lines = [
-        "One of these keys (`smdistributed.dataparallel` and `torch_distributed` may be combined, as on SageMaker). "
-        "Unknown keys and options are errors with a suggestion, not silently dropped.",
+        "One of these keys (`smdistributed.dataparallel` and `torch_distributed` may be combined, as on SageMaker). Unknown keys and options are errors with a suggestion, not silently dropped.",
         "",
         "| Key | Options |",
         "|---|---|",
@@ -140,6 +138,29 @@ A job file is YAML whose keys are the `JobSpec` fields, named as SageMaker SDK v
 (`PyTorch(entry_point=..., instance_count=...)` takes the same names), plus `scheduler` and
 `scheduler_options`. `smddp-launch init` writes this commented starting point:"""
 
+_SECTIONS = """\
+One job file runs on every scheduler: key `scheduler_options` by scheduler, and `--scheduler` (or
+`scheduler:`) picks the section that applies. Only that section's values are checked as its scheduler's
+options; the other sections are checked for names their scheduler does not take (`unknown option of the
+docker scheduler 'shm_sise' (did you mean 'shm_size'?)`), so a typo is found before the job ever goes there.
+
+```yaml
+instance_type: ml.p4d.24xlarge   # 8 GPUs on SageMaker; 2 ranks per simulated host here
+scheduler: local                 # smddp-launch job.yaml --scheduler docker | sagemaker | slurm
+scheduler_options:
+  local:
+    processes_per_host: 2
+  docker:
+    processes_per_host: 2
+  sagemaker:
+    region: us-west-2
+```
+
+Options written without a scheduler's name (`scheduler_options: {processes_per_host: 2}`, the older
+form) apply to whichever scheduler runs the job, so that file runs only where they are options. The chosen
+scheduler's options come from its section in the user config, then its section in the job file, then
+`SMDDP_SCHEDULER_OPTIONS` and `-o` flags, each above the one before."""
+
 _PRECEDENCE = f"""\
 ## Where values come from
 
@@ -151,7 +172,7 @@ variables, command-line flags. `smddp-launch run job.yaml --dryrun` prints every
 
 The user config file is `~/.config/smddp/config.yaml` (`$XDG_CONFIG_HOME/smddp/config.yaml` when that
 is set), or the file `{CONFIG_ENV}` names (`{CONFIG_ENV}=` turns it off). It takes the same keys as a job
-file, except that `scheduler_options` is keyed by scheduler, so one file serves every job:
+file; there `scheduler_options` is always keyed by scheduler, so one file serves every job:
 
 ```yaml
 role: arn:aws:iam::111122223333:role/SageMakerRole
@@ -175,6 +196,7 @@ job.yaml:8:5: distribution.smdistributed: unknown smdistributed strategy 'datapa
 3 problems found. See `smddp-launch schema` or docs/job-file.md
 ```"""
 
+
 def _limits_section() -> str:
     """The bounds of specs/limits.py, so this table cannot drift from the checks."""
     reserved = ", ".join(f"`{name}`" for name in limits.RESERVED_ENVIRONMENT)
@@ -185,9 +207,15 @@ def _limits_section() -> str:
         ("`max_run`, `max_wait`", f"at most {limits.MAX_RUN_SECONDS} seconds (28 days, SageMaker's ceiling)"),
         ("`volume_size`", f"at most {limits.MAX_VOLUME_SIZE_GB} GB"),
         ("`job_name`, `base_job_name`", f"1 to {limits.MAX_NAME_LENGTH} letters, digits and hyphens, starting and ending with a letter or digit (so never a path)"),
-        ("`hyperparameters`", f"text names without NUL; values that encode as JSON (no NaN or infinity, no dates, sets or bytes; at most {limits.MAX_JSON_DEPTH} levels deep) without NUL; {limits.MAX_HYPERPARAMETERS_BYTES // 1024} KiB in all, encoded (a rank's argv)"),
+        (
+            "`hyperparameters`",
+            f"text names without NUL; values that encode as JSON (no NaN or infinity, no dates, sets or bytes; at most {limits.MAX_JSON_DEPTH} levels deep) without NUL; {limits.MAX_HYPERPARAMETERS_BYTES // 1024} KiB in all, encoded (a rank's argv)",
+        ),
         ("`environment`", f"names of letters, digits and `_` not starting with a digit; values without NUL; {limits.MAX_ENVIRONMENT_BYTES // 1024} KiB in all; not {reserved}"),
-        ("the job file", f"at most {limits.MAX_YAML_BYTES // 1024} KiB, {limits.MAX_YAML_DEPTH} levels of nesting and {limits.MAX_YAML_NODES} values with aliases expanded, integers of at most {limits.MAX_INT_DIGITS} digits; no recursive aliases; top-level keys are text"),
+        (
+            "the job file",
+            f"at most {limits.MAX_YAML_BYTES // 1024} KiB, {limits.MAX_YAML_DEPTH} levels of nesting and {limits.MAX_YAML_NODES} values with aliases expanded, integers of at most {limits.MAX_INT_DIGITS} digits; no recursive aliases; top-level keys are text",
+        ),
     ]
     table = "\n".join(["| What | Limit |", "|---|---|", *(f"| {what} | {limit} |" for what, limit in rows)])
     return (

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -112,14 +112,18 @@ def resolve_job(
     document = load_yaml_file(job_file, job_file_name) if job_file is not None else None
     job_base = (job_file.parent if job_file.is_absolute() else (cwd / job_file).parent) if job_file else cwd
 
-    config, config_options = _user_config_layer(environ, problems)
-    layers = [layer for layer in (config, _mapping_layer(document, "file", job_base, problems), env_layer(environ, cwd), flags) if layer]
+    config, config_sections = _user_config_layer(environ, problems)
+    file = _mapping_layer(document, "file", job_base, problems)
+    file_sections = _pop_sections(file, problems, required=False) if file else {}
+    layers = [layer for layer in (config, file, env_layer(environ, cwd), flags) if layer]
     for layer in layers:
         problems += layer.issues
     values, sources = merge(layers)
 
     scheduler = _scheduler_name(values, sources, problems)
-    options = _scheduler_options(values, sources, scheduler, config_options, problems)
+    sections = [config_sections, file_sections]
+    options = _scheduler_options(values, sources, scheduler, sections, problems)
+    problems += _other_sections_issues(scheduler, sections)
     _anchor_paths(values, sources, job_base)
 
     spec = None
@@ -130,12 +134,22 @@ def resolve_job(
     if scheduler:
         problems += [(lookup_source(sources, issue.path), issue) for issue in check_scheduler_options(scheduler, options)]
     if problems or spec is None:
-        missing = any(issue.message == "is required" for _, issue in problems)
-        advice = "No job file was given: name one (smddp-launch run job.yaml), or set --entry-point and --instance-type." if missing and not document else ""
-        raise JobFileError([locate(source, issue, document) for source, issue in problems], advice)
+        raise JobFileError([locate(source, issue, document) for source, issue in problems], _advice(problems, document))
     values["scheduler"], values["scheduler_options"] = scheduler, options
     warnings = tuple(warning for layer in layers for warning in layer.warnings)
     return ResolvedJob(spec, scheduler, options, values, sources, document, warnings)
+
+
+def _advice(problems: list[tuple[Source, SpecIssue]], document: YamlDocument | None) -> str:
+    """One more line when the problems point at a better way to write the job."""
+    if not document and any(issue.message == "is required" for _, issue in problems):
+        return "No job file was given: name one (smddp-launch run job.yaml), or set --entry-point and --instance-type."
+    if any(source.kind == "file" and not source.moved_to and issue.message.startswith("unknown option of the") for source, issue in problems):
+        return (
+            "Options under scheduler_options apply to whichever scheduler runs the job; key them by scheduler "
+            "(scheduler_options: {local: {processes_per_host: 2}}) so one job file serves every scheduler."
+        )
+    return ""
 
 
 def locate(source: Source, issue: SpecIssue, document: YamlDocument | None) -> LocatedIssue:
@@ -150,16 +164,21 @@ def locate(source: Source, issue: SpecIssue, document: YamlDocument | None) -> L
     return LocatedIssue(where, issue, mark)
 
 
-def check_scheduler_options(scheduler: str, options: Mapping[str, Any]) -> list[SpecIssue]:
-    """Every problem with ``scheduler``'s options, from their declarations (skipped if it cannot load)."""
+def check_scheduler_options(scheduler: str, options: Mapping[str, Any], *, values: bool = True) -> list[SpecIssue]:
+    """Every problem with ``scheduler``'s options, from their declarations (skipped if it cannot load);
+    without ``values``, only names the scheduler does not take from a file."""
     try:
         declared = scheduler_class(scheduler).options
     except ImportError:
         return []  # the CLI reports an unavailable scheduler when it needs one
-    return declared.file_issues(options)
+    return declared.file_issues(options) if values else declared.name_issues(options)
 
 
-def _user_config_layer(environ: Mapping[str, str], problems: list[tuple[Source, SpecIssue]]) -> tuple[Layer | None, dict[str, Any]]:
+# The options of one scheduler from one file's section, and where that section was written.
+Section = tuple[dict[str, Any], Source]
+
+
+def _user_config_layer(environ: Mapping[str, str], problems: list[tuple[Source, SpecIssue]]) -> tuple[Layer | None, dict[str, Section]]:
     path, explicit = user_config_path(environ)
     if path is None or (not explicit and not path.is_file()):
         return None, {}
@@ -168,19 +187,36 @@ def _user_config_layer(environ: Mapping[str, str], problems: list[tuple[Source, 
     layer = _mapping_layer(load_yaml_file(path, _display_path(path)), "config", path.parent, problems)
     if layer is None:
         return None, {}
-    by_scheduler = layer.values.pop("scheduler_options", None)
+    return layer, _pop_sections(layer, problems, required=True)
+
+
+def _pop_sections(layer: Layer, problems: list[tuple[Source, SpecIssue]], *, required: bool) -> dict[str, Section]:
+    """Take per-scheduler sections (``scheduler_options: {local: {...}, sagemaker: {...}}``) out of a file's
+    layer. The user config ``required`` them; a job file may also give one scheduler's options flat (the
+    older form), which stay in the layer and apply to whichever scheduler runs the job."""
+    given = layer.values.get("scheduler_options")
     source = layer.source_of("scheduler_options")
-    if by_scheduler is None:
-        return layer, {}
-    if not isinstance(by_scheduler, Mapping):
+    if given is None or (not required and not _is_keyed_by_scheduler(given)):
+        return {}
+    del layer.values["scheduler_options"]
+    if not isinstance(given, Mapping):
         problems.append((source, SpecIssue("scheduler_options", "in the user config, must map scheduler names to options", "e.g. scheduler_options: {sagemaker: {region: us-west-2}}")))
-        return layer, {}
-    for name, options in by_scheduler.items():
+        return {}
+    sections: dict[str, Section] = {}
+    for name, options in given.items():
         if unknown := unknown_scheduler(name, f"scheduler_options.{name}"):
-            problems.append((source, unknown))
-        elif not isinstance(options, Mapping):
+            hint = unknown.hint if required or unknown.hint.startswith("did you mean") else f"options go under the scheduler they are for, e.g. scheduler_options.local.{name}"
+            problems.append((source, SpecIssue(unknown.path, "unknown scheduler section", hint)))
+        elif options is not None and not isinstance(options, Mapping):
             problems.append((source, SpecIssue(f"scheduler_options.{name}", f"must be a mapping of options, got {type(options).__name__}")))
-    return layer, {str(name): (dict(options), source) for name, options in by_scheduler.items() if isinstance(options, Mapping)}
+        else:
+            sections[str(name)] = (dict(options or {}), replace(source, moved_to="scheduler_options.", moved_from=f"scheduler_options.{name}."))
+    return sections
+
+
+def _is_keyed_by_scheduler(options: Any) -> bool:
+    """Whether ``scheduler_options`` holds per-scheduler sections: a scheduler's name mapped to options."""
+    return isinstance(options, Mapping) and any(unknown_scheduler(name) is None and (value is None or isinstance(value, Mapping)) for name, value in options.items())
 
 
 def _display_path(path: Path) -> str:
@@ -220,21 +256,37 @@ def _scheduler_options(
     values: dict[str, Any],
     sources: dict[str, Source],
     scheduler: str,
-    config_options: dict[str, Any],
+    sections: list[dict[str, Section]],
     problems: list[tuple[Source, SpecIssue]],
 ) -> dict[str, Any]:
+    """The chosen scheduler's options: its sections (user config, then job file) under the options given
+    flat (a job file's older form, SMDDP_SCHEDULER_OPTIONS, -o flags), each value keeping its source."""
     given = values.pop("scheduler_options", None) or {}
     if not isinstance(given, Mapping):
         problems.append((lookup_source(sources, "scheduler_options"), SpecIssue("scheduler_options", f"must be a mapping of option names to values, got {type(given).__name__}")))
         given = {}
-    defaults, config_source = config_options.get(scheduler, ({}, None))
-    for name in defaults:
-        if name not in given and config_source is not None:
-            sources[f"scheduler_options.{name}"] = Source(
-                config_source.kind, config_source.label, config_source.document, config_source.base_dir,
-                moved_to="scheduler_options.", moved_from=f"scheduler_options.{scheduler}.",
-            )
-    return {**defaults, **given}
+    options: dict[str, Any] = {}
+    for by_scheduler in sections:
+        section, source = by_scheduler.get(scheduler, ({}, None))
+        for name, value in section.items():
+            options[name] = value
+            if name not in given and source is not None:
+                sources[f"scheduler_options.{name}"] = source
+    return {**options, **given}
+
+
+def _other_sections_issues(scheduler: str, sections: list[dict[str, Section]]) -> list[tuple[Source, SpecIssue]]:
+    """Names that no other scheduler takes, in the sections the chosen scheduler does not read: a typo
+    in the sagemaker section is found while the job still runs locally."""
+    problems = []
+    for by_scheduler in sections:
+        for name, (section, source) in by_scheduler.items():
+            if name == scheduler:
+                continue
+            written = replace(source, moved_to="", moved_from="")  # the paths below name the section already
+            for issue in check_scheduler_options(name, section, values=False):
+                problems.append((written, SpecIssue(issue.path.replace("scheduler_options.", f"scheduler_options.{name}.", 1), issue.message, issue.hint)))
+    return problems
 
 
 def _anchor_paths(values: dict[str, Any], sources: dict[str, Source], job_base: Path) -> None:
@@ -280,8 +332,8 @@ def _reading_order(item: LocatedIssue) -> tuple[int, str, Mark]:
 def user_scheduler_options(scheduler: str, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The user config's options for one scheduler (for commands that act on a handle, not a job file)."""
     problems: list[tuple[Source, SpecIssue]] = []
-    _, by_scheduler = _user_config_layer(os.environ if environ is None else environ, problems)
+    _, sections = _user_config_layer(os.environ if environ is None else environ, problems)
     if problems:
         raise JobFileError([locate(source, issue, None) for source, issue in problems])
-    options, _ = by_scheduler.get(scheduler, ({}, None))
+    options, _ = sections.get(scheduler, ({}, None))
     return dict(options)

@@ -64,7 +64,7 @@ FIELD_DOCS: dict[str, str] = {
     "enable_sagemaker_metrics": "Publish metric_definitions to SageMaker's metrics.",
     "metric_definitions": "Metrics parsed from the logs: a list of `{Name, Regex}`.",
     "scheduler": "Where the job runs: `local`, `docker`, `sagemaker` or `slurm` (default: `local` for local* instance types, else `sagemaker`).",
-    "scheduler_options": "Options for the chosen scheduler, passed to it as keyword arguments (`smddp-launch options <scheduler>` lists them).",
+    "scheduler_options": "Options by scheduler (`local:`, `docker:`, `sagemaker:`, `slurm:`), the chosen one's passed to it as keyword arguments (`smddp-launch options <scheduler>` lists them); see [scheduler_options](#scheduler_options).",
 }
 
 _NONE_TYPE = type(None)
@@ -86,7 +86,7 @@ def required_fields() -> tuple[str, ...]:
 
 
 def scalar_kind(name: str) -> str | None:
-    """"str", "int" or "bool" for fields written as one scalar (nullable ones included); None otherwise."""
+    """ "str", "int" or "bool" for fields written as one scalar (nullable ones included); None otherwise."""
     hint = typing.get_type_hints(JobSpec).get(name)
     members = [m for m in _union_members(hint) if m is not _NONE_TYPE]
     if len(members) == 1 and members[0] in (str, int, bool):

@@ -67,8 +67,12 @@ metric_definitions:
 # role: arn:aws:iam::111122223333:role/SageMakerRole
 # output_path: s3://my-bucket/smddp-jobs
 
-# Scheduler options (smddp-launch options {self.scheduler}).
-# scheduler_options: {{}}
+# Options by scheduler; --scheduler picks the section that applies (smddp-launch options {self.scheduler}).
+# scheduler_options:
+#   local:
+#     processes_per_host: 2
+#   sagemaker:
+#     region: us-west-2
 """
 
 

@@ -29,6 +29,7 @@ KEY_PROBLEMS = (
     "unknown distribution",
     "unknown smdistributed strategy",
     "unknown scheduler option",
+    "unknown scheduler section",
     "keys must be strings",
     "duplicate key",
 )

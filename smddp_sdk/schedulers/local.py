@@ -64,7 +64,7 @@ class LocalScheduler(HostTreeScheduler):
             ranks=_rank_summary(spec, len(hosts), num_gpus),
             inputs={name: _input_request(channel, name) for name, channel in spec.inputs.items()},
         )
-        return DryRun(self.name, spec, job_name, {**request, "keep_job_dir": self.keep_job_dir}, (*_notes(spec), *fidelity.notes(spec, self.name, len(hosts))))
+        return DryRun(self.name, spec, job_name, {**request, "keep_job_dir": self.keep_job_dir}, (*_notes(spec, num_gpus), *fidelity.notes(spec, self.name, len(hosts))))
 
     def _process(self, spec: JobSpec, job_dir: JobDir, job_name: str, hosts: list[str], host: str, num_gpus: int | None) -> dict[str, Any]:
         """How one host starts: the runtime's command and environment."""
@@ -116,7 +116,7 @@ def _rank_summary(spec: JobSpec, host_count: int, num_gpus: int | None) -> dict[
     return {"launcher": spec.distribution.launcher, "processes_per_host": per_host, "world_size": world}
 
 
-def _notes(spec: JobSpec) -> tuple[str, ...]:
+def _notes(spec: JobSpec, num_gpus: int | None) -> tuple[str, ...]:
     notes = []
     if spec.image_uri:
         notes.append(f"image_uri {spec.image_uri!r} is not used locally: the runtime runs on this machine's Python (use scheduler='docker' to run the image)")
@@ -128,7 +128,8 @@ def _notes(spec: JobSpec) -> tuple[str, ...]:
         notes.append("local_gpu: every simulated host sees all of this machine's GPUs, so the hosts share them")
     instance = spec.instance
     if instance is not None and instance.gpus:
-        notes.append(f"{spec.instance_type} has {instance.gpus} GPUs: each host plans that many ranks; on a CPU machine they run on CPU")
+        ranks = "each host plans that many ranks" if num_gpus in (None, instance.gpus) else f"each host runs {num_gpus} ranks (processes_per_host)"
+        notes.append(f"{spec.instance_type} has {instance.gpus} GPUs: {ranks}; on a CPU machine they run on CPU")
     return tuple(notes)
 
 

@@ -65,20 +65,27 @@ class SchedulerOptions:
 
     def issues(self, given: Mapping[str, Any], *, unknown: bool = True) -> list[SpecIssue]:
         """Every problem at once: unknown names first (with ``unknown``), then bad values in declared order."""
-        names = self.names()
-        expected = f"expected one of {', '.join(names)}" if names else f"the {self.scheduler} scheduler takes no options"
-        found = [SpecIssue(f"scheduler_options.{key}", f"unknown option of the {self.scheduler} scheduler", did_you_mean(key, names) or expected) for key in given if unknown and key not in names]
-        for option in self.declared:
-            if option.name in given:
-                found += option.issues(given[option.name])
-        return found
+        return [*(self._unknown_names(given, self.names()) if unknown else []), *self._value_issues(given)]
 
     def file_issues(self, given: Mapping[str, Any]) -> list[SpecIssue]:
         """What a job file or user config may not say: the issues above, and Python-only options."""
+        return [*self.name_issues(given), *self._value_issues(given)]
+
+    def name_issues(self, given: Mapping[str, Any]) -> list[SpecIssue]:
+        """Only the names a file may not use (for another scheduler's section, whose values are its own business until it runs)."""
         code_only = [
             SpecIssue(f"scheduler_options.{option.name}", "can only be given from Python (it is an object, not a value)") for option in self.declared if option.code_only and option.name in given
         ]
-        return [*self.issues(given), *code_only]
+        return [*self._unknown_names(given, tuple(option.name for option in self.declared if not option.code_only)), *code_only]
+
+    def _unknown_names(self, given: Mapping[str, Any], expected: tuple[str, ...]) -> list[SpecIssue]:
+        """Names not declared, each with a did-you-mean among ``expected`` (what the caller can give) or their list."""
+        declared = self.names()
+        listed = f"expected one of {', '.join(expected)}" if expected else f"the {self.scheduler} scheduler takes no options"
+        return [SpecIssue(f"scheduler_options.{key}", f"unknown option of the {self.scheduler} scheduler", did_you_mean(key, expected) or listed) for key in given if key not in declared]
+
+    def _value_issues(self, given: Mapping[str, Any]) -> list[SpecIssue]:
+        return [issue for option in self.declared if option.name in given for issue in option.issues(given[option.name])]
 
     def resolve(self, given: Mapping[str, Any]) -> dict[str, Any]:
         """Checked values with defaults filled in and converted; raises SpecError with every problem."""
@@ -147,6 +154,7 @@ RETRY_SCRIPT_ERRORS = Option(
     check=boolean,
 )
 STOP_GRACE_PERIOD = Option("stop_grace_period", "float", 10.0, "seconds between SIGTERM and SIGKILL on cancel", check=seconds, convert=float)
+
 
 def interrupt_times(value: Any) -> tuple[float, ...] | None:
     """``interrupt_after`` as seconds since the job's start, sorted: a number, a list of numbers, or

@@ -235,9 +235,11 @@ def test_validate_json_lists_problems_with_positions(invoke, isolated):
 
 
 def test_an_unavailable_environment_is_exit_3_without_traceback(invoke, isolated):
-    # SageMaker with no AWS region anywhere (isolated HOME, no AWS_* variables): nothing can be planned.
-    make_job(isolated, "scheduler: sagemaker\nrole: arn:aws:iam::111122223333:role/SageMakerRole\noutput_path: s3://bucket/out\n")
-    result = invoke("run", "job.yaml", "--dryrun", env={"AWS_CONFIG_FILE": str(isolated / "none"), "AWS_SHARED_CREDENTIALS_FILE": str(isolated / "none")})
+    # SageMaker with no AWS region anywhere (isolated HOME, no AWS_* variables): a dry run shows a
+    # placeholder region, a submit cannot go anywhere.
+    make_job(isolated, "scheduler: sagemaker\nrole: arn:aws:iam::111122223333:role/SageMakerRole\noutput_path: s3://bucket/out\n"
+                       "image_uri: 111122223333.dkr.ecr.us-west-2.amazonaws.com/smddp-sdk:latest\n")
+    result = invoke("run", "job.yaml", env={"AWS_CONFIG_FILE": str(isolated / "none"), "AWS_SHARED_CREDENTIALS_FILE": str(isolated / "none")})
     assert result.exit_code == 3, result.output
     assert result.stdout == ""
     assert "Traceback" not in result.output

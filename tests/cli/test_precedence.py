@@ -27,8 +27,7 @@ def job(isolated: Path) -> Path:
 
 @pytest.fixture
 def user_config(isolated: Path) -> Path:
-    return write(isolated.parent / "home" / ".config" / "smddp" / "config.yaml",
-                 "max_run: 10\nrole: arn:aws:iam::111122223333:role/Default\nhyperparameters:\n  seed: 7\n")
+    return write(isolated.parent / "home" / ".config" / "smddp" / "config.yaml", "max_run: 10\nrole: arn:aws:iam::111122223333:role/Default\nhyperparameters:\n  seed: 7\n")
 
 
 def flags(**params) -> object:
@@ -87,8 +86,7 @@ def test_environment_strings_stay_verbatim_and_numbers_are_parsed(job: Path):
 
 def test_problems_are_reported_where_the_value_was_set(job: Path):
     with pytest.raises(JobFileError) as caught:
-        resolve_job(Path("job.yaml"), environ={"SMDDP_INSTANCE_COUNT": "many", "SMDDP_SCHEDULER": "dokcer"},
-                    flags=flags(settings=[("instance_cout", "2")], max_run=0))
+        resolve_job(Path("job.yaml"), environ={"SMDDP_INSTANCE_COUNT": "many", "SMDDP_SCHEDULER": "dokcer"}, flags=flags(settings=[("instance_cout", "2")], max_run=0))
     rendered = str(caught.value).splitlines()
     assert "SMDDP_INSTANCE_COUNT: instance_count: must be an integer, got 'many'" in rendered
     assert "SMDDP_SCHEDULER: scheduler: unknown scheduler 'dokcer' (did you mean 'docker'?)" in rendered
@@ -117,7 +115,7 @@ def test_per_scheduler_options_in_the_user_config(job: Path, user_config: Path):
     user_config.write_text("scheduler_options:\n  locl:\n    keep_job_dir: false\n")
     with pytest.raises(JobFileError) as caught:
         resolve_job(Path("job.yaml"), environ={})
-    assert "~/.config/smddp/config.yaml:2:3: scheduler_options.locl: unknown scheduler 'locl' (did you mean 'local'?)" in str(caught.value)
+    assert "~/.config/smddp/config.yaml:2:3: scheduler_options: unknown scheduler section 'locl' (did you mean 'local'?)" in str(caught.value)
 
 
 def test_smddp_config_names_the_user_config(job: Path, isolated: Path):
@@ -130,7 +128,74 @@ def test_smddp_config_names_the_user_config(job: Path, isolated: Path):
 
 
 def test_resolved_job_shows_the_source_of_every_value(job: Path, user_config: Path, isolated: Path):
-    resolved = resolve_job(Path("job.yaml"), environ={"SMDDP_BASE_JOB_NAME": "mnist"},
-                           flags=flags(instance_count=4, environment=[("NCCL_DEBUG", "WARN")], script_args=["--lr", "0.2"]))
+    resolved = resolve_job(Path("job.yaml"), environ={"SMDDP_BASE_JOB_NAME": "mnist"}, flags=flags(instance_count=4, environment=[("NCCL_DEBUG", "WARN")], script_args=["--lr", "0.2"]))
     text = normalise(render_resolved(resolved, "mnist-generated-name"), (str(isolated.parent), "<tmp>"))
     assert_golden("resolved_job.txt", text)
+
+
+SECTIONS = """entry_point: train.py
+instance_type: ml.p4d.24xlarge
+scheduler: local
+scheduler_options:
+  local:
+    processes_per_host: 2
+  docker:
+    processes_per_host: 2
+    shm_size: 1g
+  sagemaker:
+    region: us-west-2
+  slurm:
+"""
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "expected", "line"),
+    [
+        ("local", {"processes_per_host": 2}, "job.yaml:6"),
+        ("docker", {"processes_per_host": 2, "shm_size": "1g"}, "job.yaml:8"),
+        ("sagemaker", {"region": "us-west-2"}, "job.yaml:11"),
+        ("slurm", {}, None),
+    ],
+)
+def test_one_job_file_serves_every_scheduler(job: Path, scheduler: str, expected: dict, line: str | None):
+    job.write_text(SECTIONS)
+    resolved = resolve_job(Path("job.yaml"), environ={}, flags=flags(scheduler=scheduler))
+    assert (resolved.scheduler, resolved.scheduler_options) == (scheduler, expected)
+    if line:
+        first = next(iter(expected))
+        assert resolved.source(f"scheduler_options.{first}").describe(f"scheduler_options.{first}") == line
+
+
+def test_sections_stack_user_config_then_job_file_then_flags(job: Path, user_config: Path):
+    user_config.write_text("scheduler_options:\n  local:\n    keep_job_dir: false\n    stop_grace_period: 5\n")
+    job.write_text("entry_point: train.py\ninstance_type: local\nscheduler_options:\n  local:\n    stop_grace_period: 7\n    processes_per_host: 3\n")
+    resolved = resolve_job(Path("job.yaml"), environ={}, flags=flags(scheduler_option=[("processes_per_host", "4")]))
+    assert resolved.scheduler_options == {"keep_job_dir": False, "stop_grace_period": 7, "processes_per_host": 4}
+    assert resolved.source("scheduler_options.stop_grace_period").describe("scheduler_options.stop_grace_period") == "job.yaml:5"
+
+
+def test_the_other_sections_are_checked_for_names_only_every_problem_at_once(job: Path):
+    job.write_text(SECTIONS.replace("shm_size", "shm_sise").replace("region", "regoin") + "  slurmm:\n    partition: gpu\n  keep_job_dir: false\n  sagemaker_extra:\n")
+    with pytest.raises(JobFileError) as caught:
+        resolve_job(Path("job.yaml"), environ={})
+    assert str(caught.value).splitlines() == [
+        "job.yaml:9:5: scheduler_options.docker: unknown option of the docker scheduler 'shm_sise' (did you mean 'shm_size'?)",
+        "job.yaml:11:5: scheduler_options.sagemaker: unknown option of the sagemaker scheduler 'regoin' (did you mean 'region'?)",
+        "job.yaml:13:3: scheduler_options: unknown scheduler section 'slurmm' (did you mean 'slurm'?)",
+        "job.yaml:15:3: scheduler_options: unknown scheduler section 'keep_job_dir' (options go under the scheduler they are for, e.g. scheduler_options.local.keep_job_dir)",
+        "job.yaml:16:3: scheduler_options: unknown scheduler section 'sagemaker_extra' (did you mean 'sagemaker'?)",
+    ]
+    # Values of a section are checked when its scheduler runs the job.
+    job.write_text(SECTIONS.replace("region: us-west-2", "poll: fast"))
+    assert resolve_job(Path("job.yaml"), environ={}).scheduler_options == {"processes_per_host": 2}
+    with pytest.raises(JobFileError, match=r"job.yaml:11:11: scheduler_options.poll: must be a number of seconds"):
+        resolve_job(Path("job.yaml"), environ={}, flags=flags(scheduler="sagemaker"))
+
+
+def test_options_given_flat_apply_to_any_scheduler_and_point_at_sections(job: Path):
+    job.write_text("entry_point: train.py\ninstance_type: ml.p4d.24xlarge\nscheduler: local\nscheduler_options:\n  processes_per_host: 2\n")
+    assert resolve_job(Path("job.yaml"), environ={}).scheduler_options == {"processes_per_host": 2}
+    with pytest.raises(JobFileError) as caught:
+        resolve_job(Path("job.yaml"), environ={}, flags=flags(scheduler="sagemaker"))
+    assert "job.yaml:5:3: scheduler_options: unknown option of the sagemaker scheduler 'processes_per_host'" in str(caught.value)
+    assert "key them by scheduler (scheduler_options: {local: {processes_per_host: 2}})" in caught.value.summary()

@@ -41,8 +41,7 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _estimator(workdir: Path, **overrides) -> PyTorch:
-    arguments = dict(entry_point="train.py", source_dir=str(workdir / "src"), instance_count=2, instance_type="local",
-                     output_path=f"file://{workdir}/artifacts")
+    arguments = dict(entry_point="train.py", source_dir=str(workdir / "src"), instance_count=2, instance_type="local", output_path=f"file://{workdir}/artifacts")
     return PyTorch(**{**arguments, **overrides})
 
 
@@ -111,20 +110,32 @@ def test_a_rerun_sees_the_previous_runs_checkpoints(workdir: Path) -> None:
 
 def test_unemulated_settings_are_dry_run_notes_and_warnings_once(workdir: Path) -> None:
     estimator = _estimator(
-        workdir, framework_version="1.13.1", py_version="py39", max_retry_attempts=2, enable_network_isolation=True,
-        metric_definitions=[{"Name": "loss", "Regex": "loss=(\\S+)"}], volume_size=100, keep_alive_period_in_seconds=60,
-        tags=[{"Key": "team", "Value": "ml"}], subnets=["subnet-1"], security_group_ids=["sg-1"],
+        workdir,
+        framework_version="1.13.1",
+        py_version="py39",
+        max_retry_attempts=2,
+        enable_network_isolation=True,
+        metric_definitions=[{"Name": "loss", "Regex": "loss=(\\S+)"}],
+        volume_size=100,
+        keep_alive_period_in_seconds=60,
+        tags=[{"Key": "team", "Value": "ml"}],
+        subnets=["subnet-1"],
+        security_group_ids=["sg-1"],
     )
     notes = estimator.dryrun().notes
-    for word in ("framework_version 1.13.1", "py_version py39", "enable_network_isolation",
-                 "volume_size=100", "keep_alive_period_in_seconds", "tags (1)", "VPC"):
+    for word in ("framework_version 1.13.1", "py_version py39", "enable_network_isolation", "volume_size=100", "keep_alive_period_in_seconds", "tags (1)", "VPC"):
         assert any(word in note for note in notes), word
     assert not any("metric_definitions" in note for note in notes)  # read from the logs here: a CLI dry-run line, no warning
     assert not any("max_retry_attempts" in note for note in notes)  # emulated (docs/resuming.md)
     stream = io.StringIO()
-    fidelity.warn(notes, stream)
-    fidelity.warn(notes, stream)
-    assert stream.getvalue().count("warning: volume_size=100") == 1
+    fidelity.report(estimator.dryrun(), stream)
+    fidelity.report(estimator.dryrun(), stream)
+    said = stream.getvalue().splitlines()
+    # Not emulated, and the job could feel it: a warning each. Emulated differently or outside the job: counted once.
+    assert [line.split(":")[2].split()[0] for line in said if line.startswith("smddp: warning: ")] == ["enable_network_isolation", "volume_size=100", "subnets/security_group_ids"]
+    assert [line for line in said if not line.startswith("smddp: warning: ")] == [
+        f"smddp: {len(notes) - 3} fidelity notes on how this local run differs from SageMaker; the dry run lists them (--dryrun, estimator.dryrun().notes)"
+    ]
 
 
 def test_a_plain_job_has_no_fidelity_notes(workdir: Path) -> None:
@@ -134,9 +145,18 @@ def test_a_plain_job_has_no_fidelity_notes(workdir: Path) -> None:
 def test_docker_notes_what_it_runs_without(workdir: Path) -> None:
     from smddp_sdk.specs.job import JobSpec
 
-    spec = JobSpec.from_mapping({"entry_point": "train.py", "source_dir": str(workdir / "src"), "instance_type": "local",
-                                 "use_spot_instances": True, "max_wait": 100, "max_run": 50, "framework_version": "2.2.0",
-                                 "role": "arn:aws:iam::123456789012:role/R"})
+    spec = JobSpec.from_mapping(
+        {
+            "entry_point": "train.py",
+            "source_dir": str(workdir / "src"),
+            "instance_type": "local",
+            "use_spot_instances": True,
+            "max_wait": 100,
+            "max_run": 50,
+            "framework_version": "2.2.0",
+            "role": "arn:aws:iam::123456789012:role/R",
+        }
+    )
     notes = fidelity.notes(spec, "docker")
     assert any("spot" in n for n in notes) and any("role" in n for n in notes) and any("image's own torch" in n for n in notes)
 

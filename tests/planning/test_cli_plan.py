@@ -80,7 +80,7 @@ def test_plan_from_a_recorded_profile(run, tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        ((str(EXAMPLE), "--compute-ms", "1", "--gradient-mb", "1"), "no network figures for 'local'"),
+        ((str(EXAMPLE), "--instance-type", "local", "--compute-ms", "1", "--gradient-mb", "1"), "no network figures for 'local'"),
         (("--instance-type", "ml.p4d.24xlarge"), "SMDDP_PROFILE"),
         (("--instance-type", "ml.p4d.24xlarge", "--compute-ms", "1", "--gradient-mb", "1", "--instances", "0"), "instance counts"),
         (("--compute-ms", "1", "--gradient-mb", "1"), "no instance type"),

@@ -47,19 +47,49 @@ def test_role_name_in_china_gets_the_china_partition(make_spec) -> None:
     assert dry.request["AlgorithmSpecification"]["TrainingImage"].startswith("727897471807.dkr.ecr.cn-north-1.amazonaws.com.cn/")
 
 
-def test_missing_role_is_reported_with_how_to_fix(make_spec) -> None:
+class NoAws:
+    """A boto3 session that fails the test if anything asks it for a client (nothing may be sent)."""
+
+    region_name = None  # as with no region in the environment or ~/.aws/config
+
+    def client(self, service: str, **_: object) -> None:
+        raise AssertionError(f"a dry run asked for a {service} client")
+
+
+def test_a_dry_run_needs_no_region_role_or_credentials_and_says_what_is_a_placeholder(make_spec, monkeypatch) -> None:
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    unconfigured = get_scheduler("sagemaker", session=NoAws())
+    dry = unconfigured.dryrun(make_spec(role=None))
+    assert dry.request["RoleArn"] == "arn:aws:iam::<account-id>:role/<execution-role>"
+    assert dry.request["HyperParameters"]["sagemaker_region"] == '"us-east-1"'
+    assert dry.request["OutputDataConfig"]["S3OutputPath"] == "s3://sagemaker-us-east-1-<account-id>/"
+    placeholders = [note for note in dry.notes if note.startswith("placeholder: ")]
+    assert [note.split(" (")[0].split(" in ")[0] for note in placeholders] == [
+        "placeholder: region us-east-1",
+        "placeholder: role arn:aws:iam::<account-id>:role/<execution-role>",
+        "placeholder: <account-id>",
+    ]
+    assert "the role ARN and the bucket s3://sagemaker-us-east-1-<account-id>" in placeholders[2]
+    # Submitting it is refused before AWS is asked anything: a role first (exit 2), then a region (exit 3).
     with pytest.raises(SpecError) as caught:
-        scheduler().dryrun(make_spec(role=None))
+        unconfigured.schedule(dry)
     assert caught.value.exit_code == EXIT_SPEC
     assert "role: is required to run on SageMaker" in str(caught.value)
     assert "arn:aws:iam::<account>:role/<name>" in str(caught.value)
 
 
+def test_a_configured_region_and_role_are_no_placeholders(make_spec) -> None:
+    dry = scheduler(account_id=ACCOUNT).dryrun(make_spec())
+    assert not [note for note in dry.notes if note.startswith("placeholder: ")]
+
+
 def test_every_problem_is_reported_at_once(make_spec, tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
-    spec = make_spec(role="arn:aws:iam::12:user/me", output_path=f"file://{tmp_path}", inputs={"train": str(data)},
-                     checkpoint_s3_uri="/local/ckpt", image_uri="docker.io/library/python:3.11", subnets=["subnet-1"])
+    spec = make_spec(
+        role="arn:aws:iam::12:user/me", output_path=f"file://{tmp_path}", inputs={"train": str(data)}, checkpoint_s3_uri="/local/ckpt", image_uri="docker.io/library/python:3.11", subnets=["subnet-1"]
+    )
     with pytest.raises(SpecError) as caught:
         scheduler().dryrun(spec)
     paths = issue_paths(caught.value)
@@ -127,12 +157,15 @@ def test_api_ranges_are_checked_before_upload(make_spec) -> None:
     assert "between 1 and 30" in paths["max_retry_attempts"]
 
 
-def test_no_region_is_unavailable_with_what_to_set(make_spec, monkeypatch, tmp_path) -> None:
+def test_no_region_is_a_placeholder_in_a_dry_run_and_unavailable_at_submit(make_spec, monkeypatch, tmp_path) -> None:
     for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    unconfigured = get_scheduler("sagemaker")
+    dry = unconfigured.dryrun(make_spec())  # boto3 finds no region in the (missing) config: a placeholder
+    assert any(note.startswith("placeholder: region us-east-1") for note in dry.notes)
     with pytest.raises(UnavailableError) as caught:
-        get_scheduler("sagemaker").dryrun(make_spec())
+        unconfigured.schedule(dry)
     assert caught.value.exit_code == 3
     assert "AWS_REGION" in str(caught.value)
 
@@ -156,8 +189,13 @@ def _spec_stub():
         ("2.2.0", "py310", "ml.c5.xlarge", None, "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.2.0-cpu-py310"),
         ("2.8", None, "ml.g5.2xlarge", None, "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.8-gpu-py312"),
         ("1.6.0", "py3", "ml.p4d.24xlarge", None, "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:1.6.0-gpu-py3-cu110-ubuntu18.04"),
-        ("2.2.0", "py310", "ml.p4d.24xlarge", {"torch_distributed": {"enabled": True}, "smdistributed": {"modelparallel": {"enabled": True}}},
-         "658645717510.dkr.ecr.us-west-2.amazonaws.com/smdistributed-modelparallel:2.2.0-gpu-py310-cu121"),
+        (
+            "2.2.0",
+            "py310",
+            "ml.p4d.24xlarge",
+            {"torch_distributed": {"enabled": True}, "smdistributed": {"modelparallel": {"enabled": True}}},
+            "658645717510.dkr.ecr.us-west-2.amazonaws.com/smdistributed-modelparallel:2.2.0-gpu-py310-cu121",
+        ),
     ],
 )
 def test_aws_image_resolution(version, py, instance, distribution, expected) -> None:
@@ -177,7 +215,6 @@ def test_request_builder_and_dryrun_import_without_boto3(code_dir: Path) -> None
         " instance_type='ml.g5.2xlarge', framework_version='2.5.1', py_version='py311'))\n"
         f"print(get_scheduler('sagemaker', region={REGION!r}).dryrun(spec).request['AlgorithmSpecification']['TrainingImage'])\n"
     )
-    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=False,
-                            cwd=Path(request.__file__).resolve().parents[3])
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=False, cwd=Path(request.__file__).resolve().parents[3])
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith("pytorch-training:2.5.1-gpu-py311")

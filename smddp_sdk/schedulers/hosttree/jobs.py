@@ -129,7 +129,7 @@ class HostTreeScheduler(Scheduler):
     # --- starting ---------------------------------------------------------------------------------
 
     def warn(self, dryrun: DryRun) -> None:
-        fidelity.warn(dryrun.notes)  # what a rehearsal cannot emulate, once per process
+        fidelity.report(dryrun)  # warnings for what a rehearsal cannot emulate, a count of the rest
 
     def _write_job_dir(self, dryrun: DryRun, job_dir: JobDir) -> list[HostTree]:
         """Fill the (new, empty) job directory: the code snapshot and one /opt/ml tree per host."""

@@ -1,9 +1,11 @@
 """``SageMakerScheduler``: run a JobSpec as a real SageMaker training job.
 
-``dryrun`` and ``validate`` are pure (no boto3 needed): they check everything, including the role and
-the image, and show the exact ``CreateTrainingJob`` request with ``<account-id>`` placeholders.
-``schedule`` fills those in, creates the default bucket if needed, uploads ``sourcedir.tar.gz`` and
-creates the job. boto3 is loaded only when AWS is first called, through ``client.py``.
+``dryrun`` and ``validate`` are pure (no credentials, no network): they check everything, including
+the role and the image, and show the exact ``CreateTrainingJob`` request. What only AWS or the user can
+supply is a placeholder there, said in the notes: ``<account-id>`` (from the credentials at submit), and,
+when none is configured, the role and the region, which ``schedule`` requires before it contacts AWS.
+``schedule`` fills the account in, creates the default bucket if needed, uploads ``sourcedir.tar.gz``
+and creates the job. boto3 is loaded only when AWS is first called, through ``client.py``.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ if TYPE_CHECKING:
 
 Echo = Callable[[str], None]
 STATUS_HOST = "sagemaker"  # the pseudo-host of SageMaker's own status lines in a followed log
+# Stand-ins a dry run shows where nothing says the region or the role; ``run`` refuses them.
+PLACEHOLDER_REGION = "us-east-1"
+PLACEHOLDER_ROLE = "<execution-role>"
 
 
 def _stderr(text: str) -> None:
@@ -65,8 +70,9 @@ class SageMakerScheduler(Scheduler):
         _text("output_path", "where model and output go when the job has none"),
         _text("profile", "AWS profile from ~/.aws/config"),
         # YAML reads 111122223333 as a number: taken as the 12 digits it spells.
-        Option("account_id", "str", None, "the account, to save an STS lookup", check=matching(r"\d{12}", "the 12-digit account id"),
-               convert=lambda account: None if account is None else str(account)),
+        Option(
+            "account_id", "str", None, "the account, to save an STS lookup", check=matching(r"\d{12}", "the 12-digit account id"), convert=lambda account: None if account is None else str(account)
+        ),
         Option("poll", "float", 10.0, "seconds between DescribeTrainingJob calls while following", check=seconds),
         Option("min_poll", "float", 5.0, "the shortest poll allowed (DescribeTrainingJob is rate-limited)", check=seconds),
         _python("session", "a boto3 session to make the clients from"),
@@ -106,6 +112,13 @@ class SageMakerScheduler(Scheduler):
         except ImportError:
             raise UnavailableError(f"no AWS region configured; {REGION_HINT} (or {INSTALL_HINT} to read ~/.aws/config)") from None
 
+    def planned_region(self) -> tuple[str, str]:
+        """The region a dry run plans for, and why it is the placeholder ("" when it is not)."""
+        try:
+            return self.resolved_region(), ""
+        except UnavailableError as err:  # none configured, boto3 missing to read ~/.aws/config, a bad profile
+            return PLACEHOLDER_REGION, str(err)
+
     def resolve(self, spec: JobSpec) -> JobSpec:
         """The spec with this scheduler's role/code_location/output_path filled in where it has none."""
         return spec.replace(
@@ -118,23 +131,28 @@ class SageMakerScheduler(Scheduler):
         spec = self.resolve(spec)  # also called directly, on a spec as written
         issues = validation.spec_issues(spec)
         if not spec.image_uri:
-            issues += req.resolve_image(spec, self.resolved_region())[1]
+            issues += req.resolve_image(spec, self.planned_region()[0])[1]
         return issues
 
     def plan(self, spec: JobSpec) -> DryRun:
-        """The exact request, with ``<account-id>`` where the account is not known yet (``run`` fills it in)."""
-        region = self.resolved_region()
+        """The exact request, with placeholders where the account, the role or the region is not known
+        (``run`` fills the account in and refuses the others)."""
+        region, region_problem = self.planned_region()
         image_uri, _ = req.resolve_image(spec, region)
         assert image_uri is not None  # validate() reported any image problem
         job_name = req.job_name_for(spec, image_uri)
         placement = self._placement(spec, job_name, region, image_uri, self.account_id)
         request = req.build_request(spec, job_name=job_name, placement=placement)
-        return DryRun(self.name, spec, job_name, request, _notes(spec, placement))
+        return DryRun(self.name, spec, job_name, request, (*_placeholder_notes(spec, placement, region_problem), *_notes(spec, placement)))
 
     def _placement(self, spec: JobSpec, job_name: str, region: str, image_uri: str, account: str | None) -> req.Placement:
-        assert spec.role is not None
-        return req.plan_placement(spec, job_name=job_name, region=region, role=spec.role, image_uri=image_uri,
-                                  account=account, bucket=self.bucket)
+        return req.plan_placement(spec, job_name=job_name, region=region, role=spec.role or PLACEHOLDER_ROLE, image_uri=image_uri, account=account, bucket=self.bucket)
+
+    def _check_submittable(self, spec: JobSpec) -> None:
+        """What a dry run may leave open and a submit may not: a role, then a region."""
+        if not spec.role:
+            raise SpecError(req.role_issues(None))
+        self.resolved_region()  # raises UnavailableError with what to set
 
     # --- AWS --------------------------------------------------------------------------------------
 
@@ -152,6 +170,7 @@ class SageMakerScheduler(Scheduler):
         from smddp_sdk.schedulers.sagemaker.client import call
 
         spec, job_name = dryrun.spec, dryrun.job_name
+        self._check_submittable(spec)
         region = decode_hyperparameter(dryrun.request["HyperParameters"]["sagemaker_region"])
         image_uri = dryrun.request["AlgorithmSpecification"]["TrainingImage"]
         aws = self.clients(region)
@@ -266,8 +285,7 @@ class SageMakerScheduler(Scheduler):
             return self._poll_until_end(handle, poll, deadline)
         except KeyboardInterrupt:
             raise Detached(
-                f"detached from {handle}: the job keeps running on SageMaker (and keeps being billed)\n"
-                f"  reattach: smddp-launch logs --follow {handle}\n  stop it:  smddp-launch cancel {handle}"
+                f"detached from {handle}: the job keeps running on SageMaker (and keeps being billed)\n  reattach: smddp-launch logs --follow {handle}\n  stop it:  smddp-launch cancel {handle}"
             ) from None
 
     def _poll_until_end(self, handle: JobHandle, poll: float, deadline: float | None) -> JobStatus:
@@ -285,8 +303,7 @@ class SageMakerScheduler(Scheduler):
                 return end.value
             self.log_sink(f"{line.prefix} {line.text}")
 
-    def _follow(self, handle: JobHandle, *, hosts: Sequence[str] | None, ranks: Sequence[int] | None, poll: float,
-                deadline: float | None) -> Generator[LogLine, None, JobStatus]:
+    def _follow(self, handle: JobHandle, *, hosts: Sequence[str] | None, ranks: Sequence[int] | None, poll: float, deadline: float | None) -> Generator[LogLine, None, JobStatus]:
         """Status lines, log lines as they arrive, then billing; returns the final status."""
         from smddp_sdk.schedulers.sagemaker import logs as cloudwatch
 
@@ -346,8 +363,11 @@ def _parse(handle: JobHandle) -> tuple[str, str]:
 def _job_status(handle: JobHandle, description: dict[str, Any]) -> JobStatus:
     state = states.job_state(description)
     count = int(description.get("ResourceConfig", {}).get("InstanceCount", 0))
-    details = {key: description[key] for key in ("TrainingJobArn", "TrainingJobStatus", "SecondaryStatus", "FailureReason",
-                                                 "TrainingTimeInSeconds", "BillableTimeInSeconds", "CreationTime") if key in description}
+    details = {
+        key: description[key]
+        for key in ("TrainingJobArn", "TrainingJobStatus", "SecondaryStatus", "FailureReason", "TrainingTimeInSeconds", "BillableTimeInSeconds", "CreationTime")
+        if key in description
+    }
     details.update(states.attempt_details(description))
     details.update(_times(description))
     return JobStatus(
@@ -373,8 +393,7 @@ def _times(description: dict[str, Any]) -> dict[str, float | None]:
 
 def _next_steps(handle: JobHandle, region: str, job_name: str) -> str:
     console = f"https://{region}.console.aws.amazon.com/sagemaker/home?region={region}#/jobs/{job_name}"
-    return (f"Submitted {handle}\n  follow: smddp-launch logs --follow {handle}\n"
-            f"  status: smddp-launch status {handle}\n  stop:   smddp-launch cancel {handle}\n  console: {console}")
+    return f"Submitted {handle}\n  follow: smddp-launch logs --follow {handle}\n  status: smddp-launch status {handle}\n  stop:   smddp-launch cancel {handle}\n  console: {console}"
 
 
 def _uses_bucket(placement: req.Placement, bucket: str) -> bool:
@@ -382,7 +401,21 @@ def _uses_bucket(placement: req.Placement, bucket: str) -> bool:
     return output_bucket == bucket or (placement.code is not None and placement.code.bucket == bucket)
 
 
-def _notes(spec: JobSpec, placement: req.Placement) -> tuple[str, ...]:
+def _placeholder_notes(spec: JobSpec, placement: req.Placement, region_problem: str) -> list[str]:
+    """What the request shows in place of what is not known here, and where each comes from."""
+    notes = []
+    if region_problem:
+        notes.append(f"placeholder: region {placement.region} (submitting needs a real one: {region_problem})")
+    if not spec.role:
+        notes.append(f"placeholder: role {placement.role_arn} (none is given; submitting needs one: role: in a job file, role= in Python, SMDDP_ROLE or the sagemaker option role)")
+    bucket = placement.default_bucket if _uses_bucket(placement, placement.default_bucket) else ""
+    where = [what for what, value in (("the role ARN", placement.role_arn), (f"the bucket s3://{bucket}", bucket)) if req.ACCOUNT_PLACEHOLDER in value]
+    if where:
+        notes.append(f"placeholder: {req.ACCOUNT_PLACEHOLDER} in {' and '.join(where)}, filled in from the credentials (sts:GetCallerIdentity) at submit")
+    return notes
+
+
+def _notes(spec: JobSpec, placement: req.Placement) -> list[str]:
     notes = []
     if placement.code is not None:
         parts = "source_dir" if spec.source_dir else "the entry point"
@@ -390,6 +423,4 @@ def _notes(spec: JobSpec, placement: req.Placement) -> tuple[str, ...]:
         notes.append(f"would upload sourcedir.tar.gz ({parts}{extra}) to {placement.code.uri}")
     if _uses_bucket(placement, placement.default_bucket):
         notes.append(f"would create s3://{placement.default_bucket} if it does not exist")
-    if placement.needs_account:
-        notes.append(f"{req.ACCOUNT_PLACEHOLDER} is filled in from the credentials (sts:GetCallerIdentity) at submit")
-    return tuple(notes)
+    return notes

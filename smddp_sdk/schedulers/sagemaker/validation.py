@@ -23,8 +23,9 @@ _MAX_RETRIES = 30
 
 
 def spec_issues(spec: JobSpec) -> list[SpecIssue]:
-    """Every problem SageMaker would have with ``spec`` (the image choice itself is checked by ``images``)."""
-    issues = req.role_issues(spec.role)
+    """Every problem SageMaker would have with ``spec`` (the image choice itself is checked by ``images``).
+    A missing role is no problem yet: a dry run shows a placeholder, and ``run`` requires one."""
+    issues = req.role_issues(spec.role) if spec.role else []
     issues += _location_issues(spec)
     issues += _instance_issues(spec)
     issues += smddp_issues(spec)
@@ -62,8 +63,30 @@ def _instance_issues(spec: JobSpec) -> list[SpecIssue]:
 # SageMaker SDK v2's fw_utils.SM_DATAPARALLEL_SUPPORTED_FRAMEWORK_VERSIONS["pytorch"]: v2 refuses smdistributed
 # dataparallel with any other framework_version unless image_uri is given (frozen at 2.2.0 in v2).
 SMDDP_FRAMEWORK_VERSIONS = (
-    "1.6", "1.6.0", "1.7", "1.7.1", "1.8", "1.8.0", "1.8.1", "1.9", "1.9.0", "1.9.1", "1.10", "1.10.0", "1.10.2",
-    "1.11", "1.11.0", "1.12", "1.12.0", "1.12.1", "1.13.1", "2.0.0", "2.0.1", "2.1.0", "2.1.2", "2.2.0",
+    "1.6",
+    "1.6.0",
+    "1.7",
+    "1.7.1",
+    "1.8",
+    "1.8.0",
+    "1.8.1",
+    "1.9",
+    "1.9.0",
+    "1.9.1",
+    "1.10",
+    "1.10.0",
+    "1.10.2",
+    "1.11",
+    "1.11.0",
+    "1.12",
+    "1.12.0",
+    "1.12.1",
+    "1.13.1",
+    "2.0.0",
+    "2.0.1",
+    "2.1.0",
+    "2.1.2",
+    "2.2.0",
 )
 
 
@@ -76,12 +99,24 @@ def smddp_issues(spec: JobSpec) -> list[SpecIssue]:
         return []
     issues = []
     if spec.framework_version and spec.framework_version not in SMDDP_FRAMEWORK_VERSIONS:
-        issues.append(SpecIssue("framework_version", f"Provided framework_version {spec.framework_version} is not supported by smdataparallel (SageMaker SDK v2's rule)", f"use one of {', '.join(SMDDP_FRAMEWORK_VERSIONS)}, or set image_uri"))
+        issues.append(
+            SpecIssue(
+                "framework_version",
+                f"Provided framework_version {spec.framework_version} is not supported by smdataparallel (SageMaker SDK v2's rule)",
+                f"use one of {', '.join(SMDDP_FRAMEWORK_VERSIONS)}, or set image_uri",
+            )
+        )
     if spec.py_version and "py3" not in spec.py_version:
         issues.append(SpecIssue("py_version", f"Provided py_version {spec.py_version} is not supported by smdataparallel", "use py_version>=py3"))
     if not spec.instance_type.startswith("local") and not smddp_support.instance_type_supported(spec.instance_type):
         supported = ", ".join(smddp_support.SUPPORTED_INSTANCE_TYPES)
-        issues.append(SpecIssue("instance_type", f"AWS's SMDDP library does not support {spec.instance_type}; it runs on {supported}", "pick one of those, use torch_distributed (torchrun with NCCL) on other types, or set image_uri to an image that brings its own smddp backend, such as this project's"))
+        issues.append(
+            SpecIssue(
+                "instance_type",
+                f"AWS's SMDDP library does not support {spec.instance_type}; it runs on {supported}",
+                "pick one of those, use torch_distributed (torchrun with NCCL) on other types, or set image_uri to an image that brings its own smddp backend, such as this project's",
+            )
+        )
     return issues
 
 
@@ -92,14 +127,22 @@ def _image_issues(spec: JobSpec) -> list[SpecIssue]:
     if not _IMAGE.match(image):
         return [SpecIssue("image_uri", f"{image!r} is not an image reference", "expected <registry>/<repository>[:tag], e.g. 123456789012.dkr.ecr.us-west-2.amazonaws.com/smddp-sdk:latest")]
     if not _ECR_IMAGE.match(image):
-        return [SpecIssue("image_uri", f"SageMaker pulls training images from Amazon ECR, not from {image.split('/', 1)[0]!r}", "push the image to ECR with scripts/push-ecr.sh and use the URI it prints")]
+        return [
+            SpecIssue("image_uri", f"SageMaker pulls training images from Amazon ECR, not from {image.split('/', 1)[0]!r}", "push the image to ECR with scripts/push-ecr.sh and use the URI it prints")
+        ]
     return []
 
 
 def _limit_issues(spec: JobSpec) -> list[SpecIssue]:
     issues = []
     if len(spec.hyperparameters) > _MAX_HYPERPARAMETERS - 10:  # v2 adds up to 10 sagemaker_* keys
-        issues.append(SpecIssue("hyperparameters", f"SageMaker takes at most {_MAX_HYPERPARAMETERS} hyperparameters including the sagemaker_* ones; got {len(spec.hyperparameters)}", "pass a config file in source_dir instead"))
+        issues.append(
+            SpecIssue(
+                "hyperparameters",
+                f"SageMaker takes at most {_MAX_HYPERPARAMETERS} hyperparameters including the sagemaker_* ones; got {len(spec.hyperparameters)}",
+                "pass a config file in source_dir instead",
+            )
+        )
     for key, value in spec.hyperparameters.items():
         try:
             encoded = encode_hyperparameters({key: value})[key]
@@ -107,7 +150,9 @@ def _limit_issues(spec: JobSpec) -> list[SpecIssue]:
             issues.append(SpecIssue(f"hyperparameters.{key}", f"{type(value).__name__} values cannot be sent to SageMaker", "use strings, numbers, booleans, lists or mappings of them"))
             continue
         if len(encoded) > _MAX_HYPERPARAMETER_VALUE:
-            issues.append(SpecIssue(f"hyperparameters.{key}", f"is {len(encoded)} characters once JSON-encoded; SageMaker allows {_MAX_HYPERPARAMETER_VALUE}", "put large values in a file in source_dir"))
+            issues.append(
+                SpecIssue(f"hyperparameters.{key}", f"is {len(encoded)} characters once JSON-encoded; SageMaker allows {_MAX_HYPERPARAMETER_VALUE}", "put large values in a file in source_dir")
+            )
     for key, value in spec.environment.items():
         if len(value) > _MAX_ENVIRONMENT_VALUE:
             issues.append(SpecIssue(f"environment.{key}", f"is {len(value)} characters; SageMaker allows {_MAX_ENVIRONMENT_VALUE}"))
