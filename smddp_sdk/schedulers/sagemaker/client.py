@@ -7,6 +7,7 @@ message plus what to do about it. Missing credentials or region are ``Unavailabl
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -74,8 +75,13 @@ def translate(exc: BaseException, action: str) -> SmddpError:
     raise exc
 
 
+def job_not_found(code: str, message: str) -> bool:
+    """Whether AWS's answer means "no such job": AWS says "Requested resource not found.", moto "Could not find"."""
+    return code in ("ValidationException", "ResourceNotFound") and bool(re.search(r"resource not found|could not find", message, re.IGNORECASE))
+
+
 def _advice(code: str, message: str) -> tuple[int, str]:
-    if code == "ValidationException" and "could not find" in message.lower():
+    if job_not_found(code, message):
         return EXIT_SPEC, "no such training job in this region; check the job name and region (sagemaker://<region>/<job>)"
     if code == "ValidationException" and "role" in message.lower():
         return EXIT_SPEC, "the role must exist, be in this account and trust sagemaker.amazonaws.com (see docs/sagemaker.md, 'The execution role')"

@@ -11,7 +11,6 @@ and creates the job. boto3 is loaded only when AWS is first called, through ``cl
 from __future__ import annotations
 
 import os
-import re
 import sys
 import tempfile
 import textwrap
@@ -242,9 +241,11 @@ class SageMakerScheduler(Scheduler):
 
     def undescribed(self, err: Exception) -> str:
         """A few words for a listing row: a job SageMaker no longer has is gone; an AWS refusal is its code."""
+        from smddp_sdk.schedulers.sagemaker.client import job_not_found
+
         code = getattr(err, "code", "")
-        if code in ("ValidationException", "ResourceNotFound") and re.search(r"resource not found|could not find", str(err), re.IGNORECASE):
-            return "gone: SageMaker has no such job (any more)"  # AWS says "Requested resource not found.", moto "Could not find"
+        if job_not_found(code, str(err)):
+            return "gone: SageMaker has no such job (any more)"
         if code:
             return f"cannot describe it: AWS said {code}"
         reason = str(err).splitlines()[0].split(": ", 1)[-1].split("; ")[0]  # the cause, without the job's name and the advice
