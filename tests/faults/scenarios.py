@@ -37,6 +37,7 @@ SCRIPTS = Path(__file__).resolve().parent / "scripts"
 PG_TIMEOUT = 4.0  # seconds: the hang detector
 START_TIMEOUT = 180.0  # four torch ranks on a loaded machine
 GONE_TIMEOUT = 60.0
+LINGER_MAX_RUN = 40  # seconds: long enough for four torch ranks to start on a loaded machine
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class Scenario:
     external: Callable[[Path, dict], None] | None = None  # done from outside once every rank trains
     cancel: bool = False
     expect_message: tuple[str, ...] = ()  # each in the job's status message
+    steps: int = 1_000_000  # all-reduces each rank makes before it leaves the group
+    max_run: int = 600  # below 600: the fault is max_run passing (time counted from then)
 
 
 @dataclass
@@ -87,6 +90,9 @@ SCENARIOS = {
         Scenario("hang_in_collective", JobState.FAILED, ("algo-2", 2), fault="hang_in_collective", victim=2),
         Scenario("hang_outside", JobState.FAILED, ("algo-1", 1), fault="hang_outside", victim=1),
         Scenario("exit0_early", JobState.FAILED, ("algo-1", 1), fault="exit0_early", victim=1),
+        # The others finished; rank 1 sleeps outside any collective until max_run ends the job, which names it.
+        Scenario("linger_until_max_run", JobState.FAILED, ("algo-1", 1), fault="linger", victim=1, steps=20, max_run=LINGER_MAX_RUN,
+                 expect_message=(f"max_run={LINGER_MAX_RUN} seconds; still running: algo-1/rank1 in linger_after_training (train.py:",)),
         Scenario("frozen_supervisor_cancel", JobState.CANCELLED, None, external=_freeze_supervisor, cancel=True),
         # algo-2's ranks call another collective than algo-1's at step 5: call #6, after one all_reduce per step
         *(Scenario(f"mismatch_between_hosts_{how}", JobState.FAILED, None, fault=f"mismatch_{how}", victim=2,
@@ -112,10 +118,10 @@ def run(scenario: Scenario, workdir: Path) -> Outcome:
     spec = JobSpec.from_mapping({
         "entry_point": "train.py", "source_dir": str(source), "instance_type": "local", "instance_count": 2,
         "distribution": {"smdistributed": {"dataparallel": {"enabled": True}}}, "job_name": "fault-" + scenario.name.replace("_", "-"),
-        "max_run": 600,
+        "max_run": scenario.max_run,
         # A 4 s process-group timeout would count rank 0's start on a loaded machine: rank 0 serves the store.
         "environment": {"SMDDP_RUNTIME_STORE": "0"},
-        "hyperparameters": {"fault": scenario.fault, "victim": scenario.victim, "ready": str(ready), "pg-timeout": PG_TIMEOUT},
+        "hyperparameters": {"fault": scenario.fault, "victim": scenario.victim, "ready": str(ready), "pg-timeout": PG_TIMEOUT, "steps": scenario.steps},
     })
     handle = scheduler.submit(spec)
     job_dir = workdir / "jobs" / handle.job_id
@@ -129,6 +135,8 @@ def run(scenario: Scenario, workdir: Path) -> Outcome:
             scheduler.cancel(handle)
         gone_at = _wait_until_gone(scheduler, handle, job_dir)
         injected = _injection_time(job_dir) if scenario.external is None else started
+        if scenario.max_run < 600:  # the fault is max_run passing
+            injected = state["started"] + scenario.max_run
         status = scheduler.status(handle)
         return Outcome(scenario.name, status.state.value, _root(status), status.message, gone_at - injected, leftovers(job_dir, state))
     finally:
