@@ -62,6 +62,7 @@ class Outcome:
     message: str
     seconds_to_gone: float
     leftovers: list[str] = field(default_factory=list)
+    missing_archives: list[str] = field(default_factory=list)  # every ended job gets both, however it ended
 
 
 def _kill_supervisor(job_dir: Path, state: dict) -> None:
@@ -138,7 +139,8 @@ def run(scenario: Scenario, workdir: Path) -> Outcome:
         if scenario.max_run < 600:  # the fault is max_run passing
             injected = state["started"] + scenario.max_run
         status = scheduler.status(handle)
-        return Outcome(scenario.name, status.state.value, _root(status), status.message, gone_at - injected, leftovers(job_dir, state))
+        return Outcome(scenario.name, status.state.value, _root(status), status.message, gone_at - injected, leftovers(job_dir, state),
+                       missing_archives(status))
     finally:
         _sweep(job_dir)
 
@@ -202,6 +204,12 @@ def job_processes(job_dir: Path) -> list[int]:
     return found
 
 
+def missing_archives(status: JobStatus) -> list[str]:
+    """The archives a job that ended lacks: SageMaker uploads what a failed or stopped job wrote."""
+    archives = {"model.tar.gz": status.model_data, "output.tar.gz": status.details.get("output_data")}
+    return [name for name, path in archives.items() if not path or not Path(path).is_file()]
+
+
 def leftovers(job_dir: Path, state: dict) -> list[str]:
     left = [f"process {pid}" for pid in job_processes(job_dir)]
     listening = _listening_ports()
@@ -262,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _as_expected(scenario: Scenario, outcome: Outcome) -> bool:
-    return outcome.state == scenario.expect_state.value and (scenario.expect_root is None or outcome.root == scenario.expect_root) and not outcome.leftovers
+    return outcome.state == scenario.expect_state.value and (scenario.expect_root is None or outcome.root == scenario.expect_root) and not outcome.leftovers and not outcome.missing_archives
 
 
 if __name__ == "__main__":

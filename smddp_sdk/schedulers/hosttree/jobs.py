@@ -29,7 +29,7 @@ from smddp_sdk.schedulers.hosttree.console_log import follow_stamped
 from smddp_sdk.schedulers.hosttree.host_trees import HostTree, config_files, prepare_host_trees, stage_code
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir, is_supervisor_of
 from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
-from smddp_sdk.schedulers.hosttree.supervisor import HEARTBEAT, LIFELINE, SCRATCH, backend_for
+from smddp_sdk.schedulers.hosttree.supervisor import HEARTBEAT, LIFELINE, SCRATCH, backend_for, collect_job_artifacts
 from smddp_sdk.specs import contract, instance_types, processes
 from smddp_sdk.specs.failure import FailureRecord
 from smddp_sdk.specs.job import JobSpec
@@ -233,10 +233,12 @@ class HostTreeScheduler(Scheduler):
                 return state
             message = (f"the job's supervisor (pid {supervisor}) died; its hosts stop themselves when it does "
                        f"(lifeline); see {job_dir.supervisor_log}")
-        # "orphaned": nobody collected or cleaned up after it; cancel still sweeps what is left.
+        # "orphaned": its supervisor did not end it. Marked first, so that one caller sweeps.
         state = {**state, "state": JobState.FAILED.value, "message": message, "ended": time.time(), "orphaned": True}
         job_dir.write_state(state)
-        return state
+        if supervisor is not None:
+            self._sweep(job_dir, state)  # the hosts stop on the broken lifeline: wait for them, then archive
+        return job_dir.read_state()
 
     def logs(self, handle: JobHandle, *, hosts: Sequence[str] | None = None, ranks: Sequence[int] | None = None, follow: bool = False) -> Iterator[LogLine]:
         """Every host's output in the order it arrived; ``ranks`` keeps only those ranks' lines."""
@@ -305,13 +307,19 @@ class HostTreeScheduler(Scheduler):
         _reap_finished_children()
 
     def _sweep(self, job_dir: JobDir, state: dict[str, Any]) -> None:
-        """Stop and remove what a job without a supervisor left (processes, containers, its network)."""
+        """Stop and remove what a job without a supervisor left (processes, containers, its network), and
+        make its archives once the hosts are gone, as its supervisor would have (SageMaker uploads what a
+        stopped job wrote)."""
         record = job_dir.read_record()
-        grace = HostTreePlan.from_request(record["request"]).grace
-        backend_for(job_dir, record).stop_orphans(job_dir, record, state, grace)
-        (job_dir.path / LIFELINE).unlink(missing_ok=True)
+        plan = HostTreePlan.from_request(record["request"])
+        backend_for(job_dir, record).stop_orphans(job_dir, record, state, plan.grace)
+        for name in (LIFELINE, HEARTBEAT):
+            (job_dir.path / name).unlink(missing_ok=True)
         shutil.rmtree(job_dir.path / SCRATCH, ignore_errors=True)
-        job_dir.write_state({**job_dir.read_state(), "swept": True})
+        archives, problem = collect_job_artifacts(job_dir, plan)
+        state = job_dir.read_state()
+        message = state.get("message", "") + (f"; also {problem}" if problem else "")
+        job_dir.write_state({**state, **archives, "message": message, "swept": True})
 
     def interrupt(self, handle: JobHandle, interruption: Interruption) -> None:
         """Rehearse a managed spot interruption of a running spot job: its supervisor stops every host,

@@ -383,18 +383,9 @@ class Supervisor:
     def collect(self) -> str:
         """Artifacts are collected whether the job succeeded or failed, as SageMaker uploads both.
         Returns "" or what went wrong (which fails the job: a job without its model is no success)."""
-        target = self.plan.model_data.parent
-        trees = [OptMl(self.job_dir.host_dir(host)) for host in self.hosts]
-        skipped: list[str] = []
-        try:
-            model, output = collect_artifacts(trees, target, on_skip=skipped.append)
-        except (OSError, ValueError) as exc:
-            return f"ArtifactCollectionFailed: could not collect the artifacts into {target}: {exc}"
-        if skipped:  # in the console log (closed by now: appended) and the job's status, never silent
-            with open(self.job_dir.console_log, "a", encoding="utf-8") as console:
-                console.writelines(f"smddp: warning: left out of {line}\n" for line in skipped)
-        self.update(model_data=str(model), output_data=str(output), archive_skipped=skipped)
-        return ""
+        changes, problem = collect_job_artifacts(self.job_dir, self.plan)
+        self.update(**changes)
+        return problem
 
     def verdict(self) -> Verdict | None:
         records, early = self.records()
@@ -483,6 +474,23 @@ class Supervisor:
 
     def save(self) -> None:
         self.job_dir.write_state(self.state)
+
+
+def collect_job_artifacts(job_dir: JobDir, plan: HostTreePlan) -> tuple[dict[str, Any], str]:
+    """Every host's model and output into the job's archives; returns the state's new entries and ""
+    or what went wrong. Run by the supervisor as the job ends, or by whoever finds the job without one
+    (its supervisor was killed: ``HostTreeScheduler._sweep``), once the hosts are gone."""
+    target = plan.model_data.parent
+    trees = [OptMl(job_dir.host_dir(item.host)) for item in plan.hosts]
+    skipped: list[str] = []
+    try:
+        model, output = collect_artifacts(trees, target, on_skip=skipped.append)
+    except (OSError, ValueError) as exc:
+        return {}, f"ArtifactCollectionFailed: could not collect the artifacts into {target}: {exc}"
+    if skipped:  # in the console log (closed by now: appended) and the job's status, never silent
+        with open(job_dir.console_log, "a", encoding="utf-8") as console:
+            console.writelines(f"smddp: warning: left out of {line}\n" for line in skipped)
+    return {"model_data": str(model), "output_data": str(output), "archive_skipped": skipped}, ""
 
 
 def open_lifeline(path: Path) -> int:
