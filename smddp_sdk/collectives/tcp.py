@@ -43,6 +43,7 @@ _SOCKET_BUFFER = 4 << 20
 _SLICE_S = 0.05  # the native loop returns this often: the deadline is checked and signal handlers run
 _SETTLE_S = 1.0  # after a mismatch, how long the sender threads may take to deliver this rank's header
 _HEADER_WAIT_S = 0.1  # after a failed transfer, how long to wait for the headers peers may have sent
+_WAIT_SLICE_S = 0.25  # the Python path's receive wakes this often to warn of a hang (SMDDP_HANG_WARN_S)
 
 
 def new_token() -> str:
@@ -299,12 +300,17 @@ class TcpMesh:
 
     def _recv_all(self, peer: int, views: Sequence[memoryview], what: str, deadline: float) -> None:
         sock = self._socks[peer]
+        started = time.monotonic()
         try:
             for view in views:
                 got = 0
                 while got < len(view):
-                    sock.settimeout(self._remaining(peer, what, deadline))
-                    count = sock.recv_into(view[got:])
+                    sock.settimeout(min(self._remaining(peer, what, deadline), _WAIT_SLICE_S))
+                    try:
+                        count = sock.recv_into(view[got:])
+                    except socket.timeout:  # a slice without data: warn as the native loop does, or time out
+                        self.stalled(what, peer, True, deadline, time.monotonic() - started)
+                        continue
                     if count == 0:
                         raise self._lost(what, peer, None)
                     got += count

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import stat
@@ -157,6 +158,29 @@ def test_exchange_names_the_silent_peer_when_the_deadline_passes(mesh_pair):
     assert 0.25 < time.monotonic() - started < 5
     with pytest.raises(CollectiveError, match="connections to the other hosts are closed"):
         a.exchange({}, {}, "barrier", time.monotonic() + 1)  # a failed exchange closes the mesh
+
+
+@pytest.mark.parametrize("progress", ["native", "python"])
+def test_exchange_warns_within_the_hang_time_naming_the_late_peer(progress, monkeypatch, caplog):
+    if progress == "native" and native.library() is None:
+        pytest.skip("the native kernels are not available here")
+    monkeypatch.setenv("SMDDP_HANG_WARN_S", "0.5")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("SM_CURRENT_HOST", "a")
+    token = new_token()
+    a, b, thread, errors = _connect_pair(token, token, native_progress=progress == "native")
+    b.connect({0: ("127.0.0.1", a.port)}, time.monotonic() + 5)
+    thread.join(10)
+    started = time.time()
+    with caplog.at_level(logging.WARNING, logger="smddp"), pytest.raises(CollectiveError, match=r"timed out waiting for rank 1 \(host b\)"):
+        a.exchange({1: [memoryview(b"x")]}, {1: [memoryview(bytearray(10))]}, "all_reduce", time.monotonic() + 3.0)
+    warnings = [(record.created, record.getMessage()) for record in caplog.records]
+    a.close(), b.close()
+    assert len(warnings) == 1, warnings
+    created, message = warnings[0]
+    assert "rank 0 (host a) has waited" in message and "in all_reduce for rank 1 (host b), which has not arrived" in message
+    assert "smddp-launch stacks" in message
+    assert 0.5 <= created - started < 1.5  # SMDDP_HANG_WARN_S, and a slice (0.25 s) of a loaded machine
 
 
 def test_exchange_reports_a_peer_that_closed_the_connection(mesh_pair):
