@@ -380,6 +380,7 @@ class NodeRuntime:
             return
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
+        signal.signal(signal.SIGCHLD, lambda *_: self.wake.set())  # a rank ended: look now, not at the next poll
         stacks.forward_stack_requests(lambda: [p.popen.pid for p in self.procs if p.running])
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:

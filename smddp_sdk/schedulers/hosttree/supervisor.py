@@ -88,6 +88,7 @@ class Supervisor:
         self.console_lock = threading.Lock()
         self.console: StampedLog | None = None
         self.signalled = threading.Event()
+        self.wake = threading.Event()  # set by signals: the watch loop looks at once
         self.state: dict[str, Any] = {}
         self.exits: dict[str, HostExit] = {}
         self.stopped_by_us: set[str] = set()
@@ -105,7 +106,8 @@ class Supervisor:
 
     def run(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: self.signalled.set())
+            signal.signal(sig, self.on_stop_signal)
+        signal.signal(signal.SIGCHLD, lambda *_: self.wake.set())  # a runtime ended: look now, not at the next poll
         self.state = {"state": JobState.STARTING.value, "message": "", "supervisor_pid": os.getpid(), "started": time.time(), "hosts": {}}
         self.timeline = Timeline(self.state)
         self.timeline.enter(attempts.STARTING, "launching the hosts")
@@ -125,6 +127,10 @@ class Supervisor:
         finally:
             if self.console is not None:
                 self.console.close()
+
+    def on_stop_signal(self, _signum: int, _frame: object) -> None:
+        self.signalled.set()
+        self.wake.set()
 
     def run_attempt(self, sync: checkpoints.CheckpointSync | None) -> None:
         """Start every host, watch them until they all ended, and make the last checkpoint pass."""
@@ -274,7 +280,8 @@ class Supervisor:
                 for host in self.running_hosts():
                     self.backend.signal(host, signal.SIGKILL)
             self.tick()
-            time.sleep(POLL_SECONDS)
+            self.wake.wait(POLL_SECONDS)
+            self.wake.clear()
         self.record_exits()
 
     def tick(self) -> None:
