@@ -184,6 +184,27 @@ def test_exchange_warns_within_the_hang_time_naming_the_late_peer(progress, monk
     assert 0.5 <= created - started < 1.5  # SMDDP_HANG_WARN_S, and a slice (0.25 s) of a loaded machine
 
 
+@pytest.mark.parametrize("progress", ["native", "python"])
+def test_with_the_call_check_off_exchanges_carry_only_the_data(progress, monkeypatch):
+    """SMDDP_CHECK_CALLS=0 (benchmarks/call_check_cost.py): no header on the wire, so the peer's raw bytes
+    are the data, and a different call on the other end goes unnoticed."""
+    if progress == "native" and native.library() is None:
+        pytest.skip("the native kernels are not available here")
+    monkeypatch.setenv("SMDDP_CHECK_CALLS", "0")
+    token = new_token()
+    a, b, thread, errors = _connect_pair(token, token, native_progress=progress == "native")
+    b.connect({0: ("127.0.0.1", a.port)}, time.monotonic() + 5)
+    thread.join(10)
+    raw = a._socks[1]
+    into = bytearray(5)
+    sender = threading.Thread(target=lambda: raw.sendall(b"hello"))
+    sender.start()
+    b.exchange({}, {0: [memoryview(into)]}, "broadcast", time.monotonic() + 5)
+    sender.join(10)
+    assert bytes(into) == b"hello" and not errors
+    a.close(), b.close()
+
+
 def test_exchange_reports_a_peer_that_closed_the_connection(mesh_pair):
     a, b = mesh_pair
     thread, errors = _in_thread(b.exchange, {0: [memoryview(b"part")]}, {}, "test", time.monotonic() + 5)
