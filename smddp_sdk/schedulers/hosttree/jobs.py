@@ -39,6 +39,9 @@ SUPERVISOR_MODULE = "smddp_sdk.schedulers.hosttree.supervisor"
 # A supervisor that neither answers a SIGTERM nor touches its heartbeat for this long is taken to be
 # frozen; ``cancel`` then stops the hosts itself.
 FROZEN_AFTER = 3.0
+# A job found without its supervisor this soon after its last heartbeat gets what is left of its hosts
+# stopped before its archives are made; later, only the archives (its pids may have been reused).
+ORPHAN_SWEEP_WITHIN = 300.0
 _NAME_ATTEMPTS = 20
 # What state.json says of attempts (``hosttree.attempts``), passed on in ``status`` details as recorded.
 ATTEMPT_KEYS = ("attempt", "attempts", "interruptions", "transitions", "training_seconds", "billable_seconds")
@@ -233,11 +236,16 @@ class HostTreeScheduler(Scheduler):
                 return state
             message = (f"the job's supervisor (pid {supervisor}) died; its hosts stop themselves when it does "
                        f"(lifeline); see {job_dir.supervisor_log}")
+        recent = time.monotonic() - _last_sign_of_life(job_dir) < ORPHAN_SWEEP_WITHIN  # before this write
         # "orphaned": its supervisor did not end it. Marked first, so that one caller sweeps.
         state = {**state, "state": JobState.FAILED.value, "message": message, "ended": time.time(), "orphaned": True}
         job_dir.write_state(state)
-        if supervisor is not None:
+        if supervisor is None:
+            return state
+        if recent:
             self._sweep(job_dir, state)  # the hosts stop on the broken lifeline: wait for them, then archive
+        else:  # long dead: its hosts stopped long ago, and its pids may be other processes' by now
+            self._archive(job_dir, HostTreePlan.from_request(job_dir.read_record()["request"]))
         return job_dir.read_state()
 
     def logs(self, handle: JobHandle, *, hosts: Sequence[str] | None = None, ranks: Sequence[int] | None = None, follow: bool = False) -> Iterator[LogLine]:
@@ -316,6 +324,10 @@ class HostTreeScheduler(Scheduler):
         for name in (LIFELINE, HEARTBEAT):
             (job_dir.path / name).unlink(missing_ok=True)
         shutil.rmtree(job_dir.path / SCRATCH, ignore_errors=True)
+        self._archive(job_dir, plan)
+
+    def _archive(self, job_dir: JobDir, plan: HostTreePlan) -> None:
+        """The archives a job without a supervisor never got, from what its hosts wrote."""
         archives, problem = collect_job_artifacts(job_dir, plan)
         state = job_dir.read_state()
         message = state.get("message", "") + (f"; also {problem}" if problem else "")

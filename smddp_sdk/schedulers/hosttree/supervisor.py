@@ -372,7 +372,7 @@ class Supervisor:
         self.backend.release()
         if self.stop_reason is not None and self.stop_reason[1]:  # max_run (the ranks left running), a start failure
             named = Verdict(self.hanging[0], tuple(self.hanging[1:])) if self.hanging else None
-            if named is not None:
+            if named:
                 self.note(named)
             return self.finish(self.stop_reason[0], self.stop_reason[1], named)
         if failed:
