@@ -10,16 +10,16 @@ rank 0 included, connect as clients.
 
 The runtime stays stdlib only: the helper is ``python -c`` in the interpreter the ranks use, where
 torch lives. It exits when the runtime closes its stdin (or kills it), so it never outlives the runtime,
-even when the runtime is SIGKILLed.
+even when the runtime is SIGKILLed. Where torch is missing or the helper cannot start, the runtime says so
+and leaves the store to rank 0 as before; ranks on other hosts connect as clients either way, so hosts
+need not agree on who serves it.
 
 torch's store has no authentication and keeps every connection for as long as the peer likes, so the
 helper bounds them from outside the server: once a second it looks at its own sockets on the store's
 port (the server's, in its own process) and shuts down a connection that has not sent torch's 5-byte
 validation message within ``HANDSHAKE_SECONDS``, and the newest connections beyond ``max_connections``
-(four per rank and a margin: torch opens one per rank and process group store). The server then sees
-end-of-file and drops them, as it does for a peer that left. Where torch is missing or the helper cannot start, the runtime says so and
-leaves the store to rank 0 as before; ranks on other hosts connect as clients either way, so hosts
-need not agree on who serves it.
+(four per rank and a margin: torch opens one per rank). The server then sees end-of-file and drops
+them, as it does for a peer that left.
 """
 
 from __future__ import annotations
