@@ -7,8 +7,9 @@ Every exchange between host leaders carries a 32-byte call header that the recei
 (docs/security.md). ``SMDDP_CHECK_CALLS=0`` turns it off on every rank of a trial, so the same code
 runs with and without it. Each trial starts fresh rank processes (one rank per host, TCP between them),
 checks the all_reduce result, runs ``--warmup`` calls, then times ``--calls`` calls on rank 0; trials
-alternate off and on, so a change in the machine's load hits both alike. Reported: the median time per
-call of each setting over its trials, every trial's figure, and the cost of the check in percent.
+alternate off and on, so a change in the machine's load hits both alike. Reported for wall-clock time
+and for rank 0's CPU time (less swayed by other work on a shared machine): the median per call of each
+setting over its trials, every trial's figure, and the cost of the check in percent.
 """
 
 from __future__ import annotations
@@ -58,23 +59,23 @@ def rank_main(args: argparse.Namespace) -> None:
     for _ in range(args.warmup):
         dist.all_reduce(tensor)
     dist.barrier()
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     for _ in range(args.calls):
         dist.all_reduce(tensor)
-    per_call = (time.perf_counter() - started) / args.calls
+    per_call = {"wall": (time.perf_counter() - started) / args.calls, "cpu": (time.process_time() - cpu_started) / args.calls}
     if rank == 0:
         Path(args.result).write_text(json.dumps(per_call))
     dist.destroy_process_group()
 
 
-def trial(args: argparse.Namespace, argv: list[str], check: str, result: Path) -> float:
+def trial(args: argparse.Namespace, argv: list[str], check: str, result: Path) -> dict[str, float]:
     from benchmarks.launch import run_ranks
 
     env = {"SMDDP_CHECK_CALLS": check, "SMDDP_MESH_SECRET": secrets.token_hex(32)}
     code = run_ranks(__file__, [*argv, "--result", str(result)], world_size=2, hosts=2, env=env)
     if code:
         raise SystemExit(f"a trial with SMDDP_CHECK_CALLS={check} failed (exit {code})")
-    return float(json.loads(result.read_text()))
+    return json.loads(result.read_text())
 
 
 def main(argv: list[str]) -> int:
@@ -84,17 +85,21 @@ def main(argv: list[str]) -> int:
         return 0
     load = os.getloadavg()
     print(f"all_reduce {human(parse_size(args.size))}B, 2 hosts x 1 rank, {args.calls} calls after {args.warmup}; load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs", flush=True)
-    times: dict[str, list[float]] = {name: [] for name in SETTINGS}
+    times: dict[str, list[dict[str, float]]] = {name: [] for name in SETTINGS}
     with tempfile.TemporaryDirectory(prefix="smddp-call-check-") as tmp:
         for index in range(args.trials):
             for name, check in SETTINGS.items():
                 times[name].append(trial(args, argv, check, Path(tmp) / f"{name}-{index}.json"))
-    for name, values in times.items():
-        trials = ", ".join(f"{value * 1e6:.1f}" for value in values)
-        print(f"  check {name:<3}  median {statistics.median(values) * 1e6:8.1f} us per call  (trials: {trials})")
-    off, on = (statistics.median(times[name]) for name in SETTINGS)
+    for clock in ("wall", "cpu"):
+        medians = {}
+        for name, runs in times.items():
+            values = [run[clock] for run in runs]
+            medians[name] = statistics.median(values)
+            trials = ", ".join(f"{value * 1e6:.1f}" for value in values)
+            print(f"  {clock:<4} check {name:<3}  median {medians[name] * 1e6:8.1f} us per call  (trials: {trials})")
+        print(f"  {clock:<4} cost of the check: {(medians['on'] - medians['off']) / medians['off'] * 100:+.1f} %")
     load = os.getloadavg()
-    print(f"  cost of the check: {(on - off) / off * 100:+.1f} %  (load after {load[0]:.2f} {load[1]:.2f} {load[2]:.2f})")
+    print(f"  load after {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     return 0
 
 
