@@ -38,11 +38,16 @@ NONCE_BYTES = 16
 HEADER_MAGIC = 0x48444D53  # b"SMDH" on the wire
 HEADER_WORDS = 8  # magic, the six words of the call record, the exchange's step within the call
 HEADER_BYTES = HEADER_WORDS * 4
+# "0" turns the call header off on this rank (magic 0: no header is sent or expected), for measuring what
+# the check costs (benchmarks/call_check_cost.py); every rank of the job must agree. Never for training:
+# collectives that differ between hosts then return garbage.
+CHECK_CALLS_ENV = "SMDDP_CHECK_CALLS"
 _HELLO = struct.Struct("!16sI")  # client nonce, client node index
 _SOCKET_BUFFER = 4 << 20
 _SLICE_S = 0.05  # the native loop returns this often: the deadline is checked and signal handlers run
 _SETTLE_S = 1.0  # after a mismatch, how long the sender threads may take to deliver this rank's header
 _HEADER_WAIT_S = 0.1  # after a failed transfer, how long to wait for the headers peers may have sent
+_WAIT_SLICE_S = 0.25  # the Python path's receive wakes this often to warn of a hang (SMDDP_HANG_WARN_S)
 
 
 def new_token() -> str:
@@ -97,7 +102,7 @@ class TcpMesh:
         self._native = native.library() if native_progress else None  # None: Python threads move the bytes
         self._pool: ThreadPoolExecutor | None = None  # the Python path's sender threads
         # the header of the call now running, shared with the native core; [7] counts its exchanges
-        self.header = (ctypes.c_uint32 * HEADER_WORDS)(HEADER_MAGIC)
+        self.header = (ctypes.c_uint32 * HEADER_WORDS)(0 if os.environ.get(CHECK_CALLS_ENV) == "0" else HEADER_MAGIC)
 
     def begin(self, call: Call) -> None:
         """Number the collective about to run (as the native core's tag does) and reset its step."""
@@ -195,10 +200,10 @@ class TcpMesh:
         call header (only to and from peers with bytes to move)."""
         if not self._connected:
             raise CollectiveError(f"smddp {what} failed: the connections to the other hosts are closed")
-        mine = self._next_header()
+        mine = self._next_header() if self.header[0] else b""  # magic 0: unchecked (CHECK_CALLS_ENV)
         sends = {peer: [memoryview(bytearray(mine)), *views] for peer, views in sends.items() if any(len(v) for v in views)}
         recvs = {peer: views for peer, views in recvs.items() if any(len(v) for v in views)}
-        headers = {peer: bytearray(HEADER_BYTES) for peer in recvs}
+        headers = {peer: bytearray(len(mine)) for peer in recvs}
         try:
             if self._native is not None:
                 self._exchange_native(sends, recvs, headers, mine, what, deadline)
@@ -299,12 +304,17 @@ class TcpMesh:
 
     def _recv_all(self, peer: int, views: Sequence[memoryview], what: str, deadline: float) -> None:
         sock = self._socks[peer]
+        started = time.monotonic()
         try:
             for view in views:
                 got = 0
                 while got < len(view):
-                    sock.settimeout(self._remaining(peer, what, deadline))
-                    count = sock.recv_into(view[got:])
+                    sock.settimeout(min(self._remaining(peer, what, deadline), _WAIT_SLICE_S))
+                    try:
+                        count = sock.recv_into(view[got:])
+                    except socket.timeout:  # a slice without data: warn as the native loop does, or time out
+                        self.stalled(what, peer, True, deadline, time.monotonic() - started)
+                        continue
                     if count == 0:
                         raise self._lost(what, peer, None)
                     got += count
@@ -322,7 +332,7 @@ class TcpMesh:
     def close(self, farewell: bool = False) -> None:
         """Close the connections; with farewell, first tell each peer that this rank left the group (a
         header for destroy_process_group), so a peer that still calls a collective names this end."""
-        if farewell and self._connected:
+        if farewell and self._connected and self.header[0]:
             self.begin(Call("destroy_process_group"))
             goodbye = self._next_header()
             for sock in self._socks.values():

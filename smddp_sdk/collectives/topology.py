@@ -165,11 +165,16 @@ def _attach_arena(store: dist.Store, topo: Topology, decision: dict, peers: list
 def _mesh_secret(store: dist.Store, topo: Topology) -> str:
     """What the mesh's peers prove: the runtime's secret for the job's ranks (MESH_SECRET_ENV), which no
     other user can read. Ranks started without the runtime (torchrun, tests) share a token through the
-    store instead, which only keeps out strangers that cannot read the store (docs/security.md)."""
+    store instead, which only keeps out strangers that cannot read the store: rank 0 says so, once
+    (docs/security.md)."""
     secret = os.environ.get(MESH_SECRET_ENV)
     if secret:
         return secret
     if topo.rank == 0:
+        warnings.warn(
+            f"smddp: {MESH_SECRET_ENV} is not set (these ranks were not started by smddp's runtime), so the hosts' "
+            "connections authenticate with a token kept in the rendezvous store: whoever can reach the store can join "
+            f"them; set the same random {MESH_SECRET_ENV} for every rank to close that", RuntimeWarning, stacklevel=2)
         store.set(_KEY + "token", new_token())
     return store.get(_KEY + "token").decode()
 

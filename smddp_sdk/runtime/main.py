@@ -127,7 +127,7 @@ class NodeRuntime:
                 command = self._prepare_code()
                 python_path = rank_python_path(self.env.rank_opt_ml.code_dir, self.environ, scratch=Path(scratch))
                 if self.signalled is None and self.remote_stop is None:
-                    self._serve_store(Path(scratch))
+                    self._serve_store(Path(scratch), plan.world_size)
                     self._start_ranks(plan, command, python_path)
             except SmddpError as exc:
                 return self._finish_setup_failure(exc)
@@ -142,12 +142,12 @@ class NodeRuntime:
             _remove_if_empty(Path(scratch_root))  # shared by the job's runtimes: the last one out removes it
         return code
 
-    def _serve_store(self, scratch: Path) -> None:
+    def _serve_store(self, scratch: Path, world_size: int) -> None:
         """In local mode the master host serves the rendezvous store on its own address (runtime/store.py)."""
         env = self.env
         address = rendezvous_store.store_address(contract.bind_address(env.host_addresses, env.current_host), self.environ)
         if env.is_master:
-            self.store = rendezvous_store.serve(address, env.ports.master, self.interpreter.python, self.say, scratch)
+            self.store = rendezvous_store.serve(address, env.ports.master, self.interpreter.python, self.say, scratch, world_size)
         self.store_env = rendezvous_store.rank_environment(address, is_master=env.is_master, served=self.store is not None)
 
     def _plan(self) -> planning.RankPlan:
@@ -380,6 +380,7 @@ class NodeRuntime:
             return
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
+        signal.signal(signal.SIGCHLD, lambda *_: self.wake.set())  # a rank ended: look now, not at the next poll
         stacks.forward_stack_requests(lambda: [p.popen.pid for p in self.procs if p.running])
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import stat
 import subprocess
 import threading
 import time
+import warnings
 
 import pytest
 
@@ -159,6 +161,50 @@ def test_exchange_names_the_silent_peer_when_the_deadline_passes(mesh_pair):
         a.exchange({}, {}, "barrier", time.monotonic() + 1)  # a failed exchange closes the mesh
 
 
+@pytest.mark.parametrize("progress", ["native", "python"])
+def test_exchange_warns_within_the_hang_time_naming_the_late_peer(progress, monkeypatch, caplog):
+    if progress == "native" and native.library() is None:
+        pytest.skip("the native kernels are not available here")
+    monkeypatch.setenv("SMDDP_HANG_WARN_S", "0.5")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("SM_CURRENT_HOST", "a")
+    token = new_token()
+    a, b, thread, errors = _connect_pair(token, token, native_progress=progress == "native")
+    b.connect({0: ("127.0.0.1", a.port)}, time.monotonic() + 5)
+    thread.join(10)
+    started = time.time()
+    with caplog.at_level(logging.WARNING, logger="smddp"), pytest.raises(CollectiveError, match=r"timed out waiting for rank 1 \(host b\)"):
+        a.exchange({1: [memoryview(b"x")]}, {1: [memoryview(bytearray(10))]}, "all_reduce", time.monotonic() + 4.0)
+    warnings = [(record.created, record.getMessage()) for record in caplog.records]
+    a.close(), b.close()
+    assert len(warnings) == 1, warnings
+    created, message = warnings[0]
+    assert "rank 0 (host a) has waited" in message and "in all_reduce for rank 1 (host b), which has not arrived" in message
+    assert "smddp-launch stacks" in message
+    assert 0.5 <= created - started < 2.5  # SMDDP_HANG_WARN_S and a 0.25 s slice, long before the 4 s timeout
+
+
+@pytest.mark.parametrize("progress", ["native", "python"])
+def test_with_the_call_check_off_exchanges_carry_only_the_data(progress, monkeypatch):
+    """SMDDP_CHECK_CALLS=0 (benchmarks/call_check_cost.py): no header on the wire, so the peer's raw bytes
+    are the data, and a different call on the other end goes unnoticed."""
+    if progress == "native" and native.library() is None:
+        pytest.skip("the native kernels are not available here")
+    monkeypatch.setenv("SMDDP_CHECK_CALLS", "0")
+    token = new_token()
+    a, b, thread, errors = _connect_pair(token, token, native_progress=progress == "native")
+    b.connect({0: ("127.0.0.1", a.port)}, time.monotonic() + 5)
+    thread.join(10)
+    raw = a._socks[1]
+    into = bytearray(5)
+    sender = threading.Thread(target=lambda: raw.sendall(b"hello"))
+    sender.start()
+    b.exchange({}, {0: [memoryview(into)]}, "broadcast", time.monotonic() + 5)
+    sender.join(10)
+    assert bytes(into) == b"hello" and not errors
+    a.close(), b.close()
+
+
 def test_exchange_reports_a_peer_that_closed_the_connection(mesh_pair):
     a, b = mesh_pair
     thread, errors = _in_thread(b.exchange, {0: [memoryview(b"part")]}, {}, "test", time.monotonic() + 5)
@@ -179,7 +225,10 @@ def test_the_mesh_secret_comes_from_the_runtime_and_only_stray_launches_use_the_
     topo = Topology(rank=0, size=2, hosts=["algo-1", "algo-2"], nodes=[[0], [1]])
     store = dist.HashStore()
     monkeypatch.setenv(MESH_SECRET_ENV, mesh_secret("job token"))
-    assert _mesh_secret(store, topo) == mesh_secret("job token") != "job token"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the runtime's ranks hear nothing of it
+        assert _mesh_secret(store, topo) == mesh_secret("job token") != "job token"
     assert not store.check(["smddp/token"])  # nothing for a reader of the store
     monkeypatch.delenv(MESH_SECRET_ENV)
-    assert _mesh_secret(store, topo) == store.get("smddp/token").decode()  # torchrun-style launch: the store's token
+    with pytest.warns(RuntimeWarning, match=f"{MESH_SECRET_ENV} is not set .* whoever can reach the store can join"):
+        assert _mesh_secret(store, topo) == store.get("smddp/token").decode()  # torchrun-style launch: the store's token

@@ -37,6 +37,7 @@ SCRIPTS = Path(__file__).resolve().parent / "scripts"
 PG_TIMEOUT = 4.0  # seconds: the hang detector
 START_TIMEOUT = 180.0  # four torch ranks on a loaded machine
 GONE_TIMEOUT = 60.0
+LINGER_MAX_RUN = 40  # seconds: long enough for four torch ranks to start on a loaded machine
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class Scenario:
     external: Callable[[Path, dict], None] | None = None  # done from outside once every rank trains
     cancel: bool = False
     expect_message: tuple[str, ...] = ()  # each in the job's status message
+    steps: int = 1_000_000  # all-reduces each rank makes before it leaves the group
+    max_run: int = 600  # below 600: the fault is max_run passing (time counted from then)
 
 
 @dataclass
@@ -59,6 +62,7 @@ class Outcome:
     message: str
     seconds_to_gone: float
     leftovers: list[str] = field(default_factory=list)
+    missing_archives: list[str] = field(default_factory=list)  # every ended job gets both, however it ended
 
 
 def _kill_supervisor(job_dir: Path, state: dict) -> None:
@@ -87,6 +91,9 @@ SCENARIOS = {
         Scenario("hang_in_collective", JobState.FAILED, ("algo-2", 2), fault="hang_in_collective", victim=2),
         Scenario("hang_outside", JobState.FAILED, ("algo-1", 1), fault="hang_outside", victim=1),
         Scenario("exit0_early", JobState.FAILED, ("algo-1", 1), fault="exit0_early", victim=1),
+        # The others finished; rank 1 sleeps outside any collective until max_run ends the job, which names it.
+        Scenario("linger_until_max_run", JobState.FAILED, ("algo-1", 1), fault="linger", victim=1, steps=20, max_run=LINGER_MAX_RUN,
+                 expect_message=(f"max_run={LINGER_MAX_RUN} seconds; still running: algo-1/rank1 in linger_after_training (train.py:",)),
         Scenario("frozen_supervisor_cancel", JobState.CANCELLED, None, external=_freeze_supervisor, cancel=True),
         # algo-2's ranks call another collective than algo-1's at step 5: call #6, after one all_reduce per step
         *(Scenario(f"mismatch_between_hosts_{how}", JobState.FAILED, None, fault=f"mismatch_{how}", victim=2,
@@ -112,10 +119,10 @@ def run(scenario: Scenario, workdir: Path) -> Outcome:
     spec = JobSpec.from_mapping({
         "entry_point": "train.py", "source_dir": str(source), "instance_type": "local", "instance_count": 2,
         "distribution": {"smdistributed": {"dataparallel": {"enabled": True}}}, "job_name": "fault-" + scenario.name.replace("_", "-"),
-        "max_run": 600,
+        "max_run": scenario.max_run,
         # A 4 s process-group timeout would count rank 0's start on a loaded machine: rank 0 serves the store.
         "environment": {"SMDDP_RUNTIME_STORE": "0"},
-        "hyperparameters": {"fault": scenario.fault, "victim": scenario.victim, "ready": str(ready), "pg-timeout": PG_TIMEOUT},
+        "hyperparameters": {"fault": scenario.fault, "victim": scenario.victim, "ready": str(ready), "pg-timeout": PG_TIMEOUT, "steps": scenario.steps},
     })
     handle = scheduler.submit(spec)
     job_dir = workdir / "jobs" / handle.job_id
@@ -129,8 +136,11 @@ def run(scenario: Scenario, workdir: Path) -> Outcome:
             scheduler.cancel(handle)
         gone_at = _wait_until_gone(scheduler, handle, job_dir)
         injected = _injection_time(job_dir) if scenario.external is None else started
+        if scenario.max_run < 600:  # the fault is max_run passing
+            injected = state["started"] + scenario.max_run
         status = scheduler.status(handle)
-        return Outcome(scenario.name, status.state.value, _root(status), status.message, gone_at - injected, leftovers(job_dir, state))
+        return Outcome(scenario.name, status.state.value, _root(status), status.message, gone_at - injected, leftovers(job_dir, state),
+                       missing_archives(status))
     finally:
         _sweep(job_dir)
 
@@ -194,6 +204,12 @@ def job_processes(job_dir: Path) -> list[int]:
     return found
 
 
+def missing_archives(status: JobStatus) -> list[str]:
+    """The archives a job that ended lacks: SageMaker uploads what a failed or stopped job wrote."""
+    archives = {"model.tar.gz": status.model_data, "output.tar.gz": status.details.get("output_data")}
+    return [name for name, path in archives.items() if not path or not Path(path).is_file()]
+
+
 def leftovers(job_dir: Path, state: dict) -> list[str]:
     left = [f"process {pid}" for pid in job_processes(job_dir)]
     listening = _listening_ports()
@@ -254,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _as_expected(scenario: Scenario, outcome: Outcome) -> bool:
-    return outcome.state == scenario.expect_state.value and (scenario.expect_root is None or outcome.root == scenario.expect_root) and not outcome.leftovers
+    return outcome.state == scenario.expect_state.value and (scenario.expect_root is None or outcome.root == scenario.expect_root) and not outcome.leftovers and not outcome.missing_archives
 
 
 if __name__ == "__main__":

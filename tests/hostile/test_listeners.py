@@ -8,6 +8,7 @@ import json
 import shutil
 import socket
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,46 @@ def test_store_helper_stops_with_its_runtime(tmp_path: Path) -> None:
     assert store.process.returncode is not None
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+VALIDATION = bytes([0]) + (0x3C85F7CE).to_bytes(4, sys.byteorder)  # torch's VALIDATE query, as its clients send it
+
+
+def _closed_by_server(sock: socket.socket, within: float) -> bool:
+    sock.settimeout(within)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_store_closes_silent_connections_and_keeps_at_most_its_bound(tmp_path: Path) -> None:
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    port = pick_free_ports(1)[0]
+    store = rendezvous_store.RendezvousStore.start("127.0.0.1", port, tmp_path, max_connections=6, handshake_s=1.0)
+    assert store.wait_ready() == ""
+    try:
+        rank = TCPStore("127.0.0.1", port, None, False, timeout=timedelta(seconds=10), use_libuv=True)
+        rank.set("key", "value")
+        time.sleep(1.5)  # seen by the guard: older than what follows
+        silent = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(3)]
+        assert all(_closed_by_server(sock, within=5.0) for sock in silent)  # nothing sent within handshake_s
+        talkers = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(8)]
+        for sock in talkers:
+            sock.sendall(VALIDATION)
+        closed = [_closed_by_server(sock, within=3.0) for sock in talkers]
+        # 6 allowed: the helper's own client, the rank, and 4 of the 8; the newest go, the rank stays.
+        assert closed.count(True) == 4, closed
+        assert rank.get("key") == b"value"
+        for sock in silent + talkers:
+            sock.close()
+    finally:
+        store.stop()
 
 
 def test_store_is_not_served_where_not_wanted(tmp_path: Path) -> None:

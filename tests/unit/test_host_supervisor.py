@@ -20,6 +20,7 @@ from smddp_sdk.schedulers.hosttree.job_dir import JobDir
 from smddp_sdk.schedulers.hosttree.supervisor import Supervisor
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.failure import SOURCE_ERROR_FILE, FailureRecord, signal_name
+from smddp_sdk.specs.status import JobHandle
 
 HOSTS = ("algo-1", "algo-2")
 
@@ -92,7 +93,7 @@ def supervise(job_dir: JobDir, hosts: dict[str, FakeHost], **attributes: Any) ->
     supervisor.peer_failure_grace = 0.3
     for name, value in attributes.items():
         setattr(supervisor, name, value)
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)}
     try:
         assert supervisor.run() == 0
     finally:
@@ -152,7 +153,7 @@ def test_cancel_stops_every_host_and_ends_cancelled(tmp_path: Path) -> None:
     supervisor.peer_failure_grace = 0.3
     original = supervisor.tick
     supervisor.tick = lambda: (original(), job_dir2.request_cancel())  # type: ignore[method-assign]
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)}
     try:
         supervisor.run()
     finally:
@@ -198,3 +199,31 @@ def test_records_are_read_from_every_host(tmp_path: Path) -> None:
     state, _ = supervise(job_dir, {"algo-1": FakeHost(ends_after=0.1), "algo-2": FakeHost(ends_after=0.1, code=1)})
     assert (state["failure"]["host"], state["failure"]["rank"], state["failure"]["error_type"]) == ("algo-2", 3, "KeyError")
     assert state["error_file"] == str(error_file)
+
+
+def test_a_long_dead_supervisors_job_gets_its_archives_and_no_process_is_signalled(tmp_path: Path) -> None:
+    """Found long after its supervisor died (a reboot, a kill): its recorded pids may be other processes'
+    by now, so status only makes the archives."""
+    import os
+    import subprocess
+
+    from smddp_sdk.schedulers.local import LocalScheduler
+
+    job_dir = make_job(tmp_path)
+    (job_dir.host_dir("algo-1") / "model" / "weights.bin").write_bytes(b"w")
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    bystander = subprocess.Popen(["sleep", "60"], start_new_session=True)  # leads a session, as a runtime did
+    try:
+        job_dir.write_state({"state": "RUNNING", "supervisor_pid": gone.pid, "hosts": {"algo-1": {"pid": bystander.pid}}})
+        (job_dir.path / "heartbeat").touch()
+        long_ago = time.time() - 3600
+        for path in (job_dir.state_file, job_dir.path / "heartbeat"):
+            os.utime(path, (long_ago, long_ago))
+        status = LocalScheduler(job_root=tmp_path).status(JobHandle.parse("local://job"))
+        assert status.state.value == "FAILED" and "supervisor" in status.message
+        assert status.model_data and tarfile.open(status.model_data).getnames() == ["weights.bin"]
+        assert bystander.poll() is None  # not swept
+    finally:
+        bystander.kill()
+        bystander.wait()

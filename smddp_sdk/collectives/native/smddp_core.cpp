@@ -752,10 +752,12 @@ class SmddpCore : public c10d::PyProcessGroup {
       for (int h = 0; h < hosts_; h++) {
         const std::vector<Span>& spans = (receive ? recvs : sends)[h];
         if (total(spans) == 0) continue;
-        char* header = reinterpret_cast<char*>(receive ? theirs[h].data() : mine.data());
-        if (receive) headers.push_back({h, transfers.size()});
-        transfers.push_back({fds_[h], receive, header, static_cast<long>(sizeof(Header)), 0, 0});
-        peers.push_back(h);
+        if (mine[0] != 0) {  // magic 0: calls unchecked, no header (tcp.py's CHECK_CALLS_ENV, benchmarks only)
+          char* header = reinterpret_cast<char*>(receive ? theirs[h].data() : mine.data());
+          if (receive) headers.push_back({h, transfers.size()});
+          transfers.push_back({fds_[h], receive, header, static_cast<long>(sizeof(Header)), 0, 0});
+          peers.push_back(h);
+        }
         for (const Span& span : spans)
           if (span.length > 0) {
             transfers.push_back({fds_[h], receive, span.data, span.length, 0, 0});

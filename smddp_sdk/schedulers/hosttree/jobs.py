@@ -31,7 +31,7 @@ from smddp_sdk.schedulers.hosttree.console_log import follow_stamped
 from smddp_sdk.schedulers.hosttree.host_trees import HostTree, config_files, prepare_host_trees, stage_code
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir, is_supervisor_of
 from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
-from smddp_sdk.schedulers.hosttree.supervisor import HEARTBEAT, LIFELINE, SCRATCH, backend_for
+from smddp_sdk.schedulers.hosttree.supervisor import HEARTBEAT, LIFELINE, SCRATCH, backend_for, collect_job_artifacts
 from smddp_sdk.specs import contract, instance_types, processes
 from smddp_sdk.specs.failure import FailureRecord
 from smddp_sdk.specs.job import JobSpec
@@ -42,6 +42,9 @@ SUPERVISOR_MODULE = "smddp_sdk.schedulers.hosttree.supervisor"
 # A supervisor that neither answers a SIGTERM nor touches its heartbeat for this long is taken to be
 # frozen; ``cancel`` then stops the hosts itself.
 FROZEN_AFTER = 3.0
+# A job found without its supervisor this soon after its last heartbeat gets what is left of its hosts
+# stopped before its archives are made; later, only the archives (its pids may have been reused).
+ORPHAN_SWEEP_WITHIN = 300.0
 _NAME_ATTEMPTS = 20
 # What state.json says of attempts (``hosttree.attempts``), passed on in ``status`` details as recorded.
 ATTEMPT_KEYS = ("attempt", "attempts", "interruptions", "transitions", "training_seconds", "billable_seconds")
@@ -232,10 +235,17 @@ class HostTreeScheduler(Scheduler):
                 return state
             message = (f"the job's supervisor (pid {supervisor}) died; its hosts stop themselves when it does "
                        f"(lifeline); see {job_dir.supervisor_log}")
-        # "orphaned": nobody collected or cleaned up after it; cancel still sweeps what is left.
+        recent = time.monotonic() - _last_sign_of_life(job_dir) < ORPHAN_SWEEP_WITHIN  # before this write
+        # "orphaned": its supervisor did not end it. Marked first, so that one caller sweeps.
         state = {**state, "state": JobState.FAILED.value, "message": message, "ended": time.time(), "orphaned": True}
         job_dir.write_state(state)
-        return state
+        if supervisor is None:
+            return state
+        if recent:
+            self._sweep(job_dir, state)  # the hosts stop on the broken lifeline: wait for them, then archive
+        else:  # long dead: its hosts stopped long ago, and its pids may be other processes' by now
+            self._archive(job_dir, HostTreePlan.from_request(job_dir.read_record()["request"]))
+        return job_dir.read_state()
 
     def logs(self, handle: JobHandle, *, hosts: Sequence[str] | None = None, ranks: Sequence[int] | None = None, follow: bool = False) -> Iterator[LogLine]:
         """Every host's output in the order it arrived; ``ranks`` keeps only those ranks' lines."""
@@ -303,13 +313,23 @@ class HostTreeScheduler(Scheduler):
         _reap_finished_children()
 
     def _sweep(self, job_dir: JobDir, state: dict[str, Any]) -> None:
-        """Stop and remove what a job without a supervisor left (processes, containers, its network)."""
+        """Stop and remove what a job without a supervisor left (processes, containers, its network), and
+        make its archives once the hosts are gone, as its supervisor would have (SageMaker uploads what a
+        stopped job wrote)."""
         record = job_dir.read_record()
-        grace = HostTreePlan.from_request(record["request"]).grace
-        backend_for(job_dir, record).stop_orphans(job_dir, record, state, grace)
-        (job_dir.path / LIFELINE).unlink(missing_ok=True)
+        plan = HostTreePlan.from_request(record["request"])
+        backend_for(job_dir, record).stop_orphans(job_dir, record, state, plan.grace)
+        for name in (LIFELINE, HEARTBEAT):
+            (job_dir.path / name).unlink(missing_ok=True)
         shutil.rmtree(job_dir.path / SCRATCH, ignore_errors=True)
-        job_dir.write_state({**job_dir.read_state(), "swept": True})
+        self._archive(job_dir, plan)
+
+    def _archive(self, job_dir: JobDir, plan: HostTreePlan) -> None:
+        """The archives a job without a supervisor never got, from what its hosts wrote."""
+        archives, problem = collect_job_artifacts(job_dir, plan)
+        state = job_dir.read_state()
+        message = state.get("message", "") + (f"; also {problem}" if problem else "")
+        job_dir.write_state({**state, **archives, "message": message, "swept": True})
 
     def interrupt(self, handle: JobHandle, interruption: Interruption) -> None:
         """Rehearse a managed spot interruption of a running spot job: its supervisor stops every host,

@@ -54,16 +54,36 @@ def stack_files(job_dir: Path) -> dict[Path, tuple[str, int]]:
 def collect(job_dir: Path, timeout: float = 10.0, settle: float = 0.3) -> list[RankStack]:
     """Ask for every rank's stacks and return what each rank wrote, by rank."""
     files = stack_files(job_dir)
-    before = {path: path.stat().st_size for path in files}
+    before = sizes(files)
     request(job_dir)
+    stacks = answers(files, before, timeout, settle)
+    (job_dir / REQUEST_FILE).unlink(missing_ok=True)
+    return stacks
+
+
+def sizes(files: dict[Path, tuple[str, int]]) -> dict[Path, int]:
+    """How much each stacks file holds before a request (what a rank writes after it is its answer)."""
+    return {path: path.stat().st_size for path in files}
+
+
+def answers(files: dict[Path, tuple[str, int]], before: dict[Path, int], timeout: float, settle: float, every: bool = True) -> list[RankStack]:
+    """What each rank wrote since ``before``, once every rank answered (``every``) or, without ``every``,
+    once some did and nothing was added for ``settle`` seconds (ranks that ended never answer)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(path.stat().st_size == size for path, size in before.items()):
+    last, last_change = dict(before), time.monotonic()
+    while time.monotonic() < deadline:
+        now = sizes(files)
+        if now != last:
+            last, last_change = now, time.monotonic()
+        answered = [now[path] > size for path, size in before.items()]
+        quiet = time.monotonic() - last_change >= settle
+        if (all(answered) if every else any(answered) and quiet) or not answered:
+            break
         time.sleep(0.1)
-    time.sleep(settle)  # a rank with many threads may still be writing
+    time.sleep(settle if every else 0)  # a rank with many threads may still be writing
     stacks = []
     for path, (host, rank) in files.items():
         with open(path, encoding="utf-8", errors="replace") as handle:
             handle.seek(before[path])
             stacks.append(RankStack(host, rank, handle.read()))
-    (job_dir / REQUEST_FILE).unlink(missing_ok=True)
     return sorted(stacks, key=lambda stack: stack.rank)

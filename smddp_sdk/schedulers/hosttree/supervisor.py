@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from smddp_sdk.schedulers.hosttree import attempts, checkpoints, stacks
+from smddp_sdk.schedulers.hosttree import attempts, checkpoints, hanging, stacks
 from smddp_sdk.schedulers.hosttree.attempts import Interruption, Timeline
 from smddp_sdk.schedulers.hosttree.backend import HostBackend, HostExit
 from smddp_sdk.schedulers.hosttree.console_log import StampedLog
@@ -53,6 +53,10 @@ HEARTBEAT_SECONDS = 1.0
 # How long the other hosts may keep running after one host's runtime ended in failure. The runtimes
 # stop each other through the coordinator within a second; this catches a host that cannot hear it.
 PEER_FAILURE_GRACE = 5.0
+# When max_run passes: how long the ranks still running have to write their stacks, and how long an
+# answer may take once others came (ranks that ended never answer).
+HANGING_STACKS_TIMEOUT = 2.0
+HANGING_STACKS_SETTLE = 0.3
 LIFELINE = "lifeline"
 HEARTBEAT = "heartbeat"
 SCRATCH = "scratch"  # the runtimes' scratch files, removed when the job ends
@@ -84,6 +88,7 @@ class Supervisor:
         self.console_lock = threading.Lock()
         self.console: StampedLog | None = None
         self.signalled = threading.Event()
+        self.wake = threading.Event()  # set by signals: the watch loop looks at once
         self.state: dict[str, Any] = {}
         self.exits: dict[str, HostExit] = {}
         self.stopped_by_us: set[str] = set()
@@ -95,12 +100,14 @@ class Supervisor:
         self.timeline = Timeline({})
         self.attempt_started = time.time()
         self.interruption: Interruption | None = None
+        self.hanging: list[FailureRecord] = []  # the ranks still running when max_run passed
 
     # --- lifecycle ------------------------------------------------------------------------------
 
     def run(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: self.signalled.set())
+            signal.signal(sig, self.on_stop_signal)
+        signal.signal(signal.SIGCHLD, lambda *_: self.wake.set())  # a runtime ended: look now, not at the next poll
         self.state = {"state": JobState.STARTING.value, "message": "", "supervisor_pid": os.getpid(), "started": time.time(), "hosts": {}}
         self.timeline = Timeline(self.state)
         self.timeline.enter(attempts.STARTING, "launching the hosts")
@@ -120,6 +127,10 @@ class Supervisor:
         finally:
             if self.console is not None:
                 self.console.close()
+
+    def on_stop_signal(self, _signum: int, _frame: object) -> None:
+        self.signalled.set()
+        self.wake.set()
 
     def run_attempt(self, sync: checkpoints.CheckpointSync | None) -> None:
         """Start every host, watch them until they all ended, and make the last checkpoint pass."""
@@ -269,7 +280,8 @@ class Supervisor:
                 for host in self.running_hosts():
                     self.backend.signal(host, signal.SIGKILL)
             self.tick()
-            time.sleep(POLL_SECONDS)
+            self.wake.wait(POLL_SECONDS)
+            self.wake.clear()
         self.record_exits()
 
     def tick(self) -> None:
@@ -293,9 +305,21 @@ class Supervisor:
         elif self.plan.max_wait is not None and time.time() > self.state["started"] + self.plan.max_wait:
             self.stop(JobState.FAILED, f"MaxWaitTimeExceeded: the attempts together took longer than max_wait={self.plan.max_wait} seconds")
         elif time.time() > deadline:
-            self.stop(JobState.FAILED, f"MaxRuntimeExceeded: the job ran longer than max_run={self.plan.max_run} seconds")
+            self.hanging = self.still_running()
+            self.stop(JobState.FAILED, f"MaxRuntimeExceeded: the job ran longer than max_run={self.plan.max_run} seconds" + hanging.describe(self.hanging))
         elif first_failure is not None and time.time() - first_failure > self.peer_failure_grace:
             self.stop(JobState.FAILED, "")  # the root cause decides the message
+
+    def still_running(self) -> list[FailureRecord]:
+        """The ranks still running, with their innermost frames: every rank is asked for its stacks (as
+        ``smddp-launch stacks`` does), and only the running ones answer (``hosttree.hanging``)."""
+        running = set(self.running_hosts())
+        files = {path: who for path, who in stacks.stack_files(self.job_dir.path).items() if who[0] in running}
+        before = stacks.sizes(files)
+        for host in running:
+            self.backend.signal(host, contract.STACKS_SIGNAL)
+        answers = stacks.answers(files, before, HANGING_STACKS_TIMEOUT, HANGING_STACKS_SETTLE, every=False)
+        return hanging.records(answers, self.plan.max_run)
 
     def owner_gone(self, owner: int) -> bool:
         """The owner started us: it is gone once we are re-parented (no pid-reuse doubt); otherwise poll it."""
@@ -346,8 +370,11 @@ class Supervisor:
         self.timeline.enter(attempts.UPLOADING, "collecting the artifacts")
         problem = self.collect()
         self.backend.release()
-        if self.stop_reason is not None and self.stop_reason[1]:
-            return self.finish(self.stop_reason[0], self.stop_reason[1])  # max_run, a start failure: no rank to blame
+        if self.stop_reason is not None and self.stop_reason[1]:  # max_run (the ranks left running), a start failure
+            named = Verdict(self.hanging[0], tuple(self.hanging[1:])) if self.hanging else None
+            if named:
+                self.note(named)
+            return self.finish(self.stop_reason[0], self.stop_reason[1], named)
         if failed:
             message = verdict.root.summary() if verdict else "a host failed"
             return self.finish(JobState.FAILED, message + (f"; also {problem}" if problem else ""), verdict)
@@ -363,28 +390,23 @@ class Supervisor:
     def collect(self) -> str:
         """Artifacts are collected whether the job succeeded or failed, as SageMaker uploads both.
         Returns "" or what went wrong (which fails the job: a job without its model is no success)."""
-        target = self.plan.model_data.parent
-        trees = [OptMl(self.job_dir.host_dir(host)) for host in self.hosts]
-        skipped: list[str] = []
-        try:
-            model, output = collect_artifacts(trees, target, on_skip=skipped.append)
-        except (OSError, ValueError) as exc:
-            return f"ArtifactCollectionFailed: could not collect the artifacts into {target}: {exc}"
-        if skipped:  # in the console log (closed by now: appended) and the job's status, never silent
-            with open(self.job_dir.console_log, "a", encoding="utf-8") as console:
-                console.writelines(f"smddp: warning: left out of {line}\n" for line in skipped)
-        self.update(model_data=str(model), output_data=str(output), archive_skipped=skipped)
-        return ""
+        changes, problem = collect_job_artifacts(self.job_dir, self.plan)
+        self.update(**changes)
+        return problem
 
     def verdict(self) -> Verdict | None:
         records, early = self.records()
         verdict = decide(records, early_exits=early)
         if verdict is not None:
-            self.state["other_failures"] = [other.to_json() for other in verdict.others]
-            self.state["error_file"] = verdict.root.error_file or None
-            if verdict.root.rank is not None:
-                self.state["rank_log"] = str(OptMl(self.job_dir.host_dir(verdict.root.host)).rank_log_file(verdict.root.rank))
+            self.note(verdict)
         return verdict
+
+    def note(self, verdict: Verdict) -> None:
+        """What ``status`` and the failure summary show beside the root cause."""
+        self.state["other_failures"] = [other.to_json() for other in verdict.others]
+        self.state["error_file"] = verdict.root.error_file or None
+        if verdict.root.rank is not None:
+            self.state["rank_log"] = str(OptMl(self.job_dir.host_dir(verdict.root.host)).rank_log_file(verdict.root.rank))
 
     def records(self) -> tuple[list[FailureRecord], list[FailureRecord]]:
         """Every failure record of the job: what each runtime wrote, rank error files no runtime
@@ -459,6 +481,23 @@ class Supervisor:
 
     def save(self) -> None:
         self.job_dir.write_state(self.state)
+
+
+def collect_job_artifacts(job_dir: JobDir, plan: HostTreePlan) -> tuple[dict[str, Any], str]:
+    """Every host's model and output into the job's archives; returns the state's new entries and ""
+    or what went wrong. Run by the supervisor as the job ends, or by whoever finds the job without one
+    (its supervisor was killed: ``HostTreeScheduler._sweep``), once the hosts are gone."""
+    target = plan.model_data.parent
+    trees = [OptMl(job_dir.host_dir(item.host)) for item in plan.hosts]
+    skipped: list[str] = []
+    try:
+        model, output = collect_artifacts(trees, target, on_skip=skipped.append)
+    except (OSError, ValueError) as exc:
+        return {}, f"ArtifactCollectionFailed: could not collect the artifacts into {target}: {exc}"
+    if skipped:  # in the console log (closed by now: appended) and the job's status, never silent
+        with open(job_dir.console_log, "a", encoding="utf-8") as console:
+            console.writelines(f"smddp: warning: left out of {line}\n" for line in skipped)
+    return {"model_data": str(model), "output_data": str(output), "archive_skipped": skipped}, ""
 
 
 def open_lifeline(path: Path) -> int:

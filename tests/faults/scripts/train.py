@@ -1,7 +1,7 @@
 """A training loop for fault injection: all-reduces forever (or --steps times) and can fail on purpose.
 
 --fault: none | sigkill_rank | exit0_early | hang_in_collective | hang_outside | raise, done by --victim
-after step --at; quiet: every rank stops calling collectives at step --at and sleeps; mismatch_<how>
+after step --at; linger: --victim sleeps after the last step (--steps), outside any collective; quiet: every rank stops calling collectives at step --at and sleeps; mismatch_<how>
 (reduce_op, dtype, size, op, count): at step --at every rank on --victim's host calls another collective
 than the other hosts (count: leaves the group one call early). Every rank writes <--ready>/rank-<N> once it has trained a few steps, so a test knows
 when to inject a fault from outside (kill a supervisor or a runtime). --pg-timeout is the process group's
@@ -40,7 +40,7 @@ def main() -> None:
     for step in range(args.steps):
         if step == 3 and args.ready:
             Path(args.ready, f"rank-{rank}").write_text(str(time.time()))
-        if rank == args.victim and step == args.at and not args.fault.startswith("mismatch_"):
+        if rank == args.victim and step == args.at and args.fault != "linger" and not args.fault.startswith("mismatch_"):
             inject(args.fault, tensor)
         if args.fault.startswith("mismatch_") and step == args.at and on_host_of(args.victim):
             mismatch(args.fault.removeprefix("mismatch_"), tensor)
@@ -51,6 +51,14 @@ def main() -> None:
         tensor.fill_(1.0)
         time.sleep(pause)
     dist.destroy_process_group()
+    if args.fault == "linger" and rank == args.victim:
+        linger_after_training()
+
+
+def linger_after_training() -> None:
+    """What a test of max_run expects to see named: the others finished, this rank never ends."""
+    print(f"injecting linger at {time.time():.3f}", flush=True)
+    time.sleep(10**6)
 
 
 def on_host_of(victim: int) -> bool:
