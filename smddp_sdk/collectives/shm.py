@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import mmap
 import os
 import time
@@ -138,6 +139,19 @@ def map_file(path: str, nbytes: int) -> torch.Tensor:
     return torch.frombuffer(mapping, dtype=torch.uint8)[:nbytes]
 
 
+@functools.cache
+def _warn_single_copy_refused(error: int) -> None:
+    """Said once per process (and errno): every group of the host would say the same."""
+    warnings.warn(
+        f"smddp: reading a local peer's memory failed ({errno.errorcode.get(error, error)}: {os.strerror(error)}); "
+        "large all_gathers and broadcasts copy through shared memory instead (allow process_vm_readv between the "
+        f"ranks: kernel.yama.ptrace_scope=0, or docker run --cap-add SYS_PTRACE; {SINGLE_COPY_ENV}=0 skips the "
+        "attempt)",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
 @dataclass(frozen=True)
 class Peer:
     """A local rank as the shm transport sees it."""
@@ -251,9 +265,9 @@ class ShmArena:
                 break
         self._words[self.index * LINE // 4 + _VERDICT_WORD] = error
         self.barrier(what, deadline)
-        return self.single_copy_agreed()
+        return self._single_copy_agreed()
 
-    def single_copy_agreed(self) -> bool:
+    def _single_copy_agreed(self) -> bool:
         """After a single-copy call's second barrier: did every local rank read everything? If not, the
         arena copies through its slots from now on."""
         errors = [self._words[i * LINE // 4 + _VERDICT_WORD] for i in range(self.n)]
@@ -263,17 +277,10 @@ class ShmArena:
         return not refused
 
     def refuse_single_copy(self, error: int) -> None:
-        """The kernel refused a single-copy read: copy through the slots from now on (said once per host)."""
+        """The kernel refused a single-copy read: copy through the slots from now on."""
         self.counters[_SINGLE_COPY_OFF] = 1
         if self.index == 0:
-            warnings.warn(
-                f"smddp: reading a local peer's memory failed ({errno.errorcode.get(error, error)}: {os.strerror(error)}); "
-                "large all_gathers and broadcasts copy through shared memory instead, about 1.5x slower (allow "
-                "process_vm_readv between the ranks: kernel.yama.ptrace_scope=0, or docker run --cap-add SYS_PTRACE; "
-                f"{SINGLE_COPY_ENV}=0 skips the attempt)",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+            _warn_single_copy_refused(error)
 
     # abort record -----------------------------------------------------------------------------------
     def post_abort(self, message: str) -> None:
