@@ -200,7 +200,8 @@ class SmddpProcessGroup:
                               *(ctypes.addressof(slots) for slots in arena.slot_addresses), ctypes.addressof(arena.counters),
                               arena.record_address, *(_address(kernel) for kernel in
                                                       (kernels.smddp_barrier, kernels.smddp_allreduce_small, kernels.smddp_reduce)),
-                              int(arena.spin_s * 1e9), int(CHECK_EVERY_S * 1e9), SYMMETRIC_LIMIT, SINGLE_COPY_FROM)
+                              *(int(budget * 1e9) for budget in arena.spin_budgets()), arena.cores, int(CHECK_EVERY_S * 1e9),
+                              SYMMETRIC_LIMIT, SINGLE_COPY_FROM)
         self._core_attached = True
         self._set_core_mode()
         method = weakref.WeakMethod(self._set_core_mode)  # the profiler's listener must not keep the group

@@ -20,6 +20,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <cerrno>
+#include <cstdlib>
 
 #include <algorithm>
 #include <array>
@@ -172,7 +173,8 @@ class SmddpCore : public c10d::PyProcessGroup {
   // side's counters and record, so both paths number and tag collectives alike.
   void attach(uintptr_t base, int n, int index, long slot_bytes, uintptr_t slots0, uintptr_t slots1,
               uintptr_t counters, uintptr_t record, uintptr_t barrier_fn, uintptr_t allreduce_fn, uintptr_t reduce_fn,
-              long spin_ns, long slice_ns, long symmetric_limit, long single_copy_from) {
+              long calm_spin_ns, long loaded_spin_ns, int cores, long slice_ns, long symmetric_limit,
+              long single_copy_from) {
     base_ = reinterpret_cast<char*>(base);
     n_ = n;
     index_ = index;
@@ -184,7 +186,9 @@ class SmddpCore : public c10d::PyProcessGroup {
     barrier_ = reinterpret_cast<BarrierFn>(barrier_fn);
     allreduce_ = reinterpret_cast<AllreduceFn>(allreduce_fn);
     reduce_ = reinterpret_cast<ReduceFn>(reduce_fn);
-    spin_ns_ = spin_ns;
+    calm_spin_ns_ = spin_ns_ = calm_spin_ns;
+    loaded_spin_ns_ = loaded_spin_ns;
+    cores_ = cores;
     slice_ns_ = slice_ns;
     symmetric_limit_ = symmetric_limit;
     single_copy_from_ = single_copy_from;
@@ -554,7 +558,7 @@ class SmddpCore : public c10d::PyProcessGroup {
     void* const* slots = slots_[next_half()];
     if (nbytes <= symmetric_limit_) {
       uint32_t generation = next_generation();
-      int status = allreduce_(base_, n_, index_, generation, record_, spin_ns_, slice_ns_, x, nbytes, slots, dtype, op,
+      int status = allreduce_(base_, n_, index_, generation, record_, spin(), slice_ns_, x, nbytes, slots, dtype, op,
                               count);
       if (status != kDone) {  // the kernel stopped at the barrier: Python waits, then we reduce
         finish_in_python("all_reduce", status, generation);
@@ -909,10 +913,22 @@ class SmddpCore : public c10d::PyProcessGroup {
     started_ = std::chrono::steady_clock::now();
   }
 
+  // shm.py's ShmArena spin rule: how long a waiting rank polls before it sleeps, checked once a second
+  // against the machine's 1-minute load average (more runnable tasks than cores: poll briefly).
+  long spin() {
+    auto now = std::chrono::steady_clock::now();
+    if (now - spin_checked_ >= std::chrono::seconds(1)) {
+      spin_checked_ = now;
+      double load = 0;
+      spin_ns_ = getloadavg(&load, 1) == 1 && load > cores_ ? loaded_spin_ns_ : calm_spin_ns_;
+    }
+    return spin_ns_;
+  }
+
   // One barrier of the current collective; Python finishes it when a peer is late or disagrees.
   void sync(const char* what) {
     uint32_t generation = next_generation();
-    int status = barrier_(base_, n_, index_, generation, record_, spin_ns_, slice_ns_);
+    int status = barrier_(base_, n_, index_, generation, record_, spin(), slice_ns_);
     if (status != kDone) finish_in_python(what, status, generation);
   }
 
@@ -955,6 +971,10 @@ class SmddpCore : public c10d::PyProcessGroup {
   AllreduceFn allreduce_ = nullptr;
   ReduceFn reduce_ = nullptr;
   long spin_ns_ = 0;
+  long calm_spin_ns_ = 0;
+  long loaded_spin_ns_ = 0;
+  int cores_ = 1;
+  std::chrono::steady_clock::time_point spin_checked_;
   long slice_ns_ = 0;
   long symmetric_limit_ = 0;
   long single_copy_from_ = 0;
