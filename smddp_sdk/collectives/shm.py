@@ -234,8 +234,8 @@ class ShmArena:
         """Seconds to poll before sleeping: (on a calm machine, on a loaded one). Polling catches a peer
         that arrives within microseconds without a wake-up (51 µs against 115 µs for a 4 KB allreduce
         here), but only while every runnable task has a core: when ranks outnumber cores, or the load
-        average does (other jobs), polling burns the slice the peer needs (4 KB all_reduce 150 µs with
-        30 µs of polling, 60 µs with 5, at load 14 on 2 cores). SMDDP_SPIN_US overrides both."""
+        average does (other jobs), polling burns the slice the peer needs (4 KB all_reduce 164 µs with
+        30 µs of polling, 63 µs with 5, at load 13 on 2 cores). SMDDP_SPIN_US overrides both."""
         forced = os.environ.get(SPIN_US_ENV)
         if forced:
             return float(forced) * 1e-6, float(forced) * 1e-6
