@@ -1,8 +1,10 @@
-"""Byte-level helpers: copies through glibc memcpy (ctypes releases the GIL), socket views of tensors."""
+"""Byte-level helpers: copies through glibc memcpy (ctypes releases the GIL), reads from another process's
+memory, socket views of tensors."""
 
 from __future__ import annotations
 
 import ctypes
+import errno
 
 import torch
 
@@ -12,6 +14,32 @@ def copy_bytes(dst: torch.Tensor, src: torch.Tensor) -> None:
     nbytes = src.numel() * src.element_size()
     if nbytes:
         ctypes.memmove(dst.data_ptr(), src.data_ptr(), nbytes)
+
+
+class _IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.process_vm_readv.argtypes = [ctypes.c_int, ctypes.POINTER(_IoVec), ctypes.c_ulong, ctypes.POINTER(_IoVec), ctypes.c_ulong, ctypes.c_ulong]
+_libc.process_vm_readv.restype = ctypes.c_ssize_t
+
+
+def read_process(pid: int, dst: torch.Tensor, address: int) -> int:
+    """Fill contiguous dst with the bytes at address in process pid (process_vm_readv: one copy, straight
+    from the peer's memory); 0, or the errno when the kernel refuses (EPERM under ptrace rules or
+    seccomp, ENOSYS) or the read fails."""
+    done, nbytes = 0, dst.numel() * dst.element_size()
+    while done < nbytes:
+        local, remote = _IoVec(dst.data_ptr() + done, nbytes - done), _IoVec(address + done, nbytes - done)
+        moved = _libc.process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+        if moved <= 0:
+            error = ctypes.get_errno() if moved < 0 else errno.EFAULT
+            if error != errno.EINTR:
+                return error
+        else:
+            done += moved
+    return 0
 
 
 def as_bytes(tensor: torch.Tensor) -> torch.Tensor:

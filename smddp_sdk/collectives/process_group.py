@@ -34,7 +34,7 @@ from smddp_sdk.collectives.algorithms import forced_algorithm
 from smddp_sdk.collectives.calls import Call
 from smddp_sdk.collectives.communicator import Communicator
 from smddp_sdk.collectives.errors import CollectiveError
-from smddp_sdk.collectives.local import SYMMETRIC_LIMIT, OwnSource, shard_bounds
+from smddp_sdk.collectives.local import SINGLE_COPY_FROM, SYMMETRIC_LIMIT, OwnSource, shard_bounds
 from smddp_sdk.collectives.memory import as_bytes
 from smddp_sdk.collectives.reduce import RedOpType, check_supported, red_op_type
 from smddp_sdk.collectives.shm import CHECK_EVERY_S
@@ -200,7 +200,8 @@ class SmddpProcessGroup:
                               *(ctypes.addressof(slots) for slots in arena.slot_addresses), ctypes.addressof(arena.counters),
                               arena.record_address, *(_address(kernel) for kernel in
                                                       (kernels.smddp_barrier, kernels.smddp_allreduce_small, kernels.smddp_reduce)),
-                              int(arena.spin_s * 1e9), int(CHECK_EVERY_S * 1e9), SYMMETRIC_LIMIT)
+                              *(int(budget * 1e9) for budget in arena.spin_budgets()), arena.cores, int(CHECK_EVERY_S * 1e9),
+                              SYMMETRIC_LIMIT, SINGLE_COPY_FROM)
         self._core_attached = True
         self._set_core_mode()
         method = weakref.WeakMethod(self._set_core_mode)  # the profiler's listener must not keep the group
@@ -228,6 +229,10 @@ class SmddpProcessGroup:
     def _finish_barrier(self, what: str, status: int, generation: int) -> None:
         """The core's call found a peer late or different: wait with the slow path's checks and errors."""
         self._guarded(what, lambda: self._comm.local.arena.finish_barrier(status, generation, what, self._comm.deadline()))
+
+    def _single_copy_refused(self, what: str, error: int) -> None:  # noqa: ARG002 - the core names its call
+        """The core's single-copy read was refused on this host: the arena copies through its slots now."""
+        self._comm.local.arena.refuse_single_copy(error)
 
     def _exchange_stalled(self, what: str, node: int, receiving: bool, waited_s: float) -> None:
         """The core's exchange with other hosts still waits on node after a check slice: past the

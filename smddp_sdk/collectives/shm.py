@@ -4,20 +4,27 @@ One file per group and host under /dev/shm, created 0600 by the host's first ran
 posix_fallocate (ENOSPC at setup, never SIGBUS later), mapped with MAP_POPULATE and unlinked as soon as
 every local rank has mapped it, so nothing is left behind even when a rank is killed.
 
-Layout: a control area with one 64-byte line per local rank (barrier generation) and an abort record,
-then for each local rank two data halves of ``slot_bytes``. Consecutive phases alternate halves, so one
-barrier per phase is enough: a half is rewritten only after every rank has passed the barrier of the
-phase in between, which it reaches after its reads of that half are done.
+Layout: a control area with one 64-byte line per local rank (barrier generation, call records, the
+rank's single-copy verdict and pid) and an abort record, then for each local rank two data halves of
+``slot_bytes``. Consecutive phases alternate halves, so one barrier per phase is enough: a half is
+rewritten only after every rank has passed the barrier of the phase in between, which it reaches after
+its reads of that half are done.
+
+Large all_gathers and broadcasts read the peers' tensors straight from their memory instead
+(``single_copy_read``: process_vm_readv, one copy instead of two through a slot), unless the kernel
+refuses it (ptrace_scope, a container's seccomp profile) or SMDDP_SINGLE_COPY=0.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import mmap
 import os
 import time
 import uuid
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,12 +34,13 @@ from smddp_sdk.collectives import futex, native
 from smddp_sdk.collectives.calls import Call, describe
 from smddp_sdk.collectives.errors import CollectiveError
 from smddp_sdk.collectives.hangs import hang_warn_s, warn_hang
-from smddp_sdk.collectives.memory import copy_bytes
+from smddp_sdk.collectives.memory import copy_bytes, read_process
 from smddp_sdk.specs.processes import pid_alive
 
 SHM_DIR_ENV = "SMDDP_SHM_DIR"
 SLOT_BYTES_ENV = "SMDDP_SHM_SLOT_BYTES"
 SPIN_US_ENV = "SMDDP_SPIN_US"  # fixed poll time before sleeping, overriding the load-based choice
+SINGLE_COPY_ENV = "SMDDP_SINGLE_COPY"  # "0": large all_gathers and broadcasts copy through the slots too
 DEFAULT_SHM_DIR = "/dev/shm"
 DEFAULT_SLOT_BYTES = 16 << 20  # per rank and half in a group across hosts: fewer phases per inter-host step
 # ... and in a group on one host, where a phase costs a few microseconds: consecutive phases pipeline (a
@@ -46,11 +54,14 @@ PAGE = 4096
 _SPIN_S_UNDERSUBSCRIBED = 30e-6  # poll this long before sleeping when every rank has a core of its own
 _SPIN_S_OVERSUBSCRIBED = 2e-6  # ... and this long when ranks outnumber cores (polling steals the peer's slice)
 CHECK_EVERY_S = 0.05  # how often a waiting rank checks the deadline, the abort record and peer liveness
-# control line words (32-bit): generation, sleeping waiters, then a call record per generation parity
+# control line words (32-bit): generation, sleeping waiters, a call record per generation parity, then
+# the errno of the rank's last single-copy read (0: it read everything) and its pid
 _WAITERS_WORD = 1
-_SEQ, _GENERATION, _PHASE = 0, 1, 2  # ShmArena.counters
+_SEQ, _GENERATION, _PHASE, _SINGLE_COPY_OFF = 0, 1, 2, 3  # ShmArena.counters
 _RECORD_WORD = 2
 RECORD_WORDS = 6
+_VERDICT_WORD = 14
+_PID_WORD = 15
 
 
 class ShmUnavailable(Exception):
@@ -128,6 +139,19 @@ def map_file(path: str, nbytes: int) -> torch.Tensor:
     return torch.frombuffer(mapping, dtype=torch.uint8)[:nbytes]
 
 
+@functools.cache
+def _warn_single_copy_refused(error: int) -> None:
+    """Said once per process (and errno): every group of the host would say the same."""
+    warnings.warn(
+        f"smddp: reading a local peer's memory failed ({errno.errorcode.get(error, error)}: {os.strerror(error)}); "
+        "large all_gathers and broadcasts copy through shared memory instead (allow process_vm_readv between the "
+        f"ranks: kernel.yama.ptrace_scope=0, or docker run --cap-add SYS_PTRACE; {SINGLE_COPY_ENV}=0 skips the "
+        "attempt)",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
 @dataclass(frozen=True)
 class Peer:
     """A local rank as the shm transport sees it."""
@@ -155,17 +179,19 @@ class ShmArena:
         self._words = memoryview(self._map).cast("I")  # 32-bit: futex words
         self.base_address = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
         self._ctrl = control_bytes(n_local)
-        self._cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        self.cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         self.spin_s = 0.0
         self._spin_checked_at = -1.0
         self._refresh_spin_budget(time.monotonic())
-        # call sequence number, barrier generation, phase: 32-bit words the native core advances too
-        self.counters = (ctypes.c_uint32 * 3)()
+        # call sequence number, barrier generation, phase, single copy refused: 32-bit words the native
+        # core advances too
+        self.counters = (ctypes.c_uint32 * 4)()
+        self.counters[_SINGLE_COPY_OFF] = os.environ.get(SINGLE_COPY_ENV, "1").strip() == "0"
+        self._words[local_index * LINE // 4 + _PID_WORD] = os.getpid()  # for the core's reads; read after a barrier
         self._native = native.library()
         self._record = (ctypes.c_uint32 * RECORD_WORDS)()
         self.record_address = ctypes.addressof(self._record)
-        self.slot_addresses = [(ctypes.c_void_p * n_local)(*(self._slot_address(i, half) for i in range(n_local)))
-                                for half in (0, 1)]
+        self.slot_addresses = [(ctypes.c_void_p * n_local)(*(self._slot_address(i, half) for i in range(n_local))) for half in (0, 1)]
         self._hang_warn_s = hang_warn_s()
         self._prefault_own_slots()
 
@@ -177,7 +203,7 @@ class ShmArena:
     # layout -------------------------------------------------------------------------------------------
     def slot(self, local_index: int, half: int) -> torch.Tensor:
         start = self._ctrl + (2 * local_index + half) * self.slot_bytes
-        return self._bytes[start:start + self.slot_bytes]
+        return self._bytes[start : start + self.slot_bytes]
 
     def _slot_address(self, local_index: int, half: int) -> int:
         return self.base_address + self._ctrl + (2 * local_index + half) * self.slot_bytes
@@ -192,7 +218,7 @@ class ShmArena:
 
     def _record_of(self, local_index: int, generation: int) -> list[int]:
         start = local_index * LINE // 4 + _RECORD_WORD + (generation & 1) * RECORD_WORDS
-        return list(self._words[start:start + RECORD_WORDS])
+        return list(self._words[start : start + RECORD_WORDS])
 
     def begin(self, call: Call) -> None:
         """Number the collective that the following barriers belong to (peers check they run the same)."""
@@ -204,25 +230,71 @@ class ShmArena:
     def native(self) -> bool:
         return self._native is not None
 
+    def spin_budgets(self) -> tuple[float, float]:
+        """Seconds to poll before sleeping: (on a calm machine, on a loaded one). Polling catches a peer
+        that arrives within microseconds without a wake-up (51 µs against 115 µs for a 4 KB allreduce
+        here), but only while every runnable task has a core: when ranks outnumber cores, or the load
+        average does (other jobs), polling burns the slice the peer needs (4 KB all_reduce 164 µs with
+        30 µs of polling, 63 µs with 5, at load 13 on 2 cores). SMDDP_SPIN_US overrides both."""
+        forced = os.environ.get(SPIN_US_ENV)
+        if forced:
+            return float(forced) * 1e-6, float(forced) * 1e-6
+        calm = _SPIN_S_UNDERSUBSCRIBED if self.n <= self.cores else _SPIN_S_OVERSUBSCRIBED
+        return calm, _SPIN_S_OVERSUBSCRIBED
+
     def _refresh_spin_budget(self, now: float) -> None:
-        """Poll a little before sleeping: a peer that arrives within microseconds is caught without a
-        wake-up (51 µs against 115 µs for a 4 KB allreduce here), but only briefly when ranks outnumber
-        cores, where polling burns the slice the peer needs. SMDDP_SPIN_US overrides."""
+        """The budget for the machine's load now (native core: the same rule in smddp_core.cpp's spin())."""
         if now - self._spin_checked_at < 1.0:
             return
         self._spin_checked_at = now
-        forced = os.environ.get(SPIN_US_ENV)
-        if forced:
-            self.spin_s = float(forced) * 1e-6
-        else:
-            self.spin_s = _SPIN_S_UNDERSUBSCRIBED if self.n <= self._cores else _SPIN_S_OVERSUBSCRIBED
+        calm, loaded = self.spin_budgets()
+        self.spin_s = loaded if os.getloadavg()[0] > self.cores else calm
+
+    # single copy ------------------------------------------------------------------------------------
+    @property
+    def single_copy(self) -> bool:
+        """Large all_gathers and broadcasts read from the peers' memory (until a kernel refuses)."""
+        return not self.counters[_SINGLE_COPY_OFF]
+
+    def single_copy_read(self, source: torch.Tensor, reads: Sequence[tuple[int, torch.Tensor]], what: str, deadline: float) -> bool:
+        """Every rank's source address out through its slot, a barrier, then each rank fills its targets
+        (local index, tensor) straight from the peers' sources, and a second barrier keeps every source
+        untouched until it has been read. False when some rank's read was refused: nothing is lost, the
+        caller copies through the slots, now and in every later call (every rank sees the same verdicts)."""
+        half = self.next_half()
+        self.slot(self.index, half)[:8].view(torch.int64)[0] = source.data_ptr()
+        self.barrier(what, deadline)
+        error = 0
+        for peer, target in reads:
+            address = int(self.slot(peer, half)[:8].view(torch.int64)[0])
+            error = read_process(self.peers[peer].pid, target, address)
+            if error:
+                break
+        self._words[self.index * LINE // 4 + _VERDICT_WORD] = error
+        self.barrier(what, deadline)
+        return self._single_copy_agreed()
+
+    def _single_copy_agreed(self) -> bool:
+        """After a single-copy call's second barrier: did every local rank read everything? If not, the
+        arena copies through its slots from now on."""
+        errors = [self._words[i * LINE // 4 + _VERDICT_WORD] for i in range(self.n)]
+        refused = next((error for error in errors if error), 0)
+        if refused:
+            self.refuse_single_copy(refused)
+        return not refused
+
+    def refuse_single_copy(self, error: int) -> None:
+        """The kernel refused a single-copy read: copy through the slots from now on."""
+        self.counters[_SINGLE_COPY_OFF] = 1
+        if self.index == 0:
+            _warn_single_copy_refused(error)
 
     # abort record -----------------------------------------------------------------------------------
     def post_abort(self, message: str) -> None:
         """Tell local peers this rank failed, so they fail now instead of at the timeout."""
         encoded = message.encode("utf-8", "replace")[: ABORT_MESSAGE_BYTES - 1]
         base = self.n * LINE + LINE
-        self._map[base:base + len(encoded) + 1] = encoded + b"\0"
+        self._map[base : base + len(encoded) + 1] = encoded + b"\0"
         self._words[self.n * LINE // 4] = self.index + 1
         for i in range(self.n):
             futex.wake_all(self.base_address + i * LINE)  # waiters re-check and see the abort
@@ -232,7 +304,7 @@ class ShmArena:
         if not who:
             return None
         base = self.n * LINE + LINE
-        raw = bytes(self._map[base:base + ABORT_MESSAGE_BYTES]).split(b"\0", 1)[0]
+        raw = bytes(self._map[base : base + ABORT_MESSAGE_BYTES]).split(b"\0", 1)[0]
         return f"rank {self.peers[who - 1].group_rank} failed: {raw.decode('utf-8', 'replace')}"
 
     # synchronisation --------------------------------------------------------------------------------
@@ -241,8 +313,7 @@ class ShmArena:
         missing or mismatched peers."""
         generation = self._next_generation()
         if self._native is not None:
-            status = self._native.smddp_barrier(self.base_address, self.n, self.index, generation, self.record_address,
-                                                int(self.spin_s * 1e9), int(CHECK_EVERY_S * 1e9))
+            status = self._native.smddp_barrier(self.base_address, self.n, self.index, generation, self.record_address, int(self.spin_s * 1e9), int(CHECK_EVERY_S * 1e9))
             self.finish_barrier(status, generation, what, deadline)
         else:
             self._python_barrier(generation, what, deadline)
@@ -266,8 +337,7 @@ class ShmArena:
             if not warned and now - started >= self._hang_warn_s:
                 warned = True
                 self._warn_hang(generation, what, now - started)
-            status = self._native.smddp_wait(self.base_address, self.n, self.index, generation, self.record_address,
-                                             0, int(CHECK_EVERY_S * 1e9))
+            status = self._native.smddp_wait(self.base_address, self.n, self.index, generation, self.record_address, 0, int(CHECK_EVERY_S * 1e9))
         if status <= -2:
             self._raise_mismatch(-2 - status, generation, what)
 
@@ -277,8 +347,20 @@ class ShmArena:
         generation = self._next_generation()
         nbytes = x.numel() * x.element_size()
         status = self._native.smddp_allreduce_small(
-            self.base_address, self.n, self.index, generation, self.record_address, int(self.spin_s * 1e9),
-            int(CHECK_EVERY_S * 1e9), x.data_ptr(), nbytes, self.slot_addresses[half], codes[0], codes[1], x.numel())
+            self.base_address,
+            self.n,
+            self.index,
+            generation,
+            self.record_address,
+            int(self.spin_s * 1e9),
+            int(CHECK_EVERY_S * 1e9),
+            x.data_ptr(),
+            nbytes,
+            self.slot_addresses[half],
+            codes[0],
+            codes[1],
+            x.numel(),
+        )
         if status == -1:
             return True
         if status != -100:
@@ -288,7 +370,7 @@ class ShmArena:
     def _python_barrier(self, generation: int, what: str, deadline: float) -> None:
         line = self.index * LINE // 4
         record = line + _RECORD_WORD + (generation & 1) * RECORD_WORDS
-        self._words[record:record + RECORD_WORDS] = memoryview(self._record).cast("B").cast("I")
+        self._words[record : record + RECORD_WORDS] = memoryview(self._record).cast("B").cast("I")
         self._words[line] = generation
         if futex.available():
             futex.wake_all(self.base_address + self.index * LINE)
@@ -340,8 +422,7 @@ class ShmArena:
             return
         who = "; ".join(f"rank {self.peers[i].group_rank} (last call: {self.last_call(i)})" for i in missing)
         host = os.environ.get("SM_CURRENT_HOST", "this host")
-        warn_hang(f"smddp: rank {self.peers[self.index].group_rank} has waited {waited_s:.0f} s in {what} "
-                  f"({describe(list(self._record))}) for {who} on {host}; they have not arrived")
+        warn_hang(f"smddp: rank {self.peers[self.index].group_rank} has waited {waited_s:.0f} s in {what} ({describe(list(self._record))}) for {who} on {host}; they have not arrived")
 
     def _check_peers(self, pending: list[int], what: str, now: float, deadline: float) -> None:
         aborted = self.abort_message()
@@ -350,16 +431,10 @@ class ShmArena:
         for i in pending:
             peer = self.peers[i]
             if not pid_alive(peer.pid):
-                raise CollectiveError(
-                    f"smddp {what} failed: peer rank {peer.group_rank} (pid {peer.pid}, same host) exited "
-                    "before completing it"
-                )
+                raise CollectiveError(f"smddp {what} failed: peer rank {peer.group_rank} (pid {peer.pid}, same host) exited before completing it")
         if now >= deadline:
             missing = ", ".join(str(self.peers[i].group_rank) for i in pending)
-            raise CollectiveError(
-                f"smddp {what} timed out: rank(s) {missing} on this host did not arrive within the process-group "
-                "timeout (a peer is hung or took a different code path)"
-            )
+            raise CollectiveError(f"smddp {what} timed out: rank(s) {missing} on this host did not arrive within the process-group timeout (a peer is hung or took a different code path)")
 
     def close(self) -> None:
         try:

@@ -278,3 +278,76 @@ def interrupted_between_hosts(store: dist.TCPStore) -> None:
         after = str(exc)
     _report(store, "interrupted", {"interrupted_after": interrupted, "next_call": after})
     os._exit(0)
+
+
+def _deny_process_reads() -> None:
+    """Make the kernel refuse process_vm_readv in this process, in every thread (EPERM), as Docker's default
+    seccomp profile does without CAP_SYS_PTRACE: a seccomp filter (x86_64 and aarch64)."""
+    import ctypes
+    import errno
+    import platform
+
+    number, arch = {"x86_64": (310, 0xC000003E), "aarch64": (270, 0xC00000B7)}[platform.machine()]
+    load, jump_if_equal, ret = 0x20, 0x15, 0x06
+    program = [(load, 0, 0, 4), (jump_if_equal, 0, 3, arch), (load, 0, 0, 0), (jump_if_equal, 0, 1, number),
+               (ret, 0, 0, 0x00050000 | errno.EPERM), (ret, 0, 0, 0x7FFF0000)]  # SECCOMP_RET_ERRNO, _ALLOW
+
+    class Instruction(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Instruction))]
+
+    instructions = (Instruction * len(program))(*program)
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS
+    seccomp = {"x86_64": 317, "aarch64": 277}[platform.machine()]
+    # SECCOMP_SET_MODE_FILTER with SECCOMP_FILTER_FLAG_TSYNC: the communication thread too
+    assert libc.syscall(seccomp, 1, 1, ctypes.byref(Program(len(program), instructions))) == 0, ctypes.get_errno()
+
+
+# (call, root): large one-host gathers and broadcasts, blocking (the core where it is on) and async (always
+# the Python group's path); the first broadcast's root is the last rank, whose memory the others may read
+# even where SMDDP_TEST_DENY_READS denies that rank's own reads
+SINGLE_COPY_CALLS = ["broadcast_from_last", "all_gather_into_tensor", "all_gather", "broadcast", "async_all_gather_into_tensor", "async_broadcast"]
+
+
+def single_copy(store: dist.TCPStore) -> None:
+    """Large all_gathers and broadcasts on one host: each result against a reference, the barrier
+    generations each call took (2 when it read the peers' memory, one per slot when it copied through
+    the slots) and the warnings it raised. SMDDP_TEST_DENY_READS: the last rank's kernel refuses
+    process_vm_readv."""
+    import warnings
+
+    rank, size = dist.get_rank(), dist.get_world_size()
+    if os.environ.get("SMDDP_TEST_DENY_READS") and rank == size - 1:
+        _deny_process_reads()
+    group = dist.group.WORLD
+    arena = group._comm.local.arena
+    count = 300_001  # 1.2 MB per rank: above SINGLE_COPY_FROM, many 64 KB slots
+    parts = [_seeded(r, count, torch.float32) for r in range(size)]
+    results = []
+    for call in SINGLE_COPY_CALLS:
+        before = arena.counters[1]
+        asynchronous = call.startswith("async_")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if call.endswith("broadcast") or call == "broadcast_from_last":
+                root = size - 1 if call == "broadcast_from_last" else 0
+                x = parts[rank].clone()
+                work = dist.broadcast(x, src=root, async_op=asynchronous)
+                work and work.wait()
+                right = torch.equal(x, parts[root])
+            elif call.endswith("into_tensor"):
+                out = torch.empty(count * size)
+                work = dist.all_gather_into_tensor(out, parts[rank], async_op=asynchronous)
+                work and work.wait()
+                right = torch.equal(out, torch.cat(parts))
+            else:
+                outs = [torch.empty(count) for _ in range(size)]
+                dist.all_gather(outs, parts[rank])
+                right = all(torch.equal(o, p) for o, p in zip(outs, parts))
+        results.append({"call": call, "right": right, "barriers": arena.counters[1] - before,
+                        "warnings": [str(w.message) for w in caught if "peer's memory" in str(w.message)]})
+    _report(store, "single_copy", {"results": results, "single_copy": arena.single_copy,
+                                   "core_calls": group._core_calls() if hasattr(group, "_core_calls") else None})

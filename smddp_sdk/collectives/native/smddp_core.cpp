@@ -16,7 +16,11 @@
 #include <torch/csrc/distributed/c10d/PyProcessGroup.hpp>
 #include <pybind11/stl.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <torch/csrc/utils/pybind.h>
+
+#include <cerrno>
+#include <cstdlib>
 
 #include <algorithm>
 #include <array>
@@ -68,6 +72,10 @@ constexpr long kHeaderWaitNs = 100000000;  // tcp.py's _HEADER_WAIT_S
 
 constexpr uint32_t kNoRoot = 0xFFFFFFFF;
 constexpr int kDone = -1;
+// shm.py's control line words and counters for single-copy reads
+constexpr long kLine = 64;
+constexpr int kVerdictWord = 14, kPidWord = 15;
+constexpr int kSingleCopyOff = 3;
 // op indices of calls.py OPS
 enum CallOp : uint32_t {
   kBarrier = 0, kAllReduce = 1, kBroadcast = 4, kAllGather = 6, kAllGatherIntoTensor = 8, kReduceScatterTensor = 12
@@ -118,6 +126,25 @@ bool overlap(const at::Tensor& a, const at::Tensor& b) {
   return a0 < b0 + nbytes_of(b) && b0 < a0 + nbytes_of(a);
 }
 
+// Fills length bytes at target from address in process pid (process_vm_readv, one copy); 0 or the errno
+// (memory.py's read_process).
+int read_process(pid_t pid, char* target, const char* address, long length) {
+  while (length > 0) {
+    iovec local{target, static_cast<size_t>(length)};
+    iovec remote{const_cast<char*>(address), static_cast<size_t>(length)};
+    ssize_t moved = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (moved <= 0) {
+      int error = moved < 0 ? errno : EFAULT;
+      if (error != EINTR) return error;
+      continue;
+    }
+    target += moved;
+    address += moved;
+    length -= moved;
+  }
+  return 0;
+}
+
 // A finished collective: its future (DDP's reducer reads the value) is made only when asked for.
 class DoneWork : public c10d::Work {
  public:
@@ -146,7 +173,8 @@ class SmddpCore : public c10d::PyProcessGroup {
   // side's counters and record, so both paths number and tag collectives alike.
   void attach(uintptr_t base, int n, int index, long slot_bytes, uintptr_t slots0, uintptr_t slots1,
               uintptr_t counters, uintptr_t record, uintptr_t barrier_fn, uintptr_t allreduce_fn, uintptr_t reduce_fn,
-              long spin_ns, long slice_ns, long symmetric_limit) {
+              long calm_spin_ns, long loaded_spin_ns, int cores, long slice_ns, long symmetric_limit,
+              long single_copy_from) {
     base_ = reinterpret_cast<char*>(base);
     n_ = n;
     index_ = index;
@@ -158,9 +186,12 @@ class SmddpCore : public c10d::PyProcessGroup {
     barrier_ = reinterpret_cast<BarrierFn>(barrier_fn);
     allreduce_ = reinterpret_cast<AllreduceFn>(allreduce_fn);
     reduce_ = reinterpret_cast<ReduceFn>(reduce_fn);
-    spin_ns_ = spin_ns;
+    calm_spin_ns_ = spin_ns_ = calm_spin_ns;
+    loaded_spin_ns_ = loaded_spin_ns;
+    cores_ = cores;
     slice_ns_ = slice_ns;
     symmetric_limit_ = symmetric_limit;
+    single_copy_from_ = single_copy_from;
   }
 
   // Set by the Python group of a group across hosts, before attach: every host's group ranks (the leader
@@ -466,6 +497,13 @@ class SmddpCore : public c10d::PyProcessGroup {
       if (!in_place) std::memmove(targets[index_], data, nbytes);
       return;
     }
+    if (nbytes >= single_copy_from_ && single_copy()) {
+      if (!in_place) std::memmove(targets[index_], data, nbytes);
+      std::vector<Read> reads;
+      for (int i = 0; i < n_; i++)
+        if (i != index_) reads.push_back({i, {targets[i], nbytes}});
+      if (single_copy_read(data, reads, what)) return;
+    }
     for (long start = 0; start < nbytes; start += slot_bytes_) {
       long piece = std::min(slot_bytes_, nbytes - start);
       uint32_t half = next_half();
@@ -520,7 +558,7 @@ class SmddpCore : public c10d::PyProcessGroup {
     void* const* slots = slots_[next_half()];
     if (nbytes <= symmetric_limit_) {
       uint32_t generation = next_generation();
-      int status = allreduce_(base_, n_, index_, generation, record_, spin_ns_, slice_ns_, x, nbytes, slots, dtype, op,
+      int status = allreduce_(base_, n_, index_, generation, record_, spin(), slice_ns_, x, nbytes, slots, dtype, op,
                               count);
       if (status != kDone) {  // the kernel stopped at the barrier: Python waits, then we reduce
         finish_in_python("all_reduce", status, generation);
@@ -561,6 +599,11 @@ class SmddpCore : public c10d::PyProcessGroup {
   // packs its buffers into slots the same way).
   void broadcast_spans(int root, const std::vector<Span>& spans, const char* what) {
     long length = total(spans);
+    if (spans.size() == 1 && length >= single_copy_from_ && single_copy()) {
+      std::vector<Read> reads;
+      if (index_ != root) reads.push_back({root, spans[0]});
+      if (single_copy_read(spans[0].data, reads, what)) return;
+    }
     for (long start = 0; start < length; start += slot_bytes_) {
       long piece = std::min(slot_bytes_, length - start);
       auto* slot = static_cast<char*>(slots_[next_half()][root]);
@@ -568,6 +611,40 @@ class SmddpCore : public c10d::PyProcessGroup {
       sync(what);
       if (index_ != root) copy_stream(spans, start, piece, slot, false);
     }
+  }
+
+  // shm.py's ShmArena.single_copy_read: every rank's source address out through its slot, a barrier, each
+  // rank fills its targets straight from the peers' sources, a second barrier (sources stay untouched
+  // until read); false when some rank's read was refused (then copied through the slots, from now on).
+  struct Read {
+    int peer;
+    Span target;
+  };
+  bool single_copy() const { return counters_[kSingleCopyOff] == 0; }
+  uint32_t* line_word(int i, int w) const { return reinterpret_cast<uint32_t*>(base_ + i * kLine) + w; }
+
+  bool single_copy_read(char* source, const std::vector<Read>& reads, const char* what) {
+    uint32_t half = next_half();
+    std::memcpy(slots_[half][index_], &source, sizeof source);
+    sync(what);
+    int error = 0;
+    for (const Read& read : reads) {
+      char* address;
+      std::memcpy(&address, slots_[half][read.peer], sizeof address);
+      auto pid = static_cast<pid_t>(__atomic_load_n(line_word(read.peer, kPidWord), __ATOMIC_RELAXED));
+      if ((error = read_process(pid, read.target.data, address, read.target.length))) break;
+    }
+    __atomic_store_n(line_word(index_, kVerdictWord), static_cast<uint32_t>(error), __ATOMIC_RELAXED);
+    sync(what);
+    for (int i = 0; i < n_; i++) {
+      uint32_t refused = __atomic_load_n(line_word(i, kVerdictWord), __ATOMIC_RELAXED);
+      if (refused) {
+        pybind11::gil_scoped_acquire gil;
+        call_python("_single_copy_refused", static_cast<int>(refused));
+        return false;
+      }
+    }
+    return true;
   }
 
   // Bytes start..start+length of the spans' concatenation into the slot (into_slot) or out of it.
@@ -838,10 +915,22 @@ class SmddpCore : public c10d::PyProcessGroup {
     started_ = std::chrono::steady_clock::now();
   }
 
+  // shm.py's ShmArena spin rule: how long a waiting rank polls before it sleeps, checked once a second
+  // against the machine's 1-minute load average (more runnable tasks than cores: poll briefly).
+  long spin() {
+    auto now = std::chrono::steady_clock::now();
+    if (now - spin_checked_ >= std::chrono::seconds(1)) {
+      spin_checked_ = now;
+      double load = 0;
+      spin_ns_ = getloadavg(&load, 1) == 1 && load > cores_ ? loaded_spin_ns_ : calm_spin_ns_;
+    }
+    return spin_ns_;
+  }
+
   // One barrier of the current collective; Python finishes it when a peer is late or disagrees.
   void sync(const char* what) {
     uint32_t generation = next_generation();
-    int status = barrier_(base_, n_, index_, generation, record_, spin_ns_, slice_ns_);
+    int status = barrier_(base_, n_, index_, generation, record_, spin(), slice_ns_);
     if (status != kDone) finish_in_python(what, status, generation);
   }
 
@@ -884,8 +973,13 @@ class SmddpCore : public c10d::PyProcessGroup {
   AllreduceFn allreduce_ = nullptr;
   ReduceFn reduce_ = nullptr;
   long spin_ns_ = 0;
+  long calm_spin_ns_ = 0;
+  long loaded_spin_ns_ = 0;
+  int cores_ = 1;
+  std::chrono::steady_clock::time_point spin_checked_;
   long slice_ns_ = 0;
   long symmetric_limit_ = 0;
+  long single_copy_from_ = 0;
   int node_ = 0;
   int hosts_ = 1;
   bool leader_ = true;
