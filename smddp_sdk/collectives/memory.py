@@ -25,6 +25,16 @@ _libc.process_vm_readv.argtypes = [ctypes.c_int, ctypes.POINTER(_IoVec), ctypes.
 _libc.process_vm_readv.restype = ctypes.c_ssize_t
 
 
+_PR_SET_PTRACER, _PR_SET_PTRACER_ANY = 0x59616D61, ctypes.c_ulong(-1).value
+
+
+def allow_peer_reads() -> None:
+    """Let this process's local peers read its memory under Yama's ptrace_scope=1 (the default on Ubuntu,
+    where only ancestors may, and ranks are siblings), as Open MPI's shared-memory transport does; a no-op
+    (EINVAL) on kernels without Yama. Reads stay limited to processes of the same user."""
+    _libc.prctl(_PR_SET_PTRACER, ctypes.c_ulong(_PR_SET_PTRACER_ANY), 0, 0, 0)
+
+
 def read_process(pid: int, dst: torch.Tensor, address: int) -> int:
     """Fill contiguous dst with the bytes at address in process pid (process_vm_readv: one copy, straight
     from the peer's memory); 0, or the errno when the kernel refuses (EPERM under ptrace rules or

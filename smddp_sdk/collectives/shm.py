@@ -34,7 +34,7 @@ from smddp_sdk.collectives import futex, native
 from smddp_sdk.collectives.calls import Call, describe
 from smddp_sdk.collectives.errors import CollectiveError
 from smddp_sdk.collectives.hangs import hang_warn_s, warn_hang
-from smddp_sdk.collectives.memory import copy_bytes, read_process
+from smddp_sdk.collectives.memory import allow_peer_reads, copy_bytes, read_process
 from smddp_sdk.specs.processes import pid_alive
 
 SHM_DIR_ENV = "SMDDP_SHM_DIR"
@@ -187,6 +187,8 @@ class ShmArena:
         # core advances too
         self.counters = (ctypes.c_uint32 * 4)()
         self.counters[_SINGLE_COPY_OFF] = os.environ.get(SINGLE_COPY_ENV, "1").strip() == "0"
+        if not self.counters[_SINGLE_COPY_OFF]:
+            allow_peer_reads()
         self._words[local_index * LINE // 4 + _PID_WORD] = os.getpid()  # for the core's reads; read after a barrier
         self._native = native.library()
         self._record = (ctypes.c_uint32 * RECORD_WORDS)()
