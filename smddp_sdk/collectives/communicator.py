@@ -17,10 +17,12 @@ from collections.abc import Sequence
 import torch
 
 from smddp_sdk.collectives.algorithms import (
-    INTER_HOST_ONESHOT_LIMIT,
-    INTER_HOST_RING_FROM,
+    ALGORITHMS,
+    ALPHA_BYTES,
+    MESSAGE_BYTES,
     ONESHOT_CHUNK_BYTES,
     PIPELINE_CHUNK_BYTES,
+    RING_ROUND_BYTES,
     ROUNDS_FROM_BYTES,
     InterHostAllreduce,
     allgather_between_hosts,
@@ -102,11 +104,13 @@ class Communicator:
             self._scratch[key] = buf
         return buf[:nbytes]
 
-    def inter_host_rules(self) -> tuple[int, int, int, int, int]:
-        """algorithms.py's size rules (oneshot limit, ring from, oneshot chunk, pipeline chunk, rounds from)
-        for the native core, which runs the same algorithms."""
+    def inter_host_rules(self, forced: str) -> tuple[int, ...]:
+        """algorithms.py's rules (the model's alpha and message bytes, ring round, oneshot chunk, pipeline
+        chunk, rounds from, the forced algorithm's index in ALGORITHMS) for the native core, which runs the
+        same algorithms."""
         pipeline = self._inter_host.pipeline_chunk_bytes if self._inter_host else PIPELINE_CHUNK_BYTES
-        return INTER_HOST_ONESHOT_LIMIT, INTER_HOST_RING_FROM, ONESHOT_CHUNK_BYTES, pipeline, ROUNDS_FROM_BYTES
+        return (ALPHA_BYTES, MESSAGE_BYTES, RING_ROUND_BYTES, ONESHOT_CHUNK_BYTES, pipeline, ROUNDS_FROM_BYTES,
+                ALGORITHMS.index(forced))
 
     # primitives ---------------------------------------------------------------------------------------
     def allreduce(self, x: torch.Tensor, op: RedOpType, what: str) -> None:

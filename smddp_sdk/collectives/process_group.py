@@ -190,32 +190,39 @@ class SmddpProcessGroup:
         if not local and not comm.multi_node:
             return  # one rank alone, or local indices that are not group ranks: the one-host calls need them
         kernels = native.library()
+        try:
+            forced = forced_algorithm()
+        except CollectiveError:
+            forced = "auto"  # the core stays off (_set_core_mode): Python reports the setting
         if comm.multi_node:
             self._core_attach_hosts(comm.topo.nodes, comm.topo.node, comm.topo.is_leader,
                                     comm.mesh.fds() if comm.mesh else [], ctypes.addressof(comm.mesh.header) if comm.mesh else 0,
                                     _address(kernels.smddp_exchange),
-                                    _address(kernels.smddp_reduce), *comm.inter_host_rules(), int(CHECK_EVERY_S * 1e9))
+                                    _address(kernels.smddp_reduce), *comm.inter_host_rules(forced), int(CHECK_EVERY_S * 1e9))
         if local:
+            # local.py's rule: symmetric up to SYMMETRIC_LIMIT, always where oneshot is forced, never where another is
+            symmetric_limit = {"auto": SYMMETRIC_LIMIT, "oneshot": 1 << 62}.get(forced, -1)
             self._core_attach(arena.base_address, arena.n, arena.index, arena.slot_bytes,
                               *(ctypes.addressof(slots) for slots in arena.slot_addresses), ctypes.addressof(arena.counters),
                               arena.record_address, *(_address(kernel) for kernel in
                                                       (kernels.smddp_barrier, kernels.smddp_allreduce_small, kernels.smddp_reduce)),
-                              int(arena.spin_s * 1e9), int(CHECK_EVERY_S * 1e9), SYMMETRIC_LIMIT)
+                              int(arena.spin_s * 1e9), int(CHECK_EVERY_S * 1e9), symmetric_limit)
         self._core_attached = True
         self._set_core_mode()
         method = weakref.WeakMethod(self._set_core_mode)  # the profiler's listener must not keep the group
         profile.on_start(lambda: (set_mode := method()) and set_mode())
 
     def _set_core_mode(self) -> None:
-        """What the core may run: nothing while a call must come through Python (profiling, a forced
-        algorithm, SageMaker checks that have not yet spoken), all_reduce with SUM only while SageMaker's
-        rules apply, else everything it handles."""
+        """What the core may run: nothing while a call must come through Python (profiling, an invalid
+        SMDDP_ALLREDUCE_ALGO, SageMaker checks that have not yet spoken), all_reduce with SUM only while
+        SageMaker's rules apply, else everything it handles."""
         self._core_waits_for_check = False
         try:
-            forced = forced_algorithm()
+            forced_algorithm()
+            valid = True
         except CollectiveError:
-            forced = "invalid"  # every all_reduce goes to Python, which reports it
-        if not self._core_attached or profile.recorder() is not None or forced != "auto":
+            valid = False  # every all_reduce goes to Python, which reports it
+        if not self._core_attached or profile.recorder() is not None or not valid:
             self._core_mode(0)
         elif not sagemaker_compat.enabled():
             self._core_mode(1)

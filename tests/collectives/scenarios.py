@@ -208,11 +208,14 @@ def core_usage(store: dist.TCPStore) -> None:
     )
 
 
-# (elements, dtype, op) chosen to take each inter-host algorithm with 3 hosts: oneshot (<= 32 KB), sharded
-# (its pipeline in several chunks with SMDDP_PIPELINE_CHUNK_BYTES=65536, exchanges in permutation rounds
-# from 64 KB per peer), the ring (>= 1 MB); odd counts leave uneven shards
-ACROSS_HOSTS_CASES = [(1000, "float32", "SUM"), (30_001, "float32", "SUM"), (100_003, "float64", "MAX"), (400_001, "float32", "SUM"), (70_000, "int64", "PRODUCT")]
-# (elements per rank, dtype, into one tensor?): all-to-all, in permutation rounds (>= 64 KB per peer), the ring
+# (elements, dtype, op) chosen to take each inter-host algorithm (algorithms.inter_host_algorithm): with 3 hosts
+# oneshot, sharded (its pipeline in several chunks with SMDDP_PIPELINE_CHUNK_BYTES=65536, exchanges in
+# permutation rounds from 64 KB per peer) and the ring; with 4 hosts oneshot, recursive_doubling, sharded and
+# halving_doubling; with 8 oneshot, sharded and halving_doubling; odd counts leave uneven shards
+ACROSS_HOSTS_CASES = [(1000, "float32", "SUM"), (15_000, "float32", "SUM"), (30_001, "float32", "SUM"), (100_003, "float64", "MAX"),
+                      (400_001, "float32", "SUM"), (70_000, "int64", "PRODUCT")]
+# (elements per rank, dtype, into one tensor?): all-to-all, in permutation rounds (>= 64 KB per peer) or bruck
+# (from 4 hosts), the ring
 ACROSS_HOSTS_GATHERS = [(100, "float32", True), (20_000, "int32", True), (300_001, "float32", False)]
 
 

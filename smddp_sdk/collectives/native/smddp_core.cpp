@@ -54,12 +54,68 @@ using Spans = std::vector<std::vector<Span>>;
 
 // algorithms.py's inter-host rules, handed over by the Python group so both paths decide alike
 struct HostRules {
-  long oneshot_limit;   // INTER_HOST_ONESHOT_LIMIT
-  long ring_from;       // INTER_HOST_RING_FROM
+  long alpha;           // ALPHA_BYTES
+  long message;         // MESSAGE_BYTES
+  long ring_round;      // RING_ROUND_BYTES
   long oneshot_chunk;   // ONESHOT_CHUNK_BYTES
   long pipeline_chunk;  // InterHostAllreduce.pipeline_chunk_bytes
   long rounds_from;     // ROUNDS_FROM_BYTES
+  int forced;           // SMDDP_ALLREDUCE_ALGO as an Algorithm (kAuto: chosen by size)
 };
+
+// algorithms.py's ALGORITHMS, in its order
+enum Algorithm : int { kAuto = 0, kOneshot, kRecursiveDoubling, kSharded, kHalvingDoubling, kRing };
+
+int log2_floor(long n) { return 63 - __builtin_clzl(static_cast<unsigned long>(n)); }
+
+// algorithms.py's allreduce_cost: the model's time, in bytes of link time
+long allreduce_cost(int algorithm, long nbytes, long hosts, const HostRules& rules) {
+  long log = log2_floor(hosts), p = 1L << log, folded = hosts > p ? 1 : 0;
+  long rounds, messages, moved;
+  if (algorithm == kOneshot) {
+    rounds = 1, messages = 2 * (hosts - 1), moved = (hosts - 1) * nbytes;
+  } else if (algorithm == kRecursiveDoubling) {
+    rounds = log + 2 * folded, messages = 2 * (log + folded), moved = (log + folded) * nbytes;
+  } else if (algorithm == kHalvingDoubling) {
+    rounds = 2 * (log + folded), messages = 4 * log + 2 * folded, moved = 2 * (p - 1) * nbytes / p + folded * nbytes;
+  } else {
+    long per_peer = (nbytes + hosts - 1) / hosts;
+    rounds = algorithm == kSharded && per_peer < rules.rounds_from ? 2 : 2 * (hosts - 1);
+    messages = 4 * (hosts - 1), moved = 2 * (hosts - 1) * nbytes / hosts;
+  }
+  return rounds * rules.alpha + messages * rules.message + moved;
+}
+
+// algorithms.py's inter_host_algorithm
+int inter_host_algorithm(long nbytes, long hosts, const HostRules& rules) {
+  if (rules.forced != kAuto) return rules.forced;
+  if (hosts >= 3 && nbytes / hosts >= rules.ring_round) return kRing;
+  int best = kOneshot;
+  for (int algorithm : {kRecursiveDoubling, kSharded, kHalvingDoubling})
+    if (allreduce_cost(algorithm, nbytes, hosts, rules) < allreduce_cost(best, nbytes, hosts, rules)) best = algorithm;
+  return best;
+}
+
+// algorithms.py's allgather_algorithm (kOneshot, kBruck or kRing)
+constexpr int kBruck = kRing + 1;
+int allgather_algorithm(long block_bytes, long hosts, const HostRules& rules) {
+  if (hosts >= 3 && block_bytes >= rules.ring_round) return kRing;
+  long log = hosts > 1 ? log2_floor(hosts - 1) + 1 : 0;  // ceil(log2 hosts)
+  long oneshot = (block_bytes < rules.rounds_from ? 1 : hosts - 1) * rules.alpha + 2 * (hosts - 1) * rules.message;
+  long bruck = log * (rules.alpha + 2 * rules.message);
+  return bruck < oneshot ? kBruck : kOneshot;
+}
+
+// algorithms.py's folded_rank and host_of_folded: host 2i+1 folds into host 2i for i < hosts - p
+int folded_rank(int node, int hosts) {
+  int extra = hosts - (1 << log2_floor(hosts));
+  if (node < 2 * extra) return node % 2 ? -1 : node / 2;
+  return node - extra;
+}
+int host_of_folded(int rank, int hosts) {
+  int extra = hosts - (1 << log2_floor(hosts));
+  return rank < extra ? 2 * rank : rank + extra;
+}
 
 // tcp.py's call header ahead of every peer's bytes in an exchange: magic, the call record, the step
 using Header = std::array<uint32_t, 8>;
@@ -168,8 +224,8 @@ class SmddpCore : public c10d::PyProcessGroup {
   // leader, -1 for its own), the mesh's call header (TcpMesh.header; 0 where this rank leads no host),
   // the kernels' exchange loop and reduction, algorithms.py's rules and the check slice.
   void attach_hosts(std::vector<std::vector<int>> nodes, int node, bool leader, std::vector<int> fds, uintptr_t header,
-                    uintptr_t exchange_fn, uintptr_t reduce_fn, long oneshot_limit, long ring_from, long oneshot_chunk,
-                    long pipeline_chunk, long rounds_from, long slice_ns) {
+                    uintptr_t exchange_fn, uintptr_t reduce_fn, long alpha, long message, long ring_round,
+                    long oneshot_chunk, long pipeline_chunk, long rounds_from, int forced, long slice_ns) {
     nodes_ = std::move(nodes);
     node_ = node;
     hosts_ = static_cast<int>(nodes_.size());
@@ -178,7 +234,7 @@ class SmddpCore : public c10d::PyProcessGroup {
     header_ = reinterpret_cast<uint32_t*>(header);
     exchange_ = reinterpret_cast<ExchangeFn>(exchange_fn);
     reduce_ = reinterpret_cast<ReduceFn>(reduce_fn);
-    rules_ = {oneshot_limit, ring_from, oneshot_chunk, pipeline_chunk, rounds_from};
+    rules_ = {alpha, message, ring_round, oneshot_chunk, pipeline_chunk, rounds_from, forced};
     slice_ns_ = slice_ns;
   }
 
@@ -477,8 +533,8 @@ class SmddpCore : public c10d::PyProcessGroup {
     }
   }
 
-  // algorithms.py's allgather_between_hosts: all-to-all (in rounds when large), or the ring for large
-  // data with 3+ hosts.
+  // algorithms.py's allgather_between_hosts: all-to-all (in rounds when large), bruck, or the ring, every
+  // block received straight into its place.
   void gather_between_hosts(const std::vector<char*>& targets, long nbytes) {
     Spans blocks(hosts_);
     long largest = 0;
@@ -486,7 +542,9 @@ class SmddpCore : public c10d::PyProcessGroup {
       for (int rank : nodes_[h]) blocks[h].push_back({targets[rank], nbytes});
       largest = std::max(largest, total(blocks[h]));
     }
-    if (hosts_ <= 2 || largest < rules_.ring_from) {
+    auto block = [&](int h) -> const std::vector<Span>& { return blocks[((h % hosts_) + hosts_) % hosts_]; };
+    int algorithm = allgather_algorithm(largest, hosts_, rules_);
+    if (algorithm == kOneshot) {
       Spans sends(hosts_), recvs(hosts_);
       for (int h = 0; h < hosts_; h++)
         if (h != node_) {
@@ -494,14 +552,26 @@ class SmddpCore : public c10d::PyProcessGroup {
           recvs[h] = blocks[h];
         }
       exchange_in_rounds(sends, recvs);
-      return;
-    }
-    int to = (node_ + 1) % hosts_, from = (node_ + hosts_ - 1) % hosts_;
-    for (int s = 0; s < hosts_ - 1; s++) {
-      Spans sends(hosts_), recvs(hosts_);
-      sends[to] = blocks[(node_ - s + hosts_) % hosts_];
-      recvs[from] = blocks[(node_ - s - 1 + 2 * hosts_) % hosts_];
-      exchange(sends, recvs);
+    } else if (algorithm == kBruck) {
+      for (int distance = 1; distance < hosts_; distance *= 2) {  // this host holds node .. node+distance-1
+        int count = std::min(distance, hosts_ - distance);
+        Spans sends(hosts_), recvs(hosts_);
+        std::vector<Span>& out = sends[(node_ - distance + hosts_) % hosts_];
+        std::vector<Span>& in = recvs[(node_ + distance) % hosts_];
+        for (int i = 0; i < count; i++) {
+          out.insert(out.end(), block(node_ + i).begin(), block(node_ + i).end());
+          in.insert(in.end(), block(node_ + distance + i).begin(), block(node_ + distance + i).end());
+        }
+        exchange(sends, recvs);
+      }
+    } else {
+      int to = (node_ + 1) % hosts_, from = (node_ + hosts_ - 1) % hosts_;
+      for (int s = 0; s < hosts_ - 1; s++) {
+        Spans sends(hosts_), recvs(hosts_);
+        sends[to] = block(node_ - s);
+        recvs[from] = block(node_ - s - 1);
+        exchange(sends, recvs);
+      }
     }
   }
 
@@ -518,7 +588,7 @@ class SmddpCore : public c10d::PyProcessGroup {
   void allreduce_chunk(char* x, long count, long esize, int dtype, int op) {
     long nbytes = count * esize;
     void* const* slots = slots_[next_half()];
-    if (nbytes <= symmetric_limit_) {
+    if (nbytes <= symmetric_limit_ || count < n_) {  // local.py: a forced algorithm may ask either way
       uint32_t generation = next_generation();
       int status = allreduce_(base_, n_, index_, generation, record_, spin_ns_, slice_ns_, x, nbytes, slots, dtype, op,
                               count);
@@ -607,23 +677,114 @@ class SmddpCore : public c10d::PyProcessGroup {
     }
   }
 
-  // algorithms.py's InterHostAllreduce.run: oneshot for two hosts or small data, the ring from ring_from,
-  // the sharded pipeline between
+  // algorithms.py's InterHostAllreduce.run: the algorithm by size and host count (or forced), the
+  // sharded pipeline over the whole buffer, the others in chunks of oneshot_chunk
   void between_hosts(char* x, long count, long esize, int dtype, int op) {
-    long nbytes = count * esize;
-    if (hosts_ > 2 && nbytes > rules_.oneshot_limit && nbytes < rules_.ring_from) {
+    int algorithm = inter_host_algorithm(count * esize, hosts_, rules_);
+    if (algorithm == kSharded) {
       sharded(x, count, esize, dtype, op);
       return;
     }
-    bool ring = hosts_ > 2 && nbytes > rules_.oneshot_limit;
     long step = std::max(1L, rules_.oneshot_chunk / esize);
     for (long start = 0; start < count; start += step) {
       long length = std::min(step, count - start);
-      if (ring)
-        ring_allreduce(x + start * esize, length, esize, dtype, op);
-      else
-        oneshot(x + start * esize, length, esize, dtype, op);
+      char* piece = x + start * esize;
+      if (algorithm == kOneshot) oneshot(piece, length, esize, dtype, op);
+      else if (algorithm == kRing) ring_allreduce(piece, length, esize, dtype, op);
+      else if (algorithm == kRecursiveDoubling) recursive_doubling(piece, length, esize, dtype, op);
+      else halving_doubling(piece, length, esize, dtype, op);
     }
+  }
+
+  // One span with one peer: mine out, theirs in.
+  void exchange_with(int peer, Span send, Span receive) {
+    Spans sends(hosts_), recvs(hosts_);
+    sends[peer] = {send};
+    recvs[peer] = {receive};
+    exchange(sends, recvs);
+  }
+
+  // algorithms.py's _combine_pair: mine = the two partial results, the lower host's first (theirs: scratch)
+  void combine_pair(char* mine, char* theirs, long count, long esize, int dtype, int op, bool mine_first) {
+    void* sources[2] = {mine_first ? mine : theirs, mine_first ? theirs : mine};
+    char* target = mine_first ? mine : theirs;
+    reduce_(dtype, op, target, sources, 2, count);
+    if (!mine_first) std::memcpy(mine, theirs, count * esize);
+  }
+
+  // algorithms.py's _folded: the extra hosts fold into their partners, among(rank, p) runs on the p hosts
+  // left (steps exchanges), the result goes back; hosts count the exchanges they sit out, so that every
+  // host numbers the call's steps alike.
+  template <typename Among>
+  void folded(char* x, long count, long esize, int dtype, int op, int steps, Among among) {
+    long nbytes = count * esize;
+    int rank = folded_rank(node_, hosts_), p = 1 << log2_floor(hosts_);
+    Spans none(hosts_), one(hosts_);
+    if (rank < 0) {
+      one[node_ - 1] = {{x, nbytes}};
+      exchange(one, none);
+      header_[kStep] += steps;
+      exchange(none, one);
+      return;
+    }
+    bool partnered = node_ < 2 * (hosts_ - p);
+    if (partnered) {
+      char* staged = scratch(1, nbytes);
+      one[node_ + 1] = {{staged, nbytes}};
+      exchange(none, one);
+      void* sources[2] = {x, staged};  // host order: the pair's lower host first
+      reduce_(dtype, op, x, sources, 2, count);
+    } else if (hosts_ > p) {
+      header_[kStep]++;
+    }
+    among(rank, p);
+    if (partnered) {
+      one[node_ + 1] = {{x, nbytes}};
+      exchange(one, none);
+    } else if (hosts_ > p) {
+      header_[kStep]++;
+    }
+  }
+
+  // algorithms.py's recursive_doubling
+  void recursive_doubling(char* x, long count, long esize, int dtype, int op) {
+    long nbytes = count * esize;
+    folded(x, count, esize, dtype, op, log2_floor(hosts_), [&](int rank, int p) {
+      char* staged = scratch(1, nbytes);
+      for (int distance = 1; distance < p; distance *= 2) {
+        int partner = rank ^ distance;
+        exchange_with(host_of_folded(partner, hosts_), {x, nbytes}, {staged, nbytes});
+        combine_pair(x, staged, count, esize, dtype, op, rank < partner);
+      }
+    });
+  }
+
+  // algorithms.py's halving_doubling (Rabenseifner)
+  void halving_doubling(char* x, long count, long esize, int dtype, int op) {
+    int parts = 1 << log2_floor(hosts_);
+    auto span = [&](int first, int stop) {  // shards first..stop-1 of parts
+      long lo = bounds(count, parts, first).first, hi = bounds(count, parts, stop - 1).second;
+      return Span{x + lo * esize, (hi - lo) * esize};
+    };
+    folded(x, count, esize, dtype, op, 2 * log2_floor(hosts_), [&](int rank, int p) {
+      int first = 0, stop = p;
+      for (int half = p / 2; half > 0; half /= 2) {  // keep the half that rank's bit selects
+        int partner = rank ^ half, middle = first + half;
+        bool upper = rank & half;
+        Span kept = upper ? span(middle, stop) : span(first, middle);
+        Span give = upper ? span(first, middle) : span(middle, stop);
+        char* staged = scratch(1, kept.length);
+        exchange_with(host_of_folded(partner, hosts_), give, {staged, kept.length});
+        combine_pair(kept.data, staged, kept.length / esize, esize, dtype, op, rank < partner);
+        if (upper) first = middle; else stop = middle;
+      }
+      for (int size = 1; size < p; size *= 2) {  // all-gather: swap the finished ranges, doubling them
+        int partner = rank ^ size, their_first = first ^ size;
+        exchange_with(host_of_folded(partner, hosts_), span(first, stop), span(their_first, their_first + size));
+        first = std::min(first, their_first);
+        stop = first + 2 * size;
+      }
+    });
   }
 
   void oneshot(char* x, long count, long esize, int dtype, int op) {
@@ -916,5 +1077,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("_add_pending", &SmddpCore::add_pending)
       .def("_end_job", &SmddpCore::end_job)
       .def("_core_allreduce", &SmddpCore::run_allreduce)
-      .def("_core_calls", &SmddpCore::calls, "collectives the core has run itself (diagnostics, tests)");
+      .def("_core_calls", &SmddpCore::calls, "collectives the core has run itself (diagnostics, tests)")
+      .def_static(
+          "_inter_host_algorithms",
+          [](long nbytes, long hosts, long alpha, long message, long ring_round, long rounds_from) {
+            HostRules rules{alpha, message, ring_round, 0, 0, rounds_from, kAuto};
+            return std::make_pair(inter_host_algorithm(nbytes, hosts, rules), allgather_algorithm(nbytes, hosts, rules));
+          },
+          "the core's choice of all_reduce and all_gather algorithm between hosts (indices; tests compare them with "
+          "algorithms.py's)");
 }
