@@ -64,7 +64,6 @@ from smddp_sdk.collectives.tcp import TcpMesh
 ALGO_ENV = "SMDDP_ALLREDUCE_ALGO"
 PIPELINE_CHUNK_ENV = "SMDDP_PIPELINE_CHUNK_BYTES"
 ALGORITHMS = ("auto", "oneshot", "recursive_doubling", "sharded", "halving_doubling", "ring")
-GATHER_ALGORITHMS = ("oneshot", "bruck", "ring")
 # the model's costs, in bytes a link moves in the same time: a round's network latency (0.5 ms at
 # 1 Gbit/s, 50 us at 10 Gbit/s) and a host's work per message it sends or receives (system calls, header)
 ALPHA_BYTES = 64 << 10

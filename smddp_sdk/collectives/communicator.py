@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -172,12 +172,13 @@ class Communicator:
                 os.unlink(path)
         return buffers
 
-    def allreduce_shared(self, buffers: Sequence[torch.Tensor], op: RedOpType, what: str, own: Sequence[OwnSource] = ()) -> None:
+    def allreduce_shared(self, buffers: Sequence[torch.Tensor], op: RedOpType, what: str, own: Sequence[OwnSource] = (),
+                         native_between_hosts: Callable[[torch.Tensor, int], bool] | None = None) -> None:
         """In place over the host's copies of a tensor (from shared_region, same slice and dtype on each).
 
         The host reduces without copies (LocalComm.allreduce_views, which also explains ``own``); with
-        several hosts the leader then runs the inter-host algorithm on its copy and the host's other ranks
-        read the result from it.
+        several hosts the leader then runs the inter-host algorithm on its copy (in the native core where
+        native_between_hosts(tensor, op) takes it) and the host's other ranks read the result from it.
         """
         deadline = self.deadline()
         combine_op = RedOpType.SUM if op == RedOpType.AVG else op
@@ -187,7 +188,8 @@ class Communicator:
             return
         mine = buffers[self.local.index]
         if self.topo.is_leader:
-            self._inter_host.run(mine, combine_op, what, deadline, forced_algorithm())
+            if not (native_between_hosts and native_between_hosts(mine, int(combine_op))):
+                self._inter_host.run(mine, combine_op, what, deadline, forced_algorithm())
             finish_average(mine, op, self.topo.size)
         self.local.barrier(what, deadline)
         if not self.topo.is_leader:

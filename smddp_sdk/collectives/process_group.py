@@ -2,8 +2,9 @@
 
 torch 2.13 cannot subclass the C++ Backend from Python, so the group is a ProcessGroup subclass that torch
 uses directly. Its base is the native core (native/smddp_core.cpp) where that builds: blocking
-collectives of a one-host group, and all_reduce and all_gather across hosts, then run in C++ without
-entering Python, and everything else comes back to the methods here under `_python_<name>`. Without the
+collectives of a one-host group, and all_reduce, all_gather, broadcast, reduce_scatter_tensor and
+barrier across hosts, then run in C++ without entering Python, and everything else comes back to the
+methods here under `_python_<name>`. Without the
 core the base is torch's ProcessGroup and these methods are called directly. Both dispatch paths reach
 them: `dist.*` with Python arguments, C++ callers (DDP's reducer, functional collectives) through the
 trampoline, so names and signatures mirror the C++ binding exactly.
@@ -405,7 +406,8 @@ class SmddpProcessGroup:
         of the buffers from shared_buffers: no staging copies within a host. ``own`` lists parts of this
         rank's shard (``shard_range``) that are still elsewhere: (start, stop, tensor)."""
         red_op = self._reduce_op(op, buffers, "all_reduce")
-        job = functools.partial(self._comm.allreduce_shared, buffers, red_op, "all_reduce (shared buffer)", own)
+        job = functools.partial(self._comm.allreduce_shared, buffers, red_op, "all_reduce (shared buffer)", own,
+                                self._core_between_hosts)
         return self._submit(_call("all_reduce", [buffers[self.local_index]], red_op), job, [buffers[self.local_index]], None)
 
     @cuda_goes_to_nccl
@@ -691,6 +693,9 @@ class PythonProcessGroup(SmddpProcessGroup, dist.ProcessGroup):
 
     def _core_allreduce(self, tensor: torch.Tensor, op: int) -> bool:
         return False  # no core: the Python path runs every all_reduce
+
+    def _core_between_hosts(self, tensor: torch.Tensor, op: int) -> bool:
+        return False  # no core: the Python path runs the step between hosts
 
 
 # Collectives the core may run itself; it calls `_python_<name>` for what it leaves to Python.

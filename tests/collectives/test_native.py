@@ -24,7 +24,7 @@ from smddp_sdk.collectives.algorithms import (  # noqa: E402
 )
 from smddp_sdk.collectives.reduce import RedOpType, native_codes  # noqa: E402
 from tests.collectives.cluster import NATIVE_IDS, NATIVE_PATHS, PROJECT_ROOT, Cluster, native_setting  # noqa: E402
-from tests.collectives.scenarios import ACROSS_HOSTS_CASES, ACROSS_HOSTS_GATHERS  # noqa: E402
+from tests.collectives.scenarios import ACROSS_HOSTS_CASES, ACROSS_HOSTS_GATHERS, ACROSS_HOSTS_OTHERS  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +135,7 @@ def _assert_across_hosts(hosts: list[str], native_path: str, env: dict[str, str]
     reports = [json.loads(cluster.store.get(f"report/across/{r}")) for r in range(len(hosts))]
     exits = cluster.finish(timeout=60)
     assert all(code == 0 for code, _ in exits), exits
-    cases = ACROSS_HOSTS_CASES + ACROSS_HOSTS_GATHERS
+    cases = ACROSS_HOSTS_CASES + ACROSS_HOSTS_GATHERS + ACROSS_HOSTS_OTHERS
     for case in range(len(cases)):
         assert all(report["results"][case]["close"] for report in reports), (cases[case], reports)
         assert len({report["results"][case]["digest"] for report in reports}) == 1, (cases[case], reports)
@@ -149,8 +149,8 @@ def _assert_across_hosts(hosts: list[str], native_path: str, env: dict[str, str]
                          ids=["3x1", "3x2"])
 @pytest.mark.parametrize("native_path", NATIVE_PATHS, ids=NATIVE_IDS)
 def test_core_runs_all_reduce_and_all_gather_across_hosts_by_every_algorithm(hosts, native_path):
-    """Oneshot, the sharded pipeline and the ring (all_reduce), all-to-all and the ring (all_gather), in the
-    core or in Python or both in one group."""
+    """Oneshot, the sharded pipeline and the ring (all_reduce, fp16/bf16 included), all-to-all and the ring
+    (all_gather), broadcast, reduce_scatter_tensor and barrier, in the core or in Python or both in one group."""
     _assert_across_hosts(hosts, native_path)
 
 

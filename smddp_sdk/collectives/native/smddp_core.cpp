@@ -5,9 +5,11 @@
 // contiguous CPU tensors; the Python group's communication thread runs its all_reduces here too. They use
 // the same shared-memory protocol, kernels (smddp_native.c, passed in as function pointers), counters and
 // call records as the Python path, so ranks may take either path for any call. A group across hosts runs
-// its all_reduces and all_gathers here as well: the host's ranks over shared memory, the host leaders over
-// the TCP mesh (the kernels' poll loop) with algorithms.py's algorithms, byte for byte (same order, same
-// chunks, same reduction order), each exchange behind tcp.py's call header (the check between hosts).
+// its all_reduces (fp16/bf16 widened to fp32 and rounded once, as communicator.py does), all_gathers,
+// broadcasts, reduce_scatter_tensors and barriers here as well, and the step between hosts of smddp's DDP
+// (`_core_between_hosts`): the host's ranks over shared memory, the host leaders over the TCP mesh (the
+// kernels' poll loop) with algorithms.py's algorithms, byte for byte (same order, same chunks, same
+// reduction order), each exchange behind tcp.py's call header (the check between hosts).
 // Everything else goes to the Python implementation (`_python_<method>`); a call whose peers are late
 // past one check slice waits in Python (`_finish_barrier`, `_exchange_stalled`) with the deadline, abort
 // and liveness checks and the hang warning.
@@ -152,6 +154,7 @@ bool dtype_codes(at::ScalarType type, DtypeCodes& out) {
 }
 
 // smddp_native.c's op code for a ReduceOp, or -1 where the Python path reduces (bitwise ops)
+constexpr int kFloatKernel = 0;  // smddp_native.c's code of float32
 constexpr int kAverage = 4;  // OP_AVG: the sum divided by the sources, in the same pass (floats only)
 int kernel_op(c10d::ReduceOp::RedOpType op) {
   switch (op) {
@@ -277,12 +280,35 @@ class SmddpCore : public c10d::PyProcessGroup {
     return true;
   }
 
+  // communicator.py's allreduce_shared calls this on a host leader for the step between hosts (smddp's
+  // DDP), numbered and tagged already: InterHostAllreduce.run on x as it is. False where Python must run it.
+  bool run_between_hosts(at::Tensor& x, int64_t reduce_op) {
+    DtypeCodes codes;
+    int op = reducible(x, c10d::ReduceOp(static_cast<c10d::ReduceOp::RedOpType>(reduce_op)), codes);
+    if (op < 0 || !across_hosts() || !leader_ || !plain_cpu(x) || x.numel() == 0) return false;
+    pybind11::gil_scoped_release no_gil;
+    start_call("all_reduce (shared buffer)");
+    between_hosts(static_cast<char*>(x.data_ptr()), x.numel(), x.element_size(), codes.kernel, op);
+    return true;
+  }
+
   // This rank's segment of the reduction of input (n segments), in chunks that fit a slot: peers'
   // segments staged in the own slot, one barrier, the own segment reduced from every slot into output.
+  // Across hosts as communicator.py's reduce_scatter: all_reduce a copy, keep the own segment.
   c10::intrusive_ptr<c10d::Work> reduce_scatter_single(at::Tensor& output, at::Tensor& input,
                                                        const c10d::ReduceScatterOptions& opts) override {
     DtypeCodes codes;
     int op = reducible(input, opts.reduceOp, codes);
+    if (op >= 0 && !opts.asyncOp && across_hosts() && plain_cpu(input) && plain_cpu(output) &&
+        output.scalar_type() == input.scalar_type() && input.numel() == output.numel() * getSize() &&
+        output.numel() > 0 && claim_inline()) {
+      Claim claim(this);
+      tag(kReduceScatterTensor, codes.record, output.numel(), kNoRoot, static_cast<uint32_t>(opts.reduceOp.op_) + 1);
+      at::Tensor flat = input.clone();
+      reduce_everywhere(flat, codes.kernel, op, "reduce_scatter_tensor");
+      std::memcpy(output.data_ptr(), static_cast<char*>(flat.data_ptr()) + getRank() * nbytes_of(output), nbytes_of(output));
+      return c10::make_intrusive<DoneWork>(std::vector<at::Tensor>{output});
+    }
     if (op >= 0 && !opts.asyncOp && usable() && plain_cpu(input) && plain_cpu(output) &&
         output.scalar_type() == input.scalar_type() && input.numel() == output.numel() * n_ && output.numel() > 0 &&
         !overlap(input, output) && claim_inline()) {
@@ -312,27 +338,34 @@ class SmddpCore : public c10d::PyProcessGroup {
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
-    if (!opts.asyncOp && usable() && claim_inline()) {
+    if (!opts.asyncOp && (usable() || across_hosts()) && claim_inline()) {
       Claim claim(this);
       tag(kBarrier, 0, 0, kNoRoot, 0);
-      sync("barrier");
+      if (hosts_ == 1)
+        sync("barrier");
+      else
+        barrier_hosts();
       return c10::make_intrusive<DoneWork>(std::vector<at::Tensor>());
     }
     return python("_python_barrier", opts);
   }
 
-  // The root's bytes through its slot, a slot at a time.
+  // The root's bytes through its slot, a slot at a time; across hosts from the root's host leader too.
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override {
     DtypeCodes codes;
-    if (tensors.size() == 1 && !opts.asyncOp && usable() && plain_cpu(tensors[0]) &&
-        dtype_codes(tensors[0].scalar_type(), codes) && opts.rootRank >= 0 && opts.rootRank < n_ &&
+    if (tensors.size() == 1 && !opts.asyncOp && (usable() || across_hosts()) && plain_cpu(tensors[0]) &&
+        dtype_codes(tensors[0].scalar_type(), codes) && opts.rootRank >= 0 && opts.rootRank < getSize() &&
         tensors[0].numel() > 0 && claim_inline()) {
       Claim claim(this);
       at::Tensor& x = tensors[0];
       int root = static_cast<int>(opts.rootRank);
       tag(kBroadcast, codes.record, x.numel(), static_cast<uint32_t>(root), 0);
-      broadcast_spans(root, {{static_cast<char*>(x.data_ptr()), nbytes_of(x)}}, "broadcast");
+      Span data{static_cast<char*>(x.data_ptr()), nbytes_of(x)};
+      if (hosts_ == 1)
+        broadcast_spans(root, {data}, "broadcast");
+      else
+        broadcast_hosts(root, data);
       return c10::make_intrusive<DoneWork>(tensors);
     }
     return python("_python_broadcast", tensors, opts);
@@ -462,13 +495,12 @@ class SmddpCore : public c10d::PyProcessGroup {
   bool reduces_here() const { return usable() || across_hosts(); }
 
   // The kernel op for reducing x with op here (dtype codes in codes), or -1 where Python reduces: bitwise
-  // ops, bool and other dtypes the kernels lack, anything but SUM while SageMaker's rules apply, fp16/bf16
-  // across hosts (Python widens them to fp32 there, for one rounding), and AVG but of floats on one host
-  // (there the kernels divide by the host's ranks, which are then the whole group, as they sum).
+  // ops, bool and other dtypes the kernels lack, anything but SUM while SageMaker's rules apply, and AVG
+  // but of floats on one host (there the kernels divide by the host's ranks, which are then the whole
+  // group, as they sum).
   int reducible(const at::Tensor& x, const c10d::ReduceOp& op, DtypeCodes& codes) const {
     if (mode() != 1 && op.op_ != c10d::ReduceOp::SUM) return -1;
     if (!dtype_codes(x.scalar_type(), codes) || codes.kernel < 0) return -1;
-    if (hosts_ > 1 && (x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16)) return -1;
     int kernel = kernel_op(op.op_);
     if (kernel == kAverage && (hosts_ > 1 || !at::isFloatingType(x.scalar_type()))) return -1;
     return kernel;
@@ -654,17 +686,24 @@ class SmddpCore : public c10d::PyProcessGroup {
     }
   }
 
-  void reduce_everywhere(at::Tensor& x, int dtype, int op) {
-    if (hosts_ == 1)
+  void reduce_everywhere(at::Tensor& x, int dtype, int op, const char* what = "all_reduce") {
+    bool half = x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16;
+    if (hosts_ == 1) {
       allreduce_chunks(x, dtype, op);
-    else
-      allreduce_hosts(x, dtype, op);
+    } else if (half && (op == kernel_op(c10d::ReduceOp::SUM) || op == kernel_op(c10d::ReduceOp::PRODUCT))) {
+      // communicator.py: partial results cross hosts in fp32, so the result is rounded once
+      at::Tensor wide = x.to(at::kFloat);
+      allreduce_hosts(wide, kFloatKernel, op, what);
+      x.copy_(wide);
+    } else {
+      allreduce_hosts(x, dtype, op, what);
+    }
   }
 
   // communicator.py's allreduce across hosts, chunk by chunk: the host's ranks reduce over shared memory,
   // the leaders between hosts, and the leader's result goes to the host's ranks.
-  void allreduce_hosts(at::Tensor& x, int dtype, int op) {
-    start_call("all_reduce");
+  void allreduce_hosts(at::Tensor& x, int dtype, int op, const char* what) {
+    start_call(what);
     long esize = x.element_size(), count = x.numel();
     long step = base_ ? std::max(1L, slot_bytes_ / esize) : count;
     auto* data = static_cast<char*>(x.data_ptr());
@@ -673,8 +712,52 @@ class SmddpCore : public c10d::PyProcessGroup {
       char* piece = data + start * esize;
       if (base_) allreduce_chunk(piece, length, esize, dtype, op);
       if (leader_) between_hosts(piece, length, esize, dtype, op);
-      if (base_) broadcast_spans(0, {{piece, length * esize}}, "all_reduce");
+      if (base_) broadcast_spans(0, {{piece, length * esize}}, what);
     }
+  }
+
+  int node_of(int rank) const {
+    for (int h = 0; h < hosts_; h++)
+      if (std::find(nodes_[h].begin(), nodes_[h].end(), rank) != nodes_[h].end()) return h;
+    TORCH_CHECK(false, "smddp: rank ", rank, " is on no host of the group");
+  }
+
+  // communicator.py's broadcast across hosts: within the root's host, from its leader to the other
+  // leaders (one exchange), within each other host from its leader.
+  void broadcast_hosts(int root, Span data) {
+    start_call("broadcast");
+    int root_node = node_of(root);
+    bool in_root_node = root_node == node_;
+    if (in_root_node && base_) {
+      const std::vector<int>& here = nodes_[node_];
+      broadcast_spans(static_cast<int>(std::find(here.begin(), here.end(), root) - here.begin()), {data}, "broadcast");
+    }
+    if (leader_) {
+      Spans sends(hosts_), recvs(hosts_);
+      for (int h = 0; h < hosts_; h++)
+        if (in_root_node && h != node_) sends[h] = {data};
+      if (!in_root_node) recvs[root_node] = {data};
+      exchange(sends, recvs);
+    }
+    if (!in_root_node && base_) broadcast_spans(0, {data}, "broadcast");
+  }
+
+  // communicator.py's barrier across hosts: the host's ranks, a byte between every two leaders, the host's ranks.
+  void barrier_hosts() {
+    start_call("barrier");
+    if (base_) sync("barrier");
+    if (leader_) {
+      char token = 1;
+      std::vector<char> inbox(hosts_);
+      Spans sends(hosts_), recvs(hosts_);
+      for (int h = 0; h < hosts_; h++)
+        if (h != node_) {
+          sends[h] = {{&token, 1}};
+          recvs[h] = {{&inbox[h], 1}};
+        }
+      exchange(sends, recvs);
+    }
+    if (base_) sync("barrier");
   }
 
   // algorithms.py's InterHostAllreduce.run: the algorithm by size and host count (or forced), the
@@ -1077,6 +1160,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("_add_pending", &SmddpCore::add_pending)
       .def("_end_job", &SmddpCore::end_job)
       .def("_core_allreduce", &SmddpCore::run_allreduce)
+      .def("_core_between_hosts", &SmddpCore::run_between_hosts)
       .def("_core_calls", &SmddpCore::calls, "collectives the core has run itself (diagnostics, tests)")
       .def_static(
           "_inter_host_algorithms",
