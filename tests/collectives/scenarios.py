@@ -229,8 +229,8 @@ def _seeded(rank: int, count: int, dtype: torch.dtype) -> torch.Tensor:
     return torch.randn(count, generator=gen, dtype=torch.float64).to(dtype)
 
 
-def _digest(x: torch.Tensor) -> str:
-    return hashlib.sha256(x.view(torch.uint8).numpy().tobytes()).hexdigest()
+def _tensor_digest(x: torch.Tensor) -> str:
+    return hashlib.sha256(memview(x)).hexdigest()
 
 
 def _other_across_hosts(op: str, count: int) -> dict:
@@ -238,7 +238,7 @@ def _other_across_hosts(op: str, count: int) -> dict:
     if op == "broadcast":
         x = _seeded(rank, count, torch.float32)
         dist.broadcast(x, src=size - 1)
-        return {"close": torch.equal(x, _seeded(size - 1, count, torch.float32)), "digest": _digest(x)}
+        return {"close": torch.equal(x, _seeded(size - 1, count, torch.float32)), "digest": _tensor_digest(x)}
     if op == "reduce_scatter_tensor":
         out = torch.empty(count, dtype=torch.float32)
         dist.reduce_scatter_tensor(out, _seeded(rank, count * size, torch.float32))
@@ -261,7 +261,7 @@ def allreduce_across_hosts(store: dist.TCPStore) -> None:
         every = torch.stack([_seeded(r, count, dtype).double() for r in range(dist.get_world_size())])
         reference = {"SUM": every.sum(0), "MAX": every.amax(0), "PRODUCT": every.prod(0)}[op_name]
         rtol = 1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-5
-        results.append({"close": bool(torch.allclose(x.double(), reference, rtol=rtol, atol=1e-4)), "digest": _digest(x)})
+        results.append({"close": bool(torch.allclose(x.double(), reference, rtol=rtol, atol=1e-4)), "digest": _tensor_digest(x)})
     for count, dtype_name, into_tensor in ACROSS_HOSTS_GATHERS:
         dtype, size = getattr(torch, dtype_name), dist.get_world_size()
         parts = [torch.arange(count, dtype=torch.float64).mul(size).add(r).to(dtype) for r in range(size)]
