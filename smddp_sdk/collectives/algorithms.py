@@ -1,27 +1,52 @@
-"""AllReduce algorithm choice, and the inter-host AllReduce algorithms between node leaders.
+"""AllReduce and AllGather between node leaders: the algorithms, and the choice by size and host count.
 
-Two inter-host algorithms (H = number of hosts, S = buffer bytes):
+H = number of hosts, S = buffer bytes, p = the largest power of two <= H. AllReduce algorithms:
 
 * ``oneshot``: every leader sends its whole buffer to every other and all reduce everything, in node order.
-  One round, so the best for small messages; per-link bytes (H-1)*S, which equals the optimum for H=2.
+  One round; each host sends (H-1)*S, which equals the optimum for H=2.
+* ``recursive_doubling``: log2(p) rounds; in round k host v swaps its whole buffer with host v XOR 2^k and
+  both combine the two. Few rounds and one message each: for small buffers between many hosts.
 * ``sharded``: SMDDP's balanced fusion buffer. Host h owns shard h of every chunk: the others send it
   their copy of shard h (reduce-scatter), h reduces it and sends the result back (all-gather). Per-link
-  bytes 2(H-1)/H*S, the optimum. Chunks are pipelined: each step sends chunk k's reduce-scatter parts
-  together with chunk k-1's reduced shard, so both directions of every link stay busy.
+  bytes 2(H-1)/H*S, the optimum, in 2 rounds of H-1 messages (H-1 rounds each from 64 KiB per peer, see
+  below). Chunks are pipelined: each step sends chunk k's reduce-scatter parts together with chunk k-1's
+  reduced shard, so both directions of every link stay busy.
+* ``halving_doubling`` (Rabenseifner): the same optimal bytes in 2*log2(p) rounds of one message:
+  reduce-scatter by recursive halving (round k: swap half of the current range with host v XOR p/2^(k+1)
+  and combine the half kept), then all-gather by recursive doubling in reverse.
+* ``ring``: the same optimal bytes passed around the ring of hosts (h sends only to h+1): 2(H-1) rounds,
+  but every connection carries one continuous flow. Chosen for large buffers: in the other algorithms
+  each connection idles while the others are used, and Linux restarts an idle connection's congestion
+  window (net.ipv4.tcp_slow_start_after_idle=1, the default), which cost 25-35% of the link at 64 MB with
+  H=3 (94% with the sysctl off, 65-74% with it on).
 
-* ``ring``: the same reduce-scatter + all-gather bytes, passed around the ring of hosts (h sends only to
-  h+1): 2(H-1) steps instead of 2, but every connection carries one continuous flow. The default for large
-  messages with 3+ hosts: in the all-to-all rounds each connection idles while the others are used, and
-  Linux restarts an idle connection's congestion window (net.ipv4.tcp_slow_start_after_idle=1, the
-  default), which cost 25-35% of the link at 64 MB with H=3 (94% with the sysctl off, 65-74% with it on).
+With H not a power of two, recursive_doubling and halving_doubling first fold the H-p extra hosts into
+partners (host 2i+1 sends its buffer to host 2i, for i < H-p, which combines the two), run among p hosts,
+and hand the result back to the extra hosts at the end.
+
+The choice (``inter_host_algorithm``): the ring once each of its rounds moves at least 512 KiB (H >= 3),
+where its extra rounds cost little and continuous flows pay; otherwise the cheapest by an alpha-beta model
+(``allreduce_cost``) counting rounds (one network latency each, ALPHA_BYTES), messages a host sends or
+receives (MESSAGE_BYTES) and the bytes the busiest host sends. It gives oneshot for H=2 and for small
+buffers, recursive_doubling above it between four or more hosts, sharded for medium buffers and
+halving_doubling where sharded would need H-1 rounds; docs/collectives.md has the table.
+
+AllGather (``allgather_algorithm``): ``oneshot`` (every block straight to every host; as permutation
+rounds from 64 KiB per peer), ``bruck`` (ceil(log2 H) rounds; in round k host h sends the 2^k blocks it
+has to h-2^k and receives h+2^k's, straight into their places, any H) and the ``ring``, by the same model.
 
 Exchanges with several peers run as H-1 permutation rounds (round r: host h sends to h+r and receives from
-h-r), so each link carries one flow in each direction: when H-1 senders converge on one receiver at once,
-their TCP flows overflow its link's queue and lose packets (measured: 66% instead of 95% at 64 MB, H=3).
+h-r) once a peer's part reaches 64 KiB, so each link carries one flow in each direction: when H-1 senders
+converge on one receiver at once, their TCP flows overflow its link's queue and lose packets (measured: 66%
+instead of 95% at 64 MB, H=3).
 
-Every shard is reduced by exactly one host, in node order, so all ranks get bit-identical results.
-``SMDDP_ALLREDUCE_ALGO`` (auto, oneshot, sharded, ring) forces one path: oneshot also forces the
-symmetric shared-memory step, sharded and ring the sharded shared-memory step.
+Bit-identical results on every rank: every shard is reduced along one fixed tree of hosts, the same
+whichever host computes it, and reaches the others by copies. oneshot and sharded combine all H copies
+in node order; the ring accumulates shard j from host j around to host j-1; recursive_doubling and
+halving_doubling combine two partial results per step, always the one of the lower (virtual) host first,
+so both partners of a step compute the same bits. ``SMDDP_ALLREDUCE_ALGO`` (auto or one of the names
+above) forces one path: oneshot also forces the symmetric shared-memory step, the others the sharded one.
+The native core (smddp_core.cpp) runs the same algorithms with the same rules, byte for byte.
 """
 
 from __future__ import annotations
@@ -38,11 +63,14 @@ from smddp_sdk.collectives.tcp import TcpMesh
 
 ALGO_ENV = "SMDDP_ALLREDUCE_ALGO"
 PIPELINE_CHUNK_ENV = "SMDDP_PIPELINE_CHUNK_BYTES"
-ALGORITHMS = ("auto", "oneshot", "sharded", "ring")
-INTER_HOST_ONESHOT_LIMIT = 32 << 10  # above this, H >= 3 hosts shard (fewer bytes beat one round)
-INTER_HOST_RING_FROM = 1 << 20  # from this size, H >= 3 hosts use the ring (continuous flows beat fewer steps)
+ALGORITHMS = ("auto", "oneshot", "recursive_doubling", "sharded", "halving_doubling", "ring")
+# the model's costs, in bytes a link moves in the same time: a round's network latency (0.5 ms at
+# 1 Gbit/s, 50 us at 10 Gbit/s) and a host's work per message it sends or receives (system calls, header)
+ALPHA_BYTES = 64 << 10
+MESSAGE_BYTES = 4 << 10
+RING_ROUND_BYTES = 512 << 10  # the ring once its rounds move this much: its latencies cost little then
 PIPELINE_CHUNK_BYTES = 16 << 20  # per step of the sharded pipeline: fewer steps, fewer gaps on the link
-ONESHOT_CHUNK_BYTES = 16 << 20  # bounds the per-peer receive buffers of oneshot
+ONESHOT_CHUNK_BYTES = 16 << 20  # bounds the receive buffers of the other algorithms (per peer for oneshot)
 ROUNDS_FROM_BYTES = 64 << 10  # exchanges at least this large per peer run as permutation rounds
 
 Scratch = Callable[[int, int], torch.Tensor]  # (key, nbytes) -> reusable uint8 buffer
@@ -58,6 +86,65 @@ def exchange_in_rounds(mesh: TcpMesh, node: int, hosts: int, sends: Views, recvs
     for shift in range(1, hosts):
         to, source = (node + shift) % hosts, (node - shift) % hosts
         mesh.exchange({to: sends[to]} if to in sends else {}, {source: recvs[source]} if source in recvs else {}, what, deadline)
+
+
+def _log2_floor(hosts: int) -> int:
+    return hosts.bit_length() - 1
+
+
+def allreduce_cost(algorithm: str, nbytes: int, hosts: int) -> int:
+    """The model's time of an all_reduce of nbytes between hosts, in bytes of link time (integers, so
+    that the native core, which mirrors this, decides alike)."""
+    log = _log2_floor(hosts)
+    folded = int(hosts > 1 << log)  # extra hosts fold in first and get the result back after
+    if algorithm == "oneshot":
+        rounds, messages, moved = 1, 2 * (hosts - 1), (hosts - 1) * nbytes
+    elif algorithm == "recursive_doubling":
+        rounds, messages, moved = log + 2 * folded, 2 * (log + folded), (log + folded) * nbytes
+    elif algorithm == "halving_doubling":
+        p = 1 << log
+        rounds, messages, moved = 2 * (log + folded), 4 * log + 2 * folded, 2 * (p - 1) * nbytes // p + folded * nbytes
+    else:  # sharded and ring: reduce-scatter + all-gather of one shard per host
+        per_peer = -(-nbytes // hosts)
+        rounds = 2 if algorithm == "sharded" and per_peer < ROUNDS_FROM_BYTES else 2 * (hosts - 1)
+        messages, moved = 4 * (hosts - 1), 2 * (hosts - 1) * nbytes // hosts
+    return rounds * ALPHA_BYTES + messages * MESSAGE_BYTES + moved
+
+
+def inter_host_algorithm(nbytes: int, hosts: int, forced: str) -> str:
+    """The all_reduce algorithm between hosts: the forced one, the ring for large buffers, else the
+    cheapest by the model (ties: the earlier of oneshot, recursive_doubling, sharded, halving_doubling)."""
+    if forced != "auto":
+        return forced
+    if hosts >= 3 and nbytes // hosts >= RING_ROUND_BYTES:
+        return "ring"
+    return min(ALGORITHMS[1:5], key=lambda algorithm: allreduce_cost(algorithm, nbytes, hosts))
+
+
+def allgather_algorithm(block_bytes: int, hosts: int) -> str:
+    """The all_gather algorithm between hosts for blocks of up to block_bytes: the ring for large blocks,
+    else oneshot or bruck by the model (ties: oneshot)."""
+    if hosts >= 3 and block_bytes >= RING_ROUND_BYTES:
+        return "ring"
+    log = (hosts - 1).bit_length()  # bruck's rounds: ceil(log2 hosts)
+    oneshot_rounds = 1 if block_bytes < ROUNDS_FROM_BYTES else hosts - 1
+    oneshot = oneshot_rounds * ALPHA_BYTES + 2 * (hosts - 1) * MESSAGE_BYTES
+    bruck = log * (ALPHA_BYTES + 2 * MESSAGE_BYTES)
+    return "bruck" if bruck < oneshot else "oneshot"
+
+
+def folded_rank(node: int, hosts: int) -> int:
+    """node's rank among the power of two of hosts left after the fold, or -1 for a host folded away
+    (host 2i+1 for i < hosts - p folds into host 2i)."""
+    extra = hosts - (1 << _log2_floor(hosts))
+    if node < 2 * extra:
+        return -1 if node % 2 else node // 2
+    return node - extra
+
+
+def host_of_folded(rank: int, hosts: int) -> int:
+    extra = hosts - (1 << _log2_floor(hosts))
+    return 2 * rank if rank < extra else rank + extra
 
 
 def forced_algorithm() -> str:
@@ -84,29 +171,27 @@ def shard_bounds(numel: int, parts: int, index: int) -> tuple[int, int]:
     return start, start + base + (1 if index < extra else 0)
 
 
-def inter_host_algorithm(nbytes: int, hosts: int, forced: str) -> str:
-    if forced != "auto":
-        return forced
-    # with two hosts both move S per link direction; oneshot does it in one round
-    if hosts == 2 or nbytes <= INTER_HOST_ONESHOT_LIMIT:
-        return "oneshot"
-    return "ring" if nbytes >= INTER_HOST_RING_FROM else "sharded"
-
-
 def allgather_between_hosts(mesh: TcpMesh, node: int, hosts: int, blocks: dict[int, list[memoryview]], what: str,
                             deadline: float) -> None:
-    """Every leader ends with every node's block (blocks[n]: views of node n's data, own filled in).
-
-    All-to-all (in permutation rounds when large) for small data; for large data with 3+ hosts the ring,
-    whose connections each carry one continuous flow (see the module docstring)."""
+    """Every leader ends with every node's block (blocks[n]: views of node n's data, own filled in), by
+    allgather_algorithm: all-to-all, bruck or the ring, every block received straight into its place."""
     peers = [n for n in range(hosts) if n != node]
     largest = max(sum(len(v) for v in views) for views in blocks.values())
-    if hosts <= 2 or largest < INTER_HOST_RING_FROM:
+    algorithm = allgather_algorithm(largest, hosts)
+    if algorithm == "oneshot":
         exchange_in_rounds(mesh, node, hosts, {n: blocks[node] for n in peers}, {n: blocks[n] for n in peers}, what, deadline)
-        return
-    to, source = (node + 1) % hosts, (node - 1) % hosts
-    for s in range(hosts - 1):
-        mesh.exchange({to: blocks[(node - s) % hosts]}, {source: blocks[(node - s - 1) % hosts]}, what, deadline)
+    elif algorithm == "bruck":
+        distance = 1
+        while distance < hosts:  # node holds blocks node .. node+distance-1; sends them back, gets the next
+            count = min(distance, hosts - distance)
+            sends = [view for i in range(count) for view in blocks[(node + i) % hosts]]
+            recvs = [view for i in range(count) for view in blocks[(node + distance + i) % hosts]]
+            mesh.exchange({(node - distance) % hosts: sends}, {(node + distance) % hosts: recvs}, what, deadline)
+            distance *= 2
+    else:
+        to, source = (node + 1) % hosts, (node - 1) % hosts
+        for s in range(hosts - 1):
+            mesh.exchange({to: blocks[(node - s) % hosts]}, {source: blocks[(node - s - 1) % hosts]}, what, deadline)
 
 
 class InterHostAllreduce:
@@ -126,13 +211,13 @@ class InterHostAllreduce:
             return
         nbytes = x.numel() * x.element_size()
         algorithm = inter_host_algorithm(nbytes, self.hosts, forced)
-        if algorithm in ("oneshot", "ring"):
-            run = self.oneshot if algorithm == "oneshot" else self.ring
-            step = max(1, ONESHOT_CHUNK_BYTES // x.element_size())
-            for start in range(0, x.numel(), step):
-                run(x[start:start + step], op, what, deadline)
-        else:
+        if algorithm == "sharded":
             self.sharded(x, op, what, deadline)
+            return
+        run = getattr(self, algorithm)
+        step = max(1, ONESHOT_CHUNK_BYTES // x.element_size())
+        for start in range(0, x.numel(), step):
+            run(x[start:start + step], op, what, deadline)
 
     def _buffer(self, key: int, like: torch.Tensor) -> torch.Tensor:
         return self._scratch(key, like.numel() * like.element_size()).view(like.dtype)
@@ -219,3 +304,84 @@ class InterHostAllreduce:
             copy_bytes(incoming, staged)
         for s in range(count - 1):  # all-gather: pass the finished shards on (h finished shard h+1)
             self.mesh.exchange({to: [memview(shard(h + 1 - s))]}, {source: [memview(shard(h - s))]}, what, deadline)
+
+    def _exchange_with(self, peer: int, send: torch.Tensor, receive: torch.Tensor, what: str, deadline: float) -> None:
+        self.mesh.exchange({peer: [memview(send)]}, {peer: [memview(receive)]}, what, deadline)
+
+    def _combine_pair(self, mine: torch.Tensor, theirs: torch.Tensor, op: RedOpType, mine_first: bool) -> None:
+        """mine = the two partial results combined, the lower host's first (theirs is scratch)."""
+        if mine_first:
+            combine(mine, [mine, theirs], op)
+        else:
+            combine(theirs, [theirs, mine], op)
+            copy_bytes(mine, theirs)
+
+    def _folded(self, x: torch.Tensor, op: RedOpType, what: str, deadline: float, among: Callable[[int, int], None],
+                steps: int) -> None:
+        """Fold the extra hosts into their partners, run among(rank, p) on the p hosts left (steps
+        exchanges), hand the result back. Hosts count the exchanges they sit out, so that every host
+        numbers the call's steps alike (tcp.py's header check)."""
+        rank, p = folded_rank(self.node, self.hosts), 1 << _log2_floor(self.hosts)
+        if rank < 0:
+            self.mesh.exchange({self.node - 1: [memview(x)]}, {}, what, deadline)
+            self.mesh.skip(steps)
+            self.mesh.exchange({}, {self.node - 1: [memview(x)]}, what, deadline)
+            return
+        partnered = self.node < 2 * (self.hosts - p)  # an extra host folds into this one
+        if partnered:
+            staged = self._buffer(1, x)
+            self.mesh.exchange({}, {self.node + 1: [memview(staged)]}, what, deadline)
+            combine(x, [x, staged], op)  # host order: the pair's lower host first
+        elif self.hosts > p:
+            self.mesh.skip(1)
+        among(rank, p)
+        if partnered:
+            self.mesh.exchange({self.node + 1: [memview(x)]}, {}, what, deadline)
+        elif self.hosts > p:
+            self.mesh.skip(1)
+
+    def recursive_doubling(self, x: torch.Tensor, op: RedOpType, what: str, deadline: float) -> None:
+        """log2(p) rounds: swap the whole buffer with the host at distance 1, 2, 4, ... and combine."""
+
+        def among(rank: int, p: int) -> None:
+            staged = self._buffer(1, x)
+            distance = 1
+            while distance < p:
+                partner = rank ^ distance
+                self._exchange_with(host_of_folded(partner, self.hosts), x, staged, what, deadline)
+                self._combine_pair(x, staged, op, rank < partner)
+                distance *= 2
+
+        self._folded(x, op, what, deadline, among, _log2_floor(self.hosts))
+
+    def halving_doubling(self, x: torch.Tensor, op: RedOpType, what: str, deadline: float) -> None:
+        """Rabenseifner: reduce-scatter by recursive halving (host rank ends with shard rank of p, reduced),
+        then all-gather by recursive doubling."""
+
+        def span(first: int, stop: int) -> torch.Tensor:  # shards first..stop-1 of p
+            p = 1 << _log2_floor(self.hosts)
+            return x[shard_bounds(x.numel(), p, first)[0]:shard_bounds(x.numel(), p, stop - 1)[1]]
+
+        def among(rank: int, p: int) -> None:
+            first, stop = 0, p
+            half = p // 2
+            while half:  # keep the half of first..stop that rank's bit selects, send the other
+                partner, middle = rank ^ half, first + half
+                keep, give = ((middle, stop), (first, middle)) if rank & half else ((first, middle), (middle, stop))
+                kept = span(*keep)
+                staged = self._buffer(1, kept)
+                self._exchange_with(host_of_folded(partner, self.hosts), span(*give), staged, what, deadline)
+                self._combine_pair(kept, staged, op, rank < partner)
+                first, stop = keep
+                half //= 2
+            size = 1
+            while size < p:  # all-gather: swap the finished ranges, doubling them
+                partner = rank ^ size
+                their_first = first ^ size
+                self._exchange_with(host_of_folded(partner, self.hosts), span(first, stop), span(their_first, their_first + size),
+                                    what, deadline)
+                first = min(first, their_first)
+                stop = first + 2 * size
+                size *= 2
+
+        self._folded(x, op, what, deadline, among, 2 * _log2_floor(self.hosts))

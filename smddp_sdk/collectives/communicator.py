@@ -12,15 +12,17 @@ from __future__ import annotations
 import os
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
 from smddp_sdk.collectives.algorithms import (
-    INTER_HOST_ONESHOT_LIMIT,
-    INTER_HOST_RING_FROM,
+    ALGORITHMS,
+    ALPHA_BYTES,
+    MESSAGE_BYTES,
     ONESHOT_CHUNK_BYTES,
     PIPELINE_CHUNK_BYTES,
+    RING_ROUND_BYTES,
     ROUNDS_FROM_BYTES,
     InterHostAllreduce,
     allgather_between_hosts,
@@ -102,11 +104,13 @@ class Communicator:
             self._scratch[key] = buf
         return buf[:nbytes]
 
-    def inter_host_rules(self) -> tuple[int, int, int, int, int]:
-        """algorithms.py's size rules (oneshot limit, ring from, oneshot chunk, pipeline chunk, rounds from)
-        for the native core, which runs the same algorithms."""
+    def inter_host_rules(self, forced: str) -> tuple[int, ...]:
+        """algorithms.py's rules (the model's alpha and message bytes, ring round, oneshot chunk, pipeline
+        chunk, rounds from, the forced algorithm's index in ALGORITHMS) for the native core, which runs the
+        same algorithms."""
         pipeline = self._inter_host.pipeline_chunk_bytes if self._inter_host else PIPELINE_CHUNK_BYTES
-        return INTER_HOST_ONESHOT_LIMIT, INTER_HOST_RING_FROM, ONESHOT_CHUNK_BYTES, pipeline, ROUNDS_FROM_BYTES
+        return (ALPHA_BYTES, MESSAGE_BYTES, RING_ROUND_BYTES, ONESHOT_CHUNK_BYTES, pipeline, ROUNDS_FROM_BYTES,
+                ALGORITHMS.index(forced))
 
     # primitives ---------------------------------------------------------------------------------------
     def allreduce(self, x: torch.Tensor, op: RedOpType, what: str) -> None:
@@ -168,12 +172,13 @@ class Communicator:
                 os.unlink(path)
         return buffers
 
-    def allreduce_shared(self, buffers: Sequence[torch.Tensor], op: RedOpType, what: str, own: Sequence[OwnSource] = ()) -> None:
+    def allreduce_shared(self, buffers: Sequence[torch.Tensor], op: RedOpType, what: str, own: Sequence[OwnSource] = (),
+                         native_between_hosts: Callable[[torch.Tensor, int], bool] | None = None) -> None:
         """In place over the host's copies of a tensor (from shared_region, same slice and dtype on each).
 
         The host reduces without copies (LocalComm.allreduce_views, which also explains ``own``); with
-        several hosts the leader then runs the inter-host algorithm on its copy and the host's other ranks
-        read the result from it.
+        several hosts the leader then runs the inter-host algorithm on its copy (in the native core where
+        native_between_hosts(tensor, op) takes it) and the host's other ranks read the result from it.
         """
         deadline = self.deadline()
         combine_op = RedOpType.SUM if op == RedOpType.AVG else op
@@ -183,7 +188,8 @@ class Communicator:
             return
         mine = buffers[self.local.index]
         if self.topo.is_leader:
-            self._inter_host.run(mine, combine_op, what, deadline, forced_algorithm())
+            if not (native_between_hosts and native_between_hosts(mine, int(combine_op))):
+                self._inter_host.run(mine, combine_op, what, deadline, forced_algorithm())
             finish_average(mine, op, self.topo.size)
         self.local.barrier(what, deadline)
         if not self.topo.is_leader:

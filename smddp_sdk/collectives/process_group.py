@@ -2,8 +2,9 @@
 
 torch 2.13 cannot subclass the C++ Backend from Python, so the group is a ProcessGroup subclass that torch
 uses directly. Its base is the native core (native/smddp_core.cpp) where that builds: blocking
-collectives of a one-host group, and all_reduce and all_gather across hosts, then run in C++ without
-entering Python, and everything else comes back to the methods here under `_python_<name>`. Without the
+collectives of a one-host group, and all_reduce, all_gather, broadcast, reduce_scatter_tensor and
+barrier across hosts, then run in C++ without entering Python, and everything else comes back to the
+methods here under `_python_<name>`. Without the
 core the base is torch's ProcessGroup and these methods are called directly. Both dispatch paths reach
 them: `dist.*` with Python arguments, C++ callers (DDP's reducer, functional collectives) through the
 trampoline, so names and signatures mirror the C++ binding exactly.
@@ -190,33 +191,40 @@ class SmddpProcessGroup:
         if not local and not comm.multi_node:
             return  # one rank alone, or local indices that are not group ranks: the one-host calls need them
         kernels = native.library()
+        try:
+            forced = forced_algorithm()
+        except CollectiveError:
+            forced = "auto"  # the core stays off (_set_core_mode): Python reports the setting
         if comm.multi_node:
             self._core_attach_hosts(comm.topo.nodes, comm.topo.node, comm.topo.is_leader,
                                     comm.mesh.fds() if comm.mesh else [], ctypes.addressof(comm.mesh.header) if comm.mesh else 0,
                                     _address(kernels.smddp_exchange),
-                                    _address(kernels.smddp_reduce), *comm.inter_host_rules(), int(CHECK_EVERY_S * 1e9))
+                                    _address(kernels.smddp_reduce), *comm.inter_host_rules(forced), int(CHECK_EVERY_S * 1e9))
         if local:
+            # local.py's rule: symmetric up to SYMMETRIC_LIMIT, always where oneshot is forced, never where another is
+            symmetric_limit = {"auto": SYMMETRIC_LIMIT, "oneshot": 1 << 62}.get(forced, -1)
             self._core_attach(arena.base_address, arena.n, arena.index, arena.slot_bytes,
                               *(ctypes.addressof(slots) for slots in arena.slot_addresses), ctypes.addressof(arena.counters),
                               arena.record_address, *(_address(kernel) for kernel in
                                                       (kernels.smddp_barrier, kernels.smddp_allreduce_small, kernels.smddp_reduce)),
                               *(int(budget * 1e9) for budget in arena.spin_budgets()), arena.cores, int(CHECK_EVERY_S * 1e9),
-                              SYMMETRIC_LIMIT, SINGLE_COPY_FROM)
+                              symmetric_limit, SINGLE_COPY_FROM)
         self._core_attached = True
         self._set_core_mode()
         method = weakref.WeakMethod(self._set_core_mode)  # the profiler's listener must not keep the group
         profile.on_start(lambda: (set_mode := method()) and set_mode())
 
     def _set_core_mode(self) -> None:
-        """What the core may run: nothing while a call must come through Python (profiling, a forced
-        algorithm, SageMaker checks that have not yet spoken), all_reduce with SUM only while SageMaker's
-        rules apply, else everything it handles."""
+        """What the core may run: nothing while a call must come through Python (profiling, an invalid
+        SMDDP_ALLREDUCE_ALGO, SageMaker checks that have not yet spoken), all_reduce with SUM only while
+        SageMaker's rules apply, else everything it handles."""
         self._core_waits_for_check = False
         try:
-            forced = forced_algorithm()
+            forced_algorithm()
+            valid = True
         except CollectiveError:
-            forced = "invalid"  # every all_reduce goes to Python, which reports it
-        if not self._core_attached or profile.recorder() is not None or forced != "auto":
+            valid = False  # every all_reduce goes to Python, which reports it
+        if not self._core_attached or profile.recorder() is not None or not valid:
             self._core_mode(0)
         elif not sagemaker_compat.enabled():
             self._core_mode(1)
@@ -403,7 +411,8 @@ class SmddpProcessGroup:
         of the buffers from shared_buffers: no staging copies within a host. ``own`` lists parts of this
         rank's shard (``shard_range``) that are still elsewhere: (start, stop, tensor)."""
         red_op = self._reduce_op(op, buffers, "all_reduce")
-        job = functools.partial(self._comm.allreduce_shared, buffers, red_op, "all_reduce (shared buffer)", own)
+        job = functools.partial(self._comm.allreduce_shared, buffers, red_op, "all_reduce (shared buffer)", own,
+                                self._core_between_hosts)
         return self._submit(_call("all_reduce", [buffers[self.local_index]], red_op), job, [buffers[self.local_index]], None)
 
     @cuda_goes_to_nccl
@@ -689,6 +698,9 @@ class PythonProcessGroup(SmddpProcessGroup, dist.ProcessGroup):
 
     def _core_allreduce(self, tensor: torch.Tensor, op: int) -> bool:
         return False  # no core: the Python path runs every all_reduce
+
+    def _core_between_hosts(self, tensor: torch.Tensor, op: int) -> bool:
+        return False  # no core: the Python path runs the step between hosts
 
 
 # Collectives the core may run itself; it calls `_python_<name>` for what it leaves to Python.

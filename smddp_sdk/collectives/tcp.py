@@ -116,6 +116,11 @@ class TcpMesh:
         self.header[7] = (self.header[7] + 1) & 0xFFFFFFFF
         return mine
 
+    def skip(self, steps: int) -> None:
+        """Count exchanges of the call that this host sits out (one folded into a partner), so that its
+        later headers agree with the others'."""
+        self.header[7] = (self.header[7] + steps) & 0xFFFFFFFF
+
     def mismatch(self, what: str, peer: int, theirs: bytes, mine: bytes) -> CollectiveError:
         """The error for a peer whose header differs from ours: both calls, both ranks."""
         words, own = struct.unpack("=8I", theirs), struct.unpack("=8I", mine)

@@ -208,12 +208,18 @@ def core_usage(store: dist.TCPStore) -> None:
     )
 
 
-# (elements, dtype, op) chosen to take each inter-host algorithm with 3 hosts: oneshot (<= 32 KB), sharded
-# (its pipeline in several chunks with SMDDP_PIPELINE_CHUNK_BYTES=65536, exchanges in permutation rounds
-# from 64 KB per peer), the ring (>= 1 MB); odd counts leave uneven shards
-ACROSS_HOSTS_CASES = [(1000, "float32", "SUM"), (30_001, "float32", "SUM"), (100_003, "float64", "MAX"), (400_001, "float32", "SUM"), (70_000, "int64", "PRODUCT")]
-# (elements per rank, dtype, into one tensor?): all-to-all, in permutation rounds (>= 64 KB per peer), the ring
+# (elements, dtype, op) chosen to take each inter-host algorithm (algorithms.inter_host_algorithm): with 3 hosts
+# oneshot, sharded (its pipeline in several chunks with SMDDP_PIPELINE_CHUNK_BYTES=65536, exchanges in
+# permutation rounds from 64 KB per peer) and the ring; with 4 hosts oneshot, recursive_doubling, sharded and
+# halving_doubling; with 8 oneshot, sharded and halving_doubling; odd counts leave uneven shards; fp16 and bf16
+# sums cross hosts in fp32 and are rounded once
+ACROSS_HOSTS_CASES = [(1000, "float32", "SUM"), (15_000, "float32", "SUM"), (30_001, "float32", "SUM"), (100_003, "float64", "MAX"),
+                      (400_001, "float32", "SUM"), (70_000, "int64", "PRODUCT"), (5000, "float16", "SUM"), (70_001, "bfloat16", "SUM")]
+# (elements per rank, dtype, into one tensor?): all-to-all, in permutation rounds (>= 64 KB per peer) or bruck
+# (from 4 hosts), the ring
 ACROSS_HOSTS_GATHERS = [(100, "float32", True), (20_000, "int32", True), (300_001, "float32", False)]
+# the other collectives across hosts: broadcast from the last rank, reduce_scatter_tensor (elements per rank), barrier
+ACROSS_HOSTS_OTHERS = [("broadcast", 30_000), ("reduce_scatter_tensor", 20_001), ("barrier", 0)]
 
 
 def _seeded(rank: int, count: int, dtype: torch.dtype) -> torch.Tensor:
@@ -223,10 +229,29 @@ def _seeded(rank: int, count: int, dtype: torch.dtype) -> torch.Tensor:
     return torch.randn(count, generator=gen, dtype=torch.float64).to(dtype)
 
 
+def _tensor_digest(x: torch.Tensor) -> str:
+    return hashlib.sha256(memview(x)).hexdigest()
+
+
+def _other_across_hosts(op: str, count: int) -> dict:
+    rank, size = dist.get_rank(), dist.get_world_size()
+    if op == "broadcast":
+        x = _seeded(rank, count, torch.float32)
+        dist.broadcast(x, src=size - 1)
+        return {"close": torch.equal(x, _seeded(size - 1, count, torch.float32)), "digest": _tensor_digest(x)}
+    if op == "reduce_scatter_tensor":
+        out = torch.empty(count, dtype=torch.float32)
+        dist.reduce_scatter_tensor(out, _seeded(rank, count * size, torch.float32))
+        reference = torch.stack([_seeded(r, count * size, torch.float32).double() for r in range(size)]).sum(0)
+        return {"close": bool(torch.allclose(out.double(), reference[rank * count:(rank + 1) * count], rtol=1e-5, atol=1e-4)), "digest": ""}
+    dist.barrier()
+    return {"close": True, "digest": ""}
+
+
 def allreduce_across_hosts(store: dist.TCPStore) -> None:
-    """all_reduce and all_gather across hosts by every algorithm: each result against a reference, plus a
-    digest of each all_reduce's bytes (every rank must hold the same bits, whichever path each rank took),
-    and the core's count of calls."""
+    """all_reduce and all_gather across hosts by every algorithm, then broadcast, reduce_scatter_tensor and
+    barrier: each result against a reference, plus a digest of each all_reduce's and the broadcast's bytes
+    (every rank must hold the same bits, whichever path each rank took), and the core's count of calls."""
     rank = dist.get_rank()
     results = []
     for count, dtype_name, op_name in ACROSS_HOSTS_CASES:
@@ -235,7 +260,8 @@ def allreduce_across_hosts(store: dist.TCPStore) -> None:
         dist.all_reduce(x, op=op)
         every = torch.stack([_seeded(r, count, dtype).double() for r in range(dist.get_world_size())])
         reference = {"SUM": every.sum(0), "MAX": every.amax(0), "PRODUCT": every.prod(0)}[op_name]
-        results.append({"close": bool(torch.allclose(x.double(), reference, rtol=1e-5, atol=1e-4)), "digest": hashlib.sha256(x.numpy().tobytes()).hexdigest()})
+        rtol = 1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-5
+        results.append({"close": bool(torch.allclose(x.double(), reference, rtol=rtol, atol=1e-4)), "digest": _tensor_digest(x)})
     for count, dtype_name, into_tensor in ACROSS_HOSTS_GATHERS:
         dtype, size = getattr(torch, dtype_name), dist.get_world_size()
         parts = [torch.arange(count, dtype=torch.float64).mul(size).add(r).to(dtype) for r in range(size)]
@@ -248,6 +274,7 @@ def allreduce_across_hosts(store: dist.TCPStore) -> None:
             dist.all_gather(outs, parts[rank])
             right = all(torch.equal(o, p) for o, p in zip(outs, parts))
         results.append({"close": right, "digest": ""})
+    results += [_other_across_hosts(op, count) for op, count in ACROSS_HOSTS_OTHERS]
     group = dist.group.WORLD
     _report(store, "across", {"results": results, "core_calls": group._core_calls() if hasattr(group, "_core_calls") else None})
 

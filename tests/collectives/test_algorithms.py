@@ -1,8 +1,9 @@
 """Every allreduce path forced (SMDDP_ALLREDUCE_ALGO), not only the one the size picks, against a reference.
 
-Layouts: three single-rank hosts (the inter-host oneshot, the pipelined sharded exchange and the ring with H=3,
-where shards differ in owner and size) and two hosts of two ranks (the shared-memory symmetric and sharded
-paths under the inter-host step). Sizes cross the pipeline chunk (1 MiB here) and the shm slot (512 KiB).
+Layouts: three single-rank hosts (every inter-host algorithm with H=3, where shards differ in owner and size
+and recursive doubling and halving-doubling fold the third host into the first) and two hosts of two ranks
+(the shared-memory symmetric and sharded paths under the inter-host step). Sizes cross the pipeline chunk
+(1 MiB here) and the shm slot (512 KiB). Even ranks run the native core, odd ones Python.
 """
 
 from __future__ import annotations
@@ -11,7 +12,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from smddp_sdk.collectives.algorithms import inter_host_algorithm, shard_bounds  # noqa: E402
+from smddp_sdk.collectives.algorithms import (  # noqa: E402
+    ALGORITHMS,
+    allgather_algorithm,
+    folded_rank,
+    host_of_folded,
+    inter_host_algorithm,
+    shard_bounds,
+)
 from tests.collectives.cluster import Cluster  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -41,11 +49,11 @@ def _cases() -> list[dict]:
     return runs
 
 
-@pytest.mark.parametrize("algo", ["oneshot", "sharded", "ring"])
+@pytest.mark.parametrize("algo", ALGORITHMS[1:])
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_forced_allreduce_path_matches_the_reference(layout: str, algo: str) -> None:
     cluster = Cluster(LAYOUTS[layout], env={"SMDDP_ALLREDUCE_ALGO": algo, "SMDDP_SHM_SLOT_BYTES": str(512 << 10),
-                                                 "SMDDP_PIPELINE_CHUNK_BYTES": str(1 << 20)})
+                                                 "SMDDP_PIPELINE_CHUNK_BYTES": str(1 << 20)}, native="mixed")
     try:
         cluster.wait_ready()
         failures = []
@@ -70,12 +78,28 @@ def test_an_unknown_algorithm_is_a_clear_error() -> None:
     assert all("SMDDP_ALLREDUCE_ALGO='butterfly'" in v and "oneshot" in v for v in verdicts), verdicts
 
 
-def test_the_size_picks_oneshot_for_two_hosts_and_small_messages() -> None:
+def test_the_size_and_host_count_pick_the_algorithm() -> None:
     assert inter_host_algorithm(64 << 20, 2, "auto") == "oneshot"  # H=2: equal bytes, one round
-    assert inter_host_algorithm(4 << 10, 4, "auto") == "oneshot"
-    assert inter_host_algorithm(256 << 10, 3, "auto") == "sharded"
-    assert inter_host_algorithm(1 << 20, 3, "auto") == "ring"
+    assert inter_host_algorithm(4 << 10, 4, "auto") == "oneshot"  # small: one round
+    assert inter_host_algorithm(60 << 10, 4, "auto") == "recursive_doubling"
+    assert inter_host_algorithm(32 << 10, 16, "auto") == "recursive_doubling"
+    assert inter_host_algorithm(4 << 10, 64, "auto") == "recursive_doubling"  # 63 messages cost more than 6 rounds
+    assert inter_host_algorithm(256 << 10, 8, "auto") == "sharded"
+    assert inter_host_algorithm(1 << 20, 8, "auto") == "halving_doubling"  # sharded would take 14 rounds
+    assert inter_host_algorithm(2 << 20, 3, "auto") == "ring"  # rounds of 512 KiB and more: continuous flows
+    assert inter_host_algorithm(4 << 20, 8, "auto") == "ring"
     assert inter_host_algorithm(4 << 10, 4, "sharded") == "sharded"
+    assert [allgather_algorithm(size, 8) for size in (1 << 10, 100 << 10, 1 << 20)] == ["oneshot", "bruck", "ring"]
+    assert allgather_algorithm(4 << 10, 64) == "bruck"
+
+
+def test_folding_pairs_the_extra_hosts_with_their_lower_neighbours() -> None:
+    assert [folded_rank(h, 5) for h in range(5)] == [0, -1, 1, 2, 3]
+    assert [folded_rank(h, 6) for h in range(6)] == [0, -1, 1, -1, 2, 3]
+    for hosts in range(1, 20):
+        kept = [h for h in range(hosts) if folded_rank(h, hosts) >= 0]
+        assert [host_of_folded(folded_rank(h, hosts), hosts) for h in kept] == kept
+        assert len(kept) == 1 << (hosts.bit_length() - 1)
 
 
 def test_shards_cover_the_buffer_exactly_once() -> None:

@@ -12,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 
+from smddp_sdk.collectives.algorithms import ALGORITHMS  # noqa: E402
 from smddp_sdk.collectives.ddp import DistributedDataParallel, _plan_buckets  # noqa: E402
 from tests.collectives.cluster import PROJECT_ROOT, rank_env  # noqa: E402
 
@@ -49,7 +50,7 @@ def test_trains_like_one_process_with_identical_parameters(layout: str) -> None:
     assert max(r["kept_grads_diff"] for r in reports) < 1e-4, "accumulating into kept gradients went wrong"
 
 
-@pytest.mark.parametrize("algorithm", ["oneshot", "sharded", "ring"])
+@pytest.mark.parametrize("algorithm", ALGORITHMS[1:])
 def test_every_inter_host_algorithm_behind_the_shared_buffers(algorithm: str) -> None:
     reports = _run(["algo-1", "algo-1", "algo-2", "algo-2", "algo-3", "algo-3"], "smddp", {"SMDDP_ALLREDUCE_ALGO": algorithm})
     assert len({r["digest"] for r in reports}) == 1

@@ -13,9 +13,18 @@ import pytest
 
 torch = pytest.importorskip("torch")
 from smddp_sdk.collectives import native  # noqa: E402
+from smddp_sdk.collectives.algorithms import (  # noqa: E402
+    ALGORITHMS,
+    ALPHA_BYTES,
+    MESSAGE_BYTES,
+    RING_ROUND_BYTES,
+    ROUNDS_FROM_BYTES,
+    allgather_algorithm,
+    inter_host_algorithm,
+)
 from smddp_sdk.collectives.reduce import RedOpType, native_codes  # noqa: E402
 from tests.collectives.cluster import NATIVE_IDS, NATIVE_PATHS, PROJECT_ROOT, Cluster, native_setting  # noqa: E402
-from tests.collectives.scenarios import ACROSS_HOSTS_CASES, ACROSS_HOSTS_GATHERS  # noqa: E402
+from tests.collectives.scenarios import ACROSS_HOSTS_CASES, ACROSS_HOSTS_GATHERS, ACROSS_HOSTS_OTHERS  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -118,23 +127,52 @@ def test_core_runs_small_collectives_and_leaves_a_late_peer_to_python(native_pat
             assert report == {"class": "PythonProcessGroup", "core_calls": None, "right": True}, report
 
 
-@pytest.mark.integration
-@pytest.mark.parametrize("hosts", [["algo-1", "algo-2", "algo-3"], ["algo-1", "algo-1", "algo-2", "algo-2", "algo-3", "algo-3"]],
-                         ids=["3x1", "3x2"])
-@pytest.mark.parametrize("native_path", NATIVE_PATHS, ids=NATIVE_IDS)
-def test_core_runs_all_reduce_and_all_gather_across_hosts_by_every_algorithm(hosts, native_path):
-    """Oneshot, the sharded pipeline and the ring (all_reduce), all-to-all and the ring (all_gather), in the
-    core or in Python or both in one group: right against a reference, the same all_reduce bits on every
-    rank, and the core really ran them where it is on."""
+def _assert_across_hosts(hosts: list[str], native_path: str, env: dict[str, str] | None = None) -> None:
+    """Every case right against a reference, the same all_reduce bits on every rank, and the core really
+    ran every case where it is on."""
     cluster = Cluster(hosts, scenario="allreduce_across_hosts", native=native_path,
-                      env={"SMDDP_PIPELINE_CHUNK_BYTES": "65536"})
+                      env={"SMDDP_PIPELINE_CHUNK_BYTES": "65536", **(env or {})})
     reports = [json.loads(cluster.store.get(f"report/across/{r}")) for r in range(len(hosts))]
     exits = cluster.finish(timeout=60)
     assert all(code == 0 for code, _ in exits), exits
-    cases = ACROSS_HOSTS_CASES + ACROSS_HOSTS_GATHERS
+    cases = ACROSS_HOSTS_CASES + ACROSS_HOSTS_GATHERS + ACROSS_HOSTS_OTHERS
     for case in range(len(cases)):
         assert all(report["results"][case]["close"] for report in reports), (cases[case], reports)
         assert len({report["results"][case]["digest"] for report in reports}) == 1, (cases[case], reports)
     for rank, report in enumerate(reports):
         on_core = native_setting(native_path, rank) == "1"
         assert report["core_calls"] == (len(cases) if on_core else None), (rank, report)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("hosts", [["algo-1", "algo-2", "algo-3"], ["algo-1", "algo-1", "algo-2", "algo-2", "algo-3", "algo-3"]],
+                         ids=["3x1", "3x2"])
+@pytest.mark.parametrize("native_path", NATIVE_PATHS, ids=NATIVE_IDS)
+def test_core_runs_all_reduce_and_all_gather_across_hosts_by_every_algorithm(hosts, native_path):
+    """Oneshot, the sharded pipeline and the ring (all_reduce, fp16/bf16 included), all-to-all and the ring
+    (all_gather), broadcast, reduce_scatter_tensor and barrier, in the core or in Python or both in one group."""
+    _assert_across_hosts(hosts, native_path)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("count", "algorithm"), [(2, "auto"), (4, "auto"), (5, "auto"), (8, "auto"),
+                                                  (3, "recursive_doubling"), (3, "halving_doubling"),
+                                                  (5, "recursive_doubling"), (5, "halving_doubling"),
+                                                  (6, "halving_doubling")])
+def test_core_and_python_meet_in_the_log_depth_algorithms(count, algorithm):
+    """Between 2 to 8 single-rank hosts, even ones on the core and odd ones in Python: recursive doubling,
+    halving-doubling and bruck where the size picks them (4 and 8 hosts), and forced where the host count
+    is no power of two (the extra hosts fold into partners): right, and the same bits on every rank."""
+    _assert_across_hosts([f"algo-{h + 1}" for h in range(count)], "mixed", {"SMDDP_ALLREDUCE_ALGO": algorithm})
+
+
+def test_core_chooses_the_algorithms_of_algorithms_py():
+    core = native.core()
+    if core is None:
+        pytest.skip("the native core is not available here")
+    rules = (ALPHA_BYTES, MESSAGE_BYTES, RING_ROUND_BYTES, ROUNDS_FROM_BYTES)
+    for hosts in (2, 3, 4, 5, 6, 7, 8, 12, 16, 31, 64):
+        for nbytes in sorted({int(1.3 ** k) for k in range(80)} | {1 << k for k in range(31)}):
+            allreduce, allgather = core._inter_host_algorithms(nbytes, hosts, *rules)
+            assert ALGORITHMS[allreduce] == inter_host_algorithm(nbytes, hosts, "auto"), (nbytes, hosts)
+            assert (*ALGORITHMS, "bruck")[allgather] == allgather_algorithm(nbytes, hosts), (nbytes, hosts)

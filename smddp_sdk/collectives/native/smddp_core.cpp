@@ -5,9 +5,11 @@
 // contiguous CPU tensors; the Python group's communication thread runs its all_reduces here too. They use
 // the same shared-memory protocol, kernels (smddp_native.c, passed in as function pointers), counters and
 // call records as the Python path, so ranks may take either path for any call. A group across hosts runs
-// its all_reduces and all_gathers here as well: the host's ranks over shared memory, the host leaders over
-// the TCP mesh (the kernels' poll loop) with algorithms.py's algorithms, byte for byte (same order, same
-// chunks, same reduction order), each exchange behind tcp.py's call header (the check between hosts).
+// its all_reduces (fp16/bf16 widened to fp32 and rounded once, as communicator.py does), all_gathers,
+// broadcasts, reduce_scatter_tensors and barriers here as well, and the step between hosts of smddp's DDP
+// (`_core_between_hosts`): the host's ranks over shared memory, the host leaders over the TCP mesh (the
+// kernels' poll loop) with algorithms.py's algorithms, byte for byte (same order, same chunks, same
+// reduction order), each exchange behind tcp.py's call header (the check between hosts).
 // Everything else goes to the Python implementation (`_python_<method>`); a call whose peers are late
 // past one check slice waits in Python (`_finish_barrier`, `_exchange_stalled`) with the deadline, abort
 // and liveness checks and the hang warning.
@@ -58,12 +60,68 @@ using Spans = std::vector<std::vector<Span>>;
 
 // algorithms.py's inter-host rules, handed over by the Python group so both paths decide alike
 struct HostRules {
-  long oneshot_limit;   // INTER_HOST_ONESHOT_LIMIT
-  long ring_from;       // INTER_HOST_RING_FROM
+  long alpha;           // ALPHA_BYTES
+  long message;         // MESSAGE_BYTES
+  long ring_round;      // RING_ROUND_BYTES
   long oneshot_chunk;   // ONESHOT_CHUNK_BYTES
   long pipeline_chunk;  // InterHostAllreduce.pipeline_chunk_bytes
   long rounds_from;     // ROUNDS_FROM_BYTES
+  int forced;           // SMDDP_ALLREDUCE_ALGO as an Algorithm (kAuto: chosen by size)
 };
+
+// algorithms.py's ALGORITHMS, in its order
+enum Algorithm : int { kAuto = 0, kOneshot, kRecursiveDoubling, kSharded, kHalvingDoubling, kRing };
+
+int log2_floor(long n) { return 63 - __builtin_clzl(static_cast<unsigned long>(n)); }
+
+// algorithms.py's allreduce_cost: the model's time, in bytes of link time
+long allreduce_cost(int algorithm, long nbytes, long hosts, const HostRules& rules) {
+  long log = log2_floor(hosts), p = 1L << log, folded = hosts > p ? 1 : 0;
+  long rounds, messages, moved;
+  if (algorithm == kOneshot) {
+    rounds = 1, messages = 2 * (hosts - 1), moved = (hosts - 1) * nbytes;
+  } else if (algorithm == kRecursiveDoubling) {
+    rounds = log + 2 * folded, messages = 2 * (log + folded), moved = (log + folded) * nbytes;
+  } else if (algorithm == kHalvingDoubling) {
+    rounds = 2 * (log + folded), messages = 4 * log + 2 * folded, moved = 2 * (p - 1) * nbytes / p + folded * nbytes;
+  } else {
+    long per_peer = (nbytes + hosts - 1) / hosts;
+    rounds = algorithm == kSharded && per_peer < rules.rounds_from ? 2 : 2 * (hosts - 1);
+    messages = 4 * (hosts - 1), moved = 2 * (hosts - 1) * nbytes / hosts;
+  }
+  return rounds * rules.alpha + messages * rules.message + moved;
+}
+
+// algorithms.py's inter_host_algorithm
+int inter_host_algorithm(long nbytes, long hosts, const HostRules& rules) {
+  if (rules.forced != kAuto) return rules.forced;
+  if (hosts >= 3 && nbytes / hosts >= rules.ring_round) return kRing;
+  int best = kOneshot;
+  for (int algorithm : {kRecursiveDoubling, kSharded, kHalvingDoubling})
+    if (allreduce_cost(algorithm, nbytes, hosts, rules) < allreduce_cost(best, nbytes, hosts, rules)) best = algorithm;
+  return best;
+}
+
+// algorithms.py's allgather_algorithm (kOneshot, kBruck or kRing)
+constexpr int kBruck = kRing + 1;
+int allgather_algorithm(long block_bytes, long hosts, const HostRules& rules) {
+  if (hosts >= 3 && block_bytes >= rules.ring_round) return kRing;
+  long log = hosts > 1 ? log2_floor(hosts - 1) + 1 : 0;  // ceil(log2 hosts)
+  long oneshot = (block_bytes < rules.rounds_from ? 1 : hosts - 1) * rules.alpha + 2 * (hosts - 1) * rules.message;
+  long bruck = log * (rules.alpha + 2 * rules.message);
+  return bruck < oneshot ? kBruck : kOneshot;
+}
+
+// algorithms.py's folded_rank and host_of_folded: host 2i+1 folds into host 2i for i < hosts - p
+int folded_rank(int node, int hosts) {
+  int extra = hosts - (1 << log2_floor(hosts));
+  if (node < 2 * extra) return node % 2 ? -1 : node / 2;
+  return node - extra;
+}
+int host_of_folded(int rank, int hosts) {
+  int extra = hosts - (1 << log2_floor(hosts));
+  return rank < extra ? 2 * rank : rank + extra;
+}
 
 // tcp.py's call header ahead of every peer's bytes in an exchange: magic, the call record, the step
 using Header = std::array<uint32_t, 8>;
@@ -104,6 +162,7 @@ bool dtype_codes(at::ScalarType type, DtypeCodes& out) {
 }
 
 // smddp_native.c's op code for a ReduceOp, or -1 where the Python path reduces (bitwise ops)
+constexpr int kFloatKernel = 0;  // smddp_native.c's code of float32
 constexpr int kAverage = 4;  // OP_AVG: the sum divided by the sources, in the same pass (floats only)
 int kernel_op(c10d::ReduceOp::RedOpType op) {
   switch (op) {
@@ -199,8 +258,8 @@ class SmddpCore : public c10d::PyProcessGroup {
   // leader, -1 for its own), the mesh's call header (TcpMesh.header; 0 where this rank leads no host),
   // the kernels' exchange loop and reduction, algorithms.py's rules and the check slice.
   void attach_hosts(std::vector<std::vector<int>> nodes, int node, bool leader, std::vector<int> fds, uintptr_t header,
-                    uintptr_t exchange_fn, uintptr_t reduce_fn, long oneshot_limit, long ring_from, long oneshot_chunk,
-                    long pipeline_chunk, long rounds_from, long slice_ns) {
+                    uintptr_t exchange_fn, uintptr_t reduce_fn, long alpha, long message, long ring_round,
+                    long oneshot_chunk, long pipeline_chunk, long rounds_from, int forced, long slice_ns) {
     nodes_ = std::move(nodes);
     node_ = node;
     hosts_ = static_cast<int>(nodes_.size());
@@ -209,7 +268,7 @@ class SmddpCore : public c10d::PyProcessGroup {
     header_ = reinterpret_cast<uint32_t*>(header);
     exchange_ = reinterpret_cast<ExchangeFn>(exchange_fn);
     reduce_ = reinterpret_cast<ReduceFn>(reduce_fn);
-    rules_ = {oneshot_limit, ring_from, oneshot_chunk, pipeline_chunk, rounds_from};
+    rules_ = {alpha, message, ring_round, oneshot_chunk, pipeline_chunk, rounds_from, forced};
     slice_ns_ = slice_ns;
   }
 
@@ -252,12 +311,35 @@ class SmddpCore : public c10d::PyProcessGroup {
     return true;
   }
 
+  // communicator.py's allreduce_shared calls this on a host leader for the step between hosts (smddp's
+  // DDP), numbered and tagged already: InterHostAllreduce.run on x as it is. False where Python must run it.
+  bool run_between_hosts(at::Tensor& x, int64_t reduce_op) {
+    DtypeCodes codes;
+    int op = reducible(x, c10d::ReduceOp(static_cast<c10d::ReduceOp::RedOpType>(reduce_op)), codes);
+    if (op < 0 || !across_hosts() || !leader_ || !plain_cpu(x) || x.numel() == 0) return false;
+    pybind11::gil_scoped_release no_gil;
+    start_call("all_reduce (shared buffer)");
+    between_hosts(static_cast<char*>(x.data_ptr()), x.numel(), x.element_size(), codes.kernel, op);
+    return true;
+  }
+
   // This rank's segment of the reduction of input (n segments), in chunks that fit a slot: peers'
   // segments staged in the own slot, one barrier, the own segment reduced from every slot into output.
+  // Across hosts as communicator.py's reduce_scatter: all_reduce a copy, keep the own segment.
   c10::intrusive_ptr<c10d::Work> reduce_scatter_single(at::Tensor& output, at::Tensor& input,
                                                        const c10d::ReduceScatterOptions& opts) override {
     DtypeCodes codes;
     int op = reducible(input, opts.reduceOp, codes);
+    if (op >= 0 && !opts.asyncOp && across_hosts() && plain_cpu(input) && plain_cpu(output) &&
+        output.scalar_type() == input.scalar_type() && input.numel() == output.numel() * getSize() &&
+        output.numel() > 0 && claim_inline()) {
+      Claim claim(this);
+      tag(kReduceScatterTensor, codes.record, output.numel(), kNoRoot, static_cast<uint32_t>(opts.reduceOp.op_) + 1);
+      at::Tensor flat = input.clone();
+      reduce_everywhere(flat, codes.kernel, op, "reduce_scatter_tensor");
+      std::memcpy(output.data_ptr(), static_cast<char*>(flat.data_ptr()) + getRank() * nbytes_of(output), nbytes_of(output));
+      return c10::make_intrusive<DoneWork>(std::vector<at::Tensor>{output});
+    }
     if (op >= 0 && !opts.asyncOp && usable() && plain_cpu(input) && plain_cpu(output) &&
         output.scalar_type() == input.scalar_type() && input.numel() == output.numel() * n_ && output.numel() > 0 &&
         !overlap(input, output) && claim_inline()) {
@@ -287,27 +369,34 @@ class SmddpCore : public c10d::PyProcessGroup {
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
-    if (!opts.asyncOp && usable() && claim_inline()) {
+    if (!opts.asyncOp && (usable() || across_hosts()) && claim_inline()) {
       Claim claim(this);
       tag(kBarrier, 0, 0, kNoRoot, 0);
-      sync("barrier");
+      if (hosts_ == 1)
+        sync("barrier");
+      else
+        barrier_hosts();
       return c10::make_intrusive<DoneWork>(std::vector<at::Tensor>());
     }
     return python("_python_barrier", opts);
   }
 
-  // The root's bytes through its slot, a slot at a time.
+  // The root's bytes through its slot, a slot at a time; across hosts from the root's host leader too.
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override {
     DtypeCodes codes;
-    if (tensors.size() == 1 && !opts.asyncOp && usable() && plain_cpu(tensors[0]) &&
-        dtype_codes(tensors[0].scalar_type(), codes) && opts.rootRank >= 0 && opts.rootRank < n_ &&
+    if (tensors.size() == 1 && !opts.asyncOp && (usable() || across_hosts()) && plain_cpu(tensors[0]) &&
+        dtype_codes(tensors[0].scalar_type(), codes) && opts.rootRank >= 0 && opts.rootRank < getSize() &&
         tensors[0].numel() > 0 && claim_inline()) {
       Claim claim(this);
       at::Tensor& x = tensors[0];
       int root = static_cast<int>(opts.rootRank);
       tag(kBroadcast, codes.record, x.numel(), static_cast<uint32_t>(root), 0);
-      broadcast_spans(root, {{static_cast<char*>(x.data_ptr()), nbytes_of(x)}}, "broadcast");
+      Span data{static_cast<char*>(x.data_ptr()), nbytes_of(x)};
+      if (hosts_ == 1)
+        broadcast_spans(root, {data}, "broadcast");
+      else
+        broadcast_hosts(root, data);
       return c10::make_intrusive<DoneWork>(tensors);
     }
     return python("_python_broadcast", tensors, opts);
@@ -437,13 +526,12 @@ class SmddpCore : public c10d::PyProcessGroup {
   bool reduces_here() const { return usable() || across_hosts(); }
 
   // The kernel op for reducing x with op here (dtype codes in codes), or -1 where Python reduces: bitwise
-  // ops, bool and other dtypes the kernels lack, anything but SUM while SageMaker's rules apply, fp16/bf16
-  // across hosts (Python widens them to fp32 there, for one rounding), and AVG but of floats on one host
-  // (there the kernels divide by the host's ranks, which are then the whole group, as they sum).
+  // ops, bool and other dtypes the kernels lack, anything but SUM while SageMaker's rules apply, and AVG
+  // but of floats on one host (there the kernels divide by the host's ranks, which are then the whole
+  // group, as they sum).
   int reducible(const at::Tensor& x, const c10d::ReduceOp& op, DtypeCodes& codes) const {
     if (mode() != 1 && op.op_ != c10d::ReduceOp::SUM) return -1;
     if (!dtype_codes(x.scalar_type(), codes) || codes.kernel < 0) return -1;
-    if (hosts_ > 1 && (x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16)) return -1;
     int kernel = kernel_op(op.op_);
     if (kernel == kAverage && (hosts_ > 1 || !at::isFloatingType(x.scalar_type()))) return -1;
     return kernel;
@@ -515,8 +603,8 @@ class SmddpCore : public c10d::PyProcessGroup {
     }
   }
 
-  // algorithms.py's allgather_between_hosts: all-to-all (in rounds when large), or the ring for large
-  // data with 3+ hosts.
+  // algorithms.py's allgather_between_hosts: all-to-all (in rounds when large), bruck, or the ring, every
+  // block received straight into its place.
   void gather_between_hosts(const std::vector<char*>& targets, long nbytes) {
     Spans blocks(hosts_);
     long largest = 0;
@@ -524,7 +612,9 @@ class SmddpCore : public c10d::PyProcessGroup {
       for (int rank : nodes_[h]) blocks[h].push_back({targets[rank], nbytes});
       largest = std::max(largest, total(blocks[h]));
     }
-    if (hosts_ <= 2 || largest < rules_.ring_from) {
+    auto block = [&](int h) -> const std::vector<Span>& { return blocks[((h % hosts_) + hosts_) % hosts_]; };
+    int algorithm = allgather_algorithm(largest, hosts_, rules_);
+    if (algorithm == kOneshot) {
       Spans sends(hosts_), recvs(hosts_);
       for (int h = 0; h < hosts_; h++)
         if (h != node_) {
@@ -532,14 +622,26 @@ class SmddpCore : public c10d::PyProcessGroup {
           recvs[h] = blocks[h];
         }
       exchange_in_rounds(sends, recvs);
-      return;
-    }
-    int to = (node_ + 1) % hosts_, from = (node_ + hosts_ - 1) % hosts_;
-    for (int s = 0; s < hosts_ - 1; s++) {
-      Spans sends(hosts_), recvs(hosts_);
-      sends[to] = blocks[(node_ - s + hosts_) % hosts_];
-      recvs[from] = blocks[(node_ - s - 1 + 2 * hosts_) % hosts_];
-      exchange(sends, recvs);
+    } else if (algorithm == kBruck) {
+      for (int distance = 1; distance < hosts_; distance *= 2) {  // this host holds node .. node+distance-1
+        int count = std::min(distance, hosts_ - distance);
+        Spans sends(hosts_), recvs(hosts_);
+        std::vector<Span>& out = sends[(node_ - distance + hosts_) % hosts_];
+        std::vector<Span>& in = recvs[(node_ + distance) % hosts_];
+        for (int i = 0; i < count; i++) {
+          out.insert(out.end(), block(node_ + i).begin(), block(node_ + i).end());
+          in.insert(in.end(), block(node_ + distance + i).begin(), block(node_ + distance + i).end());
+        }
+        exchange(sends, recvs);
+      }
+    } else {
+      int to = (node_ + 1) % hosts_, from = (node_ + hosts_ - 1) % hosts_;
+      for (int s = 0; s < hosts_ - 1; s++) {
+        Spans sends(hosts_), recvs(hosts_);
+        sends[to] = block(node_ - s);
+        recvs[from] = block(node_ - s - 1);
+        exchange(sends, recvs);
+      }
     }
   }
 
@@ -556,7 +658,7 @@ class SmddpCore : public c10d::PyProcessGroup {
   void allreduce_chunk(char* x, long count, long esize, int dtype, int op) {
     long nbytes = count * esize;
     void* const* slots = slots_[next_half()];
-    if (nbytes <= symmetric_limit_) {
+    if (nbytes <= symmetric_limit_ || count < n_) {  // local.py: a forced algorithm may ask either way
       uint32_t generation = next_generation();
       int status = allreduce_(base_, n_, index_, generation, record_, spin(), slice_ns_, x, nbytes, slots, dtype, op,
                               count);
@@ -661,17 +763,24 @@ class SmddpCore : public c10d::PyProcessGroup {
     }
   }
 
-  void reduce_everywhere(at::Tensor& x, int dtype, int op) {
-    if (hosts_ == 1)
+  void reduce_everywhere(at::Tensor& x, int dtype, int op, const char* what = "all_reduce") {
+    bool half = x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16;
+    if (hosts_ == 1) {
       allreduce_chunks(x, dtype, op);
-    else
-      allreduce_hosts(x, dtype, op);
+    } else if (half && (op == kernel_op(c10d::ReduceOp::SUM) || op == kernel_op(c10d::ReduceOp::PRODUCT))) {
+      // communicator.py: partial results cross hosts in fp32, so the result is rounded once
+      at::Tensor wide = x.to(at::kFloat);
+      allreduce_hosts(wide, kFloatKernel, op, what);
+      x.copy_(wide);
+    } else {
+      allreduce_hosts(x, dtype, op, what);
+    }
   }
 
   // communicator.py's allreduce across hosts, chunk by chunk: the host's ranks reduce over shared memory,
   // the leaders between hosts, and the leader's result goes to the host's ranks.
-  void allreduce_hosts(at::Tensor& x, int dtype, int op) {
-    start_call("all_reduce");
+  void allreduce_hosts(at::Tensor& x, int dtype, int op, const char* what) {
+    start_call(what);
     long esize = x.element_size(), count = x.numel();
     long step = base_ ? std::max(1L, slot_bytes_ / esize) : count;
     auto* data = static_cast<char*>(x.data_ptr());
@@ -680,27 +789,162 @@ class SmddpCore : public c10d::PyProcessGroup {
       char* piece = data + start * esize;
       if (base_) allreduce_chunk(piece, length, esize, dtype, op);
       if (leader_) between_hosts(piece, length, esize, dtype, op);
-      if (base_) broadcast_spans(0, {{piece, length * esize}}, "all_reduce");
+      if (base_) broadcast_spans(0, {{piece, length * esize}}, what);
     }
   }
 
-  // algorithms.py's InterHostAllreduce.run: oneshot for two hosts or small data, the ring from ring_from,
-  // the sharded pipeline between
+  int node_of(int rank) const {
+    for (int h = 0; h < hosts_; h++)
+      if (std::find(nodes_[h].begin(), nodes_[h].end(), rank) != nodes_[h].end()) return h;
+    TORCH_CHECK(false, "smddp: rank ", rank, " is on no host of the group");
+  }
+
+  // communicator.py's broadcast across hosts: within the root's host, from its leader to the other
+  // leaders (one exchange), within each other host from its leader.
+  void broadcast_hosts(int root, Span data) {
+    start_call("broadcast");
+    int root_node = node_of(root);
+    bool in_root_node = root_node == node_;
+    if (in_root_node && base_) {
+      const std::vector<int>& here = nodes_[node_];
+      broadcast_spans(static_cast<int>(std::find(here.begin(), here.end(), root) - here.begin()), {data}, "broadcast");
+    }
+    if (leader_) {
+      Spans sends(hosts_), recvs(hosts_);
+      for (int h = 0; h < hosts_; h++)
+        if (in_root_node && h != node_) sends[h] = {data};
+      if (!in_root_node) recvs[root_node] = {data};
+      exchange(sends, recvs);
+    }
+    if (!in_root_node && base_) broadcast_spans(0, {data}, "broadcast");
+  }
+
+  // communicator.py's barrier across hosts: the host's ranks, a byte between every two leaders, the host's ranks.
+  void barrier_hosts() {
+    start_call("barrier");
+    if (base_) sync("barrier");
+    if (leader_) {
+      char token = 1;
+      std::vector<char> inbox(hosts_);
+      Spans sends(hosts_), recvs(hosts_);
+      for (int h = 0; h < hosts_; h++)
+        if (h != node_) {
+          sends[h] = {{&token, 1}};
+          recvs[h] = {{&inbox[h], 1}};
+        }
+      exchange(sends, recvs);
+    }
+    if (base_) sync("barrier");
+  }
+
+  // algorithms.py's InterHostAllreduce.run: the algorithm by size and host count (or forced), the
+  // sharded pipeline over the whole buffer, the others in chunks of oneshot_chunk
   void between_hosts(char* x, long count, long esize, int dtype, int op) {
-    long nbytes = count * esize;
-    if (hosts_ > 2 && nbytes > rules_.oneshot_limit && nbytes < rules_.ring_from) {
+    int algorithm = inter_host_algorithm(count * esize, hosts_, rules_);
+    if (algorithm == kSharded) {
       sharded(x, count, esize, dtype, op);
       return;
     }
-    bool ring = hosts_ > 2 && nbytes > rules_.oneshot_limit;
     long step = std::max(1L, rules_.oneshot_chunk / esize);
     for (long start = 0; start < count; start += step) {
       long length = std::min(step, count - start);
-      if (ring)
-        ring_allreduce(x + start * esize, length, esize, dtype, op);
-      else
-        oneshot(x + start * esize, length, esize, dtype, op);
+      char* piece = x + start * esize;
+      if (algorithm == kOneshot) oneshot(piece, length, esize, dtype, op);
+      else if (algorithm == kRing) ring_allreduce(piece, length, esize, dtype, op);
+      else if (algorithm == kRecursiveDoubling) recursive_doubling(piece, length, esize, dtype, op);
+      else halving_doubling(piece, length, esize, dtype, op);
     }
+  }
+
+  // One span with one peer: mine out, theirs in.
+  void exchange_with(int peer, Span send, Span receive) {
+    Spans sends(hosts_), recvs(hosts_);
+    sends[peer] = {send};
+    recvs[peer] = {receive};
+    exchange(sends, recvs);
+  }
+
+  // algorithms.py's _combine_pair: mine = the two partial results, the lower host's first (theirs: scratch)
+  void combine_pair(char* mine, char* theirs, long count, long esize, int dtype, int op, bool mine_first) {
+    void* sources[2] = {mine_first ? mine : theirs, mine_first ? theirs : mine};
+    char* target = mine_first ? mine : theirs;
+    reduce_(dtype, op, target, sources, 2, count);
+    if (!mine_first) std::memcpy(mine, theirs, count * esize);
+  }
+
+  // algorithms.py's _folded: the extra hosts fold into their partners, among(rank, p) runs on the p hosts
+  // left (steps exchanges), the result goes back; hosts count the exchanges they sit out, so that every
+  // host numbers the call's steps alike.
+  template <typename Among>
+  void folded(char* x, long count, long esize, int dtype, int op, int steps, Among among) {
+    long nbytes = count * esize;
+    int rank = folded_rank(node_, hosts_), p = 1 << log2_floor(hosts_);
+    Spans none(hosts_), one(hosts_);
+    if (rank < 0) {
+      one[node_ - 1] = {{x, nbytes}};
+      exchange(one, none);
+      header_[kStep] += steps;
+      exchange(none, one);
+      return;
+    }
+    bool partnered = node_ < 2 * (hosts_ - p);
+    if (partnered) {
+      char* staged = scratch(1, nbytes);
+      one[node_ + 1] = {{staged, nbytes}};
+      exchange(none, one);
+      void* sources[2] = {x, staged};  // host order: the pair's lower host first
+      reduce_(dtype, op, x, sources, 2, count);
+    } else if (hosts_ > p) {
+      header_[kStep]++;
+    }
+    among(rank, p);
+    if (partnered) {
+      one[node_ + 1] = {{x, nbytes}};
+      exchange(one, none);
+    } else if (hosts_ > p) {
+      header_[kStep]++;
+    }
+  }
+
+  // algorithms.py's recursive_doubling
+  void recursive_doubling(char* x, long count, long esize, int dtype, int op) {
+    long nbytes = count * esize;
+    folded(x, count, esize, dtype, op, log2_floor(hosts_), [&](int rank, int p) {
+      char* staged = scratch(1, nbytes);
+      for (int distance = 1; distance < p; distance *= 2) {
+        int partner = rank ^ distance;
+        exchange_with(host_of_folded(partner, hosts_), {x, nbytes}, {staged, nbytes});
+        combine_pair(x, staged, count, esize, dtype, op, rank < partner);
+      }
+    });
+  }
+
+  // algorithms.py's halving_doubling (Rabenseifner)
+  void halving_doubling(char* x, long count, long esize, int dtype, int op) {
+    int parts = 1 << log2_floor(hosts_);
+    auto span = [&](int first, int stop) {  // shards first..stop-1 of parts
+      long lo = bounds(count, parts, first).first, hi = bounds(count, parts, stop - 1).second;
+      return Span{x + lo * esize, (hi - lo) * esize};
+    };
+    folded(x, count, esize, dtype, op, 2 * log2_floor(hosts_), [&](int rank, int p) {
+      int first = 0, stop = p;
+      for (int half = p / 2; half > 0; half /= 2) {  // keep the half that rank's bit selects
+        int partner = rank ^ half, middle = first + half;
+        bool upper = rank & half;
+        Span kept = upper ? span(middle, stop) : span(first, middle);
+        Span give = upper ? span(first, middle) : span(middle, stop);
+        char* staged = scratch(1, kept.length);
+        exchange_with(host_of_folded(partner, hosts_), give, {staged, kept.length});
+        combine_pair(kept.data, staged, kept.length / esize, esize, dtype, op, rank < partner);
+        if (upper) first = middle; else stop = middle;
+      }
+      for (int size = 1; size < p; size *= 2) {  // all-gather: swap the finished ranges, doubling them
+        int partner = rank ^ size, their_first = first ^ size;
+        exchange_with(host_of_folded(partner, hosts_), span(first, stop), span(their_first, their_first + size));
+        first = std::min(first, their_first);
+        stop = first + 2 * size;
+      }
+    });
   }
 
   void oneshot(char* x, long count, long esize, int dtype, int op) {
@@ -1012,5 +1256,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("_add_pending", &SmddpCore::add_pending)
       .def("_end_job", &SmddpCore::end_job)
       .def("_core_allreduce", &SmddpCore::run_allreduce)
-      .def("_core_calls", &SmddpCore::calls, "collectives the core has run itself (diagnostics, tests)");
+      .def("_core_between_hosts", &SmddpCore::run_between_hosts)
+      .def("_core_calls", &SmddpCore::calls, "collectives the core has run itself (diagnostics, tests)")
+      .def_static(
+          "_inter_host_algorithms",
+          [](long nbytes, long hosts, long alpha, long message, long ring_round, long rounds_from) {
+            HostRules rules{alpha, message, ring_round, 0, 0, rounds_from, kAuto};
+            return std::make_pair(inter_host_algorithm(nbytes, hosts, rules), allgather_algorithm(nbytes, hosts, rules));
+          },
+          "the core's choice of all_reduce and all_gather algorithm between hosts (indices; tests compare them with "
+          "algorithms.py's)");
 }
