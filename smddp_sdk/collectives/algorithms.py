@@ -24,7 +24,7 @@ With H not a power of two, recursive_doubling and halving_doubling first fold th
 partners (host 2i+1 sends its buffer to host 2i, for i < H-p, which combines the two), run among p hosts,
 and hand the result back to the extra hosts at the end.
 
-The choice (``inter_host_algorithm``): the ring once each of its rounds moves at least 512 KiB (H >= 3),
+The choice (``allreduce_algorithm``, in smddp_sdk/planning/selection.py, which the planner uses too): the ring once each of its rounds moves at least 512 KiB (H >= 3),
 where its extra rounds cost little and continuous flows pay; otherwise the cheapest by an alpha-beta model
 (``allreduce_cost``) counting rounds (one network latency each, ALPHA_BYTES), messages a host sends or
 receives (MESSAGE_BYTES) and the bytes the busiest host sends. It gives oneshot for H=2 and for small
@@ -60,18 +60,19 @@ from smddp_sdk.collectives.errors import CollectiveError
 from smddp_sdk.collectives.memory import copy_bytes, memview
 from smddp_sdk.collectives.reduce import RedOpType, combine
 from smddp_sdk.collectives.tcp import TcpMesh
+from smddp_sdk.planning.selection import (
+    ALL_REDUCE_ALGORITHMS,
+    PIPELINE_CHUNK_BYTES,
+    ROUNDS_FROM_BYTES,
+    allgather_algorithm,
+    allreduce_algorithm,
+    log2_floor,
+)
 
 ALGO_ENV = "SMDDP_ALLREDUCE_ALGO"
 PIPELINE_CHUNK_ENV = "SMDDP_PIPELINE_CHUNK_BYTES"
-ALGORITHMS = ("auto", "oneshot", "recursive_doubling", "sharded", "halving_doubling", "ring")
-# the model's costs, in bytes a link moves in the same time: a round's network latency (0.5 ms at
-# 1 Gbit/s, 50 us at 10 Gbit/s) and a host's work per message it sends or receives (system calls, header)
-ALPHA_BYTES = 64 << 10
-MESSAGE_BYTES = 4 << 10
-RING_ROUND_BYTES = 512 << 10  # the ring once its rounds move this much: its latencies cost little then
-PIPELINE_CHUNK_BYTES = 16 << 20  # per step of the sharded pipeline: fewer steps, fewer gaps on the link
+ALGORITHMS = ("auto", *ALL_REDUCE_ALGORITHMS)
 ONESHOT_CHUNK_BYTES = 16 << 20  # bounds the receive buffers of the other algorithms (per peer for oneshot)
-ROUNDS_FROM_BYTES = 64 << 10  # exchanges at least this large per peer run as permutation rounds
 
 Scratch = Callable[[int, int], torch.Tensor]  # (key, nbytes) -> reusable uint8 buffer
 Views = dict[int, list[memoryview]]
@@ -88,62 +89,17 @@ def exchange_in_rounds(mesh: TcpMesh, node: int, hosts: int, sends: Views, recvs
         mesh.exchange({to: sends[to]} if to in sends else {}, {source: recvs[source]} if source in recvs else {}, what, deadline)
 
 
-def _log2_floor(hosts: int) -> int:
-    return hosts.bit_length() - 1
-
-
-def allreduce_cost(algorithm: str, nbytes: int, hosts: int) -> int:
-    """The model's time of an all_reduce of nbytes between hosts, in bytes of link time (integers, so
-    that the native core, which mirrors this, decides alike)."""
-    log = _log2_floor(hosts)
-    folded = int(hosts > 1 << log)  # extra hosts fold in first and get the result back after
-    if algorithm == "oneshot":
-        rounds, messages, moved = 1, 2 * (hosts - 1), (hosts - 1) * nbytes
-    elif algorithm == "recursive_doubling":
-        rounds, messages, moved = log + 2 * folded, 2 * (log + folded), (log + folded) * nbytes
-    elif algorithm == "halving_doubling":
-        p = 1 << log
-        rounds, messages, moved = 2 * (log + folded), 4 * log + 2 * folded, 2 * (p - 1) * nbytes // p + folded * nbytes
-    else:  # sharded and ring: reduce-scatter + all-gather of one shard per host
-        per_peer = -(-nbytes // hosts)
-        rounds = 2 if algorithm == "sharded" and per_peer < ROUNDS_FROM_BYTES else 2 * (hosts - 1)
-        messages, moved = 4 * (hosts - 1), 2 * (hosts - 1) * nbytes // hosts
-    return rounds * ALPHA_BYTES + messages * MESSAGE_BYTES + moved
-
-
-def inter_host_algorithm(nbytes: int, hosts: int, forced: str) -> str:
-    """The all_reduce algorithm between hosts: the forced one, the ring for large buffers, else the
-    cheapest by the model (ties: the earlier of oneshot, recursive_doubling, sharded, halving_doubling)."""
-    if forced != "auto":
-        return forced
-    if hosts >= 3 and nbytes // hosts >= RING_ROUND_BYTES:
-        return "ring"
-    return min(ALGORITHMS[1:5], key=lambda algorithm: allreduce_cost(algorithm, nbytes, hosts))
-
-
-def allgather_algorithm(block_bytes: int, hosts: int) -> str:
-    """The all_gather algorithm between hosts for blocks of up to block_bytes: the ring for large blocks,
-    else oneshot or bruck by the model (ties: oneshot)."""
-    if hosts >= 3 and block_bytes >= RING_ROUND_BYTES:
-        return "ring"
-    log = (hosts - 1).bit_length()  # bruck's rounds: ceil(log2 hosts)
-    oneshot_rounds = 1 if block_bytes < ROUNDS_FROM_BYTES else hosts - 1
-    oneshot = oneshot_rounds * ALPHA_BYTES + 2 * (hosts - 1) * MESSAGE_BYTES
-    bruck = log * (ALPHA_BYTES + 2 * MESSAGE_BYTES)
-    return "bruck" if bruck < oneshot else "oneshot"
-
-
 def folded_rank(node: int, hosts: int) -> int:
     """node's rank among the power of two of hosts left after the fold, or -1 for a host folded away
     (host 2i+1 for i < hosts - p folds into host 2i)."""
-    extra = hosts - (1 << _log2_floor(hosts))
+    extra = hosts - (1 << log2_floor(hosts))
     if node < 2 * extra:
         return -1 if node % 2 else node // 2
     return node - extra
 
 
 def host_of_folded(rank: int, hosts: int) -> int:
-    extra = hosts - (1 << _log2_floor(hosts))
+    extra = hosts - (1 << log2_floor(hosts))
     return 2 * rank if rank < extra else rank + extra
 
 
@@ -210,7 +166,7 @@ class InterHostAllreduce:
         if x.numel() == 0:
             return
         nbytes = x.numel() * x.element_size()
-        algorithm = inter_host_algorithm(nbytes, self.hosts, forced)
+        algorithm = allreduce_algorithm(nbytes, self.hosts, forced)
         if algorithm == "sharded":
             self.sharded(x, op, what, deadline)
             return
@@ -321,7 +277,7 @@ class InterHostAllreduce:
         """Fold the extra hosts into their partners, run among(rank, p) on the p hosts left (steps
         exchanges), hand the result back. Hosts count the exchanges they sit out, so that every host
         numbers the call's steps alike (tcp.py's header check)."""
-        rank, p = folded_rank(self.node, self.hosts), 1 << _log2_floor(self.hosts)
+        rank, p = folded_rank(self.node, self.hosts), 1 << log2_floor(self.hosts)
         if rank < 0:
             self.mesh.exchange({self.node - 1: [memview(x)]}, {}, what, deadline)
             self.mesh.skip(steps)
@@ -352,14 +308,14 @@ class InterHostAllreduce:
                 self._combine_pair(x, staged, op, rank < partner)
                 distance *= 2
 
-        self._folded(x, op, what, deadline, among, _log2_floor(self.hosts))
+        self._folded(x, op, what, deadline, among, log2_floor(self.hosts))
 
     def halving_doubling(self, x: torch.Tensor, op: RedOpType, what: str, deadline: float) -> None:
         """Rabenseifner: reduce-scatter by recursive halving (host rank ends with shard rank of p, reduced),
         then all-gather by recursive doubling."""
 
         def span(first: int, stop: int) -> torch.Tensor:  # shards first..stop-1 of p
-            p = 1 << _log2_floor(self.hosts)
+            p = 1 << log2_floor(self.hosts)
             return x[shard_bounds(x.numel(), p, first)[0]:shard_bounds(x.numel(), p, stop - 1)[1]]
 
         def among(rank: int, p: int) -> None:
@@ -384,4 +340,4 @@ class InterHostAllreduce:
                 stop = first + 2 * size
                 size *= 2
 
-        self._folded(x, op, what, deadline, among, 2 * _log2_floor(self.hosts))
+        self._folded(x, op, what, deadline, among, 2 * log2_floor(self.hosts))

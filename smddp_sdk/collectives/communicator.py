@@ -18,12 +18,7 @@ import torch
 
 from smddp_sdk.collectives.algorithms import (
     ALGORITHMS,
-    ALPHA_BYTES,
-    MESSAGE_BYTES,
     ONESHOT_CHUNK_BYTES,
-    PIPELINE_CHUNK_BYTES,
-    RING_ROUND_BYTES,
-    ROUNDS_FROM_BYTES,
     InterHostAllreduce,
     allgather_between_hosts,
     forced_algorithm,
@@ -36,6 +31,7 @@ from smddp_sdk.collectives.reduce import HALF_TYPES, RedOpType, finish_average
 from smddp_sdk.collectives.shm import ShmUnavailable, allocate_file, map_file, shm_dir
 from smddp_sdk.collectives.tcp import TcpMesh
 from smddp_sdk.collectives.topology import Topology
+from smddp_sdk.planning.selection import ALPHA_BYTES, MESSAGE_BYTES, PIPELINE_CHUNK_BYTES, RING_ROUND_BYTES, ROUNDS_FROM_BYTES
 
 PATH_BYTES = 4096  # a shared-region file name travels between local ranks in a buffer of this size
 

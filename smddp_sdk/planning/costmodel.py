@@ -41,7 +41,7 @@ import math
 from dataclasses import dataclass
 
 from smddp_sdk.planning.hardware import Topology
-from smddp_sdk.planning.selection import IMPLEMENTED, PIPELINE_CHUNK, inter_host_algorithm, is_power_of_two
+from smddp_sdk.planning.selection import PIPELINE_CHUNK_BYTES, ROUNDS_FROM_BYTES, inter_host_algorithm, is_power_of_two
 from smddp_sdk.specs.smddp_support import SUPPORTED_INSTANCE_TYPES
 
 LIBRARIES = ("smddp", "stock")
@@ -102,7 +102,7 @@ def bundled_inter_host(op: str, nbytes: float, hosts: int, topo: Topology, algor
     if op == "all_reduce":
         forms = {
             "oneshot": ((h - 1) * alpha, (h - 1) * s / bw),
-            "sharded": ((h - 1) * alpha * (math.ceil(s / PIPELINE_CHUNK) + 1), 2 * (h - 1) / h * s / bw),
+            "sharded": (_sharded_rounds(s, h) * alpha, 2 * (h - 1) / h * s / bw),
             "ring": (2 * (h - 1) * alpha, 2 * (h - 1) / h * s / bw),
             "recursive_doubling": ((_log2(h) + 2 * fold) * alpha, (_log2(h) + 2 * fold) * s / bw),
         }
@@ -119,6 +119,14 @@ def bundled_inter_host(op: str, nbytes: float, hosts: int, topo: Topology, algor
     return forms[algorithm]
 
 
+def _sharded_rounds(nbytes: float, hosts: int) -> int:
+    """The sharded all_reduce's rounds: one exchange with every peer each way while a peer's part is small,
+    else permutation rounds (H-1 per step) for each pipelined chunk and one more to drain."""
+    if math.ceil(nbytes / hosts) < ROUNDS_FROM_BYTES:
+        return 2
+    return (hosts - 1) * (math.ceil(nbytes / PIPELINE_CHUNK_BYTES) + 1)
+
+
 def _within_host(nbytes: float, topo: Topology, phases: int) -> tuple[float, float]:
     g = topo.gpus
     if g <= 1:
@@ -126,12 +134,12 @@ def _within_host(nbytes: float, topo: Topology, phases: int) -> tuple[float, flo
     return phases * topo.intra_alpha_s, phases * (g - 1) / g * nbytes / topo.intra_bytes_s
 
 
-def _bundled(op: str, nbytes: float, hosts: int, topo: Topology, forced: str, implemented: frozenset[str]) -> Cost:
+def _bundled(op: str, nbytes: float, hosts: int, topo: Topology, forced: str) -> Cost:
     phases = 2 if op == "all_reduce" else 1
     if hosts == 1:
         return Cost(BUNDLED, "within-host", *_within_host(nbytes, topo, phases))
     rules = "all_reduce" if op == "all_reduce" else "all_gather"
-    algorithm = inter_host_algorithm(rules, int(nbytes), hosts, forced, implemented)
+    algorithm = inter_host_algorithm(rules, int(nbytes), hosts, forced)
     return Cost(BUNDLED, algorithm, *bundled_inter_host(rules, nbytes, hosts, topo, algorithm)).plus(*_within_host(nbytes, topo, phases))
 
 
@@ -171,9 +179,9 @@ def _aws_smddp(op: str, nbytes: float, hosts: int, topo: Topology) -> Cost:
     return Cost(AWS_SMDDP, "all-gather", topo.alpha_s, (h - 1) / h * nbytes / bw).plus(*inside)
 
 
-def collective_cost(op: str, nbytes: float, hosts: int, topo: Topology, library: str = "smddp", forced: str = "auto", implemented: frozenset[str] = IMPLEMENTED) -> Cost:
+def collective_cost(op: str, nbytes: float, hosts: int, topo: Topology, library: str = "smddp", forced: str = "auto") -> Cost:
     """The predicted cost of one collective of ``nbytes`` (all_gather: the gathered size; reduce_scatter:
-    the input size) across ``hosts`` hosts of ``topo``; ``forced``/``implemented`` as selection.py's."""
+    the input size) across ``hosts`` hosts of ``topo``; ``forced`` as selection.py's."""
     if hosts < 1:
         raise ValueError(f"hosts must be at least 1, got {hosts}")
     if nbytes < 0:
@@ -184,14 +192,14 @@ def collective_cost(op: str, nbytes: float, hosts: int, topo: Topology, library:
     if hosts * topo.gpus == 1 or nbytes == 0:
         return Cost(impl, "none", 0.0, 0.0)
     if impl == BUNDLED:
-        return _bundled(op, nbytes, hosts, topo, forced, implemented)
+        return _bundled(op, nbytes, hosts, topo, forced)
     if impl == GLOO:
         return _gloo(op, nbytes, hosts, topo)
     return _aws_smddp(op, nbytes, hosts, topo) if impl == AWS_SMDDP else _nccl(op, nbytes, hosts, topo)
 
 
-def collective_seconds(op: str, nbytes: float, hosts: int, topo: Topology, library: str = "smddp", forced: str = "auto", implemented: frozenset[str] = IMPLEMENTED) -> float:
-    return collective_cost(op, nbytes, hosts, topo, library, forced, implemented).seconds
+def collective_seconds(op: str, nbytes: float, hosts: int, topo: Topology, library: str = "smddp", forced: str = "auto") -> float:
+    return collective_cost(op, nbytes, hosts, topo, library, forced).seconds
 
 
 def per_link_bytes(op: str, nbytes: float, hosts: int) -> float:

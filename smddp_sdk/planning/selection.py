@@ -1,71 +1,83 @@
-"""Which inter-host algorithm the bundled smddp backend runs for a collective: one rule table for the
-runtime (smddp_sdk/collectives/algorithms.py) and the planner (costmodel.py). Stdlib only.
+"""Which inter-host algorithm the bundled smddp backend runs: the runtime's own rule
+(smddp_sdk/collectives/algorithms.py and the native core use these functions and constants), so the
+planner (costmodel.py) predicts what runs. Stdlib only; the algorithms are described in algorithms.py.
 
-Rules are tried in order; the first whose algorithm the runtime implements and whose condition holds on
-(bytes, hosts) wins. With only oneshot, sharded and ring implemented they give the runtime's choice as it
-was before the log-depth algorithms; each algorithm added to IMPLEMENTED takes its place ahead of them.
-S is the collective's bytes (all_gather: the gathered output), H the number of hosts.
-
-all_reduce
-    oneshot             H = 2                 one round; with two hosts it moves the optimal bytes
-    recursive_doubling  S ≤ 64 KiB            ⌈log2 H⌉ rounds of S: fewest rounds when latency dominates
-    oneshot             S ≤ 32 KiB            one round of (H-1)·S per link
-    halving_doubling    S < 1 MiB, or H a power of two: 2·log2 H rounds, optimal bytes (Rabenseifner);
-                                              other H pay two extra rounds of S to fold the extra hosts in
-    sharded             S < 1 MiB             pipelined reduce-scatter + all-gather, all-to-all rounds
-    ring                otherwise             2(H-1) rounds, optimal bytes, one continuous flow per link
-all_gather
-    oneshot             H = 2
-    bruck               S ≤ 256 KiB           ⌈log2 H⌉ rounds, optimal bytes, any H
-    oneshot             S/H < 1 MiB           all-to-all (in permutation rounds)
-    ring                otherwise
+AllReduce: the ring once each of its rounds moves at least RING_ROUND_BYTES (H >= 3 hosts), where its
+extra rounds cost little and continuous flows pay; otherwise the cheapest by an alpha-beta model in
+integer bytes of link time (``allreduce_cost``: rounds of one network latency, ALPHA_BYTES; messages a
+host sends or receives, MESSAGE_BYTES; the bytes the busiest host sends). AllGather: the ring for blocks
+of RING_ROUND_BYTES and more, else oneshot or bruck by the same model. The constants are fixed, not
+measured per link: the runtime does not know its link, so the planner prices the same choice on the
+target's own alpha and bandwidth.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-KIB, MIB = 1 << 10, 1 << 20
-ONESHOT_UPTO = 32 * KIB
-RECURSIVE_DOUBLING_UPTO = 64 * KIB
-RING_FROM = 1 * MIB
-BRUCK_UPTO = 256 * KIB
-PIPELINE_CHUNK = 16 * MIB  # the sharded pipeline's step (SMDDP_PIPELINE_CHUNK_BYTES's default)
-
-# The algorithms the runtime implements; the runtime's owner adds a name here when its algorithm lands.
-IMPLEMENTED = frozenset({"oneshot", "sharded", "ring"})
-ALL_REDUCE_ALGORITHMS = ("oneshot", "recursive_doubling", "halving_doubling", "sharded", "ring")
+ALPHA_BYTES = 64 << 10  # a round's network latency in bytes of link time (0.5 ms at 1 Gbit/s, 50 us at 10)
+MESSAGE_BYTES = 4 << 10  # a host's work per message it sends or receives (system calls, header)
+RING_ROUND_BYTES = 512 << 10  # the ring once its rounds move this much: its latencies cost little then
+ROUNDS_FROM_BYTES = 64 << 10  # exchanges at least this large per peer run as permutation rounds
+PIPELINE_CHUNK_BYTES = 16 << 20  # per step of the sharded pipeline (SMDDP_PIPELINE_CHUNK_BYTES's default)
+ALL_REDUCE_ALGORITHMS = ("oneshot", "recursive_doubling", "sharded", "halving_doubling", "ring")
 ALL_GATHER_ALGORITHMS = ("oneshot", "bruck", "ring")
 
-Condition = Callable[[int, int], bool]  # (bytes, hosts) -> applies
+
+def log2_floor(hosts: int) -> int:
+    return hosts.bit_length() - 1
 
 
 def is_power_of_two(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-RULES: dict[str, tuple[tuple[str, Condition], ...]] = {
-    "all_reduce": (
-        ("oneshot", lambda s, h: h == 2),
-        ("recursive_doubling", lambda s, h: s <= RECURSIVE_DOUBLING_UPTO),
-        ("oneshot", lambda s, h: s <= ONESHOT_UPTO),
-        ("halving_doubling", lambda s, h: s < RING_FROM or is_power_of_two(h)),
-        ("sharded", lambda s, h: s < RING_FROM),
-        ("ring", lambda s, h: True),
-    ),
-    "all_gather": (
-        ("oneshot", lambda s, h: h == 2),
-        ("bruck", lambda s, h: s <= BRUCK_UPTO),
-        ("oneshot", lambda s, h: s / h < RING_FROM),
-        ("ring", lambda s, h: True),
-    ),
-}
+def allreduce_cost(algorithm: str, nbytes: int, hosts: int) -> int:
+    """The model's time of an all_reduce of nbytes between hosts, in bytes of link time (integers, so
+    that the native core, which mirrors this, decides alike)."""
+    log = log2_floor(hosts)
+    folded = int(hosts > 1 << log)  # extra hosts fold in first and get the result back after
+    if algorithm == "oneshot":
+        rounds, messages, moved = 1, 2 * (hosts - 1), (hosts - 1) * nbytes
+    elif algorithm == "recursive_doubling":
+        rounds, messages, moved = log + 2 * folded, 2 * (log + folded), (log + folded) * nbytes
+    elif algorithm == "halving_doubling":
+        p = 1 << log
+        rounds, messages, moved = 2 * (log + folded), 4 * log + 2 * folded, 2 * (p - 1) * nbytes // p + folded * nbytes
+    else:  # sharded and ring: reduce-scatter + all-gather of one shard per host
+        per_peer = -(-nbytes // hosts)
+        rounds = 2 if algorithm == "sharded" and per_peer < ROUNDS_FROM_BYTES else 2 * (hosts - 1)
+        messages, moved = 4 * (hosts - 1), 2 * (hosts - 1) * nbytes // hosts
+    return rounds * ALPHA_BYTES + messages * MESSAGE_BYTES + moved
 
 
-def inter_host_algorithm(op: str, nbytes: int, hosts: int, forced: str = "auto", implemented: frozenset[str] = IMPLEMENTED) -> str:
-    """The algorithm for ``op`` of ``nbytes`` between ``hosts`` hosts (``forced`` unless "auto")."""
+def allreduce_algorithm(nbytes: int, hosts: int, forced: str = "auto") -> str:
+    """The all_reduce algorithm between hosts: the forced one, the ring for large buffers, else the
+    cheapest by the model (ties: the earlier of oneshot, recursive_doubling, sharded, halving_doubling)."""
     if forced != "auto":
         return forced
-    if op not in RULES:
-        raise ValueError(f"no inter-host algorithm rules for {op!r}: choose from {', '.join(RULES)}")
-    return next(name for name, applies in RULES[op] if name in implemented and applies(nbytes, hosts))
+    if hosts >= 3 and nbytes // hosts >= RING_ROUND_BYTES:
+        return "ring"
+    return min(ALL_REDUCE_ALGORITHMS[:4], key=lambda algorithm: allreduce_cost(algorithm, nbytes, hosts))
+
+
+def allgather_algorithm(block_bytes: int, hosts: int) -> str:
+    """The all_gather algorithm between hosts for blocks of up to block_bytes: the ring for large blocks,
+    else oneshot or bruck by the model (ties: oneshot)."""
+    if hosts >= 3 and block_bytes >= RING_ROUND_BYTES:
+        return "ring"
+    log = (hosts - 1).bit_length()  # bruck's rounds: ceil(log2 hosts)
+    oneshot_rounds = 1 if block_bytes < ROUNDS_FROM_BYTES else hosts - 1
+    oneshot = oneshot_rounds * ALPHA_BYTES + 2 * (hosts - 1) * MESSAGE_BYTES
+    bruck = log * (ALPHA_BYTES + 2 * MESSAGE_BYTES)
+    return "bruck" if bruck < oneshot else "oneshot"
+
+
+def inter_host_algorithm(op: str, nbytes: int, hosts: int, forced: str = "auto") -> str:
+    """The planner's question: the algorithm for ``op`` of ``nbytes`` (all_gather: the gathered output)
+    between ``hosts`` hosts, ``forced`` unless "auto"."""
+    if forced != "auto":
+        return forced
+    if op == "all_reduce":
+        return allreduce_algorithm(nbytes, hosts)
+    if op == "all_gather":
+        return allgather_algorithm(-(-nbytes // hosts), hosts)
+    raise ValueError(f"no inter-host algorithm rules for {op!r}: choose from all_reduce, all_gather")

@@ -208,7 +208,7 @@ def core_usage(store: dist.TCPStore) -> None:
     )
 
 
-# (elements, dtype, op) chosen to take each inter-host algorithm (algorithms.inter_host_algorithm): with 3 hosts
+# (elements, dtype, op) chosen to take each inter-host algorithm (selection.allreduce_algorithm): with 3 hosts
 # oneshot, sharded (its pipeline in several chunks with SMDDP_PIPELINE_CHUNK_BYTES=65536, exchanges in
 # permutation rounds from 64 KB per peer) and the ring; with 4 hosts oneshot, recursive_doubling, sharded and
 # halving_doubling; with 8 oneshot, sharded and halving_doubling; odd counts leave uneven shards; fp16 and bf16

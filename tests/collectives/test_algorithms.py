@@ -14,12 +14,11 @@ torch = pytest.importorskip("torch")
 
 from smddp_sdk.collectives.algorithms import (  # noqa: E402
     ALGORITHMS,
-    allgather_algorithm,
     folded_rank,
     host_of_folded,
-    inter_host_algorithm,
     shard_bounds,
 )
+from smddp_sdk.planning.selection import allgather_algorithm, allreduce_algorithm  # noqa: E402
 from tests.collectives.cluster import Cluster  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -79,16 +78,16 @@ def test_an_unknown_algorithm_is_a_clear_error() -> None:
 
 
 def test_the_size_and_host_count_pick_the_algorithm() -> None:
-    assert inter_host_algorithm(64 << 20, 2, "auto") == "oneshot"  # H=2: equal bytes, one round
-    assert inter_host_algorithm(4 << 10, 4, "auto") == "oneshot"  # small: one round
-    assert inter_host_algorithm(60 << 10, 4, "auto") == "recursive_doubling"
-    assert inter_host_algorithm(32 << 10, 16, "auto") == "recursive_doubling"
-    assert inter_host_algorithm(4 << 10, 64, "auto") == "recursive_doubling"  # 63 messages cost more than 6 rounds
-    assert inter_host_algorithm(256 << 10, 8, "auto") == "sharded"
-    assert inter_host_algorithm(1 << 20, 8, "auto") == "halving_doubling"  # sharded would take 14 rounds
-    assert inter_host_algorithm(2 << 20, 3, "auto") == "ring"  # rounds of 512 KiB and more: continuous flows
-    assert inter_host_algorithm(4 << 20, 8, "auto") == "ring"
-    assert inter_host_algorithm(4 << 10, 4, "sharded") == "sharded"
+    assert allreduce_algorithm(64 << 20, 2, "auto") == "oneshot"  # H=2: equal bytes, one round
+    assert allreduce_algorithm(4 << 10, 4, "auto") == "oneshot"  # small: one round
+    assert allreduce_algorithm(60 << 10, 4, "auto") == "recursive_doubling"
+    assert allreduce_algorithm(32 << 10, 16, "auto") == "recursive_doubling"
+    assert allreduce_algorithm(4 << 10, 64, "auto") == "recursive_doubling"  # 63 messages cost more than 6 rounds
+    assert allreduce_algorithm(256 << 10, 8, "auto") == "sharded"
+    assert allreduce_algorithm(1 << 20, 8, "auto") == "halving_doubling"  # sharded would take 14 rounds
+    assert allreduce_algorithm(2 << 20, 3, "auto") == "ring"  # rounds of 512 KiB and more: continuous flows
+    assert allreduce_algorithm(4 << 20, 8, "auto") == "ring"
+    assert allreduce_algorithm(4 << 10, 4, "sharded") == "sharded"
     assert [allgather_algorithm(size, 8) for size in (1 << 10, 100 << 10, 1 << 20)] == ["oneshot", "bruck", "ring"]
     assert allgather_algorithm(4 << 10, 64) == "bruck"
 

@@ -13,16 +13,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 from smddp_sdk.collectives import native  # noqa: E402
-from smddp_sdk.collectives.algorithms import (  # noqa: E402
-    ALGORITHMS,
-    ALPHA_BYTES,
-    MESSAGE_BYTES,
-    RING_ROUND_BYTES,
-    ROUNDS_FROM_BYTES,
-    allgather_algorithm,
-    inter_host_algorithm,
-)
+from smddp_sdk.collectives.algorithms import ALGORITHMS  # noqa: E402
 from smddp_sdk.collectives.reduce import RedOpType, native_codes  # noqa: E402
+from smddp_sdk.planning.selection import ALPHA_BYTES, MESSAGE_BYTES, RING_ROUND_BYTES, ROUNDS_FROM_BYTES, allgather_algorithm, allreduce_algorithm  # noqa: E402
 from tests.collectives.cluster import NATIVE_IDS, NATIVE_PATHS, PROJECT_ROOT, Cluster, native_setting  # noqa: E402
 from tests.collectives.scenarios import ACROSS_HOSTS_CASES, ACROSS_HOSTS_GATHERS, ACROSS_HOSTS_OTHERS  # noqa: E402
 
@@ -174,5 +167,5 @@ def test_core_chooses_the_algorithms_of_algorithms_py():
     for hosts in (2, 3, 4, 5, 6, 7, 8, 12, 16, 31, 64):
         for nbytes in sorted({int(1.3 ** k) for k in range(80)} | {1 << k for k in range(31)}):
             allreduce, allgather = core._inter_host_algorithms(nbytes, hosts, *rules)
-            assert ALGORITHMS[allreduce] == inter_host_algorithm(nbytes, hosts, "auto"), (nbytes, hosts)
+            assert ALGORITHMS[allreduce] == allreduce_algorithm(nbytes, hosts, "auto"), (nbytes, hosts)
             assert (*ALGORITHMS, "bruck")[allgather] == allgather_algorithm(nbytes, hosts), (nbytes, hosts)

@@ -7,10 +7,9 @@ import pytest
 
 from smddp_sdk.planning.costmodel import collective_cost, collective_seconds, implementation, per_link_bytes
 from smddp_sdk.planning.hardware import CATALOG, DELAY_LINK_MTU, TCP_PAYLOAD_SHARE, simulated, tcp_payload_share, topology
-from smddp_sdk.planning.selection import ALL_GATHER_ALGORITHMS, ALL_REDUCE_ALGORITHMS, IMPLEMENTED, inter_host_algorithm
+from smddp_sdk.planning.selection import allgather_algorithm, allreduce_algorithm
 
 MB = 1 << 20
-EVERY = frozenset(ALL_REDUCE_ALGORITHMS + ALL_GATHER_ALGORITHMS)
 
 
 def test_ring_allreduce_on_single_rank_hosts_is_the_textbook_closed_form():
@@ -42,28 +41,27 @@ def test_other_host_counts_pay_two_rounds_to_fold_the_extra_hosts_in_and_out():
     twelve = collective_cost("all_reduce", size, 12, topo, forced="halving_doubling")
     assert twelve.latency_s == pytest.approx(eight.latency_s + 2 * topo.alpha_s)
     assert twelve.transfer_s == pytest.approx(eight.transfer_s + 2 * size / topo.network_bytes_s)
-    # which is why large all_reduces on 12 hosts keep the ring, and on 16 halve and double
-    assert inter_host_algorithm("all_reduce", size, 12, implemented=EVERY) == "ring"
-    assert inter_host_algorithm("all_reduce", size, 16, implemented=EVERY) == "halving_doubling"
+    # which is why the runtime takes sharded for 4 MiB on 12 hosts, and halves and doubles on 16
+    assert allreduce_algorithm(size, 12) == "sharded" and allreduce_algorithm(size, 16) == "halving_doubling"
 
 
-def test_the_choice_is_the_runtimes_today_and_the_log_depth_ones_once_implemented():
+@pytest.mark.parametrize("hosts", [2, 3, 4, 5, 8, 12, 16, 64])
+def test_the_planner_prices_the_algorithm_the_runtime_chooses(hosts):
     topo = simulated(400)
-    for size, algo in ((16 << 10, "oneshot"), (256 << 10, "sharded"), (4 * MB, "ring")):
-        assert collective_cost("all_reduce", size, 4, topo).algorithm == algo
-        assert collective_seconds("all_reduce", size, 4, topo) == collective_seconds("all_reduce", size, 4, topo, forced=algo)
-    assert collective_cost("all_reduce", 4 * MB, 2, topo).algorithm == "oneshot"  # two hosts: one round, optimal bytes
-    assert {"recursive_doubling", "halving_doubling", "bruck"}.isdisjoint(IMPLEMENTED)
-    chosen = {size: collective_cost("all_reduce", size, 16, topo, implemented=EVERY).algorithm for size in (64 << 10, 256 << 10, 4 * MB)}
-    assert chosen == {64 << 10: "recursive_doubling", 256 << 10: "halving_doubling", 4 * MB: "halving_doubling"}
-    assert collective_cost("all_gather", 64 << 10, 16, topo, implemented=EVERY).algorithm == "bruck"
+    for size in (4 << 10, 16 << 10, 64 << 10, 256 << 10, MB, 4 * MB, 64 * MB):
+        chosen = allreduce_algorithm(size, hosts)
+        assert collective_cost("all_reduce", size, hosts, topo).algorithm == chosen, (size, hosts)
+        assert collective_seconds("all_reduce", size, hosts, topo) == collective_seconds("all_reduce", size, hosts, topo, forced=chosen)
+        assert collective_cost("all_gather", size, hosts, topo).algorithm == allgather_algorithm(-(-size // hosts), hosts)
 
 
 def test_log_depth_algorithms_beat_the_ring_where_latency_counts():
     topo = simulated(1000, delay_ms=0.5)
     for size in (64 << 10, MB):
         ring = collective_seconds("all_reduce", size, 16, topo, forced="ring")
-        assert collective_seconds("all_reduce", size, 16, topo, implemented=EVERY) < ring / 1.5
+        assert collective_seconds("all_reduce", size, 16, topo) < ring / 1.5
+    assert collective_cost("all_reduce", 4 << 10, 64, topo).algorithm == "recursive_doubling"
+    assert collective_cost("all_gather", 64 << 10, 64, topo).algorithm == "bruck"
 
 
 def test_delay_is_part_of_alpha_and_delayed_links_carry_large_frames():
