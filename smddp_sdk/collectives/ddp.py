@@ -97,16 +97,147 @@ def register(model: TorchDDP, group: dist.ProcessGroup | None = None, compress: 
     """Install an smddp hook on a DDP model; ``compress`` is None (allreduce_hook), "fp16" or "bf16"."""
     if compress is not None and compress not in COMPRESS_DTYPES:
         raise ValueError(f"compress={compress!r} is not supported: use None, " + ", ".join(repr(k) for k in COMPRESS_DTYPES))
-    model.register_comm_hook(group, allreduce_hook if compress is None else _compressed_hook(COMPRESS_DTYPES[compress]))
+    if compress is None:
+        model.register_comm_hook(*averaging_hook(group, list(model.module.parameters())))
+    else:
+        model.register_comm_hook(group, _compressed_hook(COMPRESS_DTYPES[compress]))
 
 
-# torch's DDP over smddp: gradients in the buckets, allreduce_hook ---------------------------------------
+# torch's DDP over smddp: its buckets in memory the host's ranks share -------------------------------------
+FIRST_BUCKET_BYTES = 1 << 20  # like torch's DDP: a small first bucket starts communication early
+ALIGN_BYTES = 64  # buckets start on their own cache line
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // ALIGN_BYTES) * ALIGN_BYTES
+
+
+def _dense(tensor: torch.Tensor) -> bool:
+    """Non-overlapping and dense (some order of its dimensions is contiguous): DDP's bucket views keep
+    the parameter's strides then, else they are contiguous."""
+    expected = 1
+    for stride, size in sorted((s, n) for s, n in zip(tensor.stride(), tensor.shape) if n != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+@dataclass(eq=False)
+class _Place:
+    """Where one bucket of torch's DDP lives in the shared region: the host's copies (local order), and
+    this rank's view of each parameter's gradient in its copy (DDP's layout)."""
+
+    views: list[torch.Tensor]
+    grads: list[torch.Tensor]
+
+
+@dataclass(eq=False)
+class SharedBuckets:
+    """The state of shared_allreduce_hook: a region of memory the host's ranks share, large enough for
+    the model's gradients in any bucket layout. On first use a bucket moves there: DDP's bucket tensor
+    and the gradient views into it are re-pointed in place (``set_``), so the reducer keeps using the same
+    tensors, now in shared memory; from then on the host reduces each bucket in place
+    (``allreduce_shared``: no staging copies) and the average stays folded into the reduction. Buckets
+    are placed one after the other in index order, the order DDP launches them on every rank."""
+
+    group: dist.ProcessGroup | None
+    backend: SmddpProcessGroup
+    nbytes: int
+    region: list[torch.Tensor] | None = None
+    places: dict[tuple[int, torch.dtype, tuple[int, ...]], _Place] = field(default_factory=dict)  # by layout
+    next_byte: int = 0  # where the next bucket starts
+    unavailable: bool = False
+
+    @classmethod
+    def for_params(cls, group: dist.ProcessGroup | None, params: list[torch.nn.Parameter]) -> "SharedBuckets | None":
+        backend = smddp_backend(group)
+        if backend is None or backend.size() == 1:
+            return None
+        # a bucket's aligned size is at most the sum of its parameters' aligned sizes
+        return cls(group, backend, sum(_aligned(p.numel() * p.element_size()) for p in params if p.requires_grad))
+
+    def place(self, bucket: dist.GradBucket) -> _Place | None:
+        """The bucket's place, with this rank's bucket and gradients in its copy; None where it cannot
+        live in the region, which depends on the layout only (the same on every rank)."""
+        buffer = bucket.buffer()
+        start = 0 if bucket.index() == 0 else self.next_byte
+        nbytes = buffer.numel() * buffer.element_size()
+        self.next_byte = start + _aligned(nbytes)
+        if self.next_byte > self.nbytes or not buffer.is_contiguous() or self._region() is None:
+            return None
+        params = bucket.parameters()
+        key = (start, buffer.dtype, tuple(map(id, params)))  # DDP rebuilds its buckets after the first step
+        place = self.places.get(key)
+        if place is None:
+            place = self.places[key] = self._cut(start, buffer, params)
+        mine = place.views[self.backend.local_index]
+        if buffer.data_ptr() != mine.data_ptr():
+            _move(buffer, params, mine)
+        for param, target in zip(params, place.grads):
+            grad = param.grad
+            if grad is None:  # unused here: counts as zeros
+                target.zero_()
+            elif grad.data_ptr() != target.data_ptr():  # a gradient the move did not reach: copied
+                target.copy_(grad)
+        return place
+
+    def _region(self) -> list[torch.Tensor] | None:
+        """Allocated by the first bucket (collective: every rank's hook starts with bucket 0); None on
+        every rank if any host has none (one rank there, or no shared memory)."""
+        if self.region is None and not self.unavailable:
+            region = self.backend.shared_buffers(self.nbytes)
+            everywhere = torch.tensor([region is not None], dtype=torch.int32)
+            dist.all_reduce(everywhere, op=dist.ReduceOp.MIN, group=self.group)
+            self.region, self.unavailable = (region, False) if everywhere.item() else (None, True)
+        return self.region
+
+    def _cut(self, start: int, buffer: torch.Tensor, params: list[torch.nn.Parameter]) -> _Place:
+        nbytes = buffer.numel() * buffer.element_size()
+        views = [host[start : start + nbytes].view(buffer.dtype) for host in self.region]
+        mine, grads, offset = views[self.backend.local_index], [], 0
+        for param in params:
+            at = mine.storage_offset() + offset
+            grads.append(mine.as_strided(param.shape, param.stride(), at) if _dense(param) else mine[offset : offset + param.numel()].view(param.shape))
+            offset += param.numel()
+        return _Place(views, grads)
+
+
+def _move(buffer: torch.Tensor, params: list[torch.nn.Parameter], mine: torch.Tensor) -> None:
+    """Re-point DDP's bucket tensor and the gradients that are views into it at mine, contents included."""
+    old, esize = buffer.data_ptr(), buffer.element_size()
+    end = old + buffer.numel() * esize
+    mine.copy_(buffer)
+    storage = mine.untyped_storage()
+    for param in params:
+        grad = param.grad
+        if grad is not None and old <= grad.data_ptr() < end:
+            grad.set_(storage, mine.storage_offset() + (grad.data_ptr() - old) // esize, grad.shape, grad.stride())
+    buffer.set_(storage, mine.storage_offset(), buffer.shape, buffer.stride())
+
+
+def shared_allreduce_hook(state: SharedBuckets, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """allreduce_hook for buckets in shared memory (SharedBuckets): each averaged in place by the host."""
+    place = state.place(bucket)
+    if place is None:
+        return allreduce_hook(state.group, bucket)
+    work = state.backend.allreduce_shared(place.views, dist.ReduceOp.AVG)
+    return work.get_future().then(_first)
+
+
+def averaging_hook(group: dist.ProcessGroup | None, params: list[torch.nn.Parameter]) -> tuple[object, Hook]:
+    """The state and hook that average DDP's buckets best over the group: in shared memory over smddp
+    (two or more ranks), else allreduce_hook."""
+    shared = SharedBuckets.for_params(group, params)
+    return (group, allreduce_hook) if shared is None else (shared, shared_allreduce_hook)
+
+
 @dataclass
 class _DefaultHook:
-    """The hook torch's DDP calls: allreduce_hook, until the script registers its own in its place."""
+    """The hook torch's DDP calls: the averaging hook, until the script registers its own in its place."""
 
-    hook: Hook
     state: object
+    hook: Hook
     replaceable: bool = True
 
 
@@ -148,7 +279,7 @@ def install_default_hook() -> None:
             kwargs["gradient_as_bucket_view"] = True
         init(self, *args, **kwargs)
         if over_smddp and _takes_default_hook(self):
-            self._smddp_hook = _DefaultHook(allreduce_hook, self.process_group)
+            self._smddp_hook = _DefaultHook(*averaging_hook(self.process_group, list(self.module.parameters())))
             dist._register_comm_hook(self.reducer, self._smddp_hook, _default_hook)
 
     @functools.wraps(register_hook)
@@ -164,19 +295,16 @@ def install_default_hook() -> None:
 
     @functools.wraps(register_builtin)
     def _register_builtin_comm_hook(self: TorchDDP, comm_hook_type: dist.BuiltinCommHookType) -> None:
-        builtin = {dist.BuiltinCommHookType.ALLREDUCE: allreduce_hook, dist.BuiltinCommHookType.FP16_COMPRESS: _compressed_hook(torch.float16)}
-        if getattr(self, "_smddp_hook", None) is None or comm_hook_type not in builtin:
+        if getattr(self, "_smddp_hook", None) is None or comm_hook_type not in (dist.BuiltinCommHookType.ALLREDUCE, dist.BuiltinCommHookType.FP16_COMPRESS):
             register_builtin(self, comm_hook_type)
-            return
-        register_comm_hook(self, self.process_group, builtin[comm_hook_type])
+        elif comm_hook_type == dist.BuiltinCommHookType.ALLREDUCE:
+            register_comm_hook(self, *averaging_hook(self.process_group, list(self.module.parameters())))
+        else:
+            register_comm_hook(self, self.process_group, _compressed_hook(torch.float16))
 
     __init__.smddp_default_hook = True
     TorchDDP.__init__, TorchDDP.register_comm_hook = __init__, register_comm_hook
     TorchDDP._register_builtin_comm_hook = _register_builtin_comm_hook
-
-
-FIRST_BUCKET_BYTES = 1 << 20  # like torch's DDP: a small first bucket starts communication early
-ALIGN_BYTES = 64  # buckets start on their own cache line
 
 
 @dataclass(eq=False)
