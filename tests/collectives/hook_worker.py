@@ -2,14 +2,16 @@
 
 argv[1] is the hook: "smddp", "bf16" or "fp16" (registered with ddp.register), "default" (none
 registered: the backend's; gradients accumulated without set_to_none), "default-bf16" (the backend's,
-for a bf16 model, gradients set to None every step), or "replaced" (torch's own allreduce hook
-registered in place of the backend's). The report (parameter digest, distance to a
+for a bf16 model, gradients set to None every step), "default-no-sync" (the backend's, each step two
+micro-batches, the first under no_sync), or "replaced" (torch's own allreduce hook registered in place
+of the backend's). The report (parameter digest, distance to a
 single-process reference, where the gradients live) goes to the test's TCPStore, never through the
 backend under test.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 
@@ -35,13 +37,33 @@ class InDtype(nn.Module):
 
 
 def in_shared_memory(model: nn.parallel.DistributedDataParallel) -> bool:
-    """Every gradient lies in the shared region of the backend's hook (ddp.SharedBuckets)."""
+    """Every gradient lies in the shared region of the backend's hook (ddp.SharedBuckets), in buckets
+    that keep their layout."""
     state = model._smddp_hook.state
     if not isinstance(state, ddp.SharedBuckets) or state.region is None:
         return False
     region = state.region[state.backend.local_index]
     start, end = region.data_ptr(), region.data_ptr() + region.numel()
-    return all(start <= p.grad.data_ptr() < end for p in model.module.parameters())
+    settled = all(home.settled for home in state.homes.values())  # fresh gradients are staged (SharedBuckets)
+    return settled and all(start <= p.grad.data_ptr() < end for p in model.module.parameters())
+
+
+def train_accumulating(model: nn.Module, halves: list[list[int]]) -> None:
+    """Each step: the gradients of two micro-batches (rows halves[0], then halves[1]) summed, the first
+    backward under no_sync where the model has it; then one optimizer step."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for x, y in _batches():
+        opt.zero_grad(set_to_none=True)
+        for half, rows in enumerate(halves):
+            with model.no_sync() if half == 0 and hasattr(model, "no_sync") else contextlib.nullcontext():
+                nn.functional.mse_loss(model(x[rows]), y[rows]).backward()
+        opt.step()
+
+
+def micro_batches(ranks: range, per_rank: int) -> list[list[int]]:
+    """The rows of the two micro-batches of the given ranks."""
+    half = per_rank // 2
+    return [[r * per_rank + h * half + i for r in ranks for i in range(half)] for h in (0, 1)]
 
 
 def main() -> None:
@@ -62,9 +84,13 @@ def main() -> None:
             report["second_registration"] = str(exc)
     elif not hook.startswith("default"):
         ddp.register(model, compress=None if hook == "smddp" else hook)
-    _train(model, _batches(), slice(rank * per_rank, (rank + 1) * per_rank), set_to_none=hook != "default")
     reference = make()
-    _train(reference, _batches(), None)
+    if hook == "default-no-sync":
+        train_accumulating(model, micro_batches(range(rank, rank + 1), per_rank))
+        train_accumulating(reference, micro_batches(range(size), per_rank))
+    else:
+        _train(model, _batches(), slice(rank * per_rank, (rank + 1) * per_rank), set_to_none=hook != "default")
+        _train(reference, _batches(), None)
     diff = max(float((a - b).abs().max()) for a, b in zip(model.module.parameters(), reference.parameters()))
     report.update(
         {"digest": _digest(model.module), "max_diff": diff, "gradients_in_buckets": all(p.grad._base is not None for p in model.module.parameters()), "gradients_shared": in_shared_memory(model)}
