@@ -10,11 +10,13 @@ bucket's staging and copy-back passes, which on CPU compete with backward for th
 
 torch's DDP over an smddp group (``dist.init_process_group("smddp")`` is enough) gets two defaults from
 the backend (``install_default_hook``): ``gradient_as_bucket_view=True`` (the gradients are views into
-DDP's buckets, so nothing is copied back after the reduction) unless the script passes False, and
-``allreduce_hook`` (each bucket averaged in one pass, the division folded into the reduction). A hook the
-script registers replaces it; ``register`` installs the compressing ones:
+DDP's buckets, so nothing is copied back after the reduction) unless the script passes False, and a hook
+that averages each bucket in one pass, the division folded into the reduction: over two or more ranks
+``shared_allreduce_hook``, which moves DDP's buckets into memory the host's ranks share and then works
+like smddp's own DDP (SharedBuckets), else ``allreduce_hook``. A hook the script registers replaces it;
+``register`` installs the compressing ones:
 
-    model = DistributedDataParallel(net, bucket_cap_mb=25)         # torch.nn.parallel: allreduce_hook
+    model = DistributedDataParallel(net, bucket_cap_mb=25)         # torch.nn.parallel: the default hook
     smddp_sdk.collectives.ddp.register(model, compress="bf16")     # bf16 on the wire, fp32 accumulation
 
 Low-precision buckets (fp16/bf16 models, or ``compress``) are summed in fp32 and rounded once, so the
@@ -95,7 +97,7 @@ def _compressed_hook(dtype: torch.dtype) -> Hook:
 
 
 def register(model: TorchDDP, group: dist.ProcessGroup | None = None, compress: str | None = None) -> None:
-    """Install an smddp hook on a DDP model; ``compress`` is None (allreduce_hook), "fp16" or "bf16"."""
+    """Install an smddp hook on a DDP model; ``compress`` is None (the averaging hook), "fp16" or "bf16"."""
     if compress is not None and compress not in COMPRESS_DTYPES:
         raise ValueError(f"compress={compress!r} is not supported: use None, " + ", ".join(repr(k) for k in COMPRESS_DTYPES))
     if compress is None:
