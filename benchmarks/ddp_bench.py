@@ -221,7 +221,7 @@ def _ancestors(event):
         yield event
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Layout:
     """hosts simulated hosts of per_host ranks each."""
 
@@ -363,7 +363,7 @@ def _spread(values: list[float]) -> dict:
 
 def summarize(rounds: list[dict[tuple, dict]], keys: list[tuple]) -> list[dict]:
     """One row per configuration: medians over rounds; efficiency against the same round's one process,
-    `of_bound` against the same round's bound (lockstep step + all_reduce alone, same world size), and
+    `of_bound` against the same round's bound (lockstep step + all_reduce alone, same layout), and
     `cpu_of_bound` the same in CPU time of all ranks (less sensitive to load from elsewhere)."""
     rows = []
     for key in keys:
