@@ -1,6 +1,7 @@
 """DDP end-to-end benchmark: step time against the machine's bound for DDP, and against one process.
 
     python benchmarks/ddp_bench.py --world-sizes 2,4 --steps 20 --repeat 3
+    sudo python benchmarks/ddp_bench.py --world-sizes 2,4,2x2 --link-mbit 4000 --repeat 3
     python benchmarks/ddp_bench.py --world-sizes 2 --configs smddp:smddp,smddp:torch --breakdown
 
 Each configuration is BACKEND:DDP, where DDP is `smddp` (smddp_sdk.collectives.ddp.DistributedDataParallel)
@@ -34,7 +35,10 @@ into `param.grad`, allocations, and the time outside autograd's operators (mostl
 bucket's reduction at the end of backward); and the reduction itself, timed on the communication thread
 (it overlaps backward).
 
-`--hosts H` splits the ranks over H simulated hosts on this machine (TCP over loopback between them).
+`--world-sizes` lists layouts: `N` is N ranks on one host, `HxR` is H simulated hosts of R ranks each. With
+`--link-mbit RATE` the simulated hosts are network namespaces joined by links shaped to RATE in both
+directions (benchmarks/simhosts.py, needs root); without it they talk TCP over loopback. Every layout
+gets its own bound, measured in the same layout.
 
 Every process (baseline included) runs with glibc's malloc keeping freed memory, as the runtime sets it
 up for every rank (GLIBC_TUNABLES, see docs/runtime.md): otherwise the allocator hands multi-MB gradient
@@ -53,6 +57,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -62,12 +67,13 @@ from smddp_sdk.runtime.env import MALLOC_KEEPS_MEMORY  # noqa: E402 - what the r
 DDP_IMPLEMENTATIONS = ("smddp", "torch", "none")
 BOUND_CONFIG = ("smddp", "none")  # lockstep without exchange, and the gradient all_reduce alone
 PHASES = ("forward", "backward", "optimizer")
+RUN_TIMEOUT_S = 900  # one configuration's processes, simulated hosts
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--world-sizes", default="2")
-    parser.add_argument("--hosts", type=int, default=1, help="simulated hosts the ranks are split over")
+    parser.add_argument("--world-sizes", default="2", help="comma-separated layouts: N (ranks on one host) or HxR (H simulated hosts of R ranks)")
+    parser.add_argument("--link-mbit", type=float, help="shape the links between simulated hosts to this rate (network namespaces, needs root)")
     parser.add_argument("--configs", default="local:none,smddp:none,smddp:smddp,smddp:torch,gloo:torch", help="comma-separated BACKEND:DDP pairs; DDP is smddp, torch or none (see above)")
     parser.add_argument("--repeat", type=int, default=1, help="rounds of every configuration and the baseline")
     parser.add_argument("--steps", type=int, default=30)
@@ -215,6 +221,34 @@ def _ancestors(event):
         yield event
 
 
+@dataclass(frozen=True)
+class Layout:
+    """hosts simulated hosts of per_host ranks each."""
+
+    hosts: int
+    per_host: int
+
+    @property
+    def n(self) -> int:
+        return self.hosts * self.per_host
+
+    def __str__(self) -> str:
+        return str(self.per_host) if self.hosts == 1 else f"{self.hosts}x{self.per_host}"
+
+
+ONE_PROCESS = Layout(1, 1)
+
+
+def parse_layouts(text: str) -> list[Layout]:
+    layouts = []
+    for item in text.split(","):
+        hosts, _, per_host = item.strip().rpartition("x")
+        if not per_host.isdigit() or not (hosts or "1").isdigit() or int(per_host) < 1 or int(hosts or 1) < 1:
+            raise SystemExit(f"--world-sizes: {item!r} is not N (ranks on one host) or HxR (H hosts of R ranks), e.g. 2,4,2x2")
+        layouts.append(Layout(int(hosts or 1), int(per_host)))
+    return layouts
+
+
 def rank_main(args: argparse.Namespace) -> None:
     import torch
 
@@ -266,19 +300,30 @@ def rank_main(args: argparse.Namespace) -> None:
     dist.destroy_process_group()
 
 
-def launch(args: argparse.Namespace, rank_args: list[str], n: int) -> int:
+def launch(args: argparse.Namespace, rank_args: list[str], layout: Layout) -> int:
     from benchmarks.launch import run_ranks
 
-    return run_ranks(__file__, rank_args, n, hosts=min(args.hosts, n), env={"GLIBC_TUNABLES": MALLOC_KEEPS_MEMORY})
+    env = {"GLIBC_TUNABLES": MALLOC_KEEPS_MEMORY}
+    if layout.hosts == 1 or args.link_mbit is None:
+        return run_ranks(__file__, rank_args, layout.n, hosts=layout.hosts, env=env)
+    from benchmarks.link_bench import rank_env, wait_all
+    from benchmarks.simhosts import SimHosts
+
+    placement = argparse.Namespace(hosts=layout.hosts, ranks_per_host=layout.per_host)
+    argv = [sys.executable, __file__, "--rank-process", *rank_args]
+    with SimHosts(layout.hosts, rate_mbit=args.link_mbit) as sim:
+        procs = [sim.popen(rank // layout.per_host, argv, env={**rank_env(rank, placement, sim.names, sim.addresses), **env}) for rank in range(layout.n)]
+        return wait_all(procs, time.monotonic() + RUN_TIMEOUT_S)
 
 
-def run(args: argparse.Namespace, argv: list[str], config: tuple[str, str], n: int) -> dict:
+def run(args: argparse.Namespace, argv: list[str], config: tuple[str, str], layout: Layout) -> dict:
     backend, ddp = config
+    n = layout.n
     with tempfile.TemporaryDirectory() as tmp:
         result = os.path.join(tmp, "result.json")
-        code = launch(args, [*argv, "--backend", backend, "--ddp", ddp, "--result-file", result], n)
+        code = launch(args, [*argv, "--backend", backend, "--ddp", ddp, "--result-file", result], layout)
         if code != 0:
-            raise SystemExit(f"{backend} with {ddp} DDP and {n} ranks failed (exit {code})")
+            raise SystemExit(f"{backend} with {ddp} DDP and {layout} ranks failed (exit {code})")
         if backend == "local":
             steps = [statistics.median(json.loads(Path(f"{result}.{r}").read_text())["times"]) for r in range(n)]
             data = {"times": [max(steps)]}
@@ -290,6 +335,8 @@ def run(args: argparse.Namespace, argv: list[str], config: tuple[str, str], n: i
         "backend": backend,
         "ddp": ddp,
         "n": n,
+        "layout": str(layout),
+        "link_mbit": args.link_mbit if layout.hosts > 1 else None,
         "step_s": step,
         "cpu_s": cpu,
         "samples_s": n * args.batch_size / step,
@@ -316,12 +363,12 @@ def _spread(values: list[float]) -> dict:
 
 def summarize(rounds: list[dict[tuple, dict]], keys: list[tuple]) -> list[dict]:
     """One row per configuration: medians over rounds; efficiency against the same round's one process,
-    `of_bound` against the same round's bound (lockstep step + all_reduce alone, same world size), and
+    `of_bound` against the same round's bound (lockstep step + all_reduce alone, same layout), and
     `cpu_of_bound` the same in CPU time of all ranks (less sensitive to load from elsewhere)."""
     rows = []
     for key in keys:
         runs = [r[key] for r in rounds]
-        base = [r[(("local", "none"), 1)] for r in rounds]
+        base = [r[(("local", "none"), ONE_PROCESS)] for r in rounds]
         bounds = [r.get((BOUND_CONFIG, key[1])) for r in rounds]
         row = {
             **runs[0],
@@ -360,7 +407,7 @@ def print_rows(rows: list[dict]) -> None:
     print(f"{'backend':>8} {'ddp':>6} {'ranks':>5} {'step':>10} {'efficiency':>15} {'bound':>10} {'of bound':>15} {'CPU/step':>10} {'CPU bound':>10} {'CPU of bound':>15} {'identical':>9}")
     for row in rows:
         print(
-            f"{row['backend']:>8} {row['ddp']:>6} {row['n']:>5} {_ms(row, 'step_s')} {_with_range(row['efficiency'])} "
+            f"{row['backend']:>8} {row['ddp']:>6} {row['layout']:>5} {_ms(row, 'step_s')} {_with_range(row['efficiency'])} "
             f"{_ms(row, 'bound_s')} {_with_range(row.get('of_bound'))} {_ms(row, 'cpu_s')} {_ms(row, 'cpu_bound_s')} "
             f"{_with_range(row.get('cpu_of_bound'))} {'-' if row['identical'] is None else str(row['identical']):>9}"
             + (f"   all_reduce alone {row['allreduce_s'] * 1e3:.1f} ms, CPU {row['allreduce_cpu_s'] * 1e3:.1f} ms" if row.get("allreduce_s") is not None else ""),
@@ -373,7 +420,7 @@ def print_breakdown(results: list[dict]) -> None:
     print("ms per step (rank 0): " + " | ".join(columns))
     for r in results:
         values = {"step": r["step_s"] * 1e3, **r["breakdown"]}
-        print(f"{r['backend']}:{r['ddp']} x{r['n']}: " + " | ".join(f"{values[c]:.1f}" for c in columns), flush=True)
+        print(f"{r['backend']}:{r['ddp']} x{r['layout']}: " + " | ".join(f"{values[c]:.1f}" for c in columns), flush=True)
 
 
 def main(argv: list[str]) -> int:
@@ -382,25 +429,36 @@ def main(argv: list[str]) -> int:
         rank_main(args)
         return 0
     configs = parse_configs(args.configs)
-    sizes = list(map(int, args.world_sizes.split(",")))
+    layouts = parse_layouts(args.world_sizes)
+    if args.link_mbit is not None and any(layout.hosts > 1 for layout in layouts):
+        from benchmarks.simhosts import available
+
+        if reason := available():
+            print(f"ddp_bench: --link-mbit: {reason}", file=sys.stderr)
+            return 2
     params = sum(p.numel() for p in build_model(args).parameters())
     print(
         f"MLP {params / 1e6:.1f}M parameters, batch {args.batch_size} per rank, {args.steps} timed steps, "
         f"bucket {args.bucket_cap_mb} MB, gradient_as_bucket_view={'default' if args.gradient_as_bucket_view is None else args.gradient_as_bucket_view} (torch DDP), "
-        f"{args.repeat} round(s), {args.hosts} host(s)" + f", load average {os.getloadavg()[0]:.1f}, GLIBC_TUNABLES={MALLOC_KEEPS_MEMORY}",
+        f"{args.repeat} round(s)"
+        + (f", links between simulated hosts shaped to {args.link_mbit:g} mbit" if args.link_mbit else "")
+        + f", load average {os.getloadavg()[0]:.1f}, GLIBC_TUNABLES={MALLOC_KEEPS_MEMORY}",
         flush=True,
     )
     if args.breakdown:
-        print_breakdown([run(args, argv, config, n) for config, n in itertools.product(configs, sizes) if config[1] != "none"])
+        print_breakdown([run(args, argv, config, layout) for config, layout in itertools.product(configs, layouts) if config[1] != "none"])
         return 0
-    keys = [(("local", "none"), 1)] + [(config, n) for n in sizes for config in configs]
-    if any(key[0][1] != "none" for key in keys) and not all((BOUND_CONFIG, n) in keys for n in sizes):
-        keys += [(BOUND_CONFIG, n) for n in sizes if (BOUND_CONFIG, n) not in keys]  # the bound is always measured
+    keys = [(("local", "none"), ONE_PROCESS)] + [(config, layout) for layout in layouts for config in configs]
+    if any(key[0][1] != "none" for key in keys):
+        keys += [(BOUND_CONFIG, layout) for layout in layouts if (BOUND_CONFIG, layout) not in keys]  # the bound is always measured
     rounds = []
     for index in range(args.repeat):
         order = keys[index % len(keys) :] + keys[: index % len(keys)]  # rotated: load hits every configuration alike
-        rounds.append({(config, n): run(args, argv, config, n) for config, n in order})
-        print(f"round {index + 1} (load {os.getloadavg()[0]:.1f}): " + ", ".join(f"{config[0]}/{config[1]} x{n} {rounds[-1][(config, n)]['step_s'] * 1e3:.1f} ms" for config, n in keys), flush=True)
+        rounds.append({(config, layout): run(args, argv, config, layout) for config, layout in order})
+        print(
+            f"round {index + 1} (load {os.getloadavg()[0]:.1f}): " + ", ".join(f"{config[0]}/{config[1]} x{layout} {rounds[-1][(config, layout)]['step_s'] * 1e3:.1f} ms" for config, layout in keys),
+            flush=True,
+        )
     rows = summarize(rounds, keys)
     if args.json:  # first: the rounds are kept whatever the printing does
         path = Path(args.json)

@@ -10,11 +10,13 @@ bucket's staging and copy-back passes, which on CPU compete with backward for th
 
 torch's DDP over an smddp group (``dist.init_process_group("smddp")`` is enough) gets two defaults from
 the backend (``install_default_hook``): ``gradient_as_bucket_view=True`` (the gradients are views into
-DDP's buckets, so nothing is copied back after the reduction) unless the script passes False, and
-``allreduce_hook`` (each bucket averaged in one pass, the division folded into the reduction). A hook the
-script registers replaces it; ``register`` installs the compressing ones:
+DDP's buckets, so nothing is copied back after the reduction) unless the script passes False, and a hook
+that averages each bucket in one pass, the division folded into the reduction: over two or more ranks
+``shared_allreduce_hook``, which moves DDP's buckets into memory the host's ranks share and then works
+like smddp's own DDP (SharedBuckets), else ``allreduce_hook``. A hook the script registers replaces it;
+``register`` installs the compressing ones:
 
-    model = DistributedDataParallel(net, bucket_cap_mb=25)         # torch.nn.parallel: allreduce_hook
+    model = DistributedDataParallel(net, bucket_cap_mb=25)         # torch.nn.parallel: the default hook
     smddp_sdk.collectives.ddp.register(model, compress="bf16")     # bf16 on the wire, fp32 accumulation
 
 Low-precision buckets (fp16/bf16 models, or ``compress``) are summed in fp32 and rounded once, so the
@@ -25,6 +27,7 @@ result equals reducing the fp32 values and rounding at the end.
 import contextlib
 import functools
 import inspect
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -94,19 +97,227 @@ def _compressed_hook(dtype: torch.dtype) -> Hook:
 
 
 def register(model: TorchDDP, group: dist.ProcessGroup | None = None, compress: str | None = None) -> None:
-    """Install an smddp hook on a DDP model; ``compress`` is None (allreduce_hook), "fp16" or "bf16"."""
+    """Install an smddp hook on a DDP model; ``compress`` is None (the averaging hook), "fp16" or "bf16"."""
     if compress is not None and compress not in COMPRESS_DTYPES:
         raise ValueError(f"compress={compress!r} is not supported: use None, " + ", ".join(repr(k) for k in COMPRESS_DTYPES))
-    model.register_comm_hook(group, allreduce_hook if compress is None else _compressed_hook(COMPRESS_DTYPES[compress]))
+    if compress is None:
+        model.register_comm_hook(*averaging_hook(model, group))
+    else:
+        model.register_comm_hook(group, _compressed_hook(COMPRESS_DTYPES[compress]))
 
 
-# torch's DDP over smddp: gradients in the buckets, allreduce_hook ---------------------------------------
+# torch's DDP over smddp: its buckets in memory the host's ranks share -------------------------------------
+FIRST_BUCKET_BYTES = 1 << 20  # like torch's DDP: a small first bucket starts communication early
+ALIGN_BYTES = 64  # buckets start on their own cache line
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // ALIGN_BYTES) * ALIGN_BYTES
+
+
+def _dense(tensor: torch.Tensor) -> bool:
+    """Non-overlapping and dense (some order of its dimensions is contiguous): DDP's bucket views keep
+    the parameter's strides then, else they are contiguous."""
+    expected = 1
+    for stride, size in sorted((s, n) for s, n in zip(tensor.stride(), tensor.shape) if n != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def stage_except_own(flat: torch.Tensor, begin: int, grad: torch.Tensor, own_range: tuple[int, int], own: list[OwnSource]) -> None:
+    """Copy a gradient (flat, dense) into elements begin: of a bucket's shared copy, except the part in
+    this rank's own range: the reduction reads that straight from the gradient (peers never read it),
+    saving a pass over it; own gets (start, stop, the gradient's part)."""
+    end = begin + grad.numel()
+    view = flat[begin:end]
+    lo, hi = max(begin, own_range[0]), min(end, own_range[1])
+    if lo >= hi:
+        view.copy_(grad)
+        return
+    view[: lo - begin].copy_(grad[: lo - begin])
+    view[hi - begin :].copy_(grad[hi - begin :])
+    own.append((lo, hi, grad[lo - begin : hi - begin]))
+
+
+@dataclass(eq=False)
+class _Place:
+    """Where one bucket of torch's DDP lives in the shared region: the host's copies (local order), this
+    rank's view of each parameter's gradient in its copy (DDP's layout) and where each starts."""
+
+    views: list[torch.Tensor]
+    grads: list[torch.Tensor]
+    starts: list[int]
+    own_range: tuple[int, int]  # the elements this rank reduces for the host
+    own: list[OwnSource] = field(default_factory=list)  # of those, the ones still in the gradients
+
+    def take_own(self) -> list[OwnSource]:
+        own, self.own = self.own, []
+        return own
+
+
+@dataclass(eq=False)
+class _Home:
+    """A parameter's gradient in its bucket's place."""
+
+    place: _Place
+    index: int  # in the bucket
+    settled: bool  # placed after DDP rebuilt its buckets (the layout it keeps)
+
+
+@dataclass(eq=False)
+class SharedBuckets:
+    """The state of shared_allreduce_hook: a region of memory the host's ranks share, large enough for
+    the model's gradients in any bucket layout. On first use a bucket moves there: DDP's bucket tensor
+    and the gradient views into it are re-pointed in place (``set_``), so the reducer keeps using the same
+    tensors, now in shared memory; from then on the host reduces each bucket in place
+    (``allreduce_shared``: no staging copies) and the average stays folded into the reduction. Buckets
+    are placed one after the other in index order, the order DDP launches them on every rank.
+
+    Once DDP's buckets keep their layout (rebuilt after the first step), a fresh gradient (``set_to_none``)
+    is staged as smddp's own DDP does it, before the reducer would copy all of it: the part this rank
+    reduces stays where autograd put it and the reduction reads it there (``stage_except_own``), and
+    ``param.grad`` becomes its view in the bucket, so the reducer copies nothing."""
+
+    model: weakref.ref
+    group: dist.ProcessGroup | None
+    backend: SmddpProcessGroup
+    nbytes: int
+    region: list[torch.Tensor] | None = None
+    places: dict[tuple[int, torch.dtype, tuple[int, ...]], _Place] = field(default_factory=dict)  # by layout
+    homes: dict[torch.nn.Parameter, _Home] = field(default_factory=dict)
+    staging: list[_Place] = field(default_factory=list)  # places with gradients staged this backward
+    handles: list[torch.utils.hooks.RemovableHandle] = field(default_factory=list)
+    next_byte: int = 0  # where the next bucket starts
+    unavailable: bool = False
+
+    @classmethod
+    def for_model(cls, model: TorchDDP, group: dist.ProcessGroup | None) -> "SharedBuckets | None":
+        backend = smddp_backend(group)
+        if backend is None or backend.size() == 1:
+            return None
+        params = [p for p in model.module.parameters() if p.requires_grad]
+        # a bucket's aligned size is at most the sum of its parameters' aligned sizes
+        state = cls(weakref.ref(model), group, backend, sum(_aligned(p.numel() * p.element_size()) for p in params))
+        state.handles = [p.register_post_accumulate_grad_hook(state._stage) for p in params]
+        return state
+
+    def close(self) -> None:
+        """Stop staging gradients (the script registered another hook)."""
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+
+    def place(self, bucket: dist.GradBucket) -> _Place | None:
+        """The bucket's place, with this rank's bucket and gradients in its copy; None where it cannot
+        live in the region, which depends on the layout only (the same on every rank)."""
+        buffer = bucket.buffer()
+        start = 0 if bucket.index() == 0 else self.next_byte
+        nbytes = buffer.numel() * buffer.element_size()
+        self.next_byte = start + _aligned(nbytes)
+        if self.next_byte > self.nbytes or not buffer.is_contiguous() or self._region() is None:
+            return None
+        params = bucket.parameters()
+        key = (start, buffer.dtype, tuple(map(id, params)))  # DDP rebuilds its buckets after the first step
+        place = self.places.get(key)
+        if place is None:
+            place = self.places[key] = self._cut(start, buffer, params)
+        mine = place.views[self.backend.local_index]
+        if buffer.data_ptr() != mine.data_ptr():
+            _move(buffer, params, mine)
+            settled = bool(getattr(self.model(), "_has_rebuilt_buckets", False))
+            self.homes.update({param: _Home(place, index, settled) for index, param in enumerate(params)})
+        for param, target in zip(params, place.grads):
+            grad = param.grad
+            if grad is None:  # unused here: counts as zeros
+                target.zero_()
+            elif grad.data_ptr() != target.data_ptr():  # a gradient the move did not reach: copied
+                target.copy_(grad)
+        return place
+
+    def _region(self) -> list[torch.Tensor] | None:
+        """Allocated by the first bucket (collective: every rank's hook starts with bucket 0); None on
+        every rank if any host has none (one rank there, or no shared memory)."""
+        if self.region is None and not self.unavailable:
+            region = self.backend.shared_buffers(self.nbytes)
+            everywhere = torch.tensor([region is not None], dtype=torch.int32)
+            dist.all_reduce(everywhere, op=dist.ReduceOp.MIN, group=self.group)
+            self.region, self.unavailable = (region, False) if everywhere.item() else (None, True)
+        return self.region
+
+    def _cut(self, start: int, buffer: torch.Tensor, params: list[torch.nn.Parameter]) -> _Place:
+        nbytes = buffer.numel() * buffer.element_size()
+        views = [host[start : start + nbytes].view(buffer.dtype) for host in self.region]
+        mine, grads, starts, offset = views[self.backend.local_index], [], [], 0
+        for param in params:
+            at = mine.storage_offset() + offset
+            grads.append(mine.as_strided(param.shape, param.stride(), at) if _dense(param) else mine[offset : offset + param.numel()].view(param.shape))
+            starts.append(offset)
+            offset += param.numel()
+        return _Place(views, grads, starts, self.backend.shard_range(buffer.numel()))
+
+    def _stage(self, param: torch.nn.Parameter) -> None:
+        """Autograd accumulated param's gradient: stage a fresh one into its settled place (see above)."""
+        home, grad = self.homes.get(param), param.grad
+        if home is None or not home.settled or grad is None:
+            return
+        place = home.place
+        target = place.grads[home.index]
+        if grad.data_ptr() == target.data_ptr() or grad.stride() != target.stride() or not _dense(grad):
+            return  # in place already (accumulated there), or a layout the reducer copies itself
+        if not self.staging:
+            torch.autograd.Variable._execution_engine.queue_callback(self._finish_staging)
+        if place not in self.staging:
+            self.staging.append(place)
+        flat = grad.as_strided((grad.numel(),), (1,), grad.storage_offset())
+        stage_except_own(place.views[self.backend.local_index], place.starts[home.index], flat, place.own_range, place.own)
+        param.grad = target  # in the bucket: DDP's reducer leaves it there
+
+    def _finish_staging(self) -> None:
+        """End of backward: parts no reduction took (no_sync, say) go into the buckets after all."""
+        for place in self.staging:
+            mine = place.views[self.backend.local_index]
+            for start, stop, source in place.take_own():
+                mine[start:stop].copy_(source)
+        self.staging = []
+
+
+def _move(buffer: torch.Tensor, params: list[torch.nn.Parameter], mine: torch.Tensor) -> None:
+    """Re-point DDP's bucket tensor and the gradients that are views into it at mine, contents included."""
+    old, esize = buffer.data_ptr(), buffer.element_size()
+    end = old + buffer.numel() * esize
+    mine.copy_(buffer)
+    storage = mine.untyped_storage()
+    for param in params:
+        grad = param.grad
+        if grad is not None and old <= grad.data_ptr() < end:
+            grad.set_(storage, mine.storage_offset() + (grad.data_ptr() - old) // esize, grad.shape, grad.stride())
+    buffer.set_(storage, mine.storage_offset(), buffer.shape, buffer.stride())
+
+
+def shared_allreduce_hook(state: SharedBuckets, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """allreduce_hook for buckets in shared memory (SharedBuckets): each averaged in place by the host."""
+    place = state.place(bucket)
+    if place is None:
+        return allreduce_hook(state.group, bucket)
+    work = state.backend.allreduce_shared(place.views, dist.ReduceOp.AVG, place.take_own())
+    return work.get_future().then(_first)
+
+
+def averaging_hook(model: TorchDDP, group: dist.ProcessGroup | None) -> tuple[object, Hook]:
+    """The state and hook that average DDP's buckets best over the group: in shared memory over smddp
+    (two or more ranks), else allreduce_hook."""
+    shared = SharedBuckets.for_model(model, group)
+    return (group, allreduce_hook) if shared is None else (shared, shared_allreduce_hook)
+
+
 @dataclass
 class _DefaultHook:
-    """The hook torch's DDP calls: allreduce_hook, until the script registers its own in its place."""
+    """The hook torch's DDP calls: the averaging hook, until the script registers its own in its place."""
 
-    hook: Hook
     state: object
+    hook: Hook
     replaceable: bool = True
 
 
@@ -148,7 +359,7 @@ def install_default_hook() -> None:
             kwargs["gradient_as_bucket_view"] = True
         init(self, *args, **kwargs)
         if over_smddp and _takes_default_hook(self):
-            self._smddp_hook = _DefaultHook(allreduce_hook, self.process_group)
+            self._smddp_hook = _DefaultHook(*averaging_hook(self, self.process_group))
             dist._register_comm_hook(self.reducer, self._smddp_hook, _default_hook)
 
     @functools.wraps(register_hook)
@@ -158,25 +369,24 @@ def install_default_hook() -> None:
             register_hook(self, state, hook)  # not ours, or replaced already: torch's checks and errors
             return
         self._check_comm_hook(hook)
+        if isinstance(default.state, SharedBuckets):
+            default.state.close()
         self.logger._set_comm_hook_name(hook.__qualname__)
         self._comm_hooks.append((hook, state))
         default.hook, default.state, default.replaceable = hook, state, False
 
     @functools.wraps(register_builtin)
     def _register_builtin_comm_hook(self: TorchDDP, comm_hook_type: dist.BuiltinCommHookType) -> None:
-        builtin = {dist.BuiltinCommHookType.ALLREDUCE: allreduce_hook, dist.BuiltinCommHookType.FP16_COMPRESS: _compressed_hook(torch.float16)}
-        if getattr(self, "_smddp_hook", None) is None or comm_hook_type not in builtin:
+        if getattr(self, "_smddp_hook", None) is None or comm_hook_type not in (dist.BuiltinCommHookType.ALLREDUCE, dist.BuiltinCommHookType.FP16_COMPRESS):
             register_builtin(self, comm_hook_type)
-            return
-        register_comm_hook(self, self.process_group, builtin[comm_hook_type])
+        elif comm_hook_type == dist.BuiltinCommHookType.ALLREDUCE:
+            register_comm_hook(self, *averaging_hook(self, self.process_group))
+        else:
+            register_comm_hook(self, self.process_group, _compressed_hook(torch.float16))
 
     __init__.smddp_default_hook = True
     TorchDDP.__init__, TorchDDP.register_comm_hook = __init__, register_comm_hook
     TorchDDP._register_builtin_comm_hook = _register_builtin_comm_hook
-
-
-FIRST_BUCKET_BYTES = 1 << 20  # like torch's DDP: a small first bucket starts communication early
-ALIGN_BYTES = 64  # buckets start on their own cache line
 
 
 @dataclass(eq=False)
@@ -286,25 +496,10 @@ class DistributedDataParallel(torch.nn.Module):
         bucket, index = self._place[param]
         view = bucket.grad_view(index)
         if param.grad.data_ptr() != view.data_ptr():
-            self._stage(bucket, index, param.grad)
+            stage_except_own(bucket.flat, bucket.offsets[index], param.grad.reshape(-1), bucket.own_range, bucket.own_sources)
         bucket.staged.add(index)
         while self._launched < len(self._buckets) and self._is_full(self._buckets[self._launched]):
             self._launch(self._buckets[self._launched])
-
-    @staticmethod
-    def _stage(bucket: _Bucket, index: int, grad: torch.Tensor) -> None:
-        """Copy a gradient into the fusion buffer, except the part this rank reduces itself: the reduction
-        reads that straight from the gradient (peers never read it), saving a pass over it."""
-        begin = bucket.offsets[index]
-        end = begin + grad.numel()
-        flat_grad, flat_view = grad.reshape(-1), bucket.flat[begin:end]
-        lo, hi = max(begin, bucket.own_range[0]), min(end, bucket.own_range[1])
-        if lo >= hi:
-            flat_view.copy_(flat_grad)
-            return
-        flat_view[: lo - begin].copy_(flat_grad[: lo - begin])
-        flat_view[hi - begin :].copy_(flat_grad[hi - begin :])
-        bucket.own_sources.append((lo, hi, flat_grad[lo - begin : hi - begin]))
 
     @staticmethod
     def _is_full(bucket: _Bucket) -> bool:
