@@ -35,7 +35,7 @@ from smddp_sdk.runtime.training_env import TrainingEnv, number_env, read_trainin
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.failure import SOURCE_EARLY_EXIT, SOURCE_RUNTIME, SOURCE_STOPPED, FailureRecord, failure_reason, must_stop, render_summary
-from smddp_sdk.specs.processes import pid_alive
+from smddp_sdk.specs.processes import Wakeup, pid_alive
 
 DEFAULT_STOP_GRACE = 5.0
 DEFAULT_AGENT_TIMEOUT = 600.0  # hosts may start minutes apart (image pulls)
@@ -91,7 +91,7 @@ class NodeRuntime:
         self.grace = grace
         self.agent_timeout = agent_timeout
         self.prefix = contract.console_prefix(env.current_host)  # the one console-line format
-        self.wake = threading.Event()
+        self.wake = Wakeup()  # set by signal handlers and threads: the watch loop looks at once
         self.remote_stop: FailureRecord | None = None
         self.signalled: signal.Signals | None = None
         self.coordinator: Coordinator | None = None
@@ -237,7 +237,6 @@ class NodeRuntime:
                 stopping = True
                 self._stop(failures)
             self.wake.wait(POLL_INTERVAL)
-            self.wake.clear()
         failures += self._collect_exits()
         if not stopping and self.signalled:
             self._stop(failures)

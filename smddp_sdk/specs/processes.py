@@ -8,12 +8,35 @@ session of processes) and the collectives (peers of a shared-memory group). Wher
 from __future__ import annotations
 
 import os
+import select
 from contextlib import suppress
 from pathlib import Path
 
 from smddp_sdk.specs import contract
 
 PROC = Path("/proc")
+
+
+class Wakeup:
+    """Wakes a polling loop early; safe to call from a signal handler. ``threading.Event.set`` takes a lock
+    that the interrupted thread may hold (a handler run inside ``Event.wait`` or ``clear`` deadlocks on it
+    for good); a write to a pipe takes none."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()  # not inherited by children (PEP 446)
+        for fd in (self._read, self._write):
+            os.set_blocking(fd, False)
+
+    def set(self) -> None:
+        with suppress(OSError):  # full: a wake-up is pending anyway
+            os.write(self._write, b"\0")
+
+    def wait(self, timeout: float) -> None:
+        """Until set (since the last wait) or ``timeout`` seconds have passed; then clears it."""
+        select.select([self._read], [], [], timeout)
+        with suppress(OSError):  # drained
+            while os.read(self._read, 4096):
+                pass
 
 
 def state(pid: int) -> str | None:

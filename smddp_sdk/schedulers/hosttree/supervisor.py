@@ -88,7 +88,7 @@ class Supervisor:
         self.console_lock = threading.Lock()
         self.console: StampedLog | None = None
         self.signalled = threading.Event()
-        self.wake = threading.Event()  # set by signals: the watch loop looks at once
+        self.wake = processes.Wakeup()  # set by signal handlers: the watch loop looks at once
         self.state: dict[str, Any] = {}
         self.exits: dict[str, HostExit] = {}
         self.stopped_by_us: set[str] = set()
@@ -281,7 +281,6 @@ class Supervisor:
                     self.backend.signal(host, signal.SIGKILL)
             self.tick()
             self.wake.wait(POLL_SECONDS)
-            self.wake.clear()
         self.record_exits()
 
     def tick(self) -> None:
