@@ -192,7 +192,8 @@ def test_a_name_taken_after_the_plan_is_refused_and_the_other_job_kept(tmp_path:
 
 def test_a_job_file_gets_the_declared_checks() -> None:
     issues = check_scheduler_options("slurm", {"max_retries": 99, "auto_resume": "yes", "client": "sbatch", "partition": ""})
-    assert [issue.path for issue in issues] == [f"scheduler_options.{name}" for name in ("partition", "max_retries", "auto_resume", "client")]
+    # names first (client is an object, given only from Python), then values, in the file's order
+    assert [issue.path for issue in issues] == [f"scheduler_options.{name}" for name in ("client", "partition", "max_retries", "auto_resume")]
 
 
 def test_dryrun_validates_once_and_reports_every_problem(tmp_path: Path, code: Path) -> None:
