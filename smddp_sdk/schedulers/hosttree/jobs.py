@@ -244,7 +244,7 @@ class HostTreeScheduler(Scheduler):
         if recent:
             self._sweep(job_dir, state)  # the hosts stop on the broken lifeline: wait for them, then archive
         else:  # long dead: its hosts stopped long ago, and its pids may be other processes' by now
-            self._archive(job_dir, HostTreePlan.from_request(job_dir.read_record()["request"]))
+            self._archive(job_dir, _plan_of(job_dir))
         return job_dir.read_state()
 
     def logs(self, handle: JobHandle, *, hosts: Sequence[str] | None = None, ranks: Sequence[int] | None = None, follow: bool = False) -> Iterator[LogLine]:
@@ -277,7 +277,7 @@ class HostTreeScheduler(Scheduler):
         self._take_over(job_dir)
 
     def _cancel_through_supervisor(self, job_dir: JobDir) -> bool:
-        grace = HostTreePlan.from_request(job_dir.read_record()["request"]).grace
+        grace = _plan_of(job_dir).grace
         deadline = time.monotonic() + grace + 15
         signalled_at: float | None = None
         while time.monotonic() < deadline:
@@ -423,6 +423,11 @@ def _stale(job_dir: JobDir, limit: float = 60.0) -> bool:
         return time.time() - job_dir.state_file.stat().st_mtime > limit
     except FileNotFoundError:
         return False
+
+
+def _plan_of(job_dir: JobDir) -> HostTreePlan:
+    """The plan the job's record holds (what its supervisor runs)."""
+    return HostTreePlan.from_request(job_dir.read_record()["request"])
 
 
 def _last_sign_of_life(job_dir: JobDir) -> float:
