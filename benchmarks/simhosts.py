@@ -22,11 +22,13 @@ import hashlib
 import itertools
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +53,13 @@ def available() -> str:
     if missing:
         return f"simulated hosts need iproute2 ({', '.join(missing)} not found)"
     return ""
+
+
+def _exit_on_sigterm() -> None:
+    """SIGTERM (kill, timeout) ends the process through SystemExit, so that ``close`` still removes the
+    namespaces, bridge and links; by default it would end it at once and leave them behind."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def delay_link_binary() -> Path:
@@ -102,6 +111,7 @@ class SimHosts:
             raise RuntimeError(reason)
         if self.delay_ms < 0:
             raise ValueError(f"delay_ms is a one-way delay in milliseconds, 0 or more; got {self.delay_ms}")
+        _exit_on_sigterm()
         try:
             self._create()
         except BaseException:

@@ -1,12 +1,17 @@
 """The simulated-hosts tooling the multi-host tests and link benchmarks stand on."""
 
+import signal
 import statistics
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from benchmarks.simhosts import SimHosts, available, round_trips, transfer
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.netns, pytest.mark.skipif(bool(available()), reason=available() or "available")]
 
@@ -41,3 +46,16 @@ def test_a_delayed_link_adds_its_one_way_delay_each_way_and_keeps_its_rate():
         links = [f"smv{hosts.tag}h{i}" for i in (1, 2)]
     listed = subprocess.run(["ip", "link"], capture_output=True, text=True, check=True).stdout
     assert not any(link in listed for link in links)  # the TAP devices went with their delaylink processes
+
+
+def test_a_terminated_process_still_removes_its_hosts():
+    """kill or timeout sends SIGTERM: the namespaces, bridge and delay links must not outlive the process."""
+    script = "import sys, time\nfrom benchmarks.simhosts import SimHosts\nwith SimHosts(2, delay_ms=0.5) as hosts:\n    print(hosts.namespace(0), hosts.namespace(1), flush=True)\n    time.sleep(60)\n"
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    namespaces = proc.stdout.readline().split()
+    assert len(namespaces) == 2
+    proc.terminate()
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    assert not any(ns in listed for ns in namespaces)
+    assert not [line for line in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout.splitlines() if namespaces[0] in line]
