@@ -319,13 +319,7 @@ class Coordinator:
             if not reported:
                 self._gone.add(host)
         if not reported:
-            self._on_failure(
-                FailureRecord(
-                    host=host, rank=None, exit_code=1, error_type="LostPeer",
-                    message=f"the runtime on {host} disconnected before reporting its result",
-                    timestamp=time.time(),
-                )
-            )
+            self._host_failed(host, "LostPeer", f"the runtime on {host} disconnected before reporting its result")
         self._check_complete()
 
     def _connect_deadline(self) -> None:
@@ -333,14 +327,11 @@ class Coordinator:
             silent = [h for h in self.hosts if h not in self._channels and h not in self._finals and h not in self._gone]
             self._gone.update(silent)
         if silent:  # a host that never joins would leave the others waiting in rendezvous: fail loudly
-            self._on_failure(
-                FailureRecord(
-                    host=silent[0], rank=None, exit_code=1, error_type="HostNeverJoined",
-                    message=f"the runtimes on {silent} never reached the coordinator within {self._connect_timeout:.0f} s",
-                    timestamp=time.time(),
-                )
-            )
+            self._host_failed(silent[0], "HostNeverJoined", f"the runtimes on {silent} never reached the coordinator within {self._connect_timeout:.0f} s")
         self._check_complete()
+
+    def _host_failed(self, host: str, error_type: str, message: str) -> None:
+        self._on_failure(FailureRecord(host=host, rank=None, exit_code=1, error_type=error_type, message=message, timestamp=time.time()))
 
     def _check_complete(self) -> None:
         with self._lock:

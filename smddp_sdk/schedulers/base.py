@@ -206,7 +206,10 @@ class Scheduler(abc.ABC):
             status = self.status(handle)
             if status.state.is_terminal or (deadline is not None and time.monotonic() >= deadline):
                 return status
-            time.sleep(poll)
+            self._pause(poll)
+
+    def _pause(self, poll: float) -> None:
+        time.sleep(poll)
 
 
 class JobRootScheduler(Scheduler):
