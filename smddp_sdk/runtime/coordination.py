@@ -150,17 +150,7 @@ def _daemon_timer(seconds: float, action: Callable[[], None]) -> None:
 class Coordinator:
     """The job-wide failure service, run by the runtime on the job's first host."""
 
-    def __init__(
-        self,
-        hosts: Sequence[str],
-        token: str,
-        port: int,
-        *,
-        log: Log,
-        address: str = "",
-        connect_timeout: float = 600.0,
-        verdict_timeout: float = 15.0,
-    ) -> None:
+    def __init__(self, hosts: Sequence[str], token: str, port: int, *, log: Log, address: str = "", connect_timeout: float = 600.0, verdict_timeout: float = 15.0) -> None:
         self.hosts = tuple(hosts)
         self._token = token
         self._log = log
@@ -369,16 +359,7 @@ class CoordinatorClient:
     """One runtime's line to the coordinator: report failures, learn when to stop and who is to blame."""
 
     def __init__(
-        self,
-        host: str,
-        address: str,
-        port: int,
-        token: str,
-        *,
-        log: Log,
-        on_stop: Callable[[FailureRecord], None],
-        connect_timeout: float = 600.0,
-        on_lost: Callable[[], None] | None = None,
+        self, host: str, address: str, port: int, token: str, *, log: Log, on_stop: Callable[[FailureRecord], None], connect_timeout: float = 600.0, on_lost: Callable[[], None] | None = None
     ) -> None:
         self.host = host
         self._on_lost = on_lost
@@ -472,10 +453,7 @@ class CoordinatorClient:
                 channel.close()
                 time.sleep(delay)
         if not self._closing:
-            self._log(
-                f"cannot reach the coordinator at {self._target[0]}:{self._target[1]} ({problem}); "
-                "continuing without cross-host failure propagation"
-            )
+            self._log(f"cannot reach the coordinator at {self._target[0]}:{self._target[1]} ({problem}); continuing without cross-host failure propagation")
         return None
 
     def _handshake(self, channel: _Channel) -> _Channel | None:

@@ -27,17 +27,13 @@ def missing_packages(names: Sequence[str], python_path: Sequence[str], environ: 
     """Which of ``names`` the ranks' interpreter (this one, with ``python_path``) cannot import."""
     probe = "import importlib.util, sys\nprint(' '.join(n for n in sys.argv[1:] if importlib.util.find_spec(n) is None))"
     env = {**environ, "PYTHONPATH": ":".join(python_path)}
-    result = subprocess.run(
-        [sys.executable, "-c", probe, *names], env=env, capture_output=True, text=True, timeout=60, check=False
-    )
+    result = subprocess.run([sys.executable, "-c", probe, *names], env=env, capture_output=True, text=True, timeout=60, check=False)
     if result.returncode != 0:
         return []  # cannot tell: expose nothing rather than risk shadowing a real install
     return result.stdout.split()
 
 
-def compat_entries(
-    compat_dir: Path, missing: Sequence[str], scratch: Path | None = None
-) -> list[str]:
+def compat_entries(compat_dir: Path, missing: Sequence[str], scratch: Path | None = None) -> list[str]:
     """Path entries exposing exactly the ``missing`` compat packages (empty when none or no folder)."""
     available = [name for name in missing if (compat_dir / name).is_dir()]
     if not available:
@@ -50,13 +46,7 @@ def compat_entries(
     return [str(folder)]
 
 
-def rank_python_path(
-    code_dir: Path,
-    environ: Mapping[str, str],
-    *,
-    compat_dir: Path = DEFAULT_COMPAT_DIR,
-    scratch: Path | None = None,
-) -> list[str]:
+def rank_python_path(code_dir: Path, environ: Mapping[str, str], *, compat_dir: Path = DEFAULT_COMPAT_DIR, scratch: Path | None = None) -> list[str]:
     """code dir, compat entries, the folder holding smddp_sdk (unless it is site-packages), inherited PYTHONPATH."""
     inherited = [entry for entry in environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
     head = [str(code_dir)]

@@ -159,14 +159,7 @@ class Scheduler(abc.ABC):
     def status(self, handle: JobHandle) -> JobStatus: ...
 
     @abc.abstractmethod
-    def logs(
-        self,
-        handle: JobHandle,
-        *,
-        hosts: Sequence[str] | None = None,
-        ranks: Sequence[int] | None = None,
-        follow: bool = False,
-    ) -> Iterator[LogLine]:
+    def logs(self, handle: JobHandle, *, hosts: Sequence[str] | None = None, ranks: Sequence[int] | None = None, follow: bool = False) -> Iterator[LogLine]:
         """The job's output lines; with ``follow`` it keeps yielding until the job ends."""
 
     @abc.abstractmethod

@@ -120,11 +120,7 @@ class SageMakerScheduler(Scheduler):
 
     def resolve(self, spec: JobSpec) -> JobSpec:
         """The spec with this scheduler's role/code_location/output_path filled in where it has none."""
-        return spec.replace(
-            role=spec.role or self.role,
-            code_location=spec.code_location or self.code_location,
-            output_path=spec.output_path or self.output_path,
-        )
+        return spec.replace(role=spec.role or self.role, code_location=spec.code_location or self.code_location, output_path=spec.output_path or self.output_path)
 
     def validate(self, spec: JobSpec) -> list[SpecIssue]:
         spec = self.resolve(spec)  # also called directly, on a spec as written
