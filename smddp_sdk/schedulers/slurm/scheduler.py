@@ -297,9 +297,7 @@ class SlurmScheduler(JobRootScheduler):
             name = (contract.read_json_file(opt_ml.resource_config_file, default={}) or {}).get("current_host", path.name)
             if opt_ml.success_file.exists():
                 state = JobState.SUCCEEDED
-            elif job_state_now is JobState.CANCELLED:
-                state = job_state_now
-            elif opt_ml.failure_file.exists():
+            elif opt_ml.failure_file.exists() and job_state_now is not JobState.CANCELLED:
                 state = JobState.FAILED
             else:
                 state = job_state_now
