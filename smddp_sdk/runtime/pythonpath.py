@@ -8,6 +8,8 @@ just those packages is put on the path instead of the whole compat folder.
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import os
 import site
 import subprocess
@@ -60,3 +62,17 @@ def rank_python_path(code_dir: Path, environ: Mapping[str, str], *, compat_dir: 
 def _is_site_dir(path: Path) -> bool:
     sites = [*site.getsitepackages(), site.getusersitepackages()]
     return any(Path(entry).resolve() == path for entry in sites if entry)
+
+
+def load_real_package(name: str, here: str) -> None:
+    """Called by each compat package on import: PYTHONPATH entries come before site-packages, so the compat
+    folder could shadow a real installation; when a real package ``name`` exists further along sys.path
+    (anywhere but ``here``), it is loaded in the compat package's place."""
+    mine = os.path.realpath(here)
+    others = [p for p in sys.path if os.path.realpath(os.path.join(p or os.getcwd(), name)) != mine]
+    spec = importlib.machinery.PathFinder.find_spec(name, others)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
