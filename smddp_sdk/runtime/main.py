@@ -6,6 +6,7 @@ fails; 128 + N when the runtime itself is stopped by signal N (SIGTERM: 143, SIG
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shlex
@@ -139,7 +140,8 @@ class NodeRuntime:
                     self.store.stop()
             code = self._finish(local_failures)
         if scratch_root:
-            _remove_if_empty(Path(scratch_root))  # shared by the job's runtimes: the last one out removes it
+            with contextlib.suppress(OSError):  # shared by the job's runtimes: the last one out (rmdir of an empty one) removes it
+                Path(scratch_root).rmdir()
         return code
 
     def _serve_store(self, scratch: Path, world_size: int) -> None:
@@ -253,19 +255,13 @@ class NodeRuntime:
         for proc in self.procs:
             if not proc.poll() or proc.stopped:
                 continue
+            slot, pid = proc.slot, proc.popen.pid
             if proc.returncode == 0:
-                slot = proc.slot
-                self.early_exits.append(FailureRecord(
-                    slot.host, slot.rank, 0, "", timestamp=proc.exited_at, source=SOURCE_EARLY_EXIT,
-                    local_rank=slot.local_rank, pid=proc.popen.pid,
-                ))
+                self.early_exits.append(FailureRecord(slot.host, slot.rank, 0, "", timestamp=proc.exited_at, source=SOURCE_EARLY_EXIT, local_rank=slot.local_rank, pid=pid))
             else:
-                slot = proc.slot
                 failures.append(
                     rank_failure(
-                        host=slot.host, rank=slot.rank, local_rank=slot.local_rank, pid=proc.popen.pid,
-                        returncode=proc.returncode or 0, error_file=proc.error_file,
-                        log_tail=_settled_tail(proc), observed_at=proc.exited_at,
+                        host=slot.host, rank=slot.rank, local_rank=slot.local_rank, pid=pid, returncode=proc.returncode or 0, error_file=proc.error_file, log_tail=_settled_tail(proc), observed_at=proc.exited_at
                     )
                 )
         return failures
@@ -468,13 +464,6 @@ def _sweep_stale_scratch() -> None:
         except OSError:
             continue
         shutil.rmtree(entry, ignore_errors=True)
-
-
-def _remove_if_empty(path: Path) -> None:
-    try:
-        path.rmdir()
-    except OSError:
-        pass
 
 
 def _settled_tail(proc: RankProcess) -> str:
