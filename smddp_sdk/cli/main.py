@@ -96,13 +96,9 @@ def insert_default_command(args: list[str], commands: dict[str, click.Command]) 
     for index, arg in enumerate(args):
         if arg in _GLOBAL_FLAGS or arg.startswith("--color"):
             continue
-        if arg == "--":
-            return args
-        if arg in commands or arg.startswith("-"):
-            return args
-        if arg.endswith(_JOB_FILE_SUFFIXES) or Path(arg).is_file():
+        if arg not in commands and not arg.startswith("-") and (arg.endswith(_JOB_FILE_SUFFIXES) or Path(arg).is_file()):
             return [*args[:index], "run", *args[index:]]
-        return args
+        return args  # a command, an option, "--" or anything else comes first
     return args
 
 
