@@ -65,25 +65,19 @@ def script_mode(args: list[str], commands: dict[str, click.Command]) -> list[str
     before, script, after = args[:index], args[index], args[index + 1:]
     leading: list[str] = []
     flags: list[str] = []
-    position = 0
-    while position < len(before):
-        arg = before[position]
+    words = iter(before)
+    for arg in words:
         name, has_value, value = arg.partition("=")
         if arg == "--debug" or arg.startswith("--color="):
             leading.append(arg)
-        elif arg == "--color" and position + 1 < len(before):
-            leading += [arg, before[position + 1]]
-            position += 1
+        elif arg == "--color" and (mode := next(words, None)) is not None:
+            leading += [arg, mode]
         elif name in _SCRIPT_FLAGS:
-            if not has_value:
-                if position + 1 >= len(before):
-                    raise click.UsageError(f"{arg} needs a number, e.g. {arg} 2")
-                value = before[position + 1]
-                position += 1
+            if not has_value and (value := next(words, None)) is None:
+                raise click.UsageError(f"{arg} needs a number, e.g. {arg} 2")
             flags += [part.format(value) for part in _SCRIPT_FLAGS[name]]
         else:
             flags.append(arg)
-        position += 1
     return [*leading, "run", *flags, script, "--", *after]
 
 
