@@ -215,12 +215,11 @@ def _display_path(path: Path) -> str:
 def _mapping_layer(document: YamlDocument | None, kind: str, base_dir: Path, problems: list[tuple[Source, SpecIssue]]) -> Layer | None:
     if document is None:
         return None
-    # A file that is not a mapping is reported alone: every field would otherwise look missing.
-    if document.data is None:
-        issue = SpecIssue("", "the file is empty", "a job needs at least entry_point: and instance_type: (run `smddp-launch init` for a commented example)")
-        raise JobFileError([locate(Source(kind, document.name, document), issue, document)])
-    if not isinstance(document.data, Mapping):
-        issue = SpecIssue("", f"must be a mapping of job fields (key: value lines), not a {type(document.data).__name__}")
+    if not isinstance(document.data, Mapping):  # reported alone: every field would otherwise look missing
+        if document.data is None:
+            issue = SpecIssue("", "the file is empty", "a job needs at least entry_point: and instance_type: (run `smddp-launch init` for a commented example)")
+        else:
+            issue = SpecIssue("", f"must be a mapping of job fields (key: value lines), not a {type(document.data).__name__}")
         raise JobFileError([locate(Source(kind, document.name, document), issue, document)])
     return document_layer(document, kind, base_dir)
 
