@@ -36,8 +36,7 @@ class LaunchGroup(click.Group):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         return super().parse_args(ctx, insert_default_command(args, self.commands))
 
-    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, complete_var: str | None = None,
-             standalone_mode: bool = True, **extra: Any) -> Any:
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
         argv = list(sys.argv[1:] if args is None else args)
         debug = "--debug" in argv[: argv.index("--")] if "--" in argv else "--debug" in argv
         debug = debug or os.environ.get(DEBUG_ENV, "") not in ("", "0")

@@ -179,9 +179,7 @@ class HostTreeScheduler(JobRootScheduler):
             # A session of its own: Ctrl-C in the caller's terminal reaches the caller, which decides
             # whether to cancel; the job survives the caller only when nobody owns it.
             process = subprocess.Popen(
-                [sys.executable, "-m", SUPERVISOR_MODULE, str(job_dir.path)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                cwd=job_dir.path,
+                [sys.executable, "-m", SUPERVISOR_MODULE, str(job_dir.path)], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=job_dir.path
             )
         _CHILDREN.append(process)
 
