@@ -50,14 +50,7 @@ _DESCRIBE_STATUS = {
 class Estimator:
     """A training job description you can run, watch and attach to again; v2's ``EstimatorBase`` surface."""
 
-    def __init__(
-        self,
-        entry_point: str | None = None,
-        *,
-        scheduler: str | None = None,
-        scheduler_options: Mapping[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, entry_point: str | None = None, *, scheduler: str | None = None, scheduler_options: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         self.sagemaker_session = kwargs.pop("sagemaker_session", None)
         if kwargs.pop("disable_output_compression", False):  # harmless: an unchanged notebook cell keeps working
             print("smddp: note: disable_output_compression=True changes nothing here: the model still arrives as model.tar.gz", file=sys.stderr)
@@ -199,8 +192,7 @@ class Estimator:
 
         return plan_for_spec(self.spec, instances, **options)
 
-    def fit(self, inputs: Any = None, wait: bool = True, logs: bool | str = True, job_name: str | None = None,
-            experiment_config: Mapping[str, str] | None = None) -> None:
+    def fit(self, inputs: Any = None, wait: bool = True, logs: bool | str = True, job_name: str | None = None, experiment_config: Mapping[str, str] | None = None) -> None:
         """Run the job. ``inputs``: a location, a ``TrainingInput`` (the ``training`` channel) or ``{channel:
         location or TrainingInput}``, v2's ``sagemaker.inputs.TrainingInput`` included; local paths and
         ``file://`` work locally. With ``wait`` it streams the logs (``logs``) until the job ends and raises
@@ -237,13 +229,7 @@ class Estimator:
 
     @classmethod
     def attach(
-        cls,
-        training_job_name: str,
-        sagemaker_session: Any = None,
-        model_channel_name: str = "model",
-        *,
-        scheduler: str | None = None,
-        scheduler_options: Mapping[str, Any] | None = None,
+        cls, training_job_name: str, sagemaker_session: Any = None, model_channel_name: str = "model", *, scheduler: str | None = None, scheduler_options: Mapping[str, Any] | None = None
     ) -> Estimator:
         """An estimator bound to an existing job, on any scheduler: a handle (``local://<job>``,
         ``docker://<job>``, ``sagemaker://<region>/<job>``) or the bare job name ``fit``/``run`` printed

@@ -78,10 +78,8 @@ class TrainingInput(ChannelSpec):
 
 def channel_config(channel: ChannelSpec) -> dict[str, Any]:
     """A channel in ``InputDataConfig`` shape (``ChannelName`` excluded), as v2's ``TrainingInput.config``."""
-    config: dict[str, Any] = {"DataSource": {"S3DataSource": {
-        "S3DataType": channel.s3_data_type, "S3Uri": channel.s3_data, "S3DataDistributionType": channel.distribution}}}
-    for key, value in (("CompressionType", channel.compression), ("ContentType", channel.content_type),
-                       ("RecordWrapperType", channel.record_wrapping), ("InputMode", channel.input_mode)):
+    config: dict[str, Any] = {"DataSource": {"S3DataSource": {"S3DataType": channel.s3_data_type, "S3Uri": channel.s3_data, "S3DataDistributionType": channel.distribution}}}
+    for key, value in (("CompressionType", channel.compression), ("ContentType", channel.content_type), ("RecordWrapperType", channel.record_wrapping), ("InputMode", channel.input_mode)):
         if value is not None:
             config[key] = value
     return config
@@ -99,8 +97,7 @@ def from_v2(value: Any) -> Any:
     s3 = source.get("S3DataSource")
     if not isinstance(s3, Mapping) or "S3Uri" not in s3:
         raise SpecError(SpecIssue("inputs", f"{type(value).__name__} has no S3 data source: {dict(config)!r}", "use TrainingInput(s3_data=...)"))
-    for key, name in (("InstanceGroupNames", "instance_groups"), ("AttributeNames", "attribute_names"), ("ModelAccessConfig", "model_access_config"),
-                      ("HubAccessConfig", "hub_access_config")):
+    for key, name in (("InstanceGroupNames", "instance_groups"), ("AttributeNames", "attribute_names"), ("ModelAccessConfig", "model_access_config"), ("HubAccessConfig", "hub_access_config")):
         if key in s3:
             raise NotOfferedError(f"TrainingInput({name}=...)", _REFUSED[name])
     if "ShuffleConfig" in config:

@@ -54,8 +54,7 @@ def index_path(root: Path | None = None) -> Path:
 def record(handle: JobHandle, *, name: str, options: Mapping[str, Any] | None = None,
            metric_definitions: Sequence[Mapping[str, str]] = (), entry_point: str = "", root: Path | None = None) -> IndexEntry:
     """Append a submitted job to the index; returns the entry written."""
-    entry = IndexEntry(name, str(handle), handle.scheduler, time.time(), dict(options or {}),
-                       tuple(dict(item) for item in metric_definitions), entry_point)
+    entry = IndexEntry(name, str(handle), handle.scheduler, time.time(), dict(options or {}), tuple(dict(item) for item in metric_definitions), entry_point)
     path = index_path(root)
     path.parent.mkdir(parents=True, exist_ok=True)
     line = (json.dumps(asdict(entry), default=str, sort_keys=True) + "\n").encode()
@@ -111,8 +110,7 @@ def resolve(name_or_handle: str, *, scheduler: str | None = None, root: Path | N
     if scheduler in (None, "docker") and (base / "docker" / name_or_handle / "job.json").is_file():
         return JobHandle("docker", name_or_handle), None
     known = known_names(root)
-    hint = did_you_mean(name_or_handle, known) or (
-        "pass the handle run printed (local://<job>, docker://<job>, sagemaker://<region>/<job>); `smddp-launch list` shows known jobs")
+    hint = did_you_mean(name_or_handle, known) or ("pass the handle run printed (local://<job>, docker://<job>, sagemaker://<region>/<job>); `smddp-launch list` shows known jobs")
     raise SpecError(SpecIssue("job", f"no job named {name_or_handle!r} was submitted from this machine", hint))
 
 

@@ -40,8 +40,9 @@ def _index(scheduler: Scheduler, dryrun: DryRun, handle: JobHandle) -> None:
     """Remember the job by name (``smddp-launch status <name>``); a failure to write only warns."""
     options = {key: getattr(scheduler, key, None) for key in ("job_root", "profile")}
     try:
-        job_index.record(handle, name=handle.job_id.rsplit("/", 1)[-1], options=job_index.plain_options(options),
-                         metric_definitions=dryrun.spec.metric_definitions, entry_point=dryrun.spec.entry_point)
+        job_index.record(
+            handle, name=handle.job_id.rsplit("/", 1)[-1], options=job_index.plain_options(options), metric_definitions=dryrun.spec.metric_definitions, entry_point=dryrun.spec.entry_point
+        )
     except OSError as err:
         print(f"smddp: warning: could not add {handle} to the job index ({err}); use its handle to find it", file=sys.stderr)
 
@@ -100,14 +101,7 @@ def follow(
 
 
 def follow_lines(
-    scheduler: Scheduler,
-    handle: JobHandle,
-    *,
-    hosts: Sequence[str] | None = None,
-    ranks: Sequence[int] | None = None,
-    skip: int = 0,
-    retries: int = 5,
-    pause: float = 1.0,
+    scheduler: Scheduler, handle: JobHandle, *, hosts: Sequence[str] | None = None, ranks: Sequence[int] | None = None, skip: int = 0, retries: int = 5, pause: float = 1.0
 ) -> Iterator[LogLine]:
     """The job's lines until it ends, reconnecting when the stream stops early or breaks (a docker logs
     process killed, a network error): each reconnect skips the lines already yielded. ``skip`` lines
@@ -182,11 +176,7 @@ def raise_for_status(status: JobStatus) -> JobStatus:
     if failure is None:
         raise JobFailedError(f"job {status.handle} ended {status.state.value}: {status.message or 'no reason was recorded'}")
     where = f"rank {failure.rank} on host {failure.host}" if failure.rank is not None else f"host {failure.host} (its runtime)"
-    raise JobFailedError(
-        f"job {status.handle} failed: {where} exited with code {failure.exit_code}: {failure.error}",
-        rank_exit_code=failure.exit_code,
-        failure=failure,
-    )
+    raise JobFailedError(f"job {status.handle} failed: {where} exited with code {failure.exit_code}: {failure.error}", rank_exit_code=failure.exit_code, failure=failure)
 
 
 def end_summary(status: JobStatus, duration: float | None = None) -> list[str]:
@@ -227,4 +217,3 @@ def missing_package(err: ModuleNotFoundError) -> UnavailableError | None:
     if top not in INSTALL_COMMANDS:
         return None
     return UnavailableError(f"this needs the Python package {top!r}, which is not installed: {INSTALL_COMMANDS[top]}")
-

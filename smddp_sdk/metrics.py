@@ -97,16 +97,14 @@ def summary(points: Sequence[MetricPoint]) -> list[dict[str, Any]]:
     by_name: dict[str, list[float]] = {}
     for point in points:
         by_name.setdefault(point.metric_name, []).append(point.value)
-    return [{"metric_name": name, "count": len(values), "last": values[-1], "min": min(values), "max": max(values)}
-            for name, values in by_name.items()]
+    return [{"metric_name": name, "count": len(values), "last": values[-1], "min": min(values), "max": max(values)} for name, values in by_name.items()]
 
 
 class TrainingJobAnalytics:
     """v2's ``TrainingJobAnalytics`` for one job: its metrics read from its logs with ``metric_definitions``,
     rank 0's unless ``ranks`` names others (None: every rank)."""
 
-    def __init__(self, scheduler: Any, handle: JobHandle, metric_definitions: Iterable[Mapping[str, str]], metric_names: Sequence[str] | None = None,
-                 ranks: Collection[int] | None = (0,)) -> None:
+    def __init__(self, scheduler: Any, handle: JobHandle, metric_definitions: Iterable[Mapping[str, str]], metric_names: Sequence[str] | None = None, ranks: Collection[int] | None = (0,)) -> None:
         self.scheduler = scheduler
         self.handle = handle
         self.metric_definitions = tuple(metric_definitions)

@@ -118,8 +118,7 @@ class Session:
         self._default_bucket_name = name
         return name
 
-    def upload_data(self, path: str, bucket: str | None = None, key_prefix: str = "data", extra_args: dict[str, Any] | None = None,
-                    callback: Any = None) -> str:
+    def upload_data(self, path: str, bucket: str | None = None, key_prefix: str = "data", extra_args: dict[str, Any] | None = None, callback: Any = None) -> str:
         """Upload a file or a directory tree to ``s3://<bucket>/<key_prefix>/...``; return its S3 URI."""
         source = _existing(path)
         bucket = bucket or self.default_bucket()
@@ -131,8 +130,7 @@ class Session:
         with progress.bar(total, f"uploading {path} to s3://{bucket}/{prefix}", unit_bytes=True) as advance:
             for file in files:
                 key = f"{prefix}/{file.name}" if source.is_file() else f"{prefix}/{file.relative_to(source).as_posix()}"
-                _call(f"upload {file} to s3://{bucket}/{key}", self.clients.s3.upload_file, Filename=str(file), Bucket=bucket, Key=key,
-                      ExtraArgs=extra_args, Callback=callback or advance)
+                _call(f"upload {file} to s3://{bucket}/{key}", self.clients.s3.upload_file, Filename=str(file), Bucket=bucket, Key=key, ExtraArgs=extra_args, Callback=callback or advance)
         return f"s3://{bucket}/{prefix}/{source.name}" if source.is_file() else f"s3://{bucket}/{prefix}"
 
     def download_data(self, path: str, bucket: str, key_prefix: str = "", extra_args: dict[str, Any] | None = None) -> list[str]:
@@ -197,8 +195,7 @@ class LocalSession(Session):
         self.s3_endpoint_url = s3_endpoint_url
         self.config = {"local": {"local_code": not disable_local_code}}
 
-    def upload_data(self, path: str, bucket: str | None = None, key_prefix: str = "data", extra_args: dict[str, Any] | None = None,
-                    callback: Any = None) -> str:
+    def upload_data(self, path: str, bucket: str | None = None, key_prefix: str = "data", extra_args: dict[str, Any] | None = None, callback: Any = None) -> str:
         """Local jobs read local data directly: the ``file://`` URI of ``path`` (nothing is copied)."""
         return f"file://{_existing(path).resolve()}"
 
@@ -219,8 +216,7 @@ def get_execution_role(sagemaker_session: Session | None = None, use_default: bo
         return f"arn:aws:iam::{account}:role/{role}"
     if ":role/" in arn:
         return arn
-    raise SpecError(SpecIssue("role", f"the caller {arn} is not a role, so there is no execution role to return",
-                              "pass role='arn:aws:iam::<account>:role/<name>' or set SMDDP_ROLE"))
+    raise SpecError(SpecIssue("role", f"the caller {arn} is not a role, so there is no execution role to return", "pass role='arn:aws:iam::<account>:role/<name>' or set SMDDP_ROLE"))
 
 
 def _existing(path: str) -> Path:

@@ -14,8 +14,7 @@ def image() -> None:
     """The training image: torch and smddp-sdk on a Python base, `train` as its command."""
 
 
-@image.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []},
-               short_help="Build the image (options as scripts/build-image.sh).")
+@image.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}, short_help="Build the image (options as scripts/build-image.sh).")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def build(ctx: click.Context, script_args: tuple[str, ...]) -> None:

@@ -109,8 +109,7 @@ def logs(ctx: click.Context, job: str, options: list[tuple[str, str]], follow: b
                          "(written before this version kept per-line times); use --tail or --grep instead")
 
 
-def select_lines(scheduler: Scheduler, handle: JobHandle, *, hosts: list[str] | None, ranks: list[int] | None, follow: bool,
-                 tail: int | None, keep: Any) -> Iterator[LogLine]:
+def select_lines(scheduler: Scheduler, handle: JobHandle, *, hosts: list[str] | None, ranks: list[int] | None, follow: bool, tail: int | None, keep: Any) -> Iterator[LogLine]:
     """The lines to print: filtered, the last ``tail`` of what exists, then (with ``follow``) new ones."""
     seen = 0
     if tail is not None or not follow:
@@ -175,8 +174,7 @@ def _explain_empty_filter(scheduler: Scheduler, handle: JobHandle, hosts: list[s
     known_hosts = sorted({line.host for line in all_lines})
     known_ranks = sorted({line.rank for line in all_lines if line.rank is not None})
     wanted = ", ".join(part for part in (f"hosts {','.join(hosts)}" if hosts else "", f"ranks {','.join(map(str, ranks))}" if ranks else "") if part)
-    raise SpecError(SpecIssue("logs", f"{handle} has no lines from {wanted}",
-                              f"its lines come from hosts {', '.join(known_hosts)} and ranks {_ranges(known_ranks) or 'none'}"))
+    raise SpecError(SpecIssue("logs", f"{handle} has no lines from {wanted}", f"its lines come from hosts {', '.join(known_hosts)} and ranks {_ranges(known_ranks) or 'none'}"))
 
 
 def _ranges(numbers: list[int]) -> str:
@@ -318,8 +316,7 @@ def _indexed_status(entry: job_index.IndexEntry, scheduler_for: Callable[..., Sc
 
 @click.command(short_help="Remove finished local and docker jobs and docker leftovers; forget others.")
 @click.argument("jobs", nargs=-1, metavar="[JOB]...", shell_complete=complete_jobs)
-@click.option("--older-than", "older_than", default="0s", show_default=True, metavar="AGE",
-              help="Only jobs that ended at least this long ago (30m, 12h, 7d).")
+@click.option("--older-than", "older_than", default="0s", show_default=True, metavar="AGE", help="Only jobs that ended at least this long ago (30m, 12h, 7d).")
 @click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
 @click.pass_context
 def clean(ctx: click.Context, jobs: tuple[str, ...], older_than: str, dry_run: bool) -> None:

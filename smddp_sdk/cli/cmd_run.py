@@ -11,15 +11,7 @@ import click
 from click.shell_completion import CompletionItem
 
 from smddp_sdk import launcher
-from smddp_sdk.cli.common import (
-    build_scheduler,
-    console,
-    job_summary,
-    parse_hosts,
-    parse_ranks,
-    plan_job,
-    resolve_from_cli,
-)
+from smddp_sdk.cli.common import build_scheduler, console, job_summary, parse_hosts, parse_ranks, plan_job, resolve_from_cli
 from smddp_sdk.cli.output import Console, color_enabled, render_resolved
 from smddp_sdk.cli.params import OUTPUT_GROUP, GroupedOption, JobCommand, job_options
 from smddp_sdk.config.job_file import JobFileError, LocatedIssue, ResolvedJob
@@ -187,8 +179,7 @@ def dryrun_only_notes(job: ResolvedJob) -> list[str]:
     count = len(job.spec.metric_definitions)
     if not count or job.scheduler == "sagemaker":
         return []
-    return [f"metric_definitions ({count}) are not scraped into CloudWatch here; `smddp-launch metrics <job>` and "
-            "training_job_analytics read them from the logs, as on SageMaker"]
+    return [f"metric_definitions ({count}) are not scraped into CloudWatch here; `smddp-launch metrics <job>` and training_job_analytics read them from the logs, as on SageMaker"]
 
 
 def follow_job(ctx: click.Context, out: Console, scheduler: Scheduler, handle: JobHandle, *, hosts: list[str] | None, ranks: list[int] | None) -> int:
@@ -200,8 +191,9 @@ def follow_job(ctx: click.Context, out: Console, scheduler: Scheduler, handle: J
     color = color_enabled(stdout, (ctx.find_root().obj or {}).get("color_mode", "auto"))
     started = time.monotonic()
     try:
-        status: JobStatus = launcher.follow(scheduler, handle, out=stdout, hosts=hosts, ranks=ranks, color=color,
-                                            before_first_line=out.progress(f"Starting {handle}: hosts, then ranks (importing torch)"))
+        status: JobStatus = launcher.follow(
+            scheduler, handle, out=stdout, hosts=hosts, ranks=ranks, color=color, before_first_line=out.progress(f"Starting {handle}: hosts, then ranks (importing torch)")
+        )
     except KeyboardInterrupt:
         interrupted(out, scheduler, handle)
         return EXIT_INTERRUPTED

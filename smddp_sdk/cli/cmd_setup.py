@@ -67,17 +67,14 @@ def _fill(template: JobTemplate, given: dict[str, object]) -> JobTemplate:
 def _ask(template: JobTemplate, given: dict[str, object]) -> JobTemplate:
     """Prompt (click.prompt: no raw-terminal menus) for every value not given as a flag."""
     template = _fill(template, given)
-    answers: dict[str, object] = {}
-    if given.get("scheduler") is None:
-        answers["scheduler"] = click.prompt("Scheduler", default=template.scheduler, type=click.Choice(SCHEDULER_NAMES))
-    if given.get("entry_point") is None:
-        answers["entry_point"] = click.prompt("Training script", default=template.entry_point)
-    if given.get("instance_type") is None:
-        answers["instance_type"] = click.prompt("Instance type", default=template.instance_type, type=click.Choice(sorted(instance_types.CATALOG)), show_choices=False)
-    if given.get("instance_count") is None:
-        answers["instance_count"] = click.prompt("Number of hosts", default=template.instance_count, type=click.IntRange(min=1))
-    if given.get("distribution") is None:
-        answers["distribution"] = click.prompt("Distribution", default=template.distribution, type=click.Choice(list(DISTRIBUTIONS)))
+    prompts = {  # in the order asked: the text, and click.prompt's type
+        "scheduler": ("Scheduler", {"type": click.Choice(SCHEDULER_NAMES)}),
+        "entry_point": ("Training script", {}),
+        "instance_type": ("Instance type", {"type": click.Choice(sorted(instance_types.CATALOG)), "show_choices": False}),
+        "instance_count": ("Number of hosts", {"type": click.IntRange(min=1)}),
+        "distribution": ("Distribution", {"type": click.Choice(list(DISTRIBUTIONS))}),
+    }
+    answers = {key: click.prompt(text, default=getattr(template, key), **kind) for key, (text, kind) in prompts.items() if given.get(key) is None}
     return _fill(template, answers)
 
 

@@ -36,8 +36,7 @@ class LaunchGroup(click.Group):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         return super().parse_args(ctx, insert_default_command(args, self.commands))
 
-    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, complete_var: str | None = None,
-             standalone_mode: bool = True, **extra: Any) -> Any:
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
         argv = list(sys.argv[1:] if args is None else args)
         debug = "--debug" in argv[: argv.index("--")] if "--" in argv else "--debug" in argv
         debug = debug or os.environ.get(DEBUG_ENV, "") not in ("", "0")
@@ -65,25 +64,19 @@ def script_mode(args: list[str], commands: dict[str, click.Command]) -> list[str
     before, script, after = args[:index], args[index], args[index + 1:]
     leading: list[str] = []
     flags: list[str] = []
-    position = 0
-    while position < len(before):
-        arg = before[position]
+    words = iter(before)
+    for arg in words:
         name, has_value, value = arg.partition("=")
         if arg == "--debug" or arg.startswith("--color="):
             leading.append(arg)
-        elif arg == "--color" and position + 1 < len(before):
-            leading += [arg, before[position + 1]]
-            position += 1
+        elif arg == "--color" and (mode := next(words, None)) is not None:
+            leading += [arg, mode]
         elif name in _SCRIPT_FLAGS:
-            if not has_value:
-                if position + 1 >= len(before):
-                    raise click.UsageError(f"{arg} needs a number, e.g. {arg} 2")
-                value = before[position + 1]
-                position += 1
+            if not has_value and (value := next(words, None)) is None:
+                raise click.UsageError(f"{arg} needs a number, e.g. {arg} 2")
             flags += [part.format(value) for part in _SCRIPT_FLAGS[name]]
         else:
             flags.append(arg)
-        position += 1
     return [*leading, "run", *flags, script, "--", *after]
 
 
@@ -96,13 +89,9 @@ def insert_default_command(args: list[str], commands: dict[str, click.Command]) 
     for index, arg in enumerate(args):
         if arg in _GLOBAL_FLAGS or arg.startswith("--color"):
             continue
-        if arg == "--":
-            return args
-        if arg in commands or arg.startswith("-"):
-            return args
-        if arg.endswith(_JOB_FILE_SUFFIXES) or Path(arg).is_file():
+        if arg not in commands and not arg.startswith("-") and (arg.endswith(_JOB_FILE_SUFFIXES) or Path(arg).is_file()):
             return [*args[:index], "run", *args[index:]]
-        return args
+        return args  # a command, an option, "--" or anything else comes first
     return args
 
 

@@ -96,11 +96,7 @@ class Console:
 
 
 def next_step_commands(handle: JobHandle) -> list[str]:
-    return [
-        f"smddp-launch status {handle}",
-        f"smddp-launch logs {handle} --follow",
-        f"smddp-launch cancel {handle}",
-    ]
+    return [f"smddp-launch status {handle}", f"smddp-launch logs {handle} --follow", f"smddp-launch cancel {handle}"]
 
 
 def state_text(state: JobState, color: bool) -> str:
@@ -114,9 +110,7 @@ def render_resolved(job: ResolvedJob, job_name: str) -> str:
     """The job as YAML, each top-level value (and each hyperparameter, variable, channel and option)
     followed by ``# <source>``."""
     values = _plain(job.spec.as_dict())
-    rows: list[tuple[str, str]] = [
-        (f"scheduler: {job.scheduler}", _origin(job, "scheduler", "default: from instance_type")),
-    ]
+    rows: list[tuple[str, str]] = [(f"scheduler: {job.scheduler}", _origin(job, "scheduler", "default: from instance_type"))]
     rows += _block(job, "scheduler_options", _plain(job.scheduler_options))
     for key, value in values.items():
         if key == "job_name" and value is None:

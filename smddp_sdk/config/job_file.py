@@ -13,16 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from smddp_sdk.config.layers import (
-    CONFIG_ENV,
-    DEFAULT_SOURCE,
-    Layer,
-    Source,
-    document_layer,
-    env_layer,
-    lookup_source,
-    merge,
-)
+from smddp_sdk.config.layers import CONFIG_ENV, DEFAULT_SOURCE, Layer, Source, document_layer, env_layer, lookup_source, merge
 from smddp_sdk.config.yaml_io import KEY_PROBLEMS, Mark, YamlDocument, load_yaml_file
 from smddp_sdk.errors import SpecError, SpecIssue
 from smddp_sdk.schedulers import infer_scheduler, scheduler_class, unknown_scheduler
@@ -97,14 +88,7 @@ def user_config_path(environ: Mapping[str, str] | None = None) -> tuple[Path | N
     return Path(config_home) / "smddp" / "config.yaml", False
 
 
-def resolve_job(
-    job_file: Path | None,
-    *,
-    flags: Layer | None = None,
-    environ: Mapping[str, str] | None = None,
-    cwd: Path | None = None,
-    job_file_name: str | None = None,
-) -> ResolvedJob:
+def resolve_job(job_file: Path | None, *, flags: Layer | None = None, environ: Mapping[str, str] | None = None, cwd: Path | None = None, job_file_name: str | None = None) -> ResolvedJob:
     """Merge defaults < user config < job file < SMDDP_* environment < flags and validate the result."""
     environ = os.environ if environ is None else environ
     cwd = cwd or Path.cwd()
@@ -231,12 +215,11 @@ def _display_path(path: Path) -> str:
 def _mapping_layer(document: YamlDocument | None, kind: str, base_dir: Path, problems: list[tuple[Source, SpecIssue]]) -> Layer | None:
     if document is None:
         return None
-    # A file that is not a mapping is reported alone: every field would otherwise look missing.
-    if document.data is None:
-        issue = SpecIssue("", "the file is empty", "a job needs at least entry_point: and instance_type: (run `smddp-launch init` for a commented example)")
-        raise JobFileError([locate(Source(kind, document.name, document), issue, document)])
-    if not isinstance(document.data, Mapping):
-        issue = SpecIssue("", f"must be a mapping of job fields (key: value lines), not a {type(document.data).__name__}")
+    if not isinstance(document.data, Mapping):  # reported alone: every field would otherwise look missing
+        if document.data is None:
+            issue = SpecIssue("", "the file is empty", "a job needs at least entry_point: and instance_type: (run `smddp-launch init` for a commented example)")
+        else:
+            issue = SpecIssue("", f"must be a mapping of job fields (key: value lines), not a {type(document.data).__name__}")
         raise JobFileError([locate(Source(kind, document.name, document), issue, document)])
     return document_layer(document, kind, base_dir)
 
@@ -252,13 +235,7 @@ def _scheduler_name(values: dict[str, Any], sources: dict[str, Source], problems
     return str(name)
 
 
-def _scheduler_options(
-    values: dict[str, Any],
-    sources: dict[str, Source],
-    scheduler: str,
-    sections: list[dict[str, Section]],
-    problems: list[tuple[Source, SpecIssue]],
-) -> dict[str, Any]:
+def _scheduler_options(values: dict[str, Any], sources: dict[str, Source], scheduler: str, sections: list[dict[str, Section]], problems: list[tuple[Source, SpecIssue]]) -> dict[str, Any]:
     """The chosen scheduler's options: its sections (user config, then job file) under the options given
     flat (a job file's older form, SMDDP_SCHEDULER_OPTIONS, -o flags), each value keeping its source."""
     given = values.pop("scheduler_options", None) or {}

@@ -157,12 +157,7 @@ def _union_members(hint: Any) -> tuple[Any, ...]:
 
 
 def _distribution_schema() -> dict[str, Any]:
-    option_types = {
-        "enabled": {"type": "boolean"},
-        "custom_mpi_options": {"type": "string"},
-        "processes_per_host": {"type": "integer", "minimum": 1},
-        "parameters": {"type": "object"},
-    }
+    option_types = {"enabled": {"type": "boolean"}, "custom_mpi_options": {"type": "string"}, "processes_per_host": {"type": "integer", "minimum": 1}, "parameters": {"type": "object"}}
 
     def options(kind: str) -> dict[str, Any]:
         keys = distribution_module._OPTION_KEYS[kind]
@@ -183,11 +178,7 @@ def _distribution_schema() -> dict[str, Any]:
 
 
 def _training_input_schema() -> dict[str, Any]:
-    enums = {
-        "distribution": job_module._S3_DISTRIBUTIONS,
-        "s3_data_type": job_module._S3_DATA_TYPES,
-        "input_mode": job_module._INPUT_MODES,
-    }
+    enums = {"distribution": job_module._S3_DISTRIBUTIONS, "s3_data_type": job_module._S3_DATA_TYPES, "input_mode": job_module._INPUT_MODES}
     properties: dict[str, Any] = {}
     for spec_field in dataclasses.fields(TrainingInput):
         nullable = spec_field.default is None
@@ -202,21 +193,12 @@ def _training_input_schema() -> dict[str, Any]:
 
 def _inputs_schema() -> dict[str, Any]:
     channel = {"anyOf": [{"type": "string"}, {"$ref": "#/$defs/trainingInput"}]}
-    channels = {
-        "type": "object",
-        "propertyNames": {"pattern": job_module._CHANNEL_NAME.pattern},
-        "additionalProperties": channel,
-    }
+    channels = {"type": "object", "propertyNames": {"pattern": job_module._CHANNEL_NAME.pattern}, "additionalProperties": channel}
     return {"anyOf": [{"type": "string", "description": "One location: the `training` channel."}, channels]}
 
 
 def _key_value_list(first: str, second: str, allow_mapping: bool) -> dict[str, Any]:
-    pair = {
-        "type": "object",
-        "additionalProperties": False,
-        "required": [first, second],
-        "properties": {first: {"type": "string"}, second: {"type": "string"}},
-    }
+    pair = {"type": "object", "additionalProperties": False, "required": [first, second], "properties": {first: {"type": "string"}, second: {"type": "string"}}}
     as_list = {"type": "array", "items": pair}
     if not allow_mapping:
         return as_list

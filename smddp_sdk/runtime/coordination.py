@@ -150,17 +150,7 @@ def _daemon_timer(seconds: float, action: Callable[[], None]) -> None:
 class Coordinator:
     """The job-wide failure service, run by the runtime on the job's first host."""
 
-    def __init__(
-        self,
-        hosts: Sequence[str],
-        token: str,
-        port: int,
-        *,
-        log: Log,
-        address: str = "",
-        connect_timeout: float = 600.0,
-        verdict_timeout: float = 15.0,
-    ) -> None:
+    def __init__(self, hosts: Sequence[str], token: str, port: int, *, log: Log, address: str = "", connect_timeout: float = 600.0, verdict_timeout: float = 15.0) -> None:
         self.hosts = tuple(hosts)
         self._token = token
         self._log = log
@@ -319,13 +309,7 @@ class Coordinator:
             if not reported:
                 self._gone.add(host)
         if not reported:
-            self._on_failure(
-                FailureRecord(
-                    host=host, rank=None, exit_code=1, error_type="LostPeer",
-                    message=f"the runtime on {host} disconnected before reporting its result",
-                    timestamp=time.time(),
-                )
-            )
+            self._host_failed(host, "LostPeer", f"the runtime on {host} disconnected before reporting its result")
         self._check_complete()
 
     def _connect_deadline(self) -> None:
@@ -333,14 +317,11 @@ class Coordinator:
             silent = [h for h in self.hosts if h not in self._channels and h not in self._finals and h not in self._gone]
             self._gone.update(silent)
         if silent:  # a host that never joins would leave the others waiting in rendezvous: fail loudly
-            self._on_failure(
-                FailureRecord(
-                    host=silent[0], rank=None, exit_code=1, error_type="HostNeverJoined",
-                    message=f"the runtimes on {silent} never reached the coordinator within {self._connect_timeout:.0f} s",
-                    timestamp=time.time(),
-                )
-            )
+            self._host_failed(silent[0], "HostNeverJoined", f"the runtimes on {silent} never reached the coordinator within {self._connect_timeout:.0f} s")
         self._check_complete()
+
+    def _host_failed(self, host: str, error_type: str, message: str) -> None:
+        self._on_failure(FailureRecord(host=host, rank=None, exit_code=1, error_type=error_type, message=message, timestamp=time.time()))
 
     def _check_complete(self) -> None:
         with self._lock:
@@ -378,16 +359,7 @@ class CoordinatorClient:
     """One runtime's line to the coordinator: report failures, learn when to stop and who is to blame."""
 
     def __init__(
-        self,
-        host: str,
-        address: str,
-        port: int,
-        token: str,
-        *,
-        log: Log,
-        on_stop: Callable[[FailureRecord], None],
-        connect_timeout: float = 600.0,
-        on_lost: Callable[[], None] | None = None,
+        self, host: str, address: str, port: int, token: str, *, log: Log, on_stop: Callable[[FailureRecord], None], connect_timeout: float = 600.0, on_lost: Callable[[], None] | None = None
     ) -> None:
         self.host = host
         self._on_lost = on_lost
@@ -481,10 +453,7 @@ class CoordinatorClient:
                 channel.close()
                 time.sleep(delay)
         if not self._closing:
-            self._log(
-                f"cannot reach the coordinator at {self._target[0]}:{self._target[1]} ({problem}); "
-                "continuing without cross-host failure propagation"
-            )
+            self._log(f"cannot reach the coordinator at {self._target[0]}:{self._target[1]} ({problem}); continuing without cross-host failure propagation")
         return None
 
     def _handshake(self, channel: _Channel) -> _Channel | None:

@@ -165,10 +165,7 @@ def rank_env(env: TrainingEnv, plan: RankPlan, slot: RankSlot) -> dict[str, str]
 
 # What torchelastic_env sets: inherited values would make a script think torchrun launched it. Not
 # TORCHELASTIC_USE_AGENT_STORE: that one is the rendezvous store's (runtime/store.py) or the user's choice.
-_ELASTIC_LAUNCH_VARIABLES = frozenset({
-    "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_ERROR_FILE",
-    "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE",
-})
+_ELASTIC_LAUNCH_VARIABLES = frozenset({"TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_ERROR_FILE", "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE"})
 
 
 def torchelastic_env(env: TrainingEnv, plan: RankPlan, slot: RankSlot, error_file: str) -> dict[str, str]:
@@ -190,15 +187,7 @@ def torchelastic_env(env: TrainingEnv, plan: RankPlan, slot: RankSlot, error_fil
     }
 
 
-def process_env(
-    base: Mapping[str, str],
-    env: TrainingEnv,
-    plan: RankPlan,
-    slot: RankSlot,
-    *,
-    python_path: Sequence[str],
-    error_file: str,
-) -> dict[str, str]:
+def process_env(base: Mapping[str, str], env: TrainingEnv, plan: RankPlan, slot: RankSlot, *, python_path: Sequence[str], error_file: str) -> dict[str, str]:
     """The complete environment of one rank: inherited variables, SM_*, rank variables, PYTHONPATH."""
     # Inherited launcher state would mislead the ranks (a shell inside torchrun, a runtime's own tree path).
     merged = {key: value for key, value in base.items() if key != contract.ERROR_FILE_ENV and key not in _ELASTIC_LAUNCH_VARIABLES}

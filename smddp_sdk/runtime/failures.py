@@ -17,17 +17,7 @@ from smddp_sdk.specs.failure import FailureRecord, decide, exit_code_of, from_de
 __all__ = ["rank_failure", "root_cause"]
 
 
-def rank_failure(
-    *,
-    host: str,
-    rank: int,
-    local_rank: int,
-    pid: int,
-    returncode: int,
-    error_file: Path,
-    log_tail: str,
-    observed_at: float | None = None,
-) -> FailureRecord:
+def rank_failure(*, host: str, rank: int, local_rank: int, pid: int, returncode: int, error_file: Path, log_tail: str, observed_at: float | None = None) -> FailureRecord:
     """Describe a failed rank from its error file when the bootstrap wrote one, else from how it died."""
     found = error_record(error_file)  # the bootstrap's own file, else the one torch's @record wrote
     if found:

@@ -6,6 +6,7 @@ fails; 128 + N when the runtime itself is stopped by signal N (SIGTERM: 143, SIG
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shlex
@@ -139,7 +140,8 @@ class NodeRuntime:
                     self.store.stop()
             code = self._finish(local_failures)
         if scratch_root:
-            _remove_if_empty(Path(scratch_root))  # shared by the job's runtimes: the last one out removes it
+            with contextlib.suppress(OSError):  # shared by the job's runtimes: the last one out (rmdir of an empty one) removes it
+                Path(scratch_root).rmdir()
         return code
 
     def _serve_store(self, scratch: Path, world_size: int) -> None:
@@ -155,9 +157,7 @@ class NodeRuntime:
         in_group = env.current_host in env.distribution_hosts
         shape = planning.launch_shape(env.framework_params, in_group)
         per_host = planning.processes_per_host(shape, env.framework_params, env.gpus_for_planning, env.num_neurons)
-        plan = planning.plan_ranks(
-            env.ordered_hosts, env.current_host, shape, per_host, planning.total_processes(shape, env.framework_params)
-        )
+        plan = planning.plan_ranks(env.ordered_hosts, env.current_host, shape, per_host, planning.total_processes(shape, env.framework_params))
         self.say(
             f"job {env.job_name or '-'}: launch shape {plan.shape.value}, hosts {list(plan.hosts)}, "
             f"{plan.processes_per_host} processes per host, world size {plan.world_size}, "
@@ -210,14 +210,10 @@ class NodeRuntime:
         opt_ml = self.env.opt_ml
         for slot in plan.local_slots:
             error_file = opt_ml.rank_error_file(slot.rank)
-            process_env = rank_env.process_env(
-                self.environ, self.env, plan, slot, python_path=python_path, error_file=str(error_file)
-            )
+            process_env = rank_env.process_env(self.environ, self.env, plan, slot, python_path=python_path, error_file=str(error_file))
             process_env.update(self.store_env)
             self.interpreter.apply(process_env)
-            self.procs.append(
-                spawn_rank(slot, command.argv, process_env, command.cwd, opt_ml.rank_log_file(slot.rank), error_file, self.console)
-            )
+            self.procs.append(spawn_rank(slot, command.argv, process_env, command.cwd, opt_ml.rank_log_file(slot.rank), error_file, self.console))
         self.say(f"started ranks {[p.slot.rank for p in self.procs]}: {shlex.join(command.argv)}")
 
     # --- watching -----------------------------------------------------------------------------------
@@ -253,19 +249,13 @@ class NodeRuntime:
         for proc in self.procs:
             if not proc.poll() or proc.stopped:
                 continue
+            slot, pid = proc.slot, proc.popen.pid
             if proc.returncode == 0:
-                slot = proc.slot
-                self.early_exits.append(FailureRecord(
-                    slot.host, slot.rank, 0, "", timestamp=proc.exited_at, source=SOURCE_EARLY_EXIT,
-                    local_rank=slot.local_rank, pid=proc.popen.pid,
-                ))
+                self.early_exits.append(FailureRecord(slot.host, slot.rank, 0, "", timestamp=proc.exited_at, source=SOURCE_EARLY_EXIT, local_rank=slot.local_rank, pid=pid))
             else:
-                slot = proc.slot
                 failures.append(
                     rank_failure(
-                        host=slot.host, rank=slot.rank, local_rank=slot.local_rank, pid=proc.popen.pid,
-                        returncode=proc.returncode or 0, error_file=proc.error_file,
-                        log_tail=_settled_tail(proc), observed_at=proc.exited_at,
+                        host=slot.host, rank=slot.rank, local_rank=slot.local_rank, pid=pid, returncode=proc.returncode or 0, error_file=proc.error_file, log_tail=_settled_tail(proc), observed_at=proc.exited_at
                     )
                 )
         return failures
@@ -355,10 +345,7 @@ class NodeRuntime:
 
     def _finish_setup_failure(self, exc: SmddpError) -> int:
         code = exc.exit_code
-        failure = FailureRecord(
-            host=self.env.current_host, rank=None, exit_code=code, error_type=type(exc).__name__,
-            message=str(exc), timestamp=time.time(), source=SOURCE_RUNTIME,
-        )
+        failure = FailureRecord(host=self.env.current_host, rank=None, exit_code=code, error_type=type(exc).__name__, message=str(exc), timestamp=time.time(), source=SOURCE_RUNTIME)
         self._write_records([failure])
         self.say(f"error: {exc}")
         if self.client:
@@ -417,8 +404,7 @@ class NodeRuntime:
         self.supervisor_gone = True
         if self.remote_stop is None:
             self.remote_stop = FailureRecord(
-                self.env.current_host, None, 1, "the job's supervisor is gone; this host stopped its ranks",
-                timestamp=time.time(), error_type="SupervisorGone", source=SOURCE_STOPPED,
+                self.env.current_host, None, 1, "the job's supervisor is gone; this host stopped its ranks", timestamp=time.time(), error_type="SupervisorGone", source=SOURCE_STOPPED
             )
         self.wake.set()
 
@@ -468,13 +454,6 @@ def _sweep_stale_scratch() -> None:
         except OSError:
             continue
         shutil.rmtree(entry, ignore_errors=True)
-
-
-def _remove_if_empty(path: Path) -> None:
-    try:
-        path.rmdir()
-    except OSError:
-        pass
 
 
 def _settled_tail(proc: RankProcess) -> str:

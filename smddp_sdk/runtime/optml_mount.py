@@ -65,10 +65,7 @@ def bind_host_tree(tree: Path) -> str:
     if not tree.is_dir():
         raise OptMlUnavailable(f"cannot bind {tree} on /opt/ml: it is not a directory")
     if not OPT.is_dir():
-        raise OptMlUnavailable(
-            "cannot give this host its own /opt/ml: the machine has no /opt directory to mount over; "
-            "create it (mkdir /opt) or use scheduler='docker'"
-        )
+        raise OptMlUnavailable("cannot give this host its own /opt/ml: the machine has no /opt directory to mount over; create it (mkdir /opt) or use scheduler='docker'")
     if tree.is_relative_to(OPT_ML):
         raise OptMlUnavailable(f"the host tree {tree} lies inside /opt/ml itself; choose a job_root outside /opt/ml")
     libc = _libc()
@@ -110,8 +107,7 @@ def _map_ids(uid: int, gid: int) -> None:
 
 
 def _userns_hint() -> str:
-    for path, bad in (("/proc/sys/kernel/unprivileged_userns_clone", "0"), ("/proc/sys/user/max_user_namespaces", "0"),
-                      ("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1")):
+    for path, bad in (("/proc/sys/kernel/unprivileged_userns_clone", "0"), ("/proc/sys/user/max_user_namespaces", "0"), ("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1")):
         try:
             if Path(path).read_text().strip() == bad:
                 return f"; {path.removeprefix('/proc/sys/').replace('/', '.')} is {bad}"

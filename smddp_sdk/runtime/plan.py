@@ -85,10 +85,7 @@ def launch_shape(framework_params: Mapping[str, Any], in_distribution_group: boo
     """The launch shape the flags ask for; ``none`` on hosts outside the distribution groups."""
     for flag in _UNSUPPORTED_FLAGS:
         if truthy(framework_params.get(flag)):
-            raise ContractError(
-                f"hyperparameters.json: field {flag!r} asks for a launcher this runtime does not provide; "
-                "use smdistributed, pytorchddp, torch_distributed or mpi"
-            )
+            raise ContractError(f"hyperparameters.json: field {flag!r} asks for a launcher this runtime does not provide; use smdistributed, pytorchddp, torch_distributed or mpi")
     if not in_distribution_group:
         return LaunchShape.NONE
     for flag, shape in _SHAPE_FLAGS:
@@ -107,13 +104,7 @@ def processes_per_host(shape: LaunchShape, framework_params: Mapping[str, Any], 
     return num_gpus or num_neurons or 1
 
 
-def plan_ranks(
-    hosts: Sequence[str],
-    current_host: str,
-    shape: LaunchShape,
-    per_host: int,
-    total_processes: int | None = None,
-) -> RankPlan:
+def plan_ranks(hosts: Sequence[str], current_host: str, shape: LaunchShape, per_host: int, total_processes: int | None = None) -> RankPlan:
     """Plan the ranks of the whole job. A host outside ``hosts`` runs one process in a world of its own."""
     if per_host < 1:
         raise ContractError(f"processes per host must be at least 1, got {per_host}")
@@ -122,10 +113,7 @@ def plan_ranks(
     capacity = per_host * len(hosts)
     world = capacity if total_processes is None else total_processes
     if not 0 < world <= capacity:
-        raise ContractError(
-            f"hyperparameters.json: field 'sagemaker_mpi_num_processes' is {world}, but {len(hosts)} hosts x "
-            f"{per_host} processes per host give {capacity} slots; choose 1..{capacity}"
-        )
+        raise ContractError(f"hyperparameters.json: field 'sagemaker_mpi_num_processes' is {world}, but {len(hosts)} hosts x {per_host} processes per host give {capacity} slots; choose 1..{capacity}")
     return RankPlan(shape, tuple(hosts), current_host, per_host, world)
 
 

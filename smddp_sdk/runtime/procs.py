@@ -49,15 +49,7 @@ class RankProcess:
         return True
 
 
-def spawn_rank(
-    slot: RankSlot,
-    argv: Sequence[str],
-    env: Mapping[str, str],
-    cwd: Path,
-    log_file: Path,
-    error_file: Path,
-    console: Console,
-) -> RankProcess:
+def spawn_rank(slot: RankSlot, argv: Sequence[str], env: Mapping[str, str], cwd: Path, log_file: Path, error_file: Path, console: Console) -> RankProcess:
     error_file.unlink(missing_ok=True)  # a stale record from an earlier run must not be mistaken for this one
     torchelastic_error_file(error_file).unlink(missing_ok=True)
     error_file.parent.mkdir(parents=True, exist_ok=True)  # torch's @record writes without creating it

@@ -114,8 +114,7 @@ class RendezvousStore:
         self._log_path = log_path
 
     @classmethod
-    def start(cls, address: str, port: int, scratch: Path, python: str = sys.executable, *, max_connections: int = 1024,
-              handshake_s: float = HANDSHAKE_SECONDS) -> RendezvousStore:
+    def start(cls, address: str, port: int, scratch: Path, python: str = sys.executable, *, max_connections: int = 1024, handshake_s: float = HANDSHAKE_SECONDS) -> RendezvousStore:
         """Bind ``address:port`` and start the helper (in ``python``, the ranks' interpreter) on it, keeping at
         most ``max_connections`` and none that stays silent ``handshake_s``; OSError when the port is taken."""
         listener = socket.create_server((address, port), backlog=1024)

@@ -275,10 +275,7 @@ def _entry_point(opt_ml: OptMl, decoded: Mapping[str, Any], environ: Mapping[str
     name = environ.get("SAGEMAKER_PROGRAM") or decoded.get("sagemaker_program")
     path = opt_ml.hyperparameters_file
     if name is None or name == "":
-        raise ContractError(
-            f"{path}: field 'sagemaker_program' is missing (and SAGEMAKER_PROGRAM is not set); "
-            'name the script to run, e.g. "sagemaker_program": "\\"train.py\\""'
-        )
+        raise ContractError(f'{path}: field \'sagemaker_program\' is missing (and SAGEMAKER_PROGRAM is not set); name the script to run, e.g. "sagemaker_program": "\\"train.py\\""')
     if not isinstance(name, str):
         raise ContractError(f"{path}: field 'sagemaker_program' must be a string, got {name!r}")
     problem = validate_entry_point(name)
@@ -299,10 +296,7 @@ def _optional_str(opt_ml: OptMl, decoded: Mapping[str, Any], key: str) -> str | 
 def _log_level(opt_ml: OptMl, decoded: Mapping[str, Any]) -> int:
     value = decoded.get("sagemaker_container_log_level", DEFAULT_LOG_LEVEL)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ContractError(
-            f"{opt_ml.hyperparameters_file}: field 'sagemaker_container_log_level' must be an integer "
-            f"logging level such as 20, got {value!r}"
-        )
+        raise ContractError(f"{opt_ml.hyperparameters_file}: field 'sagemaker_container_log_level' must be an integer logging level such as 20, got {value!r}")
     return value
 
 
@@ -359,9 +353,7 @@ def _gpu_counts(environ: Mapping[str, str]) -> tuple[int, int | None]:
 def probe_gpu_count() -> int:
     """GPUs on this machine as the toolkit counts them: ``nvidia-smi --list-gpus`` lines starting 'GPU '."""
     try:
-        listing = subprocess.run(
-            ["nvidia-smi", "--list-gpus"], capture_output=True, text=True, timeout=30, check=False
-        ).stdout
+        listing = subprocess.run(["nvidia-smi", "--list-gpus"], capture_output=True, text=True, timeout=30, check=False).stdout
     except (OSError, subprocess.TimeoutExpired):
         return 0
     return sum(1 for line in listing.splitlines() if line.startswith("GPU "))
@@ -399,7 +391,7 @@ def _host_addresses(environ: Mapping[str, str], hosts: tuple[str, ...]) -> dict[
     try:
         mapping = json.loads(raw)
     except (ValueError, RecursionError) as exc:
-        raise ContractError(f"environment variable {name} is not valid JSON ({exc}); expected {{\"algo-1\": \"127.0.0.1\", ...}}") from None
+        raise ContractError(f'environment variable {name} is not valid JSON ({exc}); expected {{"algo-1": "127.0.0.1", ...}}') from None
     if not isinstance(mapping, dict) or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in mapping.items()):
         raise ContractError(f"environment variable {name} must map host names to address strings, got {raw!r}")
     missing = [host for host in hosts if host not in mapping]

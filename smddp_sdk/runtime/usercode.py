@@ -67,8 +67,7 @@ def fetch_code(submit_directory: str | None, code_dir: Path) -> bool:
         shutil.copy2(source, code_dir / source.name)
     else:
         raise ContractError(
-            f"hyperparameters.json: field 'sagemaker_submit_directory' points to {str(source)!r}, which does not "
-            "exist on this host; give a directory, a .tar.gz, a file:// URI or an s3:// URI"
+            f"hyperparameters.json: field 'sagemaker_submit_directory' points to {str(source)!r}, which does not exist on this host; give a directory, a .tar.gz, a file:// URI or an s3:// URI"
         )
     return True
 
@@ -79,10 +78,7 @@ def _local_path(uri: str) -> Path:
         return Path(unquote(parsed.netloc + parsed.path))
     if "://" in uri:
         scheme = uri.split("://", 1)[0]
-        raise ContractError(
-            f"hyperparameters.json: field 'sagemaker_submit_directory' uses scheme {scheme!r}; "
-            "use a local path, file:// or s3://"
-        )
+        raise ContractError(f"hyperparameters.json: field 'sagemaker_submit_directory' uses scheme {scheme!r}; use a local path, file:// or s3://")
     return Path(uri)
 
 
@@ -90,16 +86,11 @@ def _fetch_s3(uri: str, code_dir: Path) -> None:
     try:
         import boto3  # only on SageMaker-style jobs whose code lives in S3
     except ImportError:
-        raise ContractError(
-            f"sagemaker_submit_directory is {uri!r} but boto3 is not installed in this image; "
-            "install boto3 or pass the code as a local directory"
-        ) from None
+        raise ContractError(f"sagemaker_submit_directory is {uri!r} but boto3 is not installed in this image; install boto3 or pass the code as a local directory") from None
     parsed = urlparse(uri)
     with tempfile.TemporaryDirectory() as scratch:
         archive = Path(scratch) / "sourcedir.tar.gz"
-        boto3.client("s3", endpoint_url=os.environ.get("S3_ENDPOINT_URL")).download_file(
-            parsed.netloc, parsed.path.lstrip("/"), str(archive)
-        )
+        boto3.client("s3", endpoint_url=os.environ.get("S3_ENDPOINT_URL")).download_file(parsed.netloc, parsed.path.lstrip("/"), str(archive))
         safe_extract(archive, code_dir)
 
 
@@ -125,15 +116,10 @@ def check_entry_point(entry_point: str, code_dir: Path, kind: EntryPointKind) ->
     present = sorted(str(p.relative_to(code_dir)) for p in code_dir.rglob("*") if p.is_file())[:2000]
     hint = did_you_mean(entry_point, present)
     listing = ", ".join(present[:10]) or "nothing"
-    raise ContractError(
-        f"hyperparameters.json: field 'sagemaker_program' names {entry_point!r}, which is not in the code "
-        f"directory {code_dir} (it holds: {listing}){'; ' + hint if hint else ''}"
-    )
+    raise ContractError(f"hyperparameters.json: field 'sagemaker_program' names {entry_point!r}, which is not in the code directory {code_dir} (it holds: {listing}){'; ' + hint if hint else ''}")
 
 
-def user_command(
-    entry_point: str, kind: EntryPointKind, code_dir: Path, args: Sequence[str], python: str = sys.executable
-) -> UserCommand:
+def user_command(entry_point: str, kind: EntryPointKind, code_dir: Path, args: Sequence[str], python: str = sys.executable) -> UserCommand:
     """The argv of one rank. Python runs through the bootstrap; nothing goes through a shell."""
     if kind is EntryPointKind.PYTHON_PROGRAM:
         argv = [python, "-m", BOOTSTRAP_MODULE, entry_point, *args]
@@ -169,14 +155,7 @@ class Interpreter:
             environ["PATH"] = os.pathsep.join(filter(None, [str(self.venv / "bin"), environ.get("PATH")]))
 
 
-def install(
-    code_dir: Path,
-    kind: EntryPointKind,
-    emit: Callable[[str], None],
-    *,
-    cache: Path | None = None,
-    job_key: str = "",
-) -> Interpreter:
+def install(code_dir: Path, kind: EntryPointKind, emit: Callable[[str], None], *, cache: Path | None = None, job_key: str = "") -> Interpreter:
     """pip-install requirements.txt (and the package itself for a setup.py entry point).
 
     Without ``cache`` (a container, as on SageMaker) into this interpreter. With it (local mode) into a
@@ -233,9 +212,7 @@ def _run_quietly(command: list[str]) -> None:
 
 def _pip(code_dir: Path, kind: EntryPointKind, command: list[str], emit: Callable[[str], None]) -> None:
     emit("running " + " ".join(command))
-    process = subprocess.Popen(
-        command, cwd=code_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True
-    )
+    process = subprocess.Popen(command, cwd=code_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
     assert process.stdout is not None
     tail: list[str] = []
     for line in process.stdout:

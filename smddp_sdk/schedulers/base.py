@@ -159,14 +159,7 @@ class Scheduler(abc.ABC):
     def status(self, handle: JobHandle) -> JobStatus: ...
 
     @abc.abstractmethod
-    def logs(
-        self,
-        handle: JobHandle,
-        *,
-        hosts: Sequence[str] | None = None,
-        ranks: Sequence[int] | None = None,
-        follow: bool = False,
-    ) -> Iterator[LogLine]:
+    def logs(self, handle: JobHandle, *, hosts: Sequence[str] | None = None, ranks: Sequence[int] | None = None, follow: bool = False) -> Iterator[LogLine]:
         """The job's output lines; with ``follow`` it keeps yielding until the job ends."""
 
     @abc.abstractmethod
@@ -199,19 +192,6 @@ class Scheduler(abc.ABC):
         """Why ``status`` failed, in the few words a listing row has room for."""
         return brief(err)
 
-    def _listed_dirs(self, directories: Iterable[Path]) -> list[Listed]:
-        """Job directories (each holding its ``job.json``, written once when the job was submitted) as listing
-        entries, newest record first."""
-        found = []
-        for path in directories:
-            try:
-                submitted = (path / RECORD_FILE).stat().st_mtime
-            except OSError:
-                continue  # removed meanwhile
-            handle = JobHandle(self.name, path.name)
-            found.append(Listed(handle, submitted, functools.partial(self.listed_status, handle, submitted, path)))
-        return sorted(found, key=lambda item: item.submitted, reverse=True)
-
     def wait(self, handle: JobHandle, *, poll: float = 1.0, timeout: float | None = None) -> JobStatus:
         """Poll ``status`` until the job reaches a terminal state (or ``timeout`` seconds pass)."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -219,4 +199,44 @@ class Scheduler(abc.ABC):
             status = self.status(handle)
             if status.state.is_terminal or (deadline is not None and time.monotonic() >= deadline):
                 return status
-            time.sleep(poll)
+            self._pause(poll)
+
+    def _pause(self, poll: float) -> None:
+        time.sleep(poll)
+
+
+class JobRootScheduler(Scheduler):
+    """A scheduler that keeps every job's directory, holding its ``job.json``, under ``job_root`` (host-tree
+    and slurm jobs): the job's name is its directory's, and the job root is all a listing reads."""
+
+    job_root: Path
+
+    def _local_issues(self, spec: JobSpec) -> list[SpecIssue]:
+        """What a job whose code and archives stay on this machine's file system cannot have: S3, a name taken."""
+        issues = []
+        if spec.source_dir and spec.source_dir.startswith("s3://"):
+            issues.append(SpecIssue("source_dir", f"{self.name} jobs run code from this machine, not from S3", "give a local directory"))
+        if spec.output_path and spec.output_path.startswith("s3://"):
+            issues.append(SpecIssue("output_path", f"{self.name} jobs write their archives on this machine's file system", "use a local path or file:// URI, or leave it unset"))
+        if spec.job_name and (self.job_root / spec.job_name).exists():
+            issues.append(self._name_taken(spec.job_name))
+        return issues
+
+    def _name_taken(self, job_name: str) -> SpecIssue:
+        return SpecIssue("job_name", f"a {self.name} job named {job_name!r} already exists in {self.job_root}", "choose another job_name, or remove that job's directory")
+
+    def _check_handle(self, handle: JobHandle) -> None:
+        if handle.scheduler != self.name:
+            raise SpecError(SpecIssue("handle", f"{handle} is not a {self.name} job", f"use get_scheduler({handle.scheduler!r})"))
+
+    def listed(self) -> list[Listed]:
+        """The job directories under the job root, newest record first."""
+        found = []
+        for path in self.job_root.iterdir() if self.job_root.is_dir() else ():
+            try:
+                submitted = (path / RECORD_FILE).stat().st_mtime
+            except OSError:
+                continue  # not a job directory, or removed meanwhile
+            handle = JobHandle(self.name, path.name)
+            found.append(Listed(handle, submitted, functools.partial(self.listed_status, handle, submitted, path)))
+        return sorted(found, key=lambda item: item.submitted, reverse=True)

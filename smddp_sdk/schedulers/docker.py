@@ -126,9 +126,7 @@ class DockerScheduler(HostTreeScheduler):
             return None, notes
         return "all", ["GPUs passed with --gpus all: the engine needs the NVIDIA Container Toolkit (gpus: none rehearses on CPU)"]
 
-    def _container(
-        self, spec: JobSpec, job_name: str, job_dir: JobDir, host: str, image: str, network: str, gpu_flag: str | None
-    ) -> dict[str, Any]:
+    def _container(self, spec: JobSpec, job_name: str, job_dir: JobDir, host: str, image: str, network: str, gpu_flag: str | None) -> dict[str, Any]:
         """How one host starts: its container's name and the exact ``docker create`` argv."""
         opt_ml = job_dir.host_dir(host)
         name = f"{job_name}-{host}"

@@ -139,20 +139,8 @@ def absolute_path(default: Callable[[], Path]) -> Callable[[Any], Path]:
 
 # --- options several schedulers share ------------------------------------------------------------
 
-PROCESSES_PER_HOST = Option(
-    "processes_per_host",
-    "int",
-    None,
-    "ranks per host (default: the instance type's GPU count, else 1)",
-    check=limits.processes_per_host_issues,
-)
-RETRY_SCRIPT_ERRORS = Option(
-    "retry_script_errors",
-    "bool",
-    False,
-    "with max_retry_attempts, also retry a job whose script failed (SageMaker retries only its own failures)",
-    check=boolean,
-)
+PROCESSES_PER_HOST = Option("processes_per_host", "int", None, "ranks per host (default: the instance type's GPU count, else 1)", check=limits.processes_per_host_issues)
+RETRY_SCRIPT_ERRORS = Option("retry_script_errors", "bool", False, "with max_retry_attempts, also retry a job whose script failed (SageMaker retries only its own failures)", check=boolean)
 STOP_GRACE_PERIOD = Option("stop_grace_period", "float", 10.0, "seconds between SIGTERM and SIGKILL on cancel", check=seconds, convert=float)
 
 

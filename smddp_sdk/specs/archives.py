@@ -285,8 +285,7 @@ def read_inside(root: Path, relative: str, limit: int) -> bytes | None:
 # --- archiving ------------------------------------------------------------------------------------------
 
 
-def write_archive(archive: Path, roots: Sequence[Path], *, trees: Sequence[Path] = (),
-                  on_skip: Callable[[str], None] | None = None) -> list[str]:
+def write_archive(archive: Path, roots: Sequence[Path], *, trees: Sequence[Path] = (), on_skip: Callable[[str], None] | None = None) -> list[str]:
     """One gzip tar of several directories laid over each other (the last root wins on equal names).
 
     ``trees[i]``, where given, is the tree that ``roots[i]`` lies in: a root reached from it through a
@@ -302,7 +301,7 @@ def write_archive(archive: Path, roots: Sequence[Path], *, trees: Sequence[Path]
             on_skip(text)
 
     members: dict[str, tuple[Path, Path]] = {}
-    for root, tree in itertools.zip_longest(roots, trees[:len(roots)]):
+    for root, tree in itertools.zip_longest(roots, trees[: len(roots)]):
         link = _first_link(root, tree or root)
         if link is not None:
             skip(f"{link}: a link ({os.readlink(link)!r}), so nothing under {root} is archived")

@@ -174,14 +174,7 @@ def split_hyperparameters(decoded: Mapping[str, Any]) -> tuple[dict[str, Any], d
 # --- config files -------------------------------------------------------------------------------
 
 
-def resource_config(
-    current_host: str,
-    hosts: Sequence[str],
-    instance_type: str,
-    *,
-    group_name: str = DEFAULT_GROUP_NAME,
-    network_interface_name: str = DEFAULT_NETWORK_INTERFACE,
-) -> dict[str, Any]:
+def resource_config(current_host: str, hosts: Sequence[str], instance_type: str, *, group_name: str = DEFAULT_GROUP_NAME, network_interface_name: str = DEFAULT_NETWORK_INTERFACE) -> dict[str, Any]:
     """resourceconfig.json for one host of a homogeneous cluster, as the SageMaker platform writes it."""
     return {
         "current_host": current_host,
@@ -199,13 +192,7 @@ def input_data_config(channels: Mapping[str, Mapping[str, Any]]) -> dict[str, di
     return {name: {**defaults, **dict(options)} for name, options in channels.items()}
 
 
-def write_config_files(
-    opt_ml: OptMl,
-    *,
-    resource: Mapping[str, Any],
-    hyperparameters: Mapping[str, str],
-    input_data: Mapping[str, Any],
-) -> None:
+def write_config_files(opt_ml: OptMl, *, resource: Mapping[str, Any], hyperparameters: Mapping[str, str], input_data: Mapping[str, Any]) -> None:
     """Write the three config files of one host. ``hyperparameters`` must already be encoded."""
     opt_ml.make_dirs()
     _write_json(opt_ml.resource_config_file, resource)

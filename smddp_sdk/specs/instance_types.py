@@ -37,12 +37,7 @@ CATALOG: dict[str, InstanceType] = {
     **_family("p5", "H100", [("48xlarge", 192, 8, 2048)]),
     **_family("p5e", "H200", [("48xlarge", 192, 8, 2048)]),
     **_family("p5en", "H200", [("48xlarge", 192, 8, 2048)]),
-    **_family(
-        "g4dn",
-        "T4",
-        [("xlarge", 4, 1, 16), ("2xlarge", 8, 1, 32), ("4xlarge", 16, 1, 64), ("8xlarge", 32, 1, 128),
-         ("12xlarge", 48, 4, 192), ("16xlarge", 64, 1, 256)],
-    ),
+    **_family("g4dn", "T4", [("xlarge", 4, 1, 16), ("2xlarge", 8, 1, 32), ("4xlarge", 16, 1, 64), ("8xlarge", 32, 1, 128), ("12xlarge", 48, 4, 192), ("16xlarge", 64, 1, 256)]),
     **_family(
         "g5",
         "A10G",
@@ -63,14 +58,10 @@ CATALOG: dict[str, InstanceType] = {
     ),
     "ml.trn1.2xlarge": InstanceType("ml.trn1.2xlarge", 8, 0, 32, "Trainium", neuron_devices=1),
     "ml.trn1.32xlarge": InstanceType("ml.trn1.32xlarge", 128, 0, 512, "Trainium", neuron_devices=16),
-    **_family("c5", "", [("xlarge", 4, 0, 8), ("2xlarge", 8, 0, 16), ("4xlarge", 16, 0, 32), ("9xlarge", 36, 0, 72),
-                         ("18xlarge", 72, 0, 144)]),
-    **_family("c6i", "", [("xlarge", 4, 0, 8), ("2xlarge", 8, 0, 16), ("4xlarge", 16, 0, 32), ("8xlarge", 32, 0, 64),
-                          ("16xlarge", 64, 0, 128), ("32xlarge", 128, 0, 256)]),
-    **_family("m5", "", [("large", 2, 0, 8), ("xlarge", 4, 0, 16), ("2xlarge", 8, 0, 32), ("4xlarge", 16, 0, 64),
-                         ("12xlarge", 48, 0, 192), ("24xlarge", 96, 0, 384)]),
-    **_family("m6i", "", [("large", 2, 0, 8), ("xlarge", 4, 0, 16), ("2xlarge", 8, 0, 32), ("4xlarge", 16, 0, 64),
-                          ("8xlarge", 32, 0, 128), ("16xlarge", 64, 0, 256), ("32xlarge", 128, 0, 512)]),
+    **_family("c5", "", [("xlarge", 4, 0, 8), ("2xlarge", 8, 0, 16), ("4xlarge", 16, 0, 32), ("9xlarge", 36, 0, 72), ("18xlarge", 72, 0, 144)]),
+    **_family("c6i", "", [("xlarge", 4, 0, 8), ("2xlarge", 8, 0, 16), ("4xlarge", 16, 0, 32), ("8xlarge", 32, 0, 64), ("16xlarge", 64, 0, 128), ("32xlarge", 128, 0, 256)]),
+    **_family("m5", "", [("large", 2, 0, 8), ("xlarge", 4, 0, 16), ("2xlarge", 8, 0, 32), ("4xlarge", 16, 0, 64), ("12xlarge", 48, 0, 192), ("24xlarge", 96, 0, 384)]),
+    **_family("m6i", "", [("large", 2, 0, 8), ("xlarge", 4, 0, 16), ("2xlarge", 8, 0, 32), ("4xlarge", 16, 0, 64), ("8xlarge", 32, 0, 128), ("16xlarge", 64, 0, 256), ("32xlarge", 128, 0, 512)]),
 }
 
 def lookup(name: str) -> InstanceType | None:

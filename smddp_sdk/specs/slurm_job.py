@@ -1,20 +1,6 @@
-"""The shared job directory of a Slurm job: written by the ``slurm`` scheduler, read by every node's runtime.
-
-One module for both sides, so the layout cannot drift between them (stdlib only: the runtime imports it):
-
-    <job_root>/<job_name>/          on the cluster's shared file system (FSx for Lustre on HyperPod)
-      job.json                      what was submitted: handle, spec, request, Slurm job id (scheduler)
-      job.sbatch                    the exact batch script ``--dryrun`` shows
-      node.json                     what every node's runtime needs beyond Slurm's environment (0600: the token)
-      code/                         the code snapshot (sagemaker_submit_directory)
-      nodes/<i>/                    the /opt/ml tree of the job's i-th node (SLURM_NODEID), staged with the
-                                    hyperparameters and channels; resourceconfig.json is written by the node
-      checkpoints/                  every node's /opt/ml/checkpoints (a link here): survives requeues
-      logs/<node>.log               one file per node, lines prefixed ``[<node>/rank<r>]:`` by the runtime
-      logs/batch.log                the batch script's own output
-      result.json                   the job step's exit code and the archives, written after the step ends
-      output/model.tar.gz, output/output.tar.gz   the nodes' model/ and output/data/ merged (as local mode)
-      cancel-requested              present once someone cancelled the job
+"""The shared job directory of a Slurm job (``<job_root>/<job_name>/``, drawn in docs/slurm.md): written by
+the ``slurm`` scheduler, read by every node's runtime. One module for both sides, so the layout cannot drift
+between them (stdlib only: the runtime imports it); the class body below is the layout.
 """
 
 from __future__ import annotations

@@ -1,26 +1,8 @@
-"""smddp-sdk's stand-in for AWS's `sagemaker_training` (only `environment`), used only when the real one is absent.
+"""smddp-sdk's stand-in for AWS's `sagemaker_training` (only `environment`), used only when the real one is absent: a real
+package further along sys.path is loaded in its place (``smddp_sdk.runtime.pythonpath.load_real_package``)."""
 
-PYTHONPATH entries come before site-packages, so this folder could shadow a real installation. On import
-the package therefore looks along the rest of sys.path and, when a real package of the same name exists
-there, loads that one in its place (self-contained: the runtime may expose this package through a folder
-of symlinks that holds nothing else).
-"""
-
-import importlib.machinery as _machinery
-import importlib.util as _util
 import os as _os
-import sys as _sys
 
-
-def _load_real_package(name: str, here: str) -> None:
-    mine = _os.path.realpath(here)
-    others = [p for p in _sys.path if _os.path.realpath(_os.path.join(p or _os.getcwd(), name)) != mine]
-    spec = _machinery.PathFinder.find_spec(name, others)
-    if spec is None or spec.loader is None:
-        return
-    module = _util.module_from_spec(spec)
-    _sys.modules[name] = module
-    spec.loader.exec_module(module)
-
+from smddp_sdk.runtime.pythonpath import load_real_package as _load_real_package
 
 _load_real_package(__name__, _os.path.dirname(_os.path.abspath(__file__)))

@@ -87,9 +87,7 @@ class Environment(Mapping[str, Any]):
         try:
             return self.__dict__["_values"][name]
         except KeyError:
-            raise AttributeError(
-                f"Environment has no attribute {name!r}; known: {', '.join(sorted(self.__dict__['_values']))}"
-            ) from None
+            raise AttributeError(f"Environment has no attribute {name!r}; known: {', '.join(sorted(self.__dict__['_values']))}") from None
 
     def __getitem__(self, key: str) -> Any:
         return self._values[key]

@@ -79,16 +79,7 @@ def bind_mount_source(channel: TrainingInput) -> Path | None:
     return channel.local_path
 
 
-def deliver(
-    inputs: Mapping[str, TrainingInput],
-    trees: Sequence[OptMl],
-    cache_dir: Path,
-    *,
-    style: Style = "symlink",
-    skip_mountable: bool = False,
-    s3: Any | None = None,
-    stream: Any = None,
-) -> None:
+def deliver(inputs: Mapping[str, TrainingInput], trees: Sequence[OptMl], cache_dir: Path, *, style: Style = "symlink", skip_mountable: bool = False, s3: Any | None = None, stream: Any = None) -> None:
     """Fill ``input/data/<channel>`` of every host tree (in host order ``algo-1..N``).
 
     ``style="symlink"`` links to the data (local mode: the hosts are processes on this machine);

@@ -157,12 +157,7 @@ class CheckpointSync:
             self.stream.flush()
 
 
-def for_job(
-    checkpoint_s3_uri: str | None,
-    checkpoint_local_path: str | None,
-    host_roots: Sequence[Path],
-    **options: Any,
-) -> CheckpointSync | None:
+def for_job(checkpoint_s3_uri: str | None, checkpoint_local_path: str | None, host_roots: Sequence[Path], **options: Any) -> CheckpointSync | None:
     """The sync of a job whose hosts' ``/opt/ml`` trees are ``host_roots``; None without a URI."""
     if not checkpoint_s3_uri:
         return None

@@ -62,17 +62,7 @@ def records(answers: Iterable[RankStack], max_run: int) -> list[FailureRecord]:
         inner = f" in {where(frames[0])}" if frames else ""
         message = f"still running{inner} when max_run={max_run} seconds passed; stopped"
         found.append(
-            FailureRecord(
-                stack.host,
-                stack.rank,
-                143,
-                message,
-                traceback="\n".join(frames[:INNERMOST_FRAMES]),
-                timestamp=now,
-                error_type="MaxRuntimeExceeded",
-                source=SOURCE_TIMEOUT,
-                signal="SIGTERM",
-            )
+            FailureRecord(stack.host, stack.rank, 143, message, traceback="\n".join(frames[:INNERMOST_FRAMES]), timestamp=now, error_type="MaxRuntimeExceeded", source=SOURCE_TIMEOUT, signal="SIGTERM")
         )
     return sorted(found, key=lambda record: (in_collective(record.traceback.splitlines()), record.rank or 0))
 

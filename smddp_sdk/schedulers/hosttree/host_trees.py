@@ -41,10 +41,7 @@ def host_names(count: int) -> list[str]:
 
 def channel_config(channel: TrainingInput, default_mode: str) -> dict[str, Any]:
     """A channel's entry in inputdataconfig.json (the platform fills the remaining defaults)."""
-    options: dict[str, Any] = {
-        "TrainingInputMode": channel.input_mode or default_mode,
-        "S3DistributionType": channel.distribution,
-    }
+    options: dict[str, Any] = {"TrainingInputMode": channel.input_mode or default_mode, "S3DistributionType": channel.distribution}
     if channel.content_type:
         options["ContentType"] = channel.content_type
     if channel.record_wrapping:
@@ -54,15 +51,7 @@ def channel_config(channel: TrainingInput, default_mode: str) -> dict[str, Any]:
     return options
 
 
-def config_files(
-    spec: JobSpec,
-    *,
-    job_name: str,
-    hosts: Sequence[str],
-    current_host: str,
-    submit_directory: str,
-    region: str | None = None,
-) -> dict[str, Any]:
+def config_files(spec: JobSpec, *, job_name: str, hosts: Sequence[str], current_host: str, submit_directory: str, region: str | None = None) -> dict[str, Any]:
     """The three config files of one host, keyed as ``contract.write_config_files`` takes them
     (``resource``, ``hyperparameters`` encoded as v2 does, ``input_data``). Pure."""
     hyperparameters = spec.training_hyperparameters(job_name=job_name, submit_directory=submit_directory, region=region)
@@ -82,16 +71,7 @@ class HostTree:
     opt_ml: OptMl
 
 
-def prepare_host_trees(
-    spec: JobSpec,
-    job_dir: Path,
-    job_name: str,
-    hosts: Sequence[str],
-    *,
-    submit_directory: str,
-    region: str | None = None,
-    link_inputs: bool = True,
-) -> list[HostTree]:
+def prepare_host_trees(spec: JobSpec, job_dir: Path, job_name: str, hosts: Sequence[str], *, submit_directory: str, region: str | None = None, link_inputs: bool = True) -> list[HostTree]:
     """Create ``job_dir/<host>`` for every host, with its config files and (optionally) input links.
 
     ``submit_directory`` is what the runtime reads as ``sagemaker_submit_directory``: a ``file://`` URI
@@ -122,8 +102,7 @@ def stage_code(spec: JobSpec, dest: Path) -> Path:
     trees = [Path(spec.source_dir)] if spec.source_dir else []
     problems = [problem for tree in [*trees, *map(Path, spec.dependencies)] for problem in unsafe_code_entries(tree, ignore)]
     if problems:
-        raise SpecError([SpecIssue("", problem, "code directories hold files, directories and relative links that "
-                                   "stay inside them") for problem in problems])
+        raise SpecError([SpecIssue("", problem, "code directories hold files, directories and relative links that stay inside them") for problem in problems])
     if spec.source_dir:
         shutil.copytree(spec.source_dir, dest, symlinks=True, ignore=ignore, dirs_exist_ok=True)
     else:
@@ -192,7 +171,6 @@ def collect_artifacts(trees: Iterable[OptMl], dest: Path, on_skip: Callable[[str
     trees = list(trees)
     dest.mkdir(parents=True, exist_ok=True)
     bases = [tree.base for tree in trees]
-    for archive, roots in (("model.tar.gz", [tree.model_dir for tree in trees]),
-                           ("output.tar.gz", [tree.output_data_dir for tree in trees])):
+    for archive, roots in (("model.tar.gz", [tree.model_dir for tree in trees]), ("output.tar.gz", [tree.output_data_dir for tree in trees])):
         write_archive(dest / archive, roots, trees=bases, on_skip=on_skip and (lambda line, name=archive: on_skip(f"{name}: {line}")))
     return dest / "model.tar.gz", dest / "output.tar.gz"

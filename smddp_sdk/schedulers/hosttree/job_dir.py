@@ -1,19 +1,8 @@
-"""The on-disk state of one local job, shared by the local scheduler and its per-job supervisor.
+"""The on-disk state of one host-tree job, shared by its scheduler and its per-job supervisor.
 
-Everything another process needs to answer ``status``, ``logs`` and ``cancel`` lives in the job directory,
-so a job started by one Python process can be watched or stopped from any other:
-
-    <job_root>/<job_name>/
-      job.json          what to run (written once by the scheduler): handle, spec, hosts, commands, env
-      state.json        where it is (rewritten atomically by the supervisor): state, pids, exit codes, failure
-      cancel-requested  present once someone asked to cancel (survives a lost signal)
-      supervisor.log    the supervisor's own messages
-      lifeline          a FIFO the supervisor holds open; runtimes stop when it reads end-of-file
-      heartbeat         touched every second by a live supervisor (cancel tells a frozen one by it)
-      console.log       every host's runtime output in arrival order, each line prefixed [algo-N/rankR]:
-      code/             snapshot of source_dir + dependencies (sagemaker_submit_directory)
-      algo-1/ ...       one /opt/ml tree per simulated host (SAGEMAKER_BASE_DIR of that host's runtime)
-      output/           model.tar.gz and output.tar.gz when output_path is left at its default
+Everything another process needs to answer ``status``, ``logs`` and ``cancel`` lives in the job directory
+(``<job_root>/<job_name>/``, drawn in docs/local-mode.md), so a job started by one Python process can be
+watched or stopped from any other.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 import smddp_sdk
 from smddp_sdk.errors import SpecError, SpecIssue
-from smddp_sdk.schedulers.base import Capabilities, DryRun, Listed, Scheduler
+from smddp_sdk.schedulers.base import Capabilities, DryRun, JobRootScheduler
 from smddp_sdk.schedulers.hosttree import fidelity
 from smddp_sdk.schedulers.hosttree.attempts import Interruption, request_interrupt
 from smddp_sdk.schedulers.hosttree.console_log import follow_stamped
@@ -50,7 +50,7 @@ _NAME_ATTEMPTS = 20
 ATTEMPT_KEYS = ("attempt", "attempts", "interruptions", "transitions", "training_seconds", "billable_seconds")
 
 
-class HostTreeScheduler(Scheduler):
+class HostTreeScheduler(JobRootScheduler):
     """Jobs of N host trees on this machine, whose state lives in ``<job_root>/<job>/`` (``hosttree.job_dir``)."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(bound_to_owner=True, cancel_on_interrupt=True)
@@ -65,15 +65,9 @@ class HostTreeScheduler(Scheduler):
 
     def validate(self, spec: JobSpec) -> list[SpecIssue]:
         """What this machine cannot run: S3 code or output, what the rehearsal cannot emulate, a name clash."""
-        issues = []
-        if spec.source_dir and spec.source_dir.startswith("s3://"):
-            issues.append(SpecIssue("source_dir", f"{self.name} mode runs code from this machine, not from S3", "give a local directory"))
-        if spec.output_path and spec.output_path.startswith("s3://"):
-            issues.append(SpecIssue("output_path", f"{self.name} mode writes artifacts to this machine", "use a local path or file:// URI, or leave it unset"))
-        elif problem := _unwritable(output_root(spec, self.job_root)):
+        issues = self._local_issues(spec)
+        if not (spec.output_path or "").startswith("s3://") and (problem := _unwritable(output_root(spec, self.job_root))):
             issues.append(SpecIssue("output_path" if spec.output_path else "scheduler_options.job_root", problem))
-        if spec.job_name and JobDir(self.job_root / spec.job_name).path.exists():
-            issues.append(self._name_taken(spec.job_name))
         if self.interrupt_after and not spec.use_spot_instances:
             issues.append(SpecIssue("scheduler_options.interrupt_after", "rehearses spot interruptions, and this job does not use spot instances", "set use_spot_instances: true and max_wait, or drop interrupt_after"))
         return [*issues, *self._feature_issues(spec), *fidelity.issues(spec)]
@@ -81,9 +75,6 @@ class HostTreeScheduler(Scheduler):
     def _feature_issues(self, spec: JobSpec) -> list[SpecIssue]:
         """What this scheduler cannot run of what SageMaker can (beyond the fidelity checks)."""
         return []
-
-    def _name_taken(self, job_name: str) -> SpecIssue:
-        return SpecIssue("job_name", f"a {self.name} job named {job_name!r} already exists in {self.job_root}", "choose another job_name, or remove that job's directory")
 
     def _request(self, spec: JobSpec, job_name: str, **planned: Any) -> dict[str, Any]:
         """The job record's request: what every host-tree job has around what its scheduler ``planned``."""
@@ -188,9 +179,7 @@ class HostTreeScheduler(Scheduler):
             # A session of its own: Ctrl-C in the caller's terminal reaches the caller, which decides
             # whether to cancel; the job survives the caller only when nobody owns it.
             process = subprocess.Popen(
-                [sys.executable, "-m", SUPERVISOR_MODULE, str(job_dir.path)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                cwd=job_dir.path,
+                [sys.executable, "-m", SUPERVISOR_MODULE, str(job_dir.path)], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=job_dir.path
             )
         _CHILDREN.append(process)
 
@@ -351,20 +340,13 @@ class HostTreeScheduler(Scheduler):
     # --- lookups ----------------------------------------------------------------------------------
 
     def _job_dir(self, handle: JobHandle) -> JobDir:
-        if handle.scheduler != self.name:
-            raise SpecError(SpecIssue("handle", f"{handle} is not a {self.name} job", f"use get_scheduler({handle.scheduler!r})"))
+        self._check_handle(handle)
         job_dir = JobDir(self.job_root / handle.job_id)
         if not job_dir.exists():
             raise SpecError(SpecIssue("handle", f"no {self.name} job {handle.job_id!r} in {self.job_root}", f"list jobs with `smddp-launch list --scheduler {self.name}`; set job_root or SMDDP_JOB_ROOT if they live elsewhere"))
         record = read_json_object(job_dir.record_file) or {}  # one it cannot read is not refused here
         HostTreePlan.from_request(record.get("request") or {})  # a job an older version wrote says so
         return job_dir
-
-    def listed(self) -> list[Listed]:
-        """The jobs under the job root, newest first."""
-        if not self.job_root.is_dir():
-            return []
-        return self._listed_dirs(path for path in self.job_root.iterdir() if JobDir(path).exists())
 
     def job_path(self, handle: JobHandle) -> Path:
         """Where the job's directory is (whether or not it still exists)."""

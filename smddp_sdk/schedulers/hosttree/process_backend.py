@@ -68,10 +68,7 @@ class ProcessBackend(HostBackend):
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [planned.environment.get("PYTHONPATH"), os.environ.get("PYTHONPATH")]))
         env.update(extra_env)
         env[contract.PARENT_PID_ENV] = str(os.getpid())  # the runtime dies with us (PR_SET_PDEATHSIG)
-        process = subprocess.Popen(
-            list(planned.command), env=env, cwd=planned.opt_ml, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-        )
+        process = subprocess.Popen(list(planned.command), env=env, cwd=planned.opt_ml, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         self.processes[host] = process
         self._copy_output(host, process, output)
         return {"pid": process.pid}

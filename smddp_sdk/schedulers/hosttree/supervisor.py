@@ -37,15 +37,7 @@ from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
 from smddp_sdk.specs import contract, processes
 from smddp_sdk.specs.archives import read_inside
 from smddp_sdk.specs.contract import OptMl
-from smddp_sdk.specs.failure import (
-    SOURCE_EARLY_EXIT,
-    SOURCE_STOPPED,
-    SOURCE_SUPERVISOR,
-    FailureRecord,
-    Verdict,
-    decide,
-    from_error_file,
-)
+from smddp_sdk.specs.failure import SOURCE_EARLY_EXIT, SOURCE_STOPPED, SOURCE_SUPERVISOR, FailureRecord, Verdict, decide, from_error_file
 from smddp_sdk.specs.status import JobState, billing_lines
 
 POLL_SECONDS = 0.1
@@ -192,8 +184,7 @@ class Supervisor:
             return None
         self.timeline.enter(attempts.DOWNLOADING, f"attempt {attempt}: restoring checkpoints from {sync.uri}")
         if sync.restore() == 0:
-            self.say(f"warning: attempt {attempt} starts the script from scratch: no checkpoint was synced to {sync.uri} "
-                     "(the script wrote none to its checkpoint directory)")
+            self.say(f"warning: attempt {attempt} starts the script from scratch: no checkpoint was synced to {sync.uri} (the script wrote none to its checkpoint directory)")
         return sync
 
     def archive_attempt(self, attempt: int) -> None:

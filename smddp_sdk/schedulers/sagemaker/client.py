@@ -17,18 +17,8 @@ import botocore.config
 import botocore.exceptions
 
 from smddp_sdk import __version__
-from smddp_sdk.errors import (
-    EXIT_JOB_FAILED,
-    EXIT_SPEC,
-    EXIT_UNAVAILABLE,
-    SmddpError,
-    UnavailableError,
-)
-from smddp_sdk.schedulers.sagemaker.errors import (
-    CREDENTIALS_HINT,
-    REGION_HINT,
-    AwsError,
-)
+from smddp_sdk.errors import EXIT_JOB_FAILED, EXIT_SPEC, EXIT_UNAVAILABLE, SmddpError, UnavailableError
+from smddp_sdk.schedulers.sagemaker.errors import CREDENTIALS_HINT, REGION_HINT, AwsError
 
 T = TypeVar("T")
 
@@ -42,7 +32,10 @@ _ADVICE: dict[str, tuple[int, str]] = {
     "SignatureDoesNotMatch": (EXIT_UNAVAILABLE, "the secret key does not match the access key; " + CREDENTIALS_HINT),
     "ExpiredToken": (EXIT_UNAVAILABLE, "the session credentials expired; refresh them (e.g. `aws sso login`)"),
     "ExpiredTokenException": (EXIT_UNAVAILABLE, "the session credentials expired; refresh them (e.g. `aws sso login`)"),
-    "ResourceLimitExceeded": (EXIT_UNAVAILABLE, "an account quota is reached; request an increase in the Service Quotas console (SageMaker, '<instance type> for training job usage') or use a smaller instance_count/instance_type"),
+    "ResourceLimitExceeded": (
+        EXIT_UNAVAILABLE,
+        "an account quota is reached; request an increase in the Service Quotas console (SageMaker, '<instance type> for training job usage') or use a smaller instance_count/instance_type",
+    ),
     "ThrottlingException": (EXIT_UNAVAILABLE, "AWS is throttling requests; wait a minute and retry"),
     "ResourceInUse": (EXIT_SPEC, "a training job with this name exists; set another job_name or base_job_name"),
     "ResourceNotFound": (EXIT_SPEC, "no such training job in this region; check the job name and region (sagemaker://<region>/<job>)"),
@@ -98,17 +91,7 @@ def error_code(exc: BaseException) -> str:
 class AwsClients:
     """Lazily built AWS clients for one region; pass ``sagemaker=``/``s3=``/``logs=``/``sts=`` to inject."""
 
-    def __init__(
-        self,
-        *,
-        region: str | None = None,
-        profile: str | None = None,
-        session: Any = None,
-        sagemaker: Any = None,
-        s3: Any = None,
-        logs: Any = None,
-        sts: Any = None,
-    ) -> None:
+    def __init__(self, *, region: str | None = None, profile: str | None = None, session: Any = None, sagemaker: Any = None, s3: Any = None, logs: Any = None, sts: Any = None) -> None:
         self._session = session
         self._profile = profile
         self._region = region
@@ -141,10 +124,7 @@ class AwsClients:
 
     def client(self, service: str) -> Any:
         if self._clients.get(service) is None:
-            config = botocore.config.Config(
-                user_agent_extra=f"smddp-sdk/{__version__}",
-                retries={"max_attempts": 15 if service == "logs" else 5, "mode": "standard"},
-            )
+            config = botocore.config.Config(user_agent_extra=f"smddp-sdk/{__version__}", retries={"max_attempts": 15 if service == "logs" else 5, "mode": "standard"})
             self._clients[service] = self.session.client(service, region_name=self.region, config=config)
         return self._clients[service]
 

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from smddp_sdk.errors import EXIT_INTERRUPTED, EXIT_JOB_FAILED, SmddpError
 
-CREDENTIALS_HINT = (
-    "set AWS credentials: AWS_PROFILE=<profile> (after `aws configure` or `aws sso login`), or "
-    "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (plus AWS_SESSION_TOKEN for temporary ones)"
-)
+CREDENTIALS_HINT = "set AWS credentials: AWS_PROFILE=<profile> (after `aws configure` or `aws sso login`), or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (plus AWS_SESSION_TOKEN for temporary ones)"
 REGION_HINT = "set AWS_REGION (e.g. export AWS_REGION=us-west-2), pass region=..., or set a region in ~/.aws/config"
 INSTALL_HINT = "install the AWS extra: pip install 'smddp-sdk[aws]'"
 

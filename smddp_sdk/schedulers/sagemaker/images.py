@@ -37,8 +37,7 @@ def dns_suffix(region: str) -> str:
 
 def partition(region: str) -> str:
     """The ARN partition of ``region`` (``aws``, ``aws-cn``, ``aws-us-gov``, ``aws-iso``, ...)."""
-    for prefix, name in (("cn-", "aws-cn"), ("us-gov-", "aws-us-gov"), ("us-isob-", "aws-iso-b"),
-                         ("us-isof-", "aws-iso-f"), ("us-iso-", "aws-iso"), ("eu-isoe-", "aws-iso-e")):
+    for prefix, name in (("cn-", "aws-cn"), ("us-gov-", "aws-us-gov"), ("us-isob-", "aws-iso-b"), ("us-isof-", "aws-iso-f"), ("us-iso-", "aws-iso"), ("eu-isoe-", "aws-iso-e")):
         if region.startswith(prefix):
             return name
     return "aws"
@@ -59,14 +58,7 @@ def base_job_name_from_image(image_uri: str) -> str:
     return cleaned or "training"
 
 
-def training_image_uri(
-    *,
-    region: str,
-    framework_version: str | None,
-    py_version: str | None,
-    instance_type: str,
-    distribution: Distribution,
-) -> tuple[str | None, list[SpecIssue]]:
+def training_image_uri(*, region: str, framework_version: str | None, py_version: str | None, instance_type: str, distribution: Distribution) -> tuple[str | None, list[SpecIssue]]:
     """The AWS training image for these arguments, or None with the problems that prevent choosing one."""
     if not framework_version:
         hint = "set framework_version (and py_version), e.g. framework_version='2.2.0', py_version='py310'"

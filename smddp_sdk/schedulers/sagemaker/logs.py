@@ -31,8 +31,7 @@ def host_of_stream(stream: str, job_name: str) -> str:
 def console_url(region: str, job_name: str) -> str:
     """The CloudWatch console page with this job's streams."""
     group = LOG_GROUP.replace("/", "$252F")
-    return (f"https://{region}.console.aws.amazon.com/cloudwatch/home?region={region}"
-            f"#logsV2:log-groups/log-group/{group}$3FlogStreamNameFilter$3D{job_name}$252F")
+    return f"https://{region}.console.aws.amazon.com/cloudwatch/home?region={region}#logsV2:log-groups/log-group/{group}$3FlogStreamNameFilter$3D{job_name}$252F"
 
 
 def to_log_line(host: str, event: dict[str, Any]) -> LogLine:

@@ -22,10 +22,7 @@ SOURCE_TARBALL = "sourcedir.tar.gz"
 CODE_CHANNEL = "code"
 ISOLATED_SUBMIT_DIRECTORY = f"/opt/ml/input/data/{CODE_CHANNEL}/{SOURCE_TARBALL}"
 # Regions where SageMaker Debugger and its profiler do not run (v2 leaves the configs out there).
-_NO_DEBUGGER_REGIONS = frozenset(
-    {"us-iso-east-1", "us-isob-east-1", "ap-southeast-3", "ap-southeast-4", "eu-south-2", "me-central-1",
-     "ap-south-2", "eu-central-2", "us-gov-east-1"}
-)
+_NO_DEBUGGER_REGIONS = frozenset({"us-iso-east-1", "us-isob-east-1", "ap-southeast-3", "ap-southeast-4", "eu-south-2", "me-central-1", "ap-south-2", "eu-central-2", "us-gov-east-1"})
 _ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::(\d{12}|<account-id>):role/[\w+=,.@/-]{1,512}$")
 _ROLE_NAME = re.compile(r"^[\w+=,.@-]{1,64}$")
 _S3_URI = re.compile(r"^s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9]|[a-z0-9.-]*<account-id>)(/.*)?$")
@@ -88,13 +85,7 @@ def default_bucket_name(region: str, account: str | None) -> str:
 def resolve_image(spec: JobSpec, region: str) -> tuple[str | None, list[SpecIssue]]:
     if spec.image_uri:
         return spec.image_uri, []
-    return images.training_image_uri(
-        region=region,
-        framework_version=spec.framework_version,
-        py_version=spec.py_version,
-        instance_type=spec.instance_type,
-        distribution=spec.distribution,
-    )
+    return images.training_image_uri(region=region, framework_version=spec.framework_version, py_version=spec.py_version, instance_type=spec.instance_type, distribution=spec.distribution)
 
 
 def role_arn(role: str, region: str, account: str | None) -> str:
@@ -126,29 +117,12 @@ def s3_uri_issues(path: str, uri: str | None, what: str) -> list[SpecIssue]:
     return []
 
 
-def plan_placement(
-    spec: JobSpec,
-    *,
-    job_name: str,
-    region: str,
-    role: str,
-    image_uri: str,
-    account: str | None = None,
-    bucket: str | None = None,
-) -> Placement:
+def plan_placement(spec: JobSpec, *, job_name: str, region: str, role: str, image_uri: str, account: str | None = None, bucket: str | None = None) -> Placement:
     """Where the code, the output and the role are, by v2's rules (see docs/sagemaker.md, "S3 layout")."""
     default_bucket = bucket or default_bucket_name(region, account)
     output_path = spec.output_path or f"s3://{default_bucket}/"
     code, submit_directory = _code_location(spec, job_name, default_bucket)
-    return Placement(
-        region=region,
-        role_arn=role_arn(role, region, account),
-        image_uri=image_uri,
-        output_path=output_path,
-        code=code,
-        submit_directory=submit_directory,
-        default_bucket=default_bucket,
-    )
+    return Placement(region=region, role_arn=role_arn(role, region, account), image_uri=image_uri, output_path=output_path, code=code, submit_directory=submit_directory, default_bucket=default_bucket)
 
 
 def _code_location(spec: JobSpec, job_name: str, default_bucket: str) -> tuple[S3Location | None, str]:
@@ -239,17 +213,8 @@ def _channels(spec: JobSpec, placement: Placement) -> list[dict[str, Any]]:
 
 
 def _channel(name: str, channel: TrainingInput) -> dict[str, Any]:
-    config: dict[str, Any] = {
-        "DataSource": {
-            "S3DataSource": {
-                "S3DataType": channel.s3_data_type,
-                "S3Uri": channel.s3_data,
-                "S3DataDistributionType": channel.distribution,
-            }
-        }
-    }
-    optional = (("CompressionType", channel.compression), ("ContentType", channel.content_type),
-                ("RecordWrapperType", channel.record_wrapping), ("InputMode", channel.input_mode))
+    config: dict[str, Any] = {"DataSource": {"S3DataSource": {"S3DataType": channel.s3_data_type, "S3Uri": channel.s3_data, "S3DataDistributionType": channel.distribution}}}
+    optional = (("CompressionType", channel.compression), ("ContentType", channel.content_type), ("RecordWrapperType", channel.record_wrapping), ("InputMode", channel.input_mode))
     config.update({key: value for key, value in optional if value is not None})
     config["ChannelName"] = name
     return config

@@ -120,11 +120,7 @@ class SageMakerScheduler(Scheduler):
 
     def resolve(self, spec: JobSpec) -> JobSpec:
         """The spec with this scheduler's role/code_location/output_path filled in where it has none."""
-        return spec.replace(
-            role=spec.role or self.role,
-            code_location=spec.code_location or self.code_location,
-            output_path=spec.output_path or self.output_path,
-        )
+        return spec.replace(role=spec.role or self.role, code_location=spec.code_location or self.code_location, output_path=spec.output_path or self.output_path)
 
     def validate(self, spec: JobSpec) -> list[SpecIssue]:
         spec = self.resolve(spec)  # also called directly, on a spec as written
@@ -279,22 +275,15 @@ class SageMakerScheduler(Scheduler):
         """Poll until the job ends (or ``timeout`` seconds pass); with ``logs`` print what ``logs(follow=True)``
         yields to ``log_sink``. Ctrl-C detaches: the job keeps running and ``Detached`` says how to come back."""
         poll = self.poll if poll is None else poll
-        deadline = None if timeout is None else time.monotonic() + timeout
         try:
             if logs:
+                deadline = None if timeout is None else time.monotonic() + timeout
                 return self._print_until_end(self._follow(handle, hosts=None, ranks=None, poll=poll, deadline=deadline))
-            return self._poll_until_end(handle, poll, deadline)
+            return super().wait(handle, poll=poll, timeout=timeout)
         except KeyboardInterrupt:
             raise Detached(
                 f"detached from {handle}: the job keeps running on SageMaker (and keeps being billed)\n  reattach: smddp-launch logs --follow {handle}\n  stop it:  smddp-launch cancel {handle}"
             ) from None
-
-    def _poll_until_end(self, handle: JobHandle, poll: float, deadline: float | None) -> JobStatus:
-        while True:
-            status = self.status(handle)
-            if status.state.is_terminal or _past(deadline):
-                return status
-            self._pause(poll)
 
     def _print_until_end(self, lines: Generator[LogLine, None, JobStatus]) -> JobStatus:
         while True:
@@ -330,7 +319,7 @@ class SageMakerScheduler(Scheduler):
             self._pause(poll)
 
     def _pause(self, poll: float) -> None:
-        self.sleep(max(poll, self.min_poll))
+        self.sleep(max(poll, self.min_poll))  # DescribeTrainingJob is rate-limited
 
 
 def _past(deadline: float | None) -> bool:

@@ -10,14 +10,8 @@ from smddp_sdk.specs.status import JobState
 from smddp_sdk.specs.status import billing_lines as billing_lines_of
 
 # TrainingJobStatus -> JobState; "InProgress" is refined by the secondary status below.
-_PRIMARY = {
-    "Completed": JobState.SUCCEEDED,
-    "Failed": JobState.FAILED,
-    "Stopped": JobState.CANCELLED,
-    "Stopping": JobState.RUNNING,
-}
-_STARTING = frozenset({"Starting", "LaunchingMLInstances", "PreparingTrainingStack", "Downloading",
-                       "DownloadingTrainingImage", "Restarting", "Pending", "Updating", "Interrupted"})
+_PRIMARY = {"Completed": JobState.SUCCEEDED, "Failed": JobState.FAILED, "Stopped": JobState.CANCELLED, "Stopping": JobState.RUNNING}
+_STARTING = frozenset({"Starting", "LaunchingMLInstances", "PreparingTrainingStack", "Downloading", "DownloadingTrainingImage", "Restarting", "Pending", "Updating", "Interrupted"})
 
 
 def job_state(description: dict[str, Any]) -> JobState:
@@ -84,8 +78,7 @@ def attempt_details(description: dict[str, Any]) -> dict[str, Any]:
 def billing_lines(description: dict[str, Any]) -> list[str]:
     """The seconds SageMaker bills (per instance, times the instance count) and spot savings."""
     count = int(description.get("ResourceConfig", {}).get("InstanceCount", 1))
-    return billing_lines_of(description.get("TrainingTimeInSeconds"), description.get("BillableTimeInSeconds"),
-                            instances=count, spot=bool(description.get("EnableManagedSpotTraining")))
+    return billing_lines_of(description.get("TrainingTimeInSeconds"), description.get("BillableTimeInSeconds"), instances=count, spot=bool(description.get("EnableManagedSpotTraining")))
 
 
 def _epoch(value: Any) -> float | None:

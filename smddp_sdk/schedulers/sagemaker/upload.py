@@ -15,12 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from smddp_sdk.schedulers.sagemaker.client import (
-    AwsClients,
-    call,
-    error_code,
-    translate,
-)
+from smddp_sdk.schedulers.sagemaker.client import AwsClients, call, error_code, translate
 from smddp_sdk.schedulers.sagemaker.errors import AwsError
 from smddp_sdk.schedulers.sagemaker.request import S3Location
 from smddp_sdk.specs.job import JobSpec
@@ -86,7 +81,11 @@ def ensure_bucket(clients: AwsClients, bucket: str, *, account: str) -> bool:
     except Exception as exc:  # noqa: BLE001 - the client raises ClientError; its code tells what happened
         code = error_code(exc)
         if code in ("403", "AccessDenied"):
-            raise AwsError(f"the default bucket {bucket} exists but is not owned by account {account} (or this role may not read it)\n  what to do: pass bucket=... or set code_location and output_path to S3 locations you own", code=code, exit_code=3) from None
+            raise AwsError(
+                f"the default bucket {bucket} exists but is not owned by account {account} (or this role may not read it)\n  what to do: pass bucket=... or set code_location and output_path to S3 locations you own",
+                code=code,
+                exit_code=3,
+            ) from None
         if code not in ("404", "NoSuchBucket", "NotFound"):
             raise translate(exc, f"check the default bucket {bucket}") from None
     region = clients.region
@@ -107,15 +106,7 @@ def upload(clients: AwsClients, tarball: Tarball, location: S3Location, *, expec
     if expected_owner:
         extra["ExpectedBucketOwner"] = expected_owner
     progress = Progress(tarball.size, f"uploading sourcedir.tar.gz ({_mb(tarball.size)}) to {location.uri}", echo)
-    call(
-        f"upload the code to {location.uri}",
-        clients.s3.upload_file,
-        Filename=str(tarball.path),
-        Bucket=location.bucket,
-        Key=location.key,
-        ExtraArgs=extra,
-        Callback=progress,
-    )
+    call(f"upload the code to {location.uri}", clients.s3.upload_file, Filename=str(tarball.path), Bucket=location.bucket, Key=location.key, ExtraArgs=extra, Callback=progress)
     progress.done()
 
 
@@ -144,4 +135,3 @@ class Progress:
 
 def _mb(size: int) -> str:
     return f"{size / 1e6:.1f} MB"
-

@@ -86,14 +86,7 @@ def _from_scontrol(text: str) -> JobInfo:
     fields = scontrol_records(text)[0]
     code, signal = _exit_code(fields.get("ExitCode", ""))
     nodes = fields.get("NodeList", "")
-    return JobInfo(
-        fields.get("JobState", "UNKNOWN"),
-        fields.get("Reason", "None"),
-        "" if nodes == "(null)" else nodes,
-        code,
-        signal,
-        int(fields.get("Restarts", "0") or 0),
-    )
+    return JobInfo(fields.get("JobState", "UNKNOWN"), fields.get("Reason", "None"), "" if nodes == "(null)" else nodes, code, signal, int(fields.get("Restarts", "0") or 0))
 
 
 def _exit_code(text: str) -> tuple[int | None, int | None]:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from smddp_sdk.errors import SpecError, SpecIssue
-from smddp_sdk.schedulers.base import DryRun, Listed, Scheduler
+from smddp_sdk.schedulers.base import DryRun, JobRootScheduler
 from smddp_sdk.schedulers.hosttree import channels
 from smddp_sdk.schedulers.hosttree.host_trees import config_files, stage_code
 from smddp_sdk.schedulers.hosttree.job_dir import default_job_root
@@ -77,7 +77,7 @@ class SlurmDryRun(DryRun):
         return json.dumps(request, indent=2, default=str) + f"\n--- {request['script_file']} ---\n{self.request['script']}"
 
 
-class SlurmScheduler(Scheduler):
+class SlurmScheduler(JobRootScheduler):
     """Runs a job on a Slurm cluster; its options are declared below (``smddp-launch options slurm``)."""
 
     name: ClassVar[str] = "slurm"
@@ -125,21 +125,12 @@ class SlurmScheduler(Scheduler):
     # --- planning (pure) ------------------------------------------------------------------------
 
     def validate(self, spec: JobSpec) -> list[SpecIssue]:
-        issues = list(channels.issues(spec))
-        if spec.source_dir and spec.source_dir.startswith("s3://"):
-            issues.append(SpecIssue("source_dir", "the slurm scheduler stages code from this machine, not from S3", "give a local directory"))
-        if spec.output_path and spec.output_path.startswith("s3://"):
-            issues.append(SpecIssue("output_path", "the slurm scheduler writes the archives to the shared file system", "use a local path or file:// URI on the shared file system, or leave it unset"))
+        issues = [*channels.issues(spec), *self._local_issues(spec)]
         if spec.use_spot_instances:
             issues.append(SpecIssue("use_spot_instances", "spot training is a SageMaker feature", "drop it; on Slurm use scheduler_options max_retries (requeue) or auto_resume on HyperPod"))
         if spec.distribution.modelparallel is not None:
             issues.append(SpecIssue("distribution.smdistributed.modelparallel", "the bundled runtime cannot run SageMaker model parallelism", "use scheduler='sagemaker' with an AWS image"))
-        if spec.job_name and SlurmJobDir(self.job_root / spec.job_name).path.exists():
-            issues.append(self._name_taken(spec.job_name))
         return issues
-
-    def _name_taken(self, job_name: str) -> SpecIssue:
-        return SpecIssue("job_name", f"a slurm job named {job_name!r} already exists in {self.job_root}", "choose another job_name, or remove that job's directory")
 
     def plan(self, spec: JobSpec) -> DryRun:
         """The batch script and everything ``run`` stages; touches no file and no Slurm command."""
@@ -306,9 +297,7 @@ class SlurmScheduler(Scheduler):
             name = (contract.read_json_file(opt_ml.resource_config_file, default={}) or {}).get("current_host", path.name)
             if opt_ml.success_file.exists():
                 state = JobState.SUCCEEDED
-            elif job_state_now is JobState.CANCELLED:
-                state = job_state_now
-            elif opt_ml.failure_file.exists():
+            elif opt_ml.failure_file.exists() and job_state_now is not JobState.CANCELLED:
                 state = JobState.FAILED
             else:
                 state = job_state_now
@@ -333,19 +322,12 @@ class SlurmScheduler(Scheduler):
     # --- lookups --------------------------------------------------------------------------------
 
     def _job(self, handle: JobHandle) -> tuple[SlurmJobDir, dict[str, Any]]:
-        if handle.scheduler != self.name:
-            raise SpecError(SpecIssue("handle", f"{handle} is not a slurm job", f"use get_scheduler({handle.scheduler!r})"))
+        self._check_handle(handle)
         job_dir = SlurmJobDir(self.job_root / handle.job_id)
         record = read_json_object(job_dir.record_file)
         if record is None:
             raise SpecError(SpecIssue("handle", f"no slurm job {handle.job_id!r} in {self.job_root}", "set scheduler_options job_root (or SMDDP_JOB_ROOT) to where its job directory lives"))
         return job_dir, record
-
-    def listed(self) -> list[Listed]:
-        """The jobs under the job root, newest first (each asks Slurm only when shown)."""
-        if not self.job_root.is_dir():
-            return []
-        return self._listed_dirs(path for path in self.job_root.iterdir() if SlurmJobDir(path).exists())
 
     def job_record(self, handle: JobHandle) -> dict[str, Any]:
         """What ``schedule`` wrote to ``job.json``: handle, spec, request, Slurm job id."""

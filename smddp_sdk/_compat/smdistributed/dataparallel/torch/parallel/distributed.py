@@ -26,10 +26,5 @@ class DistributedDataParallel(_TorchDDP):
         if broadcast_buffers is not None:  # only when asked: newer torch warns on every rank when it is passed
             kwargs["broadcast_buffers"] = broadcast_buffers
         super().__init__(
-            module,
-            device_ids=device_ids,
-            output_device=output_device,
-            process_group=process_group,
-            bucket_cap_mb=DEFAULT_BUCKET_CAP_MB if bucket_cap_mb is None else bucket_cap_mb,
-            **kwargs,
+            module, device_ids=device_ids, output_device=output_device, process_group=process_group, bucket_cap_mb=DEFAULT_BUCKET_CAP_MB if bucket_cap_mb is None else bucket_cap_mb, **kwargs
         )
