@@ -18,8 +18,11 @@ CONSOLE = """[algo-1]: job j: launch shape smdistributed
 [algo-2]: rank 3 failed
 """
 FAILURE = {
-    "host": "algo-2", "rank": 3, "exit_code": 7, "message": "ValueError: bad batch",
-    "traceback": "Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\nValueError: bad batch\n",
+    "host": "algo-2",
+    "rank": 3,
+    "exit_code": 7,
+    "message": "ValueError: bad batch",
+    "traceback": 'Traceback (most recent call last):\n  File "train.py", line 9, in <module>\nValueError: bad batch\n',
     "timestamp": 1_700_000_000.0,
 }
 
@@ -28,14 +31,19 @@ FAILURE = {
 def finished_job(tmp_path):
     job = JobDir(tmp_path / "j")
     job.path.mkdir()
-    job.write_record({"handle": "local://j", "request": {"stop_grace_period": 1}})
+    job.write_record({"handle": "local://j", "request": {"stop_grace_period": 1, "artifacts": {"model_data": str(job.path / "model.tar.gz"), "output_data": str(job.path / "output.tar.gz")}}})
     job.console_log.write_text(CONSOLE)
-    job.write_state({
-        "state": "FAILED", "message": "algo-2/rank3 exited with code 7", "failure": FAILURE,
-        "hosts": {"algo-1": {"state": "FAILED", "exit_code": 143}, "algo-2": {"state": "FAILED", "exit_code": 7}},
-        "other_failures": [{"host": "algo-1", "rank": 0, "exit_code": 130, "error_type": "KeyboardInterrupt", "message": ""}],
-        "rank_log": "/jobs/j/algo-2/output/logs/rank-3.log", "error_file": "/jobs/j/algo-2/output/errors/rank-3.json",
-    })
+    job.write_state(
+        {
+            "state": "FAILED",
+            "message": "algo-2/rank3 exited with code 7",
+            "failure": FAILURE,
+            "hosts": {"algo-1": {"state": "FAILED", "exit_code": 143}, "algo-2": {"state": "FAILED", "exit_code": 7}},
+            "other_failures": [{"host": "algo-1", "rank": 0, "exit_code": 130, "error_type": "KeyboardInterrupt", "message": ""}],
+            "rank_log": "/jobs/j/algo-2/output/logs/rank-3.log",
+            "error_file": "/jobs/j/algo-2/output/errors/rank-3.json",
+        }
+    )
     return get_scheduler("local", job_root=str(tmp_path)), JobHandle("local", "j")
 
 
@@ -84,9 +92,8 @@ def test_failure_summary_puts_the_root_cause_last(finished_job):
     assert lines[1] == "j FAILED"
     assert lines.index("Other failures:") < lines.index("Root cause (first failure in time):")
     assert "  algo-1/rank0 exited with code 130: KeyboardInterrupt" in summary
-    root = summary[summary.index("Root cause"):]
-    for expected in ("host      : algo-2", "rank      : 3", "exit code : 7", "error     : ValueError: bad batch",
-                     "traceback : Traceback (most recent call last):", "ValueError: bad batch"):
+    root = summary[summary.index("Root cause") :]
+    for expected in ("host      : algo-2", "rank      : 3", "exit code : 7", "error     : ValueError: bad batch", "traceback : Traceback (most recent call last):", "ValueError: bad batch"):
         assert expected in root
     assert lines[-3:] == [
         "Error file: /jobs/j/algo-2/output/errors/rank-3.json",

@@ -32,8 +32,12 @@ def spec(tmp_path):
     (tmp_path / "labels.csv").write_text("x\n")
     return JobSpec.from_mapping(
         {
-            "entry_point": "train.py", "source_dir": "src", "dependencies": ["dep"], "instance_type": "local",
-            "instance_count": 2, "hyperparameters": {"epochs": 2, "name": "cnn"},
+            "entry_point": "train.py",
+            "source_dir": "src",
+            "dependencies": ["dep"],
+            "instance_type": "local",
+            "instance_count": 2,
+            "hyperparameters": {"epochs": 2, "name": "cnn"},
             "inputs": {"train": "data", "labels": {"s3_data": "file://labels.csv", "content_type": "text/csv"}},
             "distribution": {"torch_distributed": {"enabled": True}},
         },
@@ -128,8 +132,10 @@ def test_scheduler_options_are_checked(tmp_path):
     with pytest.raises(SpecError) as info:
         get_scheduler("local", job_root=str(tmp_path), processes_per_host=0, keep_job_dir="no", stop_grace_period=-1, colour=True)
     assert [issue.path for issue in info.value.issues] == [
-        "scheduler_options.colour", "scheduler_options.processes_per_host",
-        "scheduler_options.keep_job_dir", "scheduler_options.stop_grace_period",
+        "scheduler_options.colour",
+        "scheduler_options.processes_per_host",
+        "scheduler_options.keep_job_dir",
+        "scheduler_options.stop_grace_period",
     ]
 
 
@@ -150,10 +156,11 @@ def test_a_job_whose_supervisor_vanished_reads_as_failed(tmp_path):
     scheduler = get_scheduler("local", job_root=str(tmp_path))
     job = JobDir(tmp_path / "ghost")
     job.path.mkdir()
-    job.write_record({"handle": "local://ghost", "request": {"stop_grace_period": 1}})
+    job.write_record({"handle": "local://ghost", "request": {"stop_grace_period": 1, "artifacts": {"model_data": str(job.path / "model.tar.gz"), "output_data": str(job.path / "output.tar.gz")}}})
     job.write_state({"state": "RUNNING", "supervisor_pid": 2**22 + 12345, "hosts": {}})
     status = scheduler.status(JobHandle("local", "ghost"))
     assert status.state is JobState.FAILED and "supervisor" in status.message
+    assert (job.path / "model.tar.gz").is_file() and (job.path / "output.tar.gz").is_file()  # where the record says
     scheduler.cancel(JobHandle("local", "ghost"))  # nothing to stop: still idempotent
     assert [job.handle.job_id for job in scheduler.list_jobs()] == ["ghost"]
 
@@ -167,8 +174,16 @@ def test_a_job_name_that_exists_is_refused_before_writing(spec, tmp_path):
 
 
 def test_runtimes_do_not_inherit_another_jobs_identity():
-    outer = {"PATH": "/bin", "SM_CURRENT_HOST": "algo-9", "RANK": "5", "MASTER_ADDR": "10.0.0.1", "SMDDP_STOP_GRACE": "3",
-             "SMDATAPARALLEL_SERVER_ADDR": "x", "TRAINING_JOB_NAME": "outer", "SMS_SETTING": "kept"}
+    outer = {
+        "PATH": "/bin",
+        "SM_CURRENT_HOST": "algo-9",
+        "RANK": "5",
+        "MASTER_ADDR": "10.0.0.1",
+        "SMDDP_STOP_GRACE": "3",
+        "SMDATAPARALLEL_SERVER_ADDR": "x",
+        "TRAINING_JOB_NAME": "outer",
+        "SMS_SETTING": "kept",
+    }
     assert inherited_env(outer) == {"PATH": "/bin", "SMDDP_STOP_GRACE": "3", "SMS_SETTING": "kept"}
 
 
