@@ -343,7 +343,7 @@ STREAMED_CALLS = ["all_gather_into_tensor", "unaligned_output", "in_place", "all
 
 
 def streamed_gather(store: dist.TCPStore) -> None:
-    """All_gathers of more than STREAMED_FROM bytes on one host copy through the slots (non-temporal stores
+    """All_gathers of STREAMED_FROM bytes or more on one host copy through the slots (non-temporal stores
     in the core): each result against a reference, into an output 4 bytes off alignment and in place too,
     and the barrier generations each call took."""
     from smddp_sdk.collectives.local import STREAMED_FROM
