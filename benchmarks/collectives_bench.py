@@ -58,6 +58,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     parser.add_argument("--min-iters", type=int, default=5)
     parser.add_argument("--max-iters", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=3, help="untimed calls per op, size and backend (default 3)")
     parser.add_argument("--seconds", type=float, default=1.0, help="rough time budget per op, size and backend")
     parser.add_argument("--backends", default="smddp,gloo",
                         help="smddp, gloo, mpi (Open MPI through mpi4py, see benchmarks/setup-mpi.sh) and/or fake "
@@ -139,6 +140,7 @@ def run_mpi(args: argparse.Namespace, n: int, into: str) -> None:
     command = [mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-n", str(n), sys.executable,
                str(Path(__file__).with_name("mpi_bench.py")), "--ops", args.ops, "--sizes", args.sizes,
                "--dtype", args.dtype, "--min-iters", str(args.min_iters), "--max-iters", str(args.max_iters),
+               "--warmup", str(args.warmup),
                "--seconds", str(args.seconds), "--json", into]
     subprocess.run(command, check=True)
 
@@ -197,29 +199,45 @@ def measure(op: str, size: int, dtype, group, args, rank: int, n: int) -> dict:
     reset()
     run(group)
     check()
-    # iterations from a time budget, agreed by all ranks (max of their estimates)
-    reset()
-    start = time.perf_counter()
-    run(group)
-    estimate = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
-    dist.all_reduce(estimate, op=dist.ReduceOp.MAX, group=group)
-    iters = int(min(args.max_iters, max(args.min_iters, args.seconds / max(float(estimate), 1e-6))))
-    times = []
-    for _ in range(iters):
-        reset()
-        dist.barrier(group=group)
-        start = time.perf_counter()
-        run(group)
-        times.append(time.perf_counter() - start)
+
+    def slowest(times: list[float]) -> list[float]:
+        over_ranks = torch.tensor(times, dtype=torch.float64)
+        dist.all_reduce(over_ranks, op=dist.ReduceOp.MAX, group=group)
+        return over_ranks.tolist()
+
+    result = time_calls(lambda: run(group), reset, lambda: dist.barrier(group=group), slowest, args, BUS_FACTOR[op](n), size)
     reset()
     run(group)
     check()
-    slowest = torch.tensor(times, dtype=torch.float64)
-    dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
-    median = statistics.median(slowest.tolist())
+    return result
+
+
+def time_calls(run: Callable, reset: Callable, barrier: Callable, slowest: Callable, args: argparse.Namespace,
+               bus_factor: float, size: int) -> dict:
+    """The timing rule every backend shares (mpi_bench.py too): --warmup calls untimed, then iterations
+    from the time budget (agreed by all ranks: the slowest estimate), each call reset, started together
+    after a barrier and timed; slowest(times) is each call's time on the slowest rank."""
+    for _ in range(args.warmup):  # first touches, lazy set-up, caches and the scheduler settle alike for all
+        reset()
+        barrier()
+        run()
+    reset()
+    start = time.perf_counter()
+    run()
+    estimate = slowest([time.perf_counter() - start])[0]
+    iters = int(min(args.max_iters, max(args.min_iters, args.seconds / max(estimate, 1e-6))))
+    times = []
+    for _ in range(iters):
+        reset()
+        barrier()
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    over_ranks = slowest(times)
+    median = statistics.median(over_ranks)
     algbw = size / median / 1e9
-    return {"time_s": median, "p10_s": float(slowest.quantile(0.1)), "algbw": algbw,
-            "busbw": algbw * BUS_FACTOR[op](n), "iters": iters}
+    p10 = statistics.quantiles(over_ranks, n=10, method="inclusive")[0] if len(over_ranks) > 1 else median
+    return {"time_s": median, "p10_s": p10, "algbw": algbw, "busbw": algbw * bus_factor, "iters": iters}
 
 
 def fmt_time(seconds: float) -> str:

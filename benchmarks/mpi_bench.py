@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.collectives_bench import BUS_FACTOR, SIZES, fmt_time, human, parse_size  # noqa: E402
+from benchmarks.collectives_bench import BUS_FACTOR, SIZES, fmt_time, human, parse_size, time_calls  # noqa: E402
 
 NUMPY_DTYPES = {"float32": np.float32, "float16": np.float16}
 
@@ -73,28 +71,17 @@ def measure(comm, op: str, size: int, dtype, args) -> dict:
     reset()
     run()
     check()
-    reset()
-    start = time.perf_counter()
-    run()
-    estimate = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
-    iters = int(min(args.max_iters, max(args.min_iters, args.seconds / max(estimate, 1e-6))))
-    times = []
-    for _ in range(iters):
-        reset()
-        comm.Barrier()
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
+
+    def slowest(times: list[float]) -> list[float]:
+        over_ranks = np.empty(len(times))
+        comm.Allreduce(np.array(times), over_ranks, op=MPI.MAX)
+        return over_ranks.tolist()
+
+    result = time_calls(run, reset, comm.Barrier, slowest, args, BUS_FACTOR.get(op, lambda n: 1.0)(comm.Get_size()), size)
     reset()
     run()
     check()
-    slowest = np.empty(len(times))
-    comm.Allreduce(np.array(times), slowest, op=MPI.MAX)
-    median = statistics.median(slowest.tolist())
-    algbw = size / median / 1e9
-    factor = BUS_FACTOR.get(op, lambda n: 1.0)(comm.Get_size())
-    return {"time_s": median, "p10_s": float(np.quantile(slowest, 0.1)), "algbw": algbw, "busbw": algbw * factor,
-            "iters": iters}
+    return result
 
 
 def main(argv: list[str]) -> int:
@@ -104,6 +91,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--dtype", default="float32", choices=sorted(NUMPY_DTYPES))
     parser.add_argument("--min-iters", type=int, default=5)
     parser.add_argument("--max-iters", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=1.0)
     parser.add_argument("--json", help="append the rows to this file")
     args = parser.parse_args(argv)

@@ -35,7 +35,7 @@ from smddp_sdk.collectives.algorithms import forced_algorithm
 from smddp_sdk.collectives.calls import Call
 from smddp_sdk.collectives.communicator import Communicator
 from smddp_sdk.collectives.errors import CollectiveError
-from smddp_sdk.collectives.local import SINGLE_COPY_FROM, SYMMETRIC_LIMIT, OwnSource, shard_bounds
+from smddp_sdk.collectives.local import SINGLE_COPY_FROM, STREAMED_FROM, SYMMETRIC_LIMIT, OwnSource, shard_bounds
 from smddp_sdk.collectives.memory import as_bytes
 from smddp_sdk.collectives.reduce import RedOpType, check_supported, red_op_type
 from smddp_sdk.collectives.shm import CHECK_EVERY_S
@@ -208,7 +208,7 @@ class SmddpProcessGroup:
                               arena.record_address, *(_address(kernel) for kernel in
                                                       (kernels.smddp_barrier, kernels.smddp_allreduce_small, kernels.smddp_reduce)),
                               *(int(budget * 1e9) for budget in arena.spin_budgets()), arena.cores, int(CHECK_EVERY_S * 1e9),
-                              symmetric_limit, SINGLE_COPY_FROM)
+                              symmetric_limit, SINGLE_COPY_FROM, STREAMED_FROM)
         self._core_attached = True
         self._set_core_mode()
         method = weakref.WeakMethod(self._set_core_mode)  # the profiler's listener must not keep the group

@@ -339,6 +339,36 @@ def _deny_process_reads() -> None:
 SINGLE_COPY_CALLS = ["broadcast_from_last", "all_gather_into_tensor", "all_gather", "broadcast", "async_all_gather_into_tensor", "async_broadcast"]
 
 
+STREAMED_CALLS = ["all_gather_into_tensor", "unaligned_output", "in_place", "all_gather"]
+
+
+def streamed_gather(store: dist.TCPStore) -> None:
+    """All_gathers of STREAMED_FROM bytes or more on one host copy through the slots (non-temporal stores
+    in the core): each result against a reference, into an output 4 bytes off alignment and in place too,
+    and the barrier generations each call took."""
+    from smddp_sdk.collectives.local import STREAMED_FROM
+
+    rank, size = dist.get_rank(), dist.get_world_size()
+    arena = dist.group.WORLD._comm.local.arena
+    count = STREAMED_FROM // 4 // size + 3  # a tail shorter than a 64-byte line
+    parts = [_seeded(r, count, torch.float32) for r in range(size)]
+    backing = torch.zeros(count * size + 1)
+    results = []
+    for call in STREAMED_CALLS:
+        before = arena.counters[1]
+        if call == "all_gather":
+            outs = [torch.empty(count) for _ in range(size)]
+            dist.all_gather(outs, parts[rank])
+            right = all(torch.equal(o, p) for o, p in zip(outs, parts))
+        else:
+            out = backing[1:] if call == "unaligned_output" else backing[:-1]
+            mine = out[rank * count : (rank + 1) * count].copy_(parts[rank]) if call == "in_place" else parts[rank]
+            dist.all_gather_into_tensor(out, mine)
+            right = torch.equal(out, torch.cat(parts))
+        results.append({"call": call, "right": right, "barriers": arena.counters[1] - before})
+    _report(store, "streamed_gather", {"results": results, "single_copy": arena.single_copy})
+
+
 def single_copy(store: dist.TCPStore) -> None:
     """Large all_gathers and broadcasts on one host: each result against a reference, the barrier
     generations each call took (2 when it read the peers' memory, one per slot when it copied through

@@ -10,8 +10,9 @@ import platform
 import pytest
 
 pytest.importorskip("torch")
+from smddp_sdk.collectives.local import STREAMED_FROM  # noqa: E402
 from tests.collectives.cluster import NATIVE_IDS, NATIVE_PATHS, Cluster, native_setting  # noqa: E402
-from tests.collectives.scenarios import SINGLE_COPY_CALLS  # noqa: E402
+from tests.collectives.scenarios import SINGLE_COPY_CALLS, STREAMED_CALLS  # noqa: E402
 
 SLOT = 65536
 CHUNKS = -(-300_001 * 4 // SLOT)  # barriers of one call through the slots (the scenario's 1.2 MB per rank)
@@ -65,3 +66,19 @@ def test_smddp_single_copy_0_copies_through_the_slots():
     for report in _run(2, "mixed", SMDDP_SINGLE_COPY="0"):
         assert not report["single_copy"] and _barriers(report) == [CHUNKS] * len(SINGLE_COPY_CALLS), report
         assert not any(r["warnings"] for r in report["results"]), report
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("native_path", NATIVE_PATHS, ids=NATIVE_IDS)
+def test_gathers_of_more_than_the_caches_copy_through_the_slots(native_path):
+    """From STREAMED_FROM bytes of result an all_gather copies through the slots (the core with
+    non-temporal stores), in the core and in Python alike: right into an unaligned output and in place."""
+    cluster = Cluster(["algo-1"] * 2, scenario="streamed_gather", native=native_path, env={"SMDDP_SHM_SLOT_BYTES": str(SLOT)})
+    reports = [json.loads(cluster.store.get(f"report/streamed_gather/{r}")) for r in range(2)]
+    exits = cluster.finish(timeout=60)
+    assert all(code == 0 for code, _ in exits), exits
+    chunks = -(-(STREAMED_FROM // 2 + 12) // SLOT)
+    for report in reports:
+        assert [r["call"] for r in report["results"]] == STREAMED_CALLS
+        assert all(r["right"] for r in report["results"]), report
+        assert report["single_copy"] and _barriers(report) == [chunks] * len(STREAMED_CALLS), report

@@ -20,6 +20,9 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <torch/csrc/utils/pybind.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #include <cerrno>
 #include <cstdlib>
@@ -204,6 +207,32 @@ int read_process(pid_t pid, char* target, const char* address, long length) {
   return 0;
 }
 
+void plain_copy(char* target, const char* source, long length) { std::memmove(target, source, length); }
+
+// memcpy with non-temporal stores (x86-64) for results larger than the caches: the destination's lines are
+// written without first being read for ownership, and evict nothing (32 MB here: 2.3 ms of CPU, memcpy 3.8).
+void stream_copy(char* target, const char* source, long length) {
+#if defined(__x86_64__)
+  long head = std::min(length, static_cast<long>((16 - reinterpret_cast<uintptr_t>(target) % 16) % 16));
+  std::memcpy(target, source, head);
+  long at = head;
+  for (; at + 64 <= length; at += 64) {
+    auto* from = reinterpret_cast<const __m128i*>(source + at);
+    auto* to = reinterpret_cast<__m128i*>(target + at);
+    __m128i a = _mm_loadu_si128(from), b = _mm_loadu_si128(from + 1), c = _mm_loadu_si128(from + 2),
+            d = _mm_loadu_si128(from + 3);
+    _mm_stream_si128(to, a);
+    _mm_stream_si128(to + 1, b);
+    _mm_stream_si128(to + 2, c);
+    _mm_stream_si128(to + 3, d);
+  }
+  _mm_sfence();  // the streamed lines are visible to the peers (and ordered) before the next barrier
+  std::memcpy(target + at, source + at, length - at);
+#else
+  std::memcpy(target, source, length);
+#endif
+}
+
 // A finished collective: its future (DDP's reducer reads the value) is made only when asked for.
 class DoneWork : public c10d::Work {
  public:
@@ -233,7 +262,7 @@ class SmddpCore : public c10d::PyProcessGroup {
   void attach(uintptr_t base, int n, int index, long slot_bytes, uintptr_t slots0, uintptr_t slots1,
               uintptr_t counters, uintptr_t record, uintptr_t barrier_fn, uintptr_t allreduce_fn, uintptr_t reduce_fn,
               long calm_spin_ns, long loaded_spin_ns, int cores, long slice_ns, long symmetric_limit,
-              long single_copy_from) {
+              long single_copy_from, long streamed_from) {
     base_ = reinterpret_cast<char*>(base);
     n_ = n;
     index_ = index;
@@ -251,6 +280,7 @@ class SmddpCore : public c10d::PyProcessGroup {
     slice_ns_ = slice_ns;
     symmetric_limit_ = symmetric_limit;
     single_copy_from_ = single_copy_from;
+    streamed_from_ = streamed_from;
   }
 
   // Set by the Python group of a group across hosts, before attach: every host's group ranks (the leader
@@ -585,8 +615,11 @@ class SmddpCore : public c10d::PyProcessGroup {
       if (!in_place) std::memmove(targets[index_], data, nbytes);
       return;
     }
-    if (nbytes >= single_copy_from_ && single_copy()) {
-      if (!in_place) std::memmove(targets[index_], data, nbytes);
+    bool streamed = nbytes * n_ >= streamed_from_;  // local.py's allgather: the same rule
+    bool apart = data + nbytes <= targets[index_] || targets[index_] + nbytes <= data;
+    auto copy = streamed && apart ? stream_copy : plain_copy;
+    if (nbytes >= single_copy_from_ && !streamed && single_copy()) {
+      if (!in_place) copy(targets[index_], data, nbytes);
       std::vector<Read> reads;
       for (int i = 0; i < n_; i++)
         if (i != index_) reads.push_back({i, {targets[i], nbytes}});
@@ -596,10 +629,10 @@ class SmddpCore : public c10d::PyProcessGroup {
       long piece = std::min(slot_bytes_, nbytes - start);
       uint32_t half = next_half();
       std::memcpy(slots_[half][index_], data + start, piece);
-      if (!in_place) std::memmove(targets[index_] + start, data + start, piece);  // rereads the piece from cache
+      if (!in_place) copy(targets[index_] + start, data + start, piece);  // rereads the piece from cache
       sync(what);
       for (int i = 0; i < n_; i++)
-        if (i != index_) std::memcpy(targets[i] + start, slots_[half][i], piece);
+        if (i != index_) copy(targets[i] + start, static_cast<const char*>(slots_[half][i]), piece);
     }
   }
 
@@ -1224,6 +1257,7 @@ class SmddpCore : public c10d::PyProcessGroup {
   long slice_ns_ = 0;
   long symmetric_limit_ = 0;
   long single_copy_from_ = 0;
+  long streamed_from_ = 0;
   int node_ = 0;
   int hosts_ = 1;
   bool leader_ = true;
