@@ -107,7 +107,8 @@ def register(model: TorchDDP, group: dist.ProcessGroup | None = None, compress: 
 
 
 # torch's DDP over smddp: its buckets in memory the host's ranks share -------------------------------------
-FIRST_BUCKET_BYTES = 1 << 20  # like torch's DDP: a small first bucket starts communication early
+DEFAULT_BUCKET_CAP_MB = 25.0  # torch's DDP's default; with it (only), a small first bucket,
+FIRST_BUCKET_BYTES = 1 << 20  # as torch's DDP's rebuilt buckets have: a named cap holds for every bucket
 ALIGN_BYTES = 64  # buckets start on their own cache line
 
 
@@ -420,14 +421,16 @@ class DistributedDataParallel(torch.nn.Module):
     ``no_sync()`` skips the reduction while gradients accumulate locally. After a synchronised backward
     each ``param.grad`` is a view into the fusion buffer (like torch's ``gradient_as_bucket_view``). A
     parameter that got no gradient on a rank contributes zeros, and every parameter ends with a gradient.
+    Buckets are laid out as torch's DDP lays out its own after the first step: ``bucket_cap_mb`` left
+    out, 25 MB with a 1 MB first bucket; named, that cap for every bucket.
 
     Over an smddp group the buffers live in shared memory and each host reduces them without copies; over
     any other group (gloo, say) they are ordinary tensors reduced with ``all_reduce``.
     """
 
-    def __init__(self, module: torch.nn.Module, process_group: dist.ProcessGroup | None = None, bucket_cap_mb: float = 25.0, broadcast_buffers: bool = True) -> None:
+    def __init__(self, module: torch.nn.Module, process_group: dist.ProcessGroup | None = None, bucket_cap_mb: float | None = None, broadcast_buffers: bool = True) -> None:
         super().__init__()
-        if bucket_cap_mb <= 0:
+        if bucket_cap_mb is not None and bucket_cap_mb <= 0:
             raise ValueError(f"bucket_cap_mb={bucket_cap_mb} must be positive (torch's DDP default is 25)")
         tensors = [*module.parameters(), *module.buffers()]
         elsewhere = sorted({str(t.device) for t in tensors if t.device.type != "cpu"})
@@ -447,7 +450,8 @@ class DistributedDataParallel(torch.nn.Module):
             for tensor in tensors:
                 dist.broadcast(tensor, src=self._source, group=self.process_group)
         params = [p for p in module.parameters() if p.requires_grad]
-        self._buckets = _plan_buckets(params, int(bucket_cap_mb * (1 << 20)))
+        cap_bytes = int((bucket_cap_mb or DEFAULT_BUCKET_CAP_MB) * (1 << 20))
+        self._buckets = _plan_buckets(params, cap_bytes, FIRST_BUCKET_BYTES if bucket_cap_mb is None else cap_bytes)
         self._place = {p: (b, i) for b in self._buckets for i, p in enumerate(b.params)}
         self._allocate()
         for param in params:
@@ -536,9 +540,11 @@ class DistributedDataParallel(torch.nn.Module):
                 bucket.work = None
 
 
-def _plan_buckets(params: list[torch.nn.Parameter], cap_bytes: int) -> list[_Bucket]:
+def _plan_buckets(params: list[torch.nn.Parameter], cap_bytes: int, first_cap_bytes: int) -> list[_Bucket]:
     """Buckets in reverse registration order (roughly the order backward produces gradients), one dtype
-    each: the first up to FIRST_BUCKET_BYTES, the others up to cap_bytes."""
+    each: the first up to first_cap_bytes, the others up to cap_bytes; each closes at the parameter that
+    reaches its cap. The layout torch's DDP rebuilds its buckets to after its first step, given the same
+    order and caps."""
     buckets: list[_Bucket] = []
     open_buckets: dict[torch.dtype, _Bucket] = {}
     for param in reversed(params):
@@ -548,7 +554,7 @@ def _plan_buckets(params: list[torch.nn.Parameter], cap_bytes: int) -> list[_Buc
             buckets.append(bucket)
         bucket.offsets.append(bucket.numel)
         bucket.params.append(param)
-        limit = FIRST_BUCKET_BYTES if len(buckets) == 1 else cap_bytes
+        limit = first_cap_bytes if len(buckets) == 1 else cap_bytes
         if bucket.numel * param.element_size() >= limit:
             del open_buckets[param.dtype]
     return buckets

@@ -29,9 +29,12 @@ LAYOUTS = {
 
 def _run(hosts: list[str], backend: str, env: dict[str, str] | None = None) -> list[dict]:
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=120))
-    procs = [subprocess.Popen([sys.executable, "-m", "tests.collectives.wrapper_worker", backend], cwd=PROJECT_ROOT,
-                              env=rank_env(r, hosts, store.port, env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(len(hosts))]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.collectives.wrapper_worker", backend], cwd=PROJECT_ROOT, env=rank_env(r, hosts, store.port, env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for r in range(len(hosts))
+    ]
     outputs = [proc.communicate(timeout=180)[0] for proc in procs]
     assert all(proc.returncode == 0 for proc in procs), outputs
     return [json.loads(store.get(f"report/wrapper/{r}")) for r in range(len(hosts))]
@@ -58,11 +61,12 @@ def test_every_inter_host_algorithm_behind_the_shared_buffers(algorithm: str) ->
 
 
 def test_buckets_follow_backward_order_dtype_and_cap() -> None:
-    params = [torch.nn.Parameter(torch.zeros(n, dtype=d)) for n, d in
-              [(300_000, torch.float32), (10, torch.bfloat16), (300_000, torch.float32), (600_000, torch.float32)]]
-    buckets = _plan_buckets(params, cap_bytes=2_000_000)
+    params = [torch.nn.Parameter(torch.zeros(n, dtype=d)) for n, d in [(300_000, torch.float32), (10, torch.bfloat16), (300_000, torch.float32), (600_000, torch.float32)]]
+    buckets = _plan_buckets(params, cap_bytes=2_000_000, first_cap_bytes=1_000_000)
     assert [[p.numel() for p in b.params] for b in buckets] == [[600_000], [300_000, 300_000], [10]]
     assert buckets[1].offsets == [0, 300_000]
+    same_caps = _plan_buckets(params, cap_bytes=4_000_000, first_cap_bytes=4_000_000)  # a cap the script names
+    assert [[p.numel() for p in b.params] for b in same_caps] == [[600_000, 300_000, 300_000], [10]]
 
 
 def test_bad_arguments_say_what_to_use_instead() -> None:
