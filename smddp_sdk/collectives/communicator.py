@@ -21,6 +21,7 @@ from smddp_sdk.collectives.algorithms import (
     ONESHOT_CHUNK_BYTES,
     InterHostAllreduce,
     allgather_between_hosts,
+    broadcast_between_hosts,
     forced_algorithm,
 )
 from smddp_sdk.collectives.calls import Call
@@ -105,8 +106,7 @@ class Communicator:
         chunk, rounds from, the forced algorithm's index in ALGORITHMS) for the native core, which runs the
         same algorithms."""
         pipeline = self._inter_host.pipeline_chunk_bytes if self._inter_host else PIPELINE_CHUNK_BYTES
-        return (ALPHA_BYTES, MESSAGE_BYTES, RING_ROUND_BYTES, ONESHOT_CHUNK_BYTES, pipeline, ROUNDS_FROM_BYTES,
-                ALGORITHMS.index(forced))
+        return (ALPHA_BYTES, MESSAGE_BYTES, RING_ROUND_BYTES, ONESHOT_CHUNK_BYTES, pipeline, ROUNDS_FROM_BYTES, ALGORITHMS.index(forced))
 
     # primitives ---------------------------------------------------------------------------------------
     def allreduce(self, x: torch.Tensor, op: RedOpType, what: str) -> None:
@@ -129,7 +129,7 @@ class Communicator:
         numel = x.numel()
         step = max(1, chunk_bytes // x.element_size())
         for start in range(0, numel, step):
-            piece = x if numel <= step else x[start:start + step]  # no slice op for a one-chunk call
+            piece = x if numel <= step else x[start : start + step]  # no slice op for a one-chunk call
             self.local.allreduce_chunk(piece, combine_op, what, deadline, forced)
             if self.multi_node:
                 if self.topo.is_leader:
@@ -151,11 +151,10 @@ class Communicator:
         try:
             path = allocate_file(nbytes, shm_dir())
         except ShmUnavailable as exc:
-            warnings.warn(f"smddp: no shared fusion buffer on this host, reducing through the arena: {exc}",
-                          RuntimeWarning, stacklevel=3)
+            warnings.warn(f"smddp: no shared fusion buffer on this host, reducing through the arena: {exc}", RuntimeWarning, stacklevel=3)
         encoded = path.encode()
         name = torch.zeros(PATH_BYTES, dtype=torch.uint8)
-        name[:len(encoded)] = torch.tensor(list(encoded), dtype=torch.uint8)
+        name[: len(encoded)] = torch.tensor(list(encoded), dtype=torch.uint8)
         names = [torch.zeros(PATH_BYTES, dtype=torch.uint8) for _ in range(self.local.n)]
         deadline = self.deadline()
         try:
@@ -168,8 +167,9 @@ class Communicator:
                 os.unlink(path)
         return buffers
 
-    def allreduce_shared(self, buffers: Sequence[torch.Tensor], op: RedOpType, what: str, own: Sequence[OwnSource] = (),
-                         native_between_hosts: Callable[[torch.Tensor, int], bool] | None = None) -> None:
+    def allreduce_shared(
+        self, buffers: Sequence[torch.Tensor], op: RedOpType, what: str, own: Sequence[OwnSource] = (), native_between_hosts: Callable[[torch.Tensor, int], bool] | None = None
+    ) -> None:
         """In place over the host's copies of a tensor (from shared_region, same slice and dtype on each).
 
         The host reduces without copies (LocalComm.allreduce_views, which also explains ``own``); with
@@ -195,12 +195,11 @@ class Communicator:
     def reduce_scatter(self, x: torch.Tensor, out: torch.Tensor, op: RedOpType, what: str) -> None:
         """out = this rank's equal segment of the reduction of flat x; x may be clobbered."""
         combine_op = RedOpType.SUM if op == RedOpType.AVG else op
-        overlaps = x.data_ptr() < out.data_ptr() + out.numel() * out.element_size() and \
-            out.data_ptr() < x.data_ptr() + x.numel() * x.element_size()
+        overlaps = x.data_ptr() < out.data_ptr() + out.numel() * out.element_size() and out.data_ptr() < x.data_ptr() + x.numel() * x.element_size()
         if self.multi_node or overlaps:
             self.allreduce(x, combine_op, what)  # hierarchical path: reduce everything, keep own segment
             k = out.numel()
-            copy_bytes(out, x[self.topo.rank * k:(self.topo.rank + 1) * k])
+            copy_bytes(out, x[self.topo.rank * k : (self.topo.rank + 1) * k])
         else:
             self.local.reduce_scatter(x, out, combine_op, what, self.deadline())
         finish_average(out, op, self.topo.size)
@@ -228,11 +227,7 @@ class Communicator:
         if not self.multi_node:
             return
         if self.topo.is_leader:
-            views = [memview(b) for b in buffers]
-            if in_root_node:
-                self.mesh.exchange({n: views for n in self._leader_peers()}, {}, what, deadline)
-            else:
-                self.mesh.exchange({}, {root_node: views}, what, deadline)
+            broadcast_between_hosts(self.mesh, self.topo.node, len(self.topo.nodes), root_node, [memview(b) for b in buffers], what, deadline)
         if not in_root_node:
             self.local.broadcast(0, buffers, what, deadline)
 

@@ -218,8 +218,9 @@ ACROSS_HOSTS_CASES = [(1000, "float32", "SUM"), (15_000, "float32", "SUM"), (30_
 # (elements per rank, dtype, into one tensor?): all-to-all, in permutation rounds (>= 64 KB per peer) or bruck
 # (from 4 hosts), the ring
 ACROSS_HOSTS_GATHERS = [(100, "float32", True), (20_000, "int32", True), (300_001, "float32", False)]
-# the other collectives across hosts: broadcast from the last rank, reduce_scatter_tensor (elements per rank), barrier
-ACROSS_HOSTS_OTHERS = [("broadcast", 30_000), ("reduce_scatter_tensor", 20_001), ("barrier", 0)]
+# the other collectives across hosts: broadcast from the last rank and from rank 1 (a binomial tree; from 5
+# hosts at 120 KB and from 3 at 1.2 MB scatter + all_gather), reduce_scatter_tensor (elements per rank), barrier
+ACROSS_HOSTS_OTHERS = [("broadcast", 30_000), ("broadcast_from_1", 300_001), ("reduce_scatter_tensor", 20_001), ("barrier", 0)]
 
 
 def _seeded(rank: int, count: int, dtype: torch.dtype) -> torch.Tensor:
@@ -235,10 +236,11 @@ def _tensor_digest(x: torch.Tensor) -> str:
 
 def _other_across_hosts(op: str, count: int) -> dict:
     rank, size = dist.get_rank(), dist.get_world_size()
-    if op == "broadcast":
+    if op.startswith("broadcast"):
+        root = 1 if op == "broadcast_from_1" else size - 1
         x = _seeded(rank, count, torch.float32)
-        dist.broadcast(x, src=size - 1)
-        return {"close": torch.equal(x, _seeded(size - 1, count, torch.float32)), "digest": _tensor_digest(x)}
+        dist.broadcast(x, src=root)
+        return {"close": torch.equal(x, _seeded(root, count, torch.float32)), "digest": _tensor_digest(x)}
     if op == "reduce_scatter_tensor":
         out = torch.empty(count, dtype=torch.float32)
         dist.reduce_scatter_tensor(out, _seeded(rank, count * size, torch.float32))

@@ -30,6 +30,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -102,14 +103,37 @@ int inter_host_algorithm(long nbytes, long hosts, const HostRules& rules) {
   return best;
 }
 
-// algorithms.py's allgather_algorithm (kOneshot, kBruck or kRing)
+// selection.py's ceil_log2 and allgather_cost (kOneshot, kBruck or kRing)
 constexpr int kBruck = kRing + 1;
+long ceil_log2(long hosts) { return hosts > 1 ? log2_floor(hosts - 1) + 1 : 0; }
+long allgather_cost(int algorithm, long block_bytes, long hosts, const HostRules& rules) {
+  long latency;
+  if (algorithm == kOneshot)
+    latency = (block_bytes < rules.rounds_from ? 1 : hosts - 1) * rules.alpha + 2 * (hosts - 1) * rules.message;
+  else
+    latency = (algorithm == kBruck ? ceil_log2(hosts) : hosts - 1) * (rules.alpha + 2 * rules.message);
+  return latency + (hosts - 1) * block_bytes;
+}
+
+// selection.py's allgather_algorithm
 int allgather_algorithm(long block_bytes, long hosts, const HostRules& rules) {
   if (hosts >= 3 && block_bytes >= rules.ring_round) return kRing;
-  long log = hosts > 1 ? log2_floor(hosts - 1) + 1 : 0;  // ceil(log2 hosts)
-  long oneshot = (block_bytes < rules.rounds_from ? 1 : hosts - 1) * rules.alpha + 2 * (hosts - 1) * rules.message;
-  long bruck = log * (rules.alpha + 2 * rules.message);
-  return bruck < oneshot ? kBruck : kOneshot;
+  return allgather_cost(kBruck, block_bytes, hosts, rules) < allgather_cost(kOneshot, block_bytes, hosts, rules) ? kBruck
+                                                                                                            : kOneshot;
+}
+
+// selection.py's BROADCAST_ALGORITHMS, broadcast_cost and broadcast_algorithm
+enum BroadcastAlgorithm : int { kBinomial = 0, kScatterAllgather };
+long broadcast_cost(int algorithm, long nbytes, long hosts, const HostRules& rules) {
+  long rounds = ceil_log2(hosts) * (rules.alpha + 2 * rules.message);
+  if (algorithm == kBinomial) return rounds + ceil_log2(hosts) * nbytes;
+  long block = (nbytes + hosts - 1) / hosts;
+  return rounds + (hosts - 1) * block + allgather_cost(allgather_algorithm(block, hosts, rules), block, hosts, rules);
+}
+int broadcast_algorithm(long nbytes, long hosts, const HostRules& rules) {
+  return broadcast_cost(kScatterAllgather, nbytes, hosts, rules) < broadcast_cost(kBinomial, nbytes, hosts, rules)
+             ? kScatterAllgather
+             : kBinomial;
 }
 
 // algorithms.py's folded_rank and host_of_folded: host 2i+1 folds into host 2i for i < hosts - p
@@ -603,15 +627,19 @@ class SmddpCore : public c10d::PyProcessGroup {
     }
   }
 
-  // algorithms.py's allgather_between_hosts: all-to-all (in rounds when large), bruck, or the ring, every
-  // block received straight into its place.
+  // algorithms.py's allgather_between_hosts of every rank's target (nbytes each), by host.
   void gather_between_hosts(const std::vector<char*>& targets, long nbytes) {
     Spans blocks(hosts_);
-    long largest = 0;
-    for (int h = 0; h < hosts_; h++) {
+    for (int h = 0; h < hosts_; h++)
       for (int rank : nodes_[h]) blocks[h].push_back({targets[rank], nbytes});
-      largest = std::max(largest, total(blocks[h]));
-    }
+    allgather_blocks(blocks);
+  }
+
+  // algorithms.py's allgather_between_hosts: all-to-all (in rounds when large), bruck, or the ring, every
+  // block (blocks[h]: host h's spans, this host's filled in) received straight into its place.
+  void allgather_blocks(const Spans& blocks) {
+    long largest = 0;
+    for (int h = 0; h < hosts_; h++) largest = std::max(largest, total(blocks[h]));
     auto block = [&](int h) -> const std::vector<Span>& { return blocks[((h % hosts_) + hosts_) % hosts_]; };
     int algorithm = allgather_algorithm(largest, hosts_, rules_);
     if (algorithm == kOneshot) {
@@ -799,8 +827,8 @@ class SmddpCore : public c10d::PyProcessGroup {
     TORCH_CHECK(false, "smddp: rank ", rank, " is on no host of the group");
   }
 
-  // communicator.py's broadcast across hosts: within the root's host, from its leader to the other
-  // leaders (one exchange), within each other host from its leader.
+  // communicator.py's broadcast across hosts: within the root's host, between the leaders
+  // (broadcast_between_hosts), within each other host from its leader.
   void broadcast_hosts(int root, Span data) {
     start_call("broadcast");
     int root_node = node_of(root);
@@ -809,14 +837,36 @@ class SmddpCore : public c10d::PyProcessGroup {
       const std::vector<int>& here = nodes_[node_];
       broadcast_spans(static_cast<int>(std::find(here.begin(), here.end(), root) - here.begin()), {data}, "broadcast");
     }
-    if (leader_) {
+    if (leader_) broadcast_between_hosts(root_node, data);
+    if (!in_root_node && base_) broadcast_spans(0, {data}, "broadcast");
+  }
+
+  // algorithms.py's broadcast_between_hosts: a binomial tree from host root, of the whole message or of
+  // each subtree's shards followed by an all_gather of the shards (scatter_allgather).
+  void broadcast_between_hosts(int root, Span data) {
+    bool whole = broadcast_algorithm(data.length, hosts_, rules_) == kBinomial;
+    auto part = [&](int first, int stop) -> std::vector<Span> {  // what hosts first..stop-1 from the root get
+      if (whole) return {data};
+      long lo = bounds(data.length, hosts_, first).first, hi = bounds(data.length, hosts_, stop - 1).second;
+      return {{data.data + lo, hi - lo}};
+    };
+    int v = (node_ - root + hosts_) % hosts_;
+    for (int m = 1 << ceil_log2(hosts_); m > 1;) {
+      m /= 2;
       Spans sends(hosts_), recvs(hosts_);
-      for (int h = 0; h < hosts_; h++)
-        if (in_root_node && h != node_) sends[h] = {data};
-      if (!in_root_node) recvs[root_node] = {data};
+      if (v % (2 * m) == 0 && v + m < hosts_)
+        sends[(node_ + m) % hosts_] = part(v + m, std::min(v + 2 * m, hosts_));
+      else if (v % (2 * m) == m)
+        recvs[(node_ - m + hosts_) % hosts_] = part(v, std::min(v + m, hosts_));
       exchange(sends, recvs);
     }
-    if (!in_root_node && base_) broadcast_spans(0, {data}, "broadcast");
+    if (whole) return;
+    Spans blocks(hosts_);
+    for (int h = 0; h < hosts_; h++) {
+      int distance = (h - root + hosts_) % hosts_;
+      blocks[h] = part(distance, distance + 1);
+    }
+    allgather_blocks(blocks);
   }
 
   // communicator.py's barrier across hosts: the host's ranks, a byte between every two leaders, the host's ranks.
@@ -1262,8 +1312,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "_inter_host_algorithms",
           [](long nbytes, long hosts, long alpha, long message, long ring_round, long rounds_from) {
             HostRules rules{alpha, message, ring_round, 0, 0, rounds_from, kAuto};
-            return std::make_pair(inter_host_algorithm(nbytes, hosts, rules), allgather_algorithm(nbytes, hosts, rules));
+            return std::make_tuple(inter_host_algorithm(nbytes, hosts, rules), allgather_algorithm(nbytes, hosts, rules),
+                                   broadcast_algorithm(nbytes, hosts, rules));
           },
-          "the core's choice of all_reduce and all_gather algorithm between hosts (indices; tests compare them with "
-          "algorithms.py's)");
+          "the core's choice of all_reduce, all_gather and broadcast algorithm between hosts (indices; tests compare "
+          "them with selection.py's)");
 }
