@@ -196,12 +196,12 @@ class Communicator:
         """out = this rank's equal segment of the reduction of flat x; x may be clobbered."""
         combine_op = RedOpType.SUM if op == RedOpType.AVG else op
         overlaps = x.data_ptr() < out.data_ptr() + out.numel() * out.element_size() and out.data_ptr() < x.data_ptr() + x.numel() * x.element_size()
-        if self.multi_node or overlaps:
-            self.allreduce(x, combine_op, what)  # hierarchical path: reduce everything, keep own segment
+        if self.multi_node or overlaps:  # hierarchical path: reduce everything (AVG divided where it is rounded), keep own segment
+            self.allreduce(x, op, what)
             k = out.numel()
             copy_bytes(out, x[self.topo.rank * k : (self.topo.rank + 1) * k])
-        else:
-            self.local.reduce_scatter(x, out, combine_op, what, self.deadline())
+            return
+        self.local.reduce_scatter(x, out, combine_op, what, self.deadline())
         finish_average(out, op, self.topo.size)
 
     def allgather(self, mine: torch.Tensor, outs: Sequence[torch.Tensor], what: str) -> None:

@@ -212,15 +212,18 @@ def core_usage(store: dist.TCPStore) -> None:
 # oneshot, sharded (its pipeline in several chunks with SMDDP_PIPELINE_CHUNK_BYTES=65536, exchanges in
 # permutation rounds from 64 KB per peer) and the ring; with 4 hosts oneshot, recursive_doubling, sharded and
 # halving_doubling; with 8 oneshot, sharded and halving_doubling; odd counts leave uneven shards; fp16 and bf16
-# sums cross hosts in fp32 and are rounded once
+# sums cross hosts in fp32 and are rounded once; AVG is that sum divided once by the group size before the
+# rounding (integers: floor division)
 ACROSS_HOSTS_CASES = [(1000, "float32", "SUM"), (15_000, "float32", "SUM"), (30_001, "float32", "SUM"), (100_003, "float64", "MAX"),
-                      (400_001, "float32", "SUM"), (70_000, "int64", "PRODUCT"), (5000, "float16", "SUM"), (70_001, "bfloat16", "SUM")]
+                      (400_001, "float32", "SUM"), (70_000, "int64", "PRODUCT"), (5000, "float16", "SUM"), (70_001, "bfloat16", "SUM"),
+                      (30_001, "float32", "AVG"), (20_000, "bfloat16", "AVG"), (3001, "float16", "AVG"), (1000, "int64", "AVG")]
 # (elements per rank, dtype, into one tensor?): all-to-all, in permutation rounds (>= 64 KB per peer) or bruck
 # (from 4 hosts), the ring
 ACROSS_HOSTS_GATHERS = [(100, "float32", True), (20_000, "int32", True), (300_001, "float32", False)]
 # the other collectives across hosts: broadcast from the last rank and from rank 1 (a binomial tree; from 5
 # hosts at 120 KB and from 3 at 1.2 MB scatter + all_gather), reduce_scatter_tensor (elements per rank), barrier
-ACROSS_HOSTS_OTHERS = [("broadcast", 30_000), ("broadcast_from_1", 300_001), ("reduce_scatter_tensor", 20_001), ("barrier", 0)]
+ACROSS_HOSTS_OTHERS = [("broadcast", 30_000), ("broadcast_from_1", 300_001), ("reduce_scatter_tensor", 20_001),
+                       ("reduce_scatter_tensor_avg", 10_001), ("barrier", 0)]
 
 
 def _seeded(rank: int, count: int, dtype: torch.dtype) -> torch.Tensor:
@@ -246,14 +249,21 @@ def _other_across_hosts(op: str, count: int) -> dict:
         dist.reduce_scatter_tensor(out, _seeded(rank, count * size, torch.float32))
         reference = torch.stack([_seeded(r, count * size, torch.float32).double() for r in range(size)]).sum(0)
         return {"close": bool(torch.allclose(out.double(), reference[rank * count:(rank + 1) * count], rtol=1e-5, atol=1e-4)), "digest": ""}
+    if op == "reduce_scatter_tensor_avg":  # bf16, divided where it is rounded; every rank's part gathered for the digest
+        out = torch.empty(count, dtype=torch.bfloat16)
+        dist.reduce_scatter_tensor(out, _seeded(rank, count * size, torch.bfloat16), op=dist.ReduceOp.AVG)
+        whole = torch.empty(count * size, dtype=torch.bfloat16)
+        dist.all_gather_into_tensor(whole, out)
+        reference = torch.stack([_seeded(r, count * size, torch.bfloat16).double() for r in range(size)]).mean(0)
+        return {"close": bool(torch.allclose(whole.double(), reference, rtol=1e-2, atol=1e-2)), "digest": _tensor_digest(whole), "calls": 2}
     dist.barrier()
     return {"close": True, "digest": ""}
 
 
 def allreduce_across_hosts(store: dist.TCPStore) -> None:
-    """all_reduce and all_gather across hosts by every algorithm, then broadcast, reduce_scatter_tensor and
-    barrier: each result against a reference, plus a digest of each all_reduce's and the broadcast's bytes
-    (every rank must hold the same bits, whichever path each rank took), and the core's count of calls."""
+    """all_reduce (AVG too) and all_gather across hosts by every algorithm, then broadcast, reduce_scatter_tensor
+    and barrier: each result against a reference, plus a digest of each all_reduce's and the broadcast's bytes
+    (every rank must hold the same bits, whichever path each rank took), the calls made and the core's count."""
     rank = dist.get_rank()
     results = []
     for count, dtype_name, op_name in ACROSS_HOSTS_CASES:
@@ -261,7 +271,8 @@ def allreduce_across_hosts(store: dist.TCPStore) -> None:
         x = _seeded(rank, count, dtype)
         dist.all_reduce(x, op=op)
         every = torch.stack([_seeded(r, count, dtype).double() for r in range(dist.get_world_size())])
-        reference = {"SUM": every.sum(0), "MAX": every.amax(0), "PRODUCT": every.prod(0)}[op_name]
+        reference = {"SUM": every.sum(0), "MAX": every.amax(0), "PRODUCT": every.prod(0),
+                     "AVG": every.sum(0).div(len(every), rounding_mode=None if dtype.is_floating_point else "floor")}[op_name]
         rtol = 1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-5
         results.append({"close": bool(torch.allclose(x.double(), reference, rtol=rtol, atol=1e-4)), "digest": _tensor_digest(x)})
     for count, dtype_name, into_tensor in ACROSS_HOSTS_GATHERS:
@@ -278,7 +289,8 @@ def allreduce_across_hosts(store: dist.TCPStore) -> None:
         results.append({"close": right, "digest": ""})
     results += [_other_across_hosts(op, count) for op, count in ACROSS_HOSTS_OTHERS]
     group = dist.group.WORLD
-    _report(store, "across", {"results": results, "core_calls": group._core_calls() if hasattr(group, "_core_calls") else None})
+    calls = sum(result.pop("calls", 1) for result in results)
+    _report(store, "across", {"results": results, "calls": calls, "core_calls": group._core_calls() if hasattr(group, "_core_calls") else None})
 
 
 def interrupted_between_hosts(store: dist.TCPStore) -> None:

@@ -551,13 +551,13 @@ class SmddpCore : public c10d::PyProcessGroup {
 
   // The kernel op for reducing x with op here (dtype codes in codes), or -1 where Python reduces: bitwise
   // ops, bool and other dtypes the kernels lack, anything but SUM while SageMaker's rules apply, and AVG
-  // but of floats on one host (there the kernels divide by the host's ranks, which are then the whole
-  // group, as they sum).
+  // of integers on one host (there the kernels divide by the host's ranks, which are then the whole
+  // group, as they sum floats; across hosts reduce_everywhere sums and divides once).
   int reducible(const at::Tensor& x, const c10d::ReduceOp& op, DtypeCodes& codes) const {
     if (mode() != 1 && op.op_ != c10d::ReduceOp::SUM) return -1;
     if (!dtype_codes(x.scalar_type(), codes) || codes.kernel < 0) return -1;
     int kernel = kernel_op(op.op_);
-    if (kernel == kAverage && (hosts_ > 1 || !at::isFloatingType(x.scalar_type()))) return -1;
+    if (kernel == kAverage && hosts_ == 1 && !at::isFloatingType(x.scalar_type())) return -1;
     return kernel;
   }
 
@@ -792,17 +792,31 @@ class SmddpCore : public c10d::PyProcessGroup {
   }
 
   void reduce_everywhere(at::Tensor& x, int dtype, int op, const char* what = "all_reduce") {
-    bool half = x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16;
     if (hosts_ == 1) {
       allreduce_chunks(x, dtype, op);
-    } else if (half && (op == kernel_op(c10d::ReduceOp::SUM) || op == kernel_op(c10d::ReduceOp::PRODUCT))) {
+      return;
+    }
+    bool average = op == kAverage;  // communicator.py: AVG is a SUM divided once, where it is rounded
+    int combine = average ? kernel_op(c10d::ReduceOp::SUM) : op;
+    bool half = x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16;
+    if (half && (combine == kernel_op(c10d::ReduceOp::SUM) || combine == kernel_op(c10d::ReduceOp::PRODUCT))) {
       // communicator.py: partial results cross hosts in fp32, so the result is rounded once
       at::Tensor wide = x.to(at::kFloat);
-      allreduce_hosts(wide, kFloatKernel, op, what);
+      allreduce_hosts(wide, kFloatKernel, combine, what);
+      if (average) divide_by_group(wide);
       x.copy_(wide);
     } else {
-      allreduce_hosts(x, dtype, op, what);
+      allreduce_hosts(x, dtype, combine, what);
+      if (average) divide_by_group(x);
     }
+  }
+
+  // reduce.py's finish_average: the sum divided by the group size, integers by floor division
+  void divide_by_group(at::Tensor& x) {
+    if (at::isFloatingType(x.scalar_type()))
+      x.div_(getSize());
+    else
+      x.div_(getSize(), "floor");
   }
 
   // communicator.py's allreduce across hosts, chunk by chunk: the host's ranks reduce over shared memory,
