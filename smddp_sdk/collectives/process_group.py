@@ -2,8 +2,8 @@
 
 torch 2.13 cannot subclass the C++ Backend from Python, so the group is a ProcessGroup subclass that torch
 uses directly. Its base is the native core (native/smddp_core.cpp) where that builds: blocking
-collectives of a one-host group, and all_reduce, all_gather, broadcast, reduce_scatter_tensor and
-barrier across hosts, then run in C++ without entering Python, and everything else comes back to the
+collectives of a one-host group, and all_reduce, all_gather, broadcast, reduce_scatter (list of equal
+inputs) and reduce_scatter_tensor and barrier across hosts, then run in C++ without entering Python, and everything else comes back to the
 methods here under `_python_<name>`. Without the
 core the base is torch's ProcessGroup and these methods are called directly. Both dispatch paths reach
 them: `dist.*` with Python arguments, C++ callers (DDP's reducer, functional collectives) through the
@@ -704,7 +704,7 @@ class PythonProcessGroup(SmddpProcessGroup, dist.ProcessGroup):
 
 
 # Collectives the core may run itself; it calls `_python_<name>` for what it leaves to Python.
-CORE_METHODS = ("allreduce", "broadcast", "allgather", "all_gather_single", "reduce_scatter_single", "barrier")
+CORE_METHODS = ("allreduce", "broadcast", "allgather", "all_gather_single", "reduce_scatter", "reduce_scatter_single", "barrier")
 
 
 @functools.cache

@@ -221,9 +221,10 @@ ACROSS_HOSTS_CASES = [(1000, "float32", "SUM"), (15_000, "float32", "SUM"), (30_
 # (from 4 hosts), the ring
 ACROSS_HOSTS_GATHERS = [(100, "float32", True), (20_000, "int32", True), (300_001, "float32", False)]
 # the other collectives across hosts: broadcast from the last rank and from rank 1 (a binomial tree; from 5
-# hosts at 120 KB and from 3 at 1.2 MB scatter + all_gather), reduce_scatter_tensor (elements per rank), barrier
+# hosts at 120 KB and from 3 at 1.2 MB scatter + all_gather), reduce_scatter_tensor and reduce_scatter (a list
+# of inputs) of so many elements per rank, barrier
 ACROSS_HOSTS_OTHERS = [("broadcast", 30_000), ("broadcast_from_1", 300_001), ("reduce_scatter_tensor", 20_001),
-                       ("reduce_scatter_tensor_avg", 10_001), ("barrier", 0)]
+                       ("reduce_scatter", 5_001), ("reduce_scatter_tensor_avg", 10_001), ("barrier", 0)]
 
 
 def _seeded(rank: int, count: int, dtype: torch.dtype) -> torch.Tensor:
@@ -244,9 +245,12 @@ def _other_across_hosts(op: str, count: int) -> dict:
         x = _seeded(rank, count, torch.float32)
         dist.broadcast(x, src=root)
         return {"close": torch.equal(x, _seeded(root, count, torch.float32)), "digest": _tensor_digest(x)}
-    if op == "reduce_scatter_tensor":
-        out = torch.empty(count, dtype=torch.float32)
-        dist.reduce_scatter_tensor(out, _seeded(rank, count * size, torch.float32))
+    if op in ("reduce_scatter_tensor", "reduce_scatter"):
+        out, whole = torch.empty(count, dtype=torch.float32), _seeded(rank, count * size, torch.float32)
+        if op == "reduce_scatter":
+            dist.reduce_scatter(out, list(whole.chunk(size)))
+        else:
+            dist.reduce_scatter_tensor(out, whole)
         reference = torch.stack([_seeded(r, count * size, torch.float32).double() for r in range(size)]).sum(0)
         return {"close": bool(torch.allclose(out.double(), reference[rank * count:(rank + 1) * count], rtol=1e-5, atol=1e-4)), "digest": ""}
     if op == "reduce_scatter_tensor_avg":  # bf16, divided where it is rounded; every rank's part gathered for the digest

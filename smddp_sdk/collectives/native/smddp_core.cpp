@@ -5,8 +5,9 @@
 // contiguous CPU tensors; the Python group's communication thread runs its all_reduces here too. They use
 // the same shared-memory protocol, kernels (smddp_native.c, passed in as function pointers), counters and
 // call records as the Python path, so ranks may take either path for any call. A group across hosts runs
-// its all_reduces (fp16/bf16 widened to fp32 and rounded once, as communicator.py does), all_gathers,
-// broadcasts, reduce_scatter_tensors and barriers here as well, and the step between hosts of smddp's DDP
+// its all_reduces (fp16/bf16 widened to fp32 and rounded once, AVG divided before that rounding, as
+// communicator.py does), all_gathers, broadcasts, reduce_scatters (tensor, or a list of equal inputs) and
+// barriers here as well, and the step between hosts of smddp's DDP
 // (`_core_between_hosts`): the host's ranks over shared memory, the host leaders over the TCP mesh (the
 // kernels' poll loop) with algorithms.py's algorithms, byte for byte (same order, same chunks, same
 // reduction order), each exchange behind tcp.py's call header (the check between hosts).
@@ -160,7 +161,8 @@ constexpr int kVerdictWord = 14, kPidWord = 15;
 constexpr int kSingleCopyOff = 3;
 // op indices of calls.py OPS
 enum CallOp : uint32_t {
-  kBarrier = 0, kAllReduce = 1, kBroadcast = 4, kAllGather = 6, kAllGatherIntoTensor = 8, kReduceScatterTensor = 12
+  kBarrier = 0, kAllReduce = 1, kBroadcast = 4, kAllGather = 6, kAllGatherIntoTensor = 8, kReduceScatter = 11,
+  kReduceScatterTensor = 12
 };
 
 // calls.py DTYPES index (the record) and smddp_native.c's dtype code (the kernels; -1: not reduced here)
@@ -354,16 +356,10 @@ class SmddpCore : public c10d::PyProcessGroup {
                                                        const c10d::ReduceScatterOptions& opts) override {
     DtypeCodes codes;
     int op = reducible(input, opts.reduceOp, codes);
-    if (op >= 0 && !opts.asyncOp && across_hosts() && plain_cpu(input) && plain_cpu(output) &&
-        output.scalar_type() == input.scalar_type() && input.numel() == output.numel() * getSize() &&
-        output.numel() > 0 && claim_inline()) {
-      Claim claim(this);
-      tag(kReduceScatterTensor, codes.record, output.numel(), kNoRoot, static_cast<uint32_t>(opts.reduceOp.op_) + 1);
-      at::Tensor flat = input.clone();
-      reduce_everywhere(flat, codes.kernel, op, "reduce_scatter_tensor");
-      std::memcpy(output.data_ptr(), static_cast<char*>(flat.data_ptr()) + getRank() * nbytes_of(output), nbytes_of(output));
+    if (op >= 0 && !opts.asyncOp && across_hosts() && plain_cpu(input) && output.scalar_type() == input.scalar_type() &&
+        input.numel() == output.numel() * getSize() &&
+        reduce_scatter_hosts(kReduceScatterTensor, output, [&] { return input.clone(); }, codes, op, opts))
       return c10::make_intrusive<DoneWork>(std::vector<at::Tensor>{output});
-    }
     if (op >= 0 && !opts.asyncOp && usable() && plain_cpu(input) && plain_cpu(output) &&
         output.scalar_type() == input.scalar_type() && input.numel() == output.numel() * n_ && output.numel() > 0 &&
         !overlap(input, output) && claim_inline()) {
@@ -476,10 +472,30 @@ class SmddpCore : public c10d::PyProcessGroup {
                                                    const c10d::AllToAllOptions& opts) override {
     return python("all_to_all_single", output, input, output_splits, input_splits, opts);
   }
+  // The list form across hosts where it is exact to lower it onto reduce_scatter_tensor: one output, one
+  // input per rank of the output's size and dtype (process_group.py concatenates and reduces the same way).
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ReduceScatterOptions& opts) override {
-    return python("reduce_scatter", outputs, inputs, opts);
+    DtypeCodes codes;
+    if (outputs.size() == 1 && inputs.size() == 1 && inputs[0].size() == static_cast<size_t>(getSize()) &&
+        !opts.asyncOp && across_hosts()) {
+      at::Tensor& output = outputs[0];
+      std::vector<at::Tensor>& parts = inputs[0];
+      bool even = std::all_of(parts.begin(), parts.end(), [&](const at::Tensor& part) {
+        return part.device().is_cpu() && !part.is_sparse() && part.scalar_type() == output.scalar_type() &&
+               part.numel() == output.numel();
+      });
+      int op = even ? reducible(output, opts.reduceOp, codes) : -1;
+      auto flatten = [&] {
+        std::vector<at::Tensor> flat;
+        for (const at::Tensor& part : parts) flat.push_back(part.reshape(-1));
+        return at::cat(flat);
+      };
+      if (op >= 0 && reduce_scatter_hosts(kReduceScatter, output, flatten, codes, op, opts))
+        return c10::make_intrusive<DoneWork>(outputs);
+    }
+    return python("_python_reduce_scatter", outputs, inputs, opts);
   }
   c10::intrusive_ptr<c10d::Work> reduce_scatter_single_coalesced(std::vector<at::Tensor>& outputs,
                                                                  std::vector<at::Tensor>& inputs,
@@ -568,6 +584,20 @@ class SmddpCore : public c10d::PyProcessGroup {
     long nbytes = nbytes_of(x);
     return !opts.asyncOp && (usable() || across_hosts()) && plain_cpu(x) && dtype_codes(x.scalar_type(), codes) &&
            nbytes > 0;
+  }
+
+  // communicator.py's reduce_scatter across hosts: the whole input reduced everywhere (on a copy made by
+  // flat), this rank's segment kept; false where it is not for the core or not claimed.
+  template <typename Flat>
+  bool reduce_scatter_hosts(CallOp call, at::Tensor& output, Flat flat, const DtypeCodes& codes, int op,
+                            const c10d::ReduceScatterOptions& opts) {
+    if (!plain_cpu(output) || output.numel() == 0 || !claim_inline()) return false;
+    Claim claim(this);
+    tag(call, codes.record, output.numel(), kNoRoot, static_cast<uint32_t>(opts.reduceOp.op_) + 1);
+    at::Tensor whole = flat();
+    reduce_everywhere(whole, codes.kernel, op, call == kReduceScatter ? "reduce_scatter" : "reduce_scatter_tensor");
+    std::memcpy(output.data_ptr(), static_cast<char*>(whole.data_ptr()) + getRank() * nbytes_of(output), nbytes_of(output));
+    return true;
   }
 
   // Every rank's input into its target (targets by group rank, this rank's included); false if not claimed.
