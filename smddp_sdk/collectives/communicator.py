@@ -217,6 +217,45 @@ class Communicator:
             allgather_between_hosts(self.mesh, self.topo.node, len(self.topo.nodes), blocks, what, deadline)
         self.local.broadcast(0, [outs[r] for r in remote], what, deadline)
 
+    def all_to_all(self, table: list[list[int]], sends: Sequence[torch.Tensor], recvs: Sequence[torch.Tensor], what: str) -> None:
+        """recvs[r] (uint8, by group rank) receives what rank r sends this rank; sends[r] goes to rank r;
+        table[s][d]: the bytes rank s sends rank d, the same on every rank.
+
+        Within the host every rank's whole input reaches every local rank; between hosts the leaders
+        exchange pairwise (round k: to host h+k, from host h-k) what this host's ranks send the other
+        host's, in (source, target) rank order; the leader hands what it received to the host's ranks
+        (from each host in order, the same order). The native core runs the same steps."""
+        deadline = self.deadline()
+        topo, me = self.topo, self.topo.rank
+        mine = torch.cat(list(sends)) if sends else torch.empty(0, dtype=torch.uint8)
+        blobs = {r: mine if r == me else torch.empty(sum(table[r]), dtype=torch.uint8) for r in topo.local_ranks}
+        self.local.allgather(mine, [blobs[r] for r in topo.local_ranks], what, deadline)
+
+        def part(source: int, target: int) -> torch.Tensor:
+            start = sum(table[source][:target])
+            return blobs[source][start : start + table[source][target]]
+
+        for source in topo.local_ranks:
+            copy_bytes(recvs[source], part(source, me))
+        if not self.multi_node:
+            return
+        others = [h for h in range(len(topo.nodes)) if h != topo.node]
+        incoming = {h: sum(table[s][d] for s in topo.nodes[h] for d in topo.local_ranks) for h in others}
+        inbox = torch.empty(sum(incoming.values()), dtype=torch.uint8)
+        boxes = dict(zip(others, inbox.split(list(incoming.values()))))
+        if topo.is_leader:
+            hosts = len(topo.nodes)
+            for shift in range(1, hosts):
+                to, source = (topo.node + shift) % hosts, (topo.node - shift) % hosts
+                out = [memview(part(s, d)) for s in topo.local_ranks for d in topo.nodes[to]]
+                self.mesh.exchange({to: out}, {source: [memview(boxes[source])]}, what, deadline)
+        self.local.broadcast(0, [inbox], what, deadline)
+        for h in others:
+            pairs = [(s, d) for s in topo.nodes[h] for d in topo.local_ranks]
+            for (s, d), piece in zip(pairs, boxes[h].split([table[s][d] for s, d in pairs])):
+                if d == me:
+                    copy_bytes(recvs[s], piece)
+
     def broadcast(self, root: int, buffers: Sequence[torch.Tensor], what: str) -> None:
         """Every rank's uint8 buffers receive the root's."""
         deadline = self.deadline()

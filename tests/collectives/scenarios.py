@@ -222,9 +222,10 @@ ACROSS_HOSTS_CASES = [(1000, "float32", "SUM"), (15_000, "float32", "SUM"), (30_
 ACROSS_HOSTS_GATHERS = [(100, "float32", True), (20_000, "int32", True), (300_001, "float32", False)]
 # the other collectives across hosts: broadcast from the last rank and from rank 1 (a binomial tree; from 5
 # hosts at 120 KB and from 3 at 1.2 MB scatter + all_gather), reduce_scatter_tensor and reduce_scatter (a list
-# of inputs) of so many elements per rank, barrier
+# of inputs) of so many elements per rank, all_to_all_single and all_to_all with uneven parts (some empty), barrier
 ACROSS_HOSTS_OTHERS = [("broadcast", 30_000), ("broadcast_from_1", 300_001), ("reduce_scatter_tensor", 20_001),
-                       ("reduce_scatter", 5_001), ("reduce_scatter_tensor_avg", 10_001), ("barrier", 0)]
+                       ("reduce_scatter", 5_001), ("reduce_scatter_tensor_avg", 10_001), ("all_to_all_single", 20_000),
+                       ("all_to_all", 3), ("barrier", 0), ("all_to_all_mismatch", 3)]  # the last: it fails the group
 
 
 def _seeded(rank: int, count: int, dtype: torch.dtype) -> torch.Tensor:
@@ -238,6 +239,33 @@ def _tensor_digest(x: torch.Tensor) -> str:
     return hashlib.sha256(memview(x)).hexdigest()
 
 
+def _all_to_all(op: str, count: int) -> bool:
+    """Rank s sends rank d count * ((s + 2d) % 3) + d elements that name both (rank 0 sends itself none)."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+
+    def part(source: int, target: int) -> torch.Tensor:
+        return torch.arange(count * ((source + 2 * target) % 3) + target, dtype=torch.float32).add(1000 * source + target)
+
+    ins, expected = [part(rank, d) for d in range(size)], [part(s, rank) for s in range(size)]
+    splits = [e.numel() for e in expected]
+    if op == "all_to_all_mismatch":  # rank 0 expects an element too many from the last rank: every rank fails alike
+        if rank == 0:
+            splits[-1] += 1
+        try:
+            dist.all_to_all_single(torch.empty(sum(splits)), torch.cat(ins), splits, [i.numel() for i in ins])
+        except RuntimeError as exc:
+            sent = 4 * part(size - 1, 0).numel()
+            return f"rank {size - 1} sends {sent} bytes to rank 0, which expects {sent + 4}" in str(exc)
+        return False
+    if op == "all_to_all_single":
+        out = torch.empty(sum(splits))
+        dist.all_to_all_single(out, torch.cat(ins), splits, [i.numel() for i in ins])
+        return torch.equal(out, torch.cat(expected))
+    outs = [torch.empty_like(e) for e in expected]
+    dist.all_to_all(outs, ins)
+    return all(torch.equal(o, e) for o, e in zip(outs, expected))
+
+
 def _other_across_hosts(op: str, count: int) -> dict:
     rank, size = dist.get_rank(), dist.get_world_size()
     if op.startswith("broadcast"):
@@ -245,6 +273,8 @@ def _other_across_hosts(op: str, count: int) -> dict:
         x = _seeded(rank, count, torch.float32)
         dist.broadcast(x, src=root)
         return {"close": torch.equal(x, _seeded(root, count, torch.float32)), "digest": _tensor_digest(x)}
+    if op.startswith("all_to_all"):
+        return {"close": _all_to_all(op, count), "digest": ""}
     if op in ("reduce_scatter_tensor", "reduce_scatter"):
         out, whole = torch.empty(count, dtype=torch.float32), _seeded(rank, count * size, torch.float32)
         if op == "reduce_scatter":

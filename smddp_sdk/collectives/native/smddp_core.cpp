@@ -162,7 +162,7 @@ constexpr int kSingleCopyOff = 3;
 // op indices of calls.py OPS
 enum CallOp : uint32_t {
   kBarrier = 0, kAllReduce = 1, kBroadcast = 4, kAllGather = 6, kAllGatherIntoTensor = 8, kReduceScatter = 11,
-  kReduceScatterTensor = 12
+  kReduceScatterTensor = 12, kAllToAll = 14, kAllToAllSingle = 15
 };
 
 // calls.py DTYPES index (the record) and smddp_native.c's dtype code (the kernels; -1: not reduced here)
@@ -466,11 +466,34 @@ class SmddpCore : public c10d::PyProcessGroup {
                                                              const c10d::AllgatherOptions& opts) override {
     return python("all_gather_single_coalesced", outputs, inputs, opts);
   }
+  // Across hosts: communicator.py's all_to_all (sizes to every rank, then the bytes; the leaders pairwise).
   c10::intrusive_ptr<c10d::Work> all_to_all_single(at::Tensor& output, at::Tensor& input,
                                                    std::vector<int64_t>& output_splits,
                                                    std::vector<int64_t>& input_splits,
                                                    const c10d::AllToAllOptions& opts) override {
-    return python("all_to_all_single", output, input, output_splits, input_splits, opts);
+    std::vector<Span> outs, ins;
+    if (!opts.asyncOp && across_hosts() && plain_cpu(output) && plain_cpu(input) &&
+        output.scalar_type() == input.scalar_type() && split_rows(output, output_splits, outs) &&
+        split_rows(input, input_splits, ins) && to_all(kAllToAllSingle, outs, ins))
+      return c10::make_intrusive<DoneWork>(std::vector<at::Tensor>{output});
+    return python("_python_all_to_all_single", output, input, output_splits, input_splits, opts);
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override {
+    auto spans = [](const std::vector<at::Tensor>& tensors, std::vector<Span>& out) {
+      for (const at::Tensor& t : tensors) {
+        if (!plain_cpu(t)) return false;
+        out.push_back({static_cast<char*>(t.data_ptr()), nbytes_of(t)});
+      }
+      return true;
+    };
+    std::vector<Span> outs, ins;
+    size_t size = static_cast<size_t>(getSize());
+    if (!opts.asyncOp && across_hosts() && outputs.size() == size && inputs.size() == size && spans(outputs, outs) &&
+        spans(inputs, ins) && to_all(kAllToAll, outs, ins))
+      return c10::make_intrusive<DoneWork>(outputs);
+    return python("_python_alltoall", outputs, inputs, opts);
   }
   // The list form across hosts where it is exact to lower it onto reduce_scatter_tensor: one output, one
   // input per rank of the output's size and dtype (process_group.py concatenates and reduces the same way).
@@ -611,58 +634,169 @@ class SmddpCore : public c10d::PyProcessGroup {
     tag(op, codes.record, x.numel(), kNoRoot, 0);
     const char* what = op == kAllGather ? "all_gather" : "all_gather_into_tensor";
     start_call(what);
-    auto* data = static_cast<char*>(x.data_ptr());
-    long nbytes = nbytes_of(x);
+    std::vector<Span> spans;
+    for (char* target : targets) spans.push_back({target, nbytes_of(x)});
+    gather_everywhere(static_cast<char*>(x.data_ptr()), spans, what);
+    return true;
+  }
+
+  // communicator.py's allgather: every rank's bytes into its target (by group rank; lengths may differ,
+  // this rank's is data's): within the host, between the leaders, then the leader hands the other hosts'
+  // parts to the host's ranks.
+  void gather_everywhere(char* data, const std::vector<Span>& targets, const char* what) {
     if (hosts_ == 1) {
-      gather_in_host(data, nbytes, targets, what);
-      return true;
+      gather_in_host(data, targets, what);
+      return;
     }
-    std::vector<char*> mine;  // this host's ranks' targets, in local order
+    std::vector<Span> mine;  // this host's ranks' targets, in local order
     for (int rank : nodes_[node_]) mine.push_back(targets[rank]);
-    gather_in_host(data, nbytes, mine, what);
-    if (leader_) gather_between_hosts(targets, nbytes);
+    gather_in_host(data, mine, what);
+    if (leader_) {
+      Spans blocks(hosts_);
+      for (int h = 0; h < hosts_; h++)
+        for (int rank : nodes_[h]) blocks[h].push_back(targets[rank]);
+      allgather_blocks(blocks);
+    }
     if (base_) {  // the other hosts' parts, in group rank order
       std::vector<bool> here(targets.size(), false);
       for (int rank : nodes_[node_]) here[rank] = true;
       std::vector<Span> remote;
       for (size_t rank = 0; rank < targets.size(); rank++)
-        if (!here[rank]) remote.push_back({targets[rank], nbytes});
+        if (!here[rank]) remote.push_back(targets[rank]);
       broadcast_spans(0, remote, what);
+    }
+  }
+
+  // local.py's allgather: every local rank's bytes into targets (local order; lengths may differ, this
+  // rank's is data's), a slot at a time up to the longest.
+  void gather_in_host(char* data, const std::vector<Span>& targets, const char* what) {
+    const Span& own = targets[index_];
+    bool in_place = own.data == data;  // the input is this rank's part of the output
+    if (!in_place) std::memmove(own.data, data, own.length);
+    if (!base_) return;
+    long longest = 0;
+    for (const Span& target : targets) longest = std::max(longest, target.length);
+    if (longest >= single_copy_from_ && single_copy()) {
+      std::vector<Read> reads;
+      for (int i = 0; i < n_; i++)
+        if (i != index_ && targets[i].length > 0) reads.push_back({i, targets[i]});
+      if (single_copy_read(data, reads, what)) return;
+    }
+    for (long start = 0; start < longest; start += slot_bytes_) {
+      uint32_t half = next_half();
+      long piece = std::clamp(own.length - start, 0L, slot_bytes_);
+      if (piece > 0) std::memcpy(slots_[half][index_], data + start, piece);
+      sync(what);
+      for (int i = 0; i < n_; i++) {
+        long length = std::clamp(targets[i].length - start, 0L, slot_bytes_);
+        if (i != index_ && length > 0) std::memcpy(targets[i].data + start, slots_[half][i], length);
+      }
+    }
+  }
+
+  // process_group.py's _all_to_all and communicator.py's all_to_all: outs[r] receives what rank r sends
+  // this rank, ins[r] goes to rank r; false if not claimed.
+  bool to_all(CallOp op, const std::vector<Span>& outs, const std::vector<Span>& ins) {
+    if (!claim_inline()) return false;
+    Claim claim(this);
+    tag(op, 0, 0, kNoRoot, 0);  // sizes may differ between ranks: count 0 (calls.py)
+    const char* what = op == kAllToAll ? "all_to_all" : "all_to_all_single";
+    start_call(what);
+    int size = getSize(), me = getRank();
+    // every rank's sizes (what it sends each rank, then what it expects from each), checked alike everywhere
+    std::vector<int64_t> table(2L * size * size), sizes;
+    for (const std::vector<Span>* side : {&ins, &outs})
+      for (const Span& span : *side) sizes.push_back(span.length);
+    std::vector<Span> rows;
+    for (int r = 0; r < size; r++) rows.push_back({reinterpret_cast<char*>(&table[2L * size * r]), 2L * size * 8});
+    gather_everywhere(reinterpret_cast<char*>(sizes.data()), rows, what);
+    auto bytes = [&](int source, int target) { return table[2L * size * source + target]; };
+    for (int s = 0; s < size; s++)
+      for (int t = 0; t < size; t++)
+        if (bytes(s, t) != table[2L * size * t + size + s]) {
+          pybind11::gil_scoped_acquire gil;
+          call_python("_all_to_all_mismatch", s, t, bytes(s, t), table[2L * size * t + size + s]);
+          TORCH_CHECK(false, "smddp: _all_to_all_mismatch returned");
+        }
+    // within the host: every rank's whole input to every local rank
+    std::vector<char*> blobs(size, nullptr);
+    std::vector<Span> local;
+    for (int r : nodes_[node_]) {
+      long length = 0;
+      for (int t = 0; t < size; t++) length += bytes(r, t);
+      blobs[r] = r == me ? blob(ins) : scratch(-2 - r, length);
+      local.push_back({blobs[r], length});
+    }
+    gather_in_host(blobs[me], local, what);
+    auto part = [&](int source, int target) {
+      long start = 0;
+      for (int t = 0; t < target; t++) start += bytes(source, t);
+      return Span{blobs[source] + start, bytes(source, target)};
+    };
+    for (int s : nodes_[node_]) std::memcpy(outs[s].data, part(s, me).data, outs[s].length);
+    if (hosts_ == 1) return true;
+    // between hosts: the leaders pairwise (round k: to host h+k, from h-k), what this host's ranks send
+    // the other's in (source, target) order; the leader's inbox (from each host in order) to the host
+    std::vector<long> box(hosts_ + 1, 0);  // inbox offsets by host (this host's: empty)
+    for (int h = 0; h < hosts_; h++) {
+      box[h + 1] = box[h];
+      if (h != node_)
+        for (int s : nodes_[h])
+          for (int d : nodes_[node_]) box[h + 1] += bytes(s, d);
+    }
+    char* inbox = scratch(-1 - size - 2, box[hosts_]);
+    if (leader_)
+      for (int shift = 1; shift < hosts_; shift++) {
+        int to = (node_ + shift) % hosts_, from = (node_ - shift + hosts_) % hosts_;
+        Spans sends(hosts_), recvs(hosts_);
+        for (int s : nodes_[node_])
+          for (int d : nodes_[to]) sends[to].push_back(part(s, d));
+        recvs[from] = {{inbox + box[from], box[from + 1] - box[from]}};
+        exchange(sends, recvs);
+      }
+    if (base_) broadcast_spans(0, {{inbox, box[hosts_]}}, what);
+    for (int h = 0; h < hosts_; h++) {
+      long at = box[h];
+      if (h != node_)
+        for (int s : nodes_[h])
+          for (int d : nodes_[node_]) {
+            if (d == me) std::memcpy(outs[s].data, inbox + at, outs[s].length);
+            at += bytes(s, d);
+          }
     }
     return true;
   }
 
-  // Every local rank's bytes into targets (local order), a slot at a time.
-  void gather_in_host(char* data, long nbytes, const std::vector<char*>& targets, const char* what) {
-    bool in_place = targets[index_] == data;  // the input is this rank's part of the output
-    if (!base_) {
-      if (!in_place) std::memmove(targets[index_], data, nbytes);
-      return;
-    }
-    if (nbytes >= single_copy_from_ && single_copy()) {
-      if (!in_place) std::memmove(targets[index_], data, nbytes);
-      std::vector<Read> reads;
-      for (int i = 0; i < n_; i++)
-        if (i != index_) reads.push_back({i, {targets[i], nbytes}});
-      if (single_copy_read(data, reads, what)) return;
-    }
-    for (long start = 0; start < nbytes; start += slot_bytes_) {
-      long piece = std::min(slot_bytes_, nbytes - start);
-      uint32_t half = next_half();
-      std::memcpy(slots_[half][index_], data + start, piece);
-      if (!in_place) std::memmove(targets[index_] + start, data + start, piece);  // rereads the piece from cache
-      sync(what);
-      for (int i = 0; i < n_; i++)
-        if (i != index_) std::memcpy(targets[i] + start, slots_[half][i], piece);
-    }
+  // The input spans as one stream: in place where they already are one, else copied into scratch.
+  char* blob(const std::vector<Span>& spans) {
+    bool consecutive = true;
+    for (size_t i = 1; i < spans.size(); i++) consecutive = consecutive && spans[i].data == spans[i - 1].data + spans[i - 1].length;
+    if (consecutive && !spans.empty()) return spans[0].data;
+    char* stream = scratch(-2 - getRank(), total(spans));
+    copy_stream(spans, 0, total(spans), stream, true);
+    return stream;
   }
 
-  // algorithms.py's allgather_between_hosts of every rank's target (nbytes each), by host.
-  void gather_between_hosts(const std::vector<char*>& targets, long nbytes) {
-    Spans blocks(hosts_);
-    for (int h = 0; h < hosts_; h++)
-      for (int rank : nodes_[h]) blocks[h].push_back({targets[rank], nbytes});
-    allgather_blocks(blocks);
+  // all_to_all_single's rows per rank (the given splits, else dim 0 cut evenly) as spans of t; false where
+  // the splits do not fit (the Python path reports it).
+  bool split_rows(const at::Tensor& t, const std::vector<int64_t>& splits, std::vector<Span>& spans) const {
+    int size = getSize();
+    if (t.dim() == 0) return false;
+    int64_t rows = t.size(0), row_bytes = rows ? nbytes_of(t) / rows : 0;
+    std::vector<int64_t> counts = splits;
+    if (counts.empty()) {
+      if (rows % size) return false;
+      counts.assign(size, rows / size);
+    }
+    int64_t sum = 0;
+    for (int64_t count : counts) sum += count < 0 ? rows + 1 : count;
+    if (static_cast<int>(counts.size()) != size || sum != rows) return false;
+    auto* at = static_cast<char*>(t.data_ptr());
+    for (int64_t count : counts) {
+      spans.push_back({at, count * row_bytes});
+      at += count * row_bytes;
+    }
+    return true;
   }
 
   // algorithms.py's allgather_between_hosts: all-to-all (in rounds when large), bruck, or the ring, every
