@@ -6,8 +6,8 @@
 // the same shared-memory protocol, kernels (smddp_native.c, passed in as function pointers), counters and
 // call records as the Python path, so ranks may take either path for any call. A group across hosts runs
 // its all_reduces (fp16/bf16 widened to fp32 and rounded once, AVG divided before that rounding, as
-// communicator.py does), all_gathers, broadcasts, reduce_scatters (tensor, or a list of equal inputs) and
-// barriers here as well, and the step between hosts of smddp's DDP
+// communicator.py does), all_gathers, broadcasts, reduce_scatters (tensor, or a list of equal inputs),
+// all_to_alls and barriers here as well, and the step between hosts of smddp's DDP
 // (`_core_between_hosts`): the host's ranks over shared memory, the host leaders over the TCP mesh (the
 // kernels' poll loop) with algorithms.py's algorithms, byte for byte (same order, same chunks, same
 // reduction order), each exchange behind tcp.py's call header (the check between hosts).
