@@ -20,6 +20,7 @@ A smaller bucket removes that credit but throttles large flows below the rate (1
 Link utilisation = bytes each host must put on its link per call / time per call / link rate:
     all_reduce: 2(H-1)/H * S      (a host sends its (H-1)/H share out, and the reduced shares back)
     all_gather: (H-1)/H * S       (S = gathered output size; a host receives everyone else's part)
+    broadcast:  S                 (every host but the root receives the whole message)
 with H hosts and S the tensor size; that is nccl-tests' busbw over the shaped rate (rate_mbit * 1e6 / 8
 bytes/s). TCP/IP headers take ~4% of the frames, so ~96% is the practical ceiling.
 """
@@ -41,7 +42,7 @@ from benchmarks.collectives_bench import human, make_case, rank_sweep  # noqa: E
 
 SIZES = "64K,256K,1M,4M,16M,64M"
 MAX_CALLS = 1000  # per timed loop: bounds the time slow backends take at small sizes
-PER_LINK_FACTOR = {"allreduce": lambda h: 2 * (h - 1) / h, "allgather": lambda h: (h - 1) / h}
+PER_LINK_FACTOR = {"allreduce": lambda h: 2 * (h - 1) / h, "allgather": lambda h: (h - 1) / h, "broadcast": lambda h: 1.0}
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

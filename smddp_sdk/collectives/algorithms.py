@@ -35,6 +35,13 @@ AllGather (``allgather_algorithm``): ``oneshot`` (every block straight to every 
 rounds from 64 KiB per peer), ``bruck`` (ceil(log2 H) rounds; in round k host h sends the 2^k blocks it
 has to h-2^k and receives h+2^k's, straight into their places, any H) and the ``ring``, by the same model.
 
+Broadcast (``broadcast_algorithm``): ``binomial``, a tree rooted at the root's host, ceil(log2 H) rounds; in
+the round of distance m (H's next power of two halved each round, down to 1) every host whose distance
+v from the root (v = host - root mod H) is a multiple of 2m sends to v+m, which then holds the message. Or
+``scatter_allgather`` (van de Geijn) for large messages: the same tree sends each receiver only the shards
+of its subtree (v..v+m-1; shard v of H belongs to host v), then an all_gather of the shards as above. Every
+host runs every round's exchange, empty when it sits the round out, so steps are numbered alike.
+
 Exchanges with several peers run as H-1 permutation rounds (round r: host h sends to h+r and receives from
 h-r) once a peer's part reaches 64 KiB, so each link carries one flow in each direction: when H-1 senders
 converge on one receiver at once, their TCP flows overflow its link's queue and lose packets (measured: 66%
@@ -66,6 +73,8 @@ from smddp_sdk.planning.selection import (
     ROUNDS_FROM_BYTES,
     allgather_algorithm,
     allreduce_algorithm,
+    broadcast_algorithm,
+    ceil_log2,
     log2_floor,
 )
 
@@ -127,8 +136,7 @@ def shard_bounds(numel: int, parts: int, index: int) -> tuple[int, int]:
     return start, start + base + (1 if index < extra else 0)
 
 
-def allgather_between_hosts(mesh: TcpMesh, node: int, hosts: int, blocks: dict[int, list[memoryview]], what: str,
-                            deadline: float) -> None:
+def allgather_between_hosts(mesh: TcpMesh, node: int, hosts: int, blocks: dict[int, list[memoryview]], what: str, deadline: float) -> None:
     """Every leader ends with every node's block (blocks[n]: views of node n's data, own filled in), by
     allgather_algorithm: all-to-all, bruck or the ring, every block received straight into its place."""
     peers = [n for n in range(hosts) if n != node]
@@ -148,6 +156,43 @@ def allgather_between_hosts(mesh: TcpMesh, node: int, hosts: int, blocks: dict[i
         to, source = (node + 1) % hosts, (node - 1) % hosts
         for s in range(hosts - 1):
             mesh.exchange({to: blocks[(node - s) % hosts]}, {source: blocks[(node - s - 1) % hosts]}, what, deadline)
+
+
+def _stream_slice(views: list[memoryview], lo: int, hi: int) -> list[memoryview]:
+    """Bytes lo..hi of the views' concatenation, as views."""
+    parts, at = [], 0
+    for view in views:
+        start, stop = max(lo, at), min(hi, at + len(view))
+        if start < stop:
+            parts.append(view[start - at : stop - at])
+        at += len(view)
+    return parts
+
+
+def broadcast_between_hosts(mesh: TcpMesh, node: int, hosts: int, root: int, data: list[memoryview], what: str, deadline: float) -> None:
+    """Host root's data (uint8 views, filled on root) into every leader's, by broadcast_algorithm."""
+    nbytes = sum(len(v) for v in data)
+    algorithm = broadcast_algorithm(nbytes, hosts)
+
+    def part(first: int, stop: int) -> list[memoryview]:
+        """What the subtree of hosts at distance first..stop-1 from the root receives."""
+        if algorithm == "binomial":
+            return data
+        return _stream_slice(data, shard_bounds(nbytes, hosts, first)[0], shard_bounds(nbytes, hosts, stop - 1)[1])
+
+    v = (node - root) % hosts
+    m = 1 << ceil_log2(hosts)
+    while m > 1:
+        m //= 2
+        sends, recvs = {}, {}
+        if v % (2 * m) == 0 and v + m < hosts:
+            sends[(node + m) % hosts] = part(v + m, min(v + 2 * m, hosts))
+        elif v % (2 * m) == m:
+            recvs[(node - m) % hosts] = part(v, min(v + m, hosts))
+        mesh.exchange(sends, recvs, what, deadline)
+    if algorithm == "scatter_allgather":
+        blocks = {n: part((n - root) % hosts, (n - root) % hosts + 1) for n in range(hosts)}
+        allgather_between_hosts(mesh, node, hosts, blocks, what, deadline)
 
 
 class InterHostAllreduce:
@@ -173,7 +218,7 @@ class InterHostAllreduce:
         run = getattr(self, algorithm)
         step = max(1, ONESHOT_CHUNK_BYTES // x.element_size())
         for start in range(0, x.numel(), step):
-            run(x[start:start + step], op, what, deadline)
+            run(x[start : start + step], op, what, deadline)
 
     def _buffer(self, key: int, like: torch.Tensor) -> torch.Tensor:
         return self._scratch(key, like.numel() * like.element_size()).view(like.dtype)
@@ -193,7 +238,7 @@ class InterHostAllreduce:
     def sharded(self, x: torch.Tensor, op: RedOpType, what: str, deadline: float) -> None:
         """Pipelined reduce-scatter + all-gather: round k sends chunk k's shards and chunk k-1's result."""
         step = max(self.hosts, self.pipeline_chunk_bytes // x.element_size())
-        chunks = [x[start:start + step] for start in range(0, x.numel(), step)]
+        chunks = [x[start : start + step] for start in range(0, x.numel(), step)]
         for k in range(len(chunks) + 1):
             sends: dict[int, list[memoryview]] = {n: [] for n in self.peers}
             recvs: dict[int, list[memoryview]] = {n: [] for n in self.peers}
@@ -272,8 +317,7 @@ class InterHostAllreduce:
             combine(theirs, [theirs, mine], op)
             copy_bytes(mine, theirs)
 
-    def _folded(self, x: torch.Tensor, op: RedOpType, what: str, deadline: float, among: Callable[[int, int], None],
-                steps: int) -> None:
+    def _folded(self, x: torch.Tensor, op: RedOpType, what: str, deadline: float, among: Callable[[int, int], None], steps: int) -> None:
         """Fold the extra hosts into their partners, run among(rank, p) on the p hosts left (steps
         exchanges), hand the result back. Hosts count the exchanges they sit out, so that every host
         numbers the call's steps alike (tcp.py's header check)."""
@@ -316,7 +360,7 @@ class InterHostAllreduce:
 
         def span(first: int, stop: int) -> torch.Tensor:  # shards first..stop-1 of p
             p = 1 << log2_floor(self.hosts)
-            return x[shard_bounds(x.numel(), p, first)[0]:shard_bounds(x.numel(), p, stop - 1)[1]]
+            return x[shard_bounds(x.numel(), p, first)[0] : shard_bounds(x.numel(), p, stop - 1)[1]]
 
         def among(rank: int, p: int) -> None:
             first, stop = 0, p
@@ -334,8 +378,7 @@ class InterHostAllreduce:
             while size < p:  # all-gather: swap the finished ranges, doubling them
                 partner = rank ^ size
                 their_first = first ^ size
-                self._exchange_with(host_of_folded(partner, self.hosts), span(first, stop), span(their_first, their_first + size),
-                                    what, deadline)
+                self._exchange_with(host_of_folded(partner, self.hosts), span(first, stop), span(their_first, their_first + size), what, deadline)
                 first = min(first, their_first)
                 stop = first + 2 * size
                 size *= 2

@@ -21,6 +21,7 @@ from smddp_sdk.collectives.algorithms import (
     ONESHOT_CHUNK_BYTES,
     InterHostAllreduce,
     allgather_between_hosts,
+    broadcast_between_hosts,
     forced_algorithm,
 )
 from smddp_sdk.collectives.calls import Call
@@ -105,8 +106,7 @@ class Communicator:
         chunk, rounds from, the forced algorithm's index in ALGORITHMS) for the native core, which runs the
         same algorithms."""
         pipeline = self._inter_host.pipeline_chunk_bytes if self._inter_host else PIPELINE_CHUNK_BYTES
-        return (ALPHA_BYTES, MESSAGE_BYTES, RING_ROUND_BYTES, ONESHOT_CHUNK_BYTES, pipeline, ROUNDS_FROM_BYTES,
-                ALGORITHMS.index(forced))
+        return (ALPHA_BYTES, MESSAGE_BYTES, RING_ROUND_BYTES, ONESHOT_CHUNK_BYTES, pipeline, ROUNDS_FROM_BYTES, ALGORITHMS.index(forced))
 
     # primitives ---------------------------------------------------------------------------------------
     def allreduce(self, x: torch.Tensor, op: RedOpType, what: str) -> None:
@@ -129,7 +129,7 @@ class Communicator:
         numel = x.numel()
         step = max(1, chunk_bytes // x.element_size())
         for start in range(0, numel, step):
-            piece = x if numel <= step else x[start:start + step]  # no slice op for a one-chunk call
+            piece = x if numel <= step else x[start : start + step]  # no slice op for a one-chunk call
             self.local.allreduce_chunk(piece, combine_op, what, deadline, forced)
             if self.multi_node:
                 if self.topo.is_leader:
@@ -151,11 +151,10 @@ class Communicator:
         try:
             path = allocate_file(nbytes, shm_dir())
         except ShmUnavailable as exc:
-            warnings.warn(f"smddp: no shared fusion buffer on this host, reducing through the arena: {exc}",
-                          RuntimeWarning, stacklevel=3)
+            warnings.warn(f"smddp: no shared fusion buffer on this host, reducing through the arena: {exc}", RuntimeWarning, stacklevel=3)
         encoded = path.encode()
         name = torch.zeros(PATH_BYTES, dtype=torch.uint8)
-        name[:len(encoded)] = torch.tensor(list(encoded), dtype=torch.uint8)
+        name[: len(encoded)] = torch.tensor(list(encoded), dtype=torch.uint8)
         names = [torch.zeros(PATH_BYTES, dtype=torch.uint8) for _ in range(self.local.n)]
         deadline = self.deadline()
         try:
@@ -168,8 +167,9 @@ class Communicator:
                 os.unlink(path)
         return buffers
 
-    def allreduce_shared(self, buffers: Sequence[torch.Tensor], op: RedOpType, what: str, own: Sequence[OwnSource] = (),
-                         native_between_hosts: Callable[[torch.Tensor, int], bool] | None = None) -> None:
+    def allreduce_shared(
+        self, buffers: Sequence[torch.Tensor], op: RedOpType, what: str, own: Sequence[OwnSource] = (), native_between_hosts: Callable[[torch.Tensor, int], bool] | None = None
+    ) -> None:
         """In place over the host's copies of a tensor (from shared_region, same slice and dtype on each).
 
         The host reduces without copies (LocalComm.allreduce_views, which also explains ``own``); with
@@ -195,14 +195,13 @@ class Communicator:
     def reduce_scatter(self, x: torch.Tensor, out: torch.Tensor, op: RedOpType, what: str) -> None:
         """out = this rank's equal segment of the reduction of flat x; x may be clobbered."""
         combine_op = RedOpType.SUM if op == RedOpType.AVG else op
-        overlaps = x.data_ptr() < out.data_ptr() + out.numel() * out.element_size() and \
-            out.data_ptr() < x.data_ptr() + x.numel() * x.element_size()
-        if self.multi_node or overlaps:
-            self.allreduce(x, combine_op, what)  # hierarchical path: reduce everything, keep own segment
+        overlaps = x.data_ptr() < out.data_ptr() + out.numel() * out.element_size() and out.data_ptr() < x.data_ptr() + x.numel() * x.element_size()
+        if self.multi_node or overlaps:  # hierarchical path: reduce everything (AVG divided where it is rounded), keep own segment
+            self.allreduce(x, op, what)
             k = out.numel()
-            copy_bytes(out, x[self.topo.rank * k:(self.topo.rank + 1) * k])
-        else:
-            self.local.reduce_scatter(x, out, combine_op, what, self.deadline())
+            copy_bytes(out, x[self.topo.rank * k : (self.topo.rank + 1) * k])
+            return
+        self.local.reduce_scatter(x, out, combine_op, what, self.deadline())
         finish_average(out, op, self.topo.size)
 
     def allgather(self, mine: torch.Tensor, outs: Sequence[torch.Tensor], what: str) -> None:
@@ -218,6 +217,45 @@ class Communicator:
             allgather_between_hosts(self.mesh, self.topo.node, len(self.topo.nodes), blocks, what, deadline)
         self.local.broadcast(0, [outs[r] for r in remote], what, deadline)
 
+    def all_to_all(self, table: list[list[int]], sends: Sequence[torch.Tensor], recvs: Sequence[torch.Tensor], what: str) -> None:
+        """recvs[r] (uint8, by group rank) receives what rank r sends this rank; sends[r] goes to rank r;
+        table[s][d]: the bytes rank s sends rank d, the same on every rank.
+
+        Within the host every rank's whole input reaches every local rank; between hosts the leaders
+        exchange pairwise (round k: to host h+k, from host h-k) what this host's ranks send the other
+        host's, in (source, target) rank order; the leader hands what it received to the host's ranks
+        (from each host in order, the same order). The native core runs the same steps."""
+        deadline = self.deadline()
+        topo, me = self.topo, self.topo.rank
+        mine = torch.cat(list(sends)) if sends else torch.empty(0, dtype=torch.uint8)
+        blobs = {r: mine if r == me else torch.empty(sum(table[r]), dtype=torch.uint8) for r in topo.local_ranks}
+        self.local.allgather(mine, [blobs[r] for r in topo.local_ranks], what, deadline)
+
+        def part(source: int, target: int) -> torch.Tensor:
+            start = sum(table[source][:target])
+            return blobs[source][start : start + table[source][target]]
+
+        for source in topo.local_ranks:
+            copy_bytes(recvs[source], part(source, me))
+        if not self.multi_node:
+            return
+        others = [h for h in range(len(topo.nodes)) if h != topo.node]
+        incoming = {h: sum(table[s][d] for s in topo.nodes[h] for d in topo.local_ranks) for h in others}
+        inbox = torch.empty(sum(incoming.values()), dtype=torch.uint8)
+        boxes = dict(zip(others, inbox.split(list(incoming.values()))))
+        if topo.is_leader:
+            hosts = len(topo.nodes)
+            for shift in range(1, hosts):
+                to, source = (topo.node + shift) % hosts, (topo.node - shift) % hosts
+                out = [memview(part(s, d)) for s in topo.local_ranks for d in topo.nodes[to]]
+                self.mesh.exchange({to: out}, {source: [memview(boxes[source])]}, what, deadline)
+        self.local.broadcast(0, [inbox], what, deadline)
+        for h in others:
+            pairs = [(s, d) for s in topo.nodes[h] for d in topo.local_ranks]
+            for (s, d), piece in zip(pairs, boxes[h].split([table[s][d] for s, d in pairs])):
+                if d == me:
+                    copy_bytes(recvs[s], piece)
+
     def broadcast(self, root: int, buffers: Sequence[torch.Tensor], what: str) -> None:
         """Every rank's uint8 buffers receive the root's."""
         deadline = self.deadline()
@@ -228,11 +266,7 @@ class Communicator:
         if not self.multi_node:
             return
         if self.topo.is_leader:
-            views = [memview(b) for b in buffers]
-            if in_root_node:
-                self.mesh.exchange({n: views for n in self._leader_peers()}, {}, what, deadline)
-            else:
-                self.mesh.exchange({}, {root_node: views}, what, deadline)
+            broadcast_between_hosts(self.mesh, self.topo.node, len(self.topo.nodes), root_node, [memview(b) for b in buffers], what, deadline)
         if not in_root_node:
             self.local.broadcast(0, buffers, what, deadline)
 

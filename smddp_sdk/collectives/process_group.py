@@ -2,9 +2,9 @@
 
 torch 2.13 cannot subclass the C++ Backend from Python, so the group is a ProcessGroup subclass that torch
 uses directly. Its base is the native core (native/smddp_core.cpp) where that builds: blocking
-collectives of a one-host group, and all_reduce, all_gather, broadcast, reduce_scatter_tensor and
-barrier across hosts, then run in C++ without entering Python, and everything else comes back to the
-methods here under `_python_<name>`. Without the
+collectives of a one-host group, and all_reduce, all_gather, broadcast, reduce_scatter_tensor (and the list
+reduce_scatter of equal inputs), all_to_all and barrier across hosts, then run in C++ without entering
+Python, and everything else comes back to the methods here under `_python_<name>`. Without the
 core the base is torch's ProcessGroup and these methods are called directly. Both dispatch paths reach
 them: `dist.*` with Python arguments, C++ callers (DDP's reducer, functional collectives) through the
 trampoline, so names and signatures mirror the C++ binding exactly.
@@ -611,19 +611,28 @@ class SmddpProcessGroup:
 
     # all-to-all ---------------------------------------------------------------------------------------
     def _all_to_all(self, outs: Sequence[torch.Tensor], ins: Sequence[torch.Tensor], what: str) -> None:
-        """Each rank's input blob travels to all (sizes exchanged first); each keeps its part of each blob."""
-        send_sizes = torch.tensor([t.numel() * t.element_size() for t in ins], dtype=torch.int64)
-        size_table = [torch.empty_like(send_sizes) for _ in range(self.size())]
-        self._comm.allgather(as_bytes(send_sizes), [as_bytes(s) for s in size_table], what)
-        mine = torch.cat([as_bytes(_contiguous(t)) for t in ins])
-        blobs = [torch.empty(int(sizes.sum()), dtype=torch.uint8) for sizes in size_table]
-        self._comm.allgather(mine, blobs, what)
-        for source, (out, sizes, blob) in enumerate(zip(outs, size_table, blobs)):
-            start = int(sizes[: self.rank()].sum())
-            length = int(sizes[self.rank()])
-            if length != out.numel() * out.element_size():
-                raise CollectiveError(f"smddp {what}: rank {source} sends {length} bytes to rank {self.rank()}, which expects {out.numel() * out.element_size()}")
-            out.copy_(blob[start:start + length].view(out.dtype).view(out.shape))
+        """Every rank's sizes (what it sends to each rank, what it expects from each) to all, so that every
+        rank checks every pair alike; then the bytes (Communicator.all_to_all)."""
+        size = self.size()
+        sizes = torch.tensor([t.numel() * t.element_size() for t in (*ins, *outs)], dtype=torch.int64)
+        rows = [torch.empty_like(sizes) for _ in range(size)]
+        self._comm.allgather(as_bytes(sizes), [as_bytes(row) for row in rows], what)
+        table = torch.stack(rows).tolist()
+        for source, target in ((s, t) for s in range(size) for t in range(size)):
+            if table[source][target] != table[target][size + source]:
+                self._all_to_all_mismatch(what, source, target, table[source][target], table[target][size + source])
+        works = [_contiguous(o) for o in outs]
+        self._comm.all_to_all([row[:size] for row in table], [as_bytes(_contiguous(t)) for t in ins], [as_bytes(w) for w in works], what)
+        for out, work in zip(outs, works):
+            _write_back(out, work)
+
+    def _all_to_all_mismatch(self, what: str, source: int, target: int, sent: int, expected: int) -> None:
+        """An all_to_all whose ranks disagree on a size fails the group on every rank alike (the core's too)."""
+        def fail() -> None:
+            raise CollectiveError(f"smddp {what}: rank {source} sends {sent} bytes to rank {target}, which expects {expected}; "
+                                  "every rank's output split sizes must match what the other ranks send it")
+
+        self._guarded(what, fail)
 
     @cuda_goes_to_nccl
     def alltoall(self, output_tensors: list[torch.Tensor], input_tensors: list[torch.Tensor], opts: dist.AllToAllOptions = None) -> dist.Work:
@@ -638,13 +647,7 @@ class SmddpProcessGroup:
         outs = list(output.split(_split_sizes(output_split_sizes, output, self.size(), "all_to_all_single")))
         ins = list(input.split(_split_sizes(input_split_sizes, input, self.size(), "all_to_all_single")))
 
-        def job() -> None:
-            works = [_contiguous(o) for o in outs]
-            self._all_to_all(works, ins, "all_to_all_single")
-            for out, work in zip(outs, works):
-                _write_back(out, work)
-
-        return self._submit(Call("all_to_all_single"), job, [output], opts)
+        return self._submit(Call("all_to_all_single"), lambda: self._all_to_all(outs, ins, "all_to_all_single"), [output], opts)
 
     alltoall_base = all_to_all_single
 
@@ -704,7 +707,8 @@ class PythonProcessGroup(SmddpProcessGroup, dist.ProcessGroup):
 
 
 # Collectives the core may run itself; it calls `_python_<name>` for what it leaves to Python.
-CORE_METHODS = ("allreduce", "broadcast", "allgather", "all_gather_single", "reduce_scatter_single", "barrier")
+CORE_METHODS = ("allreduce", "broadcast", "allgather", "all_gather_single", "reduce_scatter", "reduce_scatter_single", "alltoall",
+                "all_to_all_single", "barrier")
 
 
 @functools.cache
@@ -715,7 +719,7 @@ def group_class() -> type:
         return PythonProcessGroup
     routed: dict[str, object] = {name: getattr(core, name) for name in CORE_METHODS}
     routed.update({f"_python_{name}": getattr(SmddpProcessGroup, name) for name in CORE_METHODS})
-    for alias in ("_allgather_base", "_reduce_scatter_base"):  # torch's deprecated names, aliases in C++
+    for alias in ("_allgather_base", "_reduce_scatter_base", "alltoall_base"):  # torch's deprecated names, aliases in C++
         if hasattr(core, alias):
             routed[alias] = getattr(core, alias)
     routed["__doc__"] = SmddpProcessGroup.__doc__

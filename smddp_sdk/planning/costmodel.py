@@ -22,6 +22,9 @@ all_reduce, once for the others):
     halving_doubling    2·log2 p·α + 2(p-1)/p·S/B, p = 2^⌊log2 H⌋, +2(α + S/B) unless H = p
     bruck                                                        ⌈log2 H⌉·α + (H-1)/H·S/B
 
+    broadcast: binomial ⌈log2 H⌉·(α + S/B); scatter_allgather ⌈log2 H⌉·α + (H-1)/H·S/B then the all_gather
+    of S/H blocks (by its own choice). reduce_scatter: the all_gather's forms.
+
 AWS SMDDP all_reduce (its documented design: within the node, reduce-scatter over NVLink; between nodes
 a parameter-server pattern with balanced fusion buffers, every node's CPU reducing 1/H of each buffer; then
 all-gather back): 2(α_i + (G-1)/G·S/B_i) + 2α + 2(H-1)/H·S/B, two network steps whatever H is, with the
@@ -41,7 +44,13 @@ import math
 from dataclasses import dataclass
 
 from smddp_sdk.planning.hardware import Topology
-from smddp_sdk.planning.selection import PIPELINE_CHUNK_BYTES, ROUNDS_FROM_BYTES, inter_host_algorithm, is_power_of_two
+from smddp_sdk.planning.selection import (
+    PIPELINE_CHUNK_BYTES,
+    ROUNDS_FROM_BYTES,
+    allgather_algorithm,
+    inter_host_algorithm,
+    is_power_of_two,
+)
 from smddp_sdk.specs.smddp_support import SUPPORTED_INSTANCE_TYPES
 
 LIBRARIES = ("smddp", "stock")
@@ -108,7 +117,13 @@ def bundled_inter_host(op: str, nbytes: float, hosts: int, topo: Topology, algor
         }
         p = 1 << int(math.log2(h))
         forms["halving_doubling"] = ((2 * _log2(p) + 2 * fold) * alpha, (2 * (p - 1) / p + 2 * fold) * s / bw)
-    else:  # all_gather; reduce_scatter and broadcast move the same bytes with the all_gather algorithms
+    elif op == "broadcast":  # a tree of the whole message, or of each subtree's shards then their all_gather
+        gather_latency, gather_transfer = bundled_inter_host("all_gather", s, h, topo, allgather_algorithm(math.ceil(s / h), h))
+        forms = {
+            "binomial": (_log2(h) * alpha, _log2(h) * s / bw),
+            "scatter_allgather": (_log2(h) * alpha + gather_latency, (h - 1) / h * s / bw + gather_transfer),
+        }
+    else:  # all_gather; reduce_scatter moves the same bytes with the all_gather algorithms
         forms = {
             "oneshot": ((h - 1) * alpha, (h - 1) / h * s / bw),
             "ring": ((h - 1) * alpha, (h - 1) / h * s / bw),
@@ -138,7 +153,7 @@ def _bundled(op: str, nbytes: float, hosts: int, topo: Topology, forced: str) ->
     phases = 2 if op == "all_reduce" else 1
     if hosts == 1:
         return Cost(BUNDLED, "within-host", *_within_host(nbytes, topo, phases))
-    rules = "all_reduce" if op == "all_reduce" else "all_gather"
+    rules = op if op in ("all_reduce", "broadcast") else "all_gather"
     algorithm = inter_host_algorithm(rules, int(nbytes), hosts, forced)
     return Cost(BUNDLED, algorithm, *bundled_inter_host(rules, nbytes, hosts, topo, algorithm)).plus(*_within_host(nbytes, topo, phases))
 

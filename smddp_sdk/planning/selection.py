@@ -6,7 +6,10 @@ AllReduce: the ring once each of its rounds moves at least RING_ROUND_BYTES (H >
 extra rounds cost little and continuous flows pay; otherwise the cheapest by an alpha-beta model in
 integer bytes of link time (``allreduce_cost``: rounds of one network latency, ALPHA_BYTES; messages a
 host sends or receives, MESSAGE_BYTES; the bytes the busiest host sends). AllGather: the ring for blocks
-of RING_ROUND_BYTES and more, else oneshot or bruck by the same model. The constants are fixed, not
+of RING_ROUND_BYTES and more, else oneshot or bruck by the same model. Broadcast: a binomial tree from the
+root's host (ceil(log2 H) rounds of the whole message), or for large messages van de Geijn's scatter
+(the same tree, each subtree's shards only) then an all_gather of the shards, whichever the model prices
+lower (``broadcast_cost``). The constants are fixed, not
 measured per link: the runtime does not know its link, so the planner prices the same choice on the
 target's own alpha and bandwidth.
 """
@@ -20,6 +23,7 @@ ROUNDS_FROM_BYTES = 64 << 10  # exchanges at least this large per peer run as pe
 PIPELINE_CHUNK_BYTES = 16 << 20  # per step of the sharded pipeline (SMDDP_PIPELINE_CHUNK_BYTES's default)
 ALL_REDUCE_ALGORITHMS = ("oneshot", "recursive_doubling", "sharded", "halving_doubling", "ring")
 ALL_GATHER_ALGORITHMS = ("oneshot", "bruck", "ring")
+BROADCAST_ALGORITHMS = ("binomial", "scatter_allgather")
 
 
 def log2_floor(hosts: int) -> int:
@@ -59,16 +63,42 @@ def allreduce_algorithm(nbytes: int, hosts: int, forced: str = "auto") -> str:
     return min(ALL_REDUCE_ALGORITHMS[:4], key=lambda algorithm: allreduce_cost(algorithm, nbytes, hosts))
 
 
+def ceil_log2(hosts: int) -> int:
+    return (hosts - 1).bit_length()
+
+
+def allgather_cost(algorithm: str, block_bytes: int, hosts: int) -> int:
+    """The model's time of an all_gather of blocks of block_bytes between hosts, in bytes of link time."""
+    if algorithm == "oneshot":
+        rounds = 1 if block_bytes < ROUNDS_FROM_BYTES else hosts - 1
+        latency = rounds * ALPHA_BYTES + 2 * (hosts - 1) * MESSAGE_BYTES
+    else:  # bruck and the ring: one message each way per round
+        latency = (ceil_log2(hosts) if algorithm == "bruck" else hosts - 1) * (ALPHA_BYTES + 2 * MESSAGE_BYTES)
+    return latency + (hosts - 1) * block_bytes
+
+
 def allgather_algorithm(block_bytes: int, hosts: int) -> str:
     """The all_gather algorithm between hosts for blocks of up to block_bytes: the ring for large blocks,
     else oneshot or bruck by the model (ties: oneshot)."""
     if hosts >= 3 and block_bytes >= RING_ROUND_BYTES:
         return "ring"
-    log = (hosts - 1).bit_length()  # bruck's rounds: ceil(log2 hosts)
-    oneshot_rounds = 1 if block_bytes < ROUNDS_FROM_BYTES else hosts - 1
-    oneshot = oneshot_rounds * ALPHA_BYTES + 2 * (hosts - 1) * MESSAGE_BYTES
-    bruck = log * (ALPHA_BYTES + 2 * MESSAGE_BYTES)
-    return "bruck" if bruck < oneshot else "oneshot"
+    return min(("oneshot", "bruck"), key=lambda algorithm: allgather_cost(algorithm, block_bytes, hosts))
+
+
+def broadcast_cost(algorithm: str, nbytes: int, hosts: int) -> int:
+    """The model's time of a broadcast of nbytes between hosts, in bytes of link time: the tree's rounds
+    carry the whole message (binomial) or the shards of the receiver's subtree (scatter_allgather, at most
+    (H-1)/H of it on the root's link), then the all_gather of the shards."""
+    rounds = ceil_log2(hosts) * (ALPHA_BYTES + 2 * MESSAGE_BYTES)
+    if algorithm == "binomial":
+        return rounds + ceil_log2(hosts) * nbytes
+    block = -(-nbytes // hosts)
+    return rounds + (hosts - 1) * block + allgather_cost(allgather_algorithm(block, hosts), block, hosts)
+
+
+def broadcast_algorithm(nbytes: int, hosts: int) -> str:
+    """The broadcast algorithm between hosts: the cheaper by the model (ties: binomial)."""
+    return min(BROADCAST_ALGORITHMS, key=lambda algorithm: broadcast_cost(algorithm, nbytes, hosts))
 
 
 def inter_host_algorithm(op: str, nbytes: int, hosts: int, forced: str = "auto") -> str:
@@ -80,4 +110,6 @@ def inter_host_algorithm(op: str, nbytes: int, hosts: int, forced: str = "auto")
         return allreduce_algorithm(nbytes, hosts)
     if op == "all_gather":
         return allgather_algorithm(-(-nbytes // hosts), hosts)
-    raise ValueError(f"no inter-host algorithm rules for {op!r}: choose from all_reduce, all_gather")
+    if op == "broadcast":
+        return broadcast_algorithm(nbytes, hosts)
+    raise ValueError(f"no inter-host algorithm rules for {op!r}: choose from all_reduce, all_gather, broadcast")

@@ -212,14 +212,20 @@ def core_usage(store: dist.TCPStore) -> None:
 # oneshot, sharded (its pipeline in several chunks with SMDDP_PIPELINE_CHUNK_BYTES=65536, exchanges in
 # permutation rounds from 64 KB per peer) and the ring; with 4 hosts oneshot, recursive_doubling, sharded and
 # halving_doubling; with 8 oneshot, sharded and halving_doubling; odd counts leave uneven shards; fp16 and bf16
-# sums cross hosts in fp32 and are rounded once
+# sums cross hosts in fp32 and are rounded once; AVG is that sum divided once by the group size before the
+# rounding (integers: floor division)
 ACROSS_HOSTS_CASES = [(1000, "float32", "SUM"), (15_000, "float32", "SUM"), (30_001, "float32", "SUM"), (100_003, "float64", "MAX"),
-                      (400_001, "float32", "SUM"), (70_000, "int64", "PRODUCT"), (5000, "float16", "SUM"), (70_001, "bfloat16", "SUM")]
+                      (400_001, "float32", "SUM"), (70_000, "int64", "PRODUCT"), (5000, "float16", "SUM"), (70_001, "bfloat16", "SUM"),
+                      (30_001, "float32", "AVG"), (20_000, "bfloat16", "AVG"), (3001, "float16", "AVG"), (1000, "int64", "AVG")]
 # (elements per rank, dtype, into one tensor?): all-to-all, in permutation rounds (>= 64 KB per peer) or bruck
 # (from 4 hosts), the ring
 ACROSS_HOSTS_GATHERS = [(100, "float32", True), (20_000, "int32", True), (300_001, "float32", False)]
-# the other collectives across hosts: broadcast from the last rank, reduce_scatter_tensor (elements per rank), barrier
-ACROSS_HOSTS_OTHERS = [("broadcast", 30_000), ("reduce_scatter_tensor", 20_001), ("barrier", 0)]
+# the other collectives across hosts: broadcast from the last rank and from rank 1 (a binomial tree; from 5
+# hosts at 120 KB and from 3 at 1.2 MB scatter + all_gather), reduce_scatter_tensor and reduce_scatter (a list
+# of inputs) of so many elements per rank, all_to_all_single and all_to_all with uneven parts (some empty), barrier
+ACROSS_HOSTS_OTHERS = [("broadcast", 30_000), ("broadcast_from_1", 300_001), ("reduce_scatter_tensor", 20_001),
+                       ("reduce_scatter", 5_001), ("reduce_scatter_tensor_avg", 10_001), ("all_to_all_single", 20_000),
+                       ("all_to_all", 3), ("barrier", 0), ("all_to_all_mismatch", 3)]  # the last: it fails the group
 
 
 def _seeded(rank: int, count: int, dtype: torch.dtype) -> torch.Tensor:
@@ -233,25 +239,65 @@ def _tensor_digest(x: torch.Tensor) -> str:
     return hashlib.sha256(memview(x)).hexdigest()
 
 
+def _all_to_all(op: str, count: int) -> bool:
+    """Rank s sends rank d count * ((s + 2d) % 3) + d elements that name both (rank 0 sends itself none)."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+
+    def part(source: int, target: int) -> torch.Tensor:
+        return torch.arange(count * ((source + 2 * target) % 3) + target, dtype=torch.float32).add(1000 * source + target)
+
+    ins, expected = [part(rank, d) for d in range(size)], [part(s, rank) for s in range(size)]
+    splits = [e.numel() for e in expected]
+    if op == "all_to_all_mismatch":  # rank 0 expects an element too many from the last rank: every rank fails alike
+        if rank == 0:
+            splits[-1] += 1
+        try:
+            dist.all_to_all_single(torch.empty(sum(splits)), torch.cat(ins), splits, [i.numel() for i in ins])
+        except RuntimeError as exc:
+            sent = 4 * part(size - 1, 0).numel()
+            return f"rank {size - 1} sends {sent} bytes to rank 0, which expects {sent + 4}" in str(exc)
+        return False
+    if op == "all_to_all_single":
+        out = torch.empty(sum(splits))
+        dist.all_to_all_single(out, torch.cat(ins), splits, [i.numel() for i in ins])
+        return torch.equal(out, torch.cat(expected))
+    outs = [torch.empty_like(e) for e in expected]
+    dist.all_to_all(outs, ins)
+    return all(torch.equal(o, e) for o, e in zip(outs, expected))
+
+
 def _other_across_hosts(op: str, count: int) -> dict:
     rank, size = dist.get_rank(), dist.get_world_size()
-    if op == "broadcast":
+    if op.startswith("broadcast"):
+        root = 1 if op == "broadcast_from_1" else size - 1
         x = _seeded(rank, count, torch.float32)
-        dist.broadcast(x, src=size - 1)
-        return {"close": torch.equal(x, _seeded(size - 1, count, torch.float32)), "digest": _tensor_digest(x)}
-    if op == "reduce_scatter_tensor":
-        out = torch.empty(count, dtype=torch.float32)
-        dist.reduce_scatter_tensor(out, _seeded(rank, count * size, torch.float32))
+        dist.broadcast(x, src=root)
+        return {"close": torch.equal(x, _seeded(root, count, torch.float32)), "digest": _tensor_digest(x)}
+    if op.startswith("all_to_all"):
+        return {"close": _all_to_all(op, count), "digest": ""}
+    if op in ("reduce_scatter_tensor", "reduce_scatter"):
+        out, whole = torch.empty(count, dtype=torch.float32), _seeded(rank, count * size, torch.float32)
+        if op == "reduce_scatter":
+            dist.reduce_scatter(out, list(whole.chunk(size)))
+        else:
+            dist.reduce_scatter_tensor(out, whole)
         reference = torch.stack([_seeded(r, count * size, torch.float32).double() for r in range(size)]).sum(0)
         return {"close": bool(torch.allclose(out.double(), reference[rank * count:(rank + 1) * count], rtol=1e-5, atol=1e-4)), "digest": ""}
+    if op == "reduce_scatter_tensor_avg":  # bf16, divided where it is rounded; every rank's part gathered for the digest
+        out = torch.empty(count, dtype=torch.bfloat16)
+        dist.reduce_scatter_tensor(out, _seeded(rank, count * size, torch.bfloat16), op=dist.ReduceOp.AVG)
+        whole = torch.empty(count * size, dtype=torch.bfloat16)
+        dist.all_gather_into_tensor(whole, out)
+        reference = torch.stack([_seeded(r, count * size, torch.bfloat16).double() for r in range(size)]).mean(0)
+        return {"close": bool(torch.allclose(whole.double(), reference, rtol=1e-2, atol=1e-2)), "digest": _tensor_digest(whole), "calls": 2}
     dist.barrier()
     return {"close": True, "digest": ""}
 
 
 def allreduce_across_hosts(store: dist.TCPStore) -> None:
-    """all_reduce and all_gather across hosts by every algorithm, then broadcast, reduce_scatter_tensor and
-    barrier: each result against a reference, plus a digest of each all_reduce's and the broadcast's bytes
-    (every rank must hold the same bits, whichever path each rank took), and the core's count of calls."""
+    """all_reduce (AVG too) and all_gather across hosts by every algorithm, then broadcast, reduce_scatter_tensor
+    and barrier: each result against a reference, plus a digest of each all_reduce's and the broadcast's bytes
+    (every rank must hold the same bits, whichever path each rank took), the calls made and the core's count."""
     rank = dist.get_rank()
     results = []
     for count, dtype_name, op_name in ACROSS_HOSTS_CASES:
@@ -259,7 +305,8 @@ def allreduce_across_hosts(store: dist.TCPStore) -> None:
         x = _seeded(rank, count, dtype)
         dist.all_reduce(x, op=op)
         every = torch.stack([_seeded(r, count, dtype).double() for r in range(dist.get_world_size())])
-        reference = {"SUM": every.sum(0), "MAX": every.amax(0), "PRODUCT": every.prod(0)}[op_name]
+        reference = {"SUM": every.sum(0), "MAX": every.amax(0), "PRODUCT": every.prod(0),
+                     "AVG": every.sum(0).div(len(every), rounding_mode=None if dtype.is_floating_point else "floor")}[op_name]
         rtol = 1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-5
         results.append({"close": bool(torch.allclose(x.double(), reference, rtol=rtol, atol=1e-4)), "digest": _tensor_digest(x)})
     for count, dtype_name, into_tensor in ACROSS_HOSTS_GATHERS:
@@ -276,7 +323,8 @@ def allreduce_across_hosts(store: dist.TCPStore) -> None:
         results.append({"close": right, "digest": ""})
     results += [_other_across_hosts(op, count) for op, count in ACROSS_HOSTS_OTHERS]
     group = dist.group.WORLD
-    _report(store, "across", {"results": results, "core_calls": group._core_calls() if hasattr(group, "_core_calls") else None})
+    calls = sum(result.pop("calls", 1) for result in results)
+    _report(store, "across", {"results": results, "calls": calls, "core_calls": group._core_calls() if hasattr(group, "_core_calls") else None})
 
 
 def interrupted_between_hosts(store: dist.TCPStore) -> None:

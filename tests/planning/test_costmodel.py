@@ -7,7 +7,7 @@ import pytest
 
 from smddp_sdk.planning.costmodel import collective_cost, collective_seconds, implementation, per_link_bytes
 from smddp_sdk.planning.hardware import CATALOG, DELAY_LINK_MTU, TCP_PAYLOAD_SHARE, simulated, tcp_payload_share, topology
-from smddp_sdk.planning.selection import allgather_algorithm, allreduce_algorithm
+from smddp_sdk.planning.selection import allgather_algorithm, allreduce_algorithm, broadcast_algorithm
 
 MB = 1 << 20
 
@@ -53,6 +53,20 @@ def test_the_planner_prices_the_algorithm_the_runtime_chooses(hosts):
         assert collective_cost("all_reduce", size, hosts, topo).algorithm == chosen, (size, hosts)
         assert collective_seconds("all_reduce", size, hosts, topo) == collective_seconds("all_reduce", size, hosts, topo, forced=chosen)
         assert collective_cost("all_gather", size, hosts, topo).algorithm == allgather_algorithm(-(-size // hosts), hosts)
+        assert collective_cost("broadcast", size, hosts, topo).algorithm == broadcast_algorithm(size, hosts)
+
+
+@pytest.mark.parametrize("hosts", [2, 3, 5, 8, 16])
+def test_broadcast_is_a_tree_of_log_depth_and_scatters_large_messages(hosts):
+    topo = simulated(1000, delay_ms=0.5)
+    alpha, bw, depth = topo.alpha_s, topo.network_bytes_s, math.ceil(math.log2(hosts))
+    small = collective_cost("broadcast", 4 << 10, hosts, topo)
+    assert small.algorithm == "binomial"
+    assert small.seconds == pytest.approx(depth * (alpha + (4 << 10) / bw))
+    large = collective_cost("broadcast", 16 * MB, hosts, topo)
+    assert large.algorithm == ("binomial" if hosts == 2 else "scatter_allgather")
+    if hosts > 2:  # the root's link carries (H-1)/H of the message twice, never the whole of it log2 H times
+        assert large.transfer_s == pytest.approx(2 * (hosts - 1) / hosts * 16 * MB / bw)
 
 
 def test_log_depth_algorithms_beat_the_ring_where_latency_counts():

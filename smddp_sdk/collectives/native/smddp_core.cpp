@@ -5,8 +5,9 @@
 // contiguous CPU tensors; the Python group's communication thread runs its all_reduces here too. They use
 // the same shared-memory protocol, kernels (smddp_native.c, passed in as function pointers), counters and
 // call records as the Python path, so ranks may take either path for any call. A group across hosts runs
-// its all_reduces (fp16/bf16 widened to fp32 and rounded once, as communicator.py does), all_gathers,
-// broadcasts, reduce_scatter_tensors and barriers here as well, and the step between hosts of smddp's DDP
+// its all_reduces (fp16/bf16 widened to fp32 and rounded once, AVG divided before that rounding, as
+// communicator.py does), all_gathers, broadcasts, reduce_scatters (tensor, or a list of equal inputs),
+// all_to_alls and barriers here as well, and the step between hosts of smddp's DDP
 // (`_core_between_hosts`): the host's ranks over shared memory, the host leaders over the TCP mesh (the
 // kernels' poll loop) with algorithms.py's algorithms, byte for byte (same order, same chunks, same
 // reduction order), each exchange behind tcp.py's call header (the check between hosts).
@@ -33,6 +34,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -105,14 +107,37 @@ int inter_host_algorithm(long nbytes, long hosts, const HostRules& rules) {
   return best;
 }
 
-// algorithms.py's allgather_algorithm (kOneshot, kBruck or kRing)
+// selection.py's ceil_log2 and allgather_cost (kOneshot, kBruck or kRing)
 constexpr int kBruck = kRing + 1;
+long ceil_log2(long hosts) { return hosts > 1 ? log2_floor(hosts - 1) + 1 : 0; }
+long allgather_cost(int algorithm, long block_bytes, long hosts, const HostRules& rules) {
+  long latency;
+  if (algorithm == kOneshot)
+    latency = (block_bytes < rules.rounds_from ? 1 : hosts - 1) * rules.alpha + 2 * (hosts - 1) * rules.message;
+  else
+    latency = (algorithm == kBruck ? ceil_log2(hosts) : hosts - 1) * (rules.alpha + 2 * rules.message);
+  return latency + (hosts - 1) * block_bytes;
+}
+
+// selection.py's allgather_algorithm
 int allgather_algorithm(long block_bytes, long hosts, const HostRules& rules) {
   if (hosts >= 3 && block_bytes >= rules.ring_round) return kRing;
-  long log = hosts > 1 ? log2_floor(hosts - 1) + 1 : 0;  // ceil(log2 hosts)
-  long oneshot = (block_bytes < rules.rounds_from ? 1 : hosts - 1) * rules.alpha + 2 * (hosts - 1) * rules.message;
-  long bruck = log * (rules.alpha + 2 * rules.message);
-  return bruck < oneshot ? kBruck : kOneshot;
+  return allgather_cost(kBruck, block_bytes, hosts, rules) < allgather_cost(kOneshot, block_bytes, hosts, rules) ? kBruck
+                                                                                                            : kOneshot;
+}
+
+// selection.py's BROADCAST_ALGORITHMS, broadcast_cost and broadcast_algorithm
+enum BroadcastAlgorithm : int { kBinomial = 0, kScatterAllgather };
+long broadcast_cost(int algorithm, long nbytes, long hosts, const HostRules& rules) {
+  long rounds = ceil_log2(hosts) * (rules.alpha + 2 * rules.message);
+  if (algorithm == kBinomial) return rounds + ceil_log2(hosts) * nbytes;
+  long block = (nbytes + hosts - 1) / hosts;
+  return rounds + (hosts - 1) * block + allgather_cost(allgather_algorithm(block, hosts, rules), block, hosts, rules);
+}
+int broadcast_algorithm(long nbytes, long hosts, const HostRules& rules) {
+  return broadcast_cost(kScatterAllgather, nbytes, hosts, rules) < broadcast_cost(kBinomial, nbytes, hosts, rules)
+             ? kScatterAllgather
+             : kBinomial;
 }
 
 // algorithms.py's folded_rank and host_of_folded: host 2i+1 folds into host 2i for i < hosts - p
@@ -139,7 +164,8 @@ constexpr int kVerdictWord = 14, kPidWord = 15;
 constexpr int kSingleCopyOff = 3;
 // op indices of calls.py OPS
 enum CallOp : uint32_t {
-  kBarrier = 0, kAllReduce = 1, kBroadcast = 4, kAllGather = 6, kAllGatherIntoTensor = 8, kReduceScatterTensor = 12
+  kBarrier = 0, kAllReduce = 1, kBroadcast = 4, kAllGather = 6, kAllGatherIntoTensor = 8, kReduceScatter = 11,
+  kReduceScatterTensor = 12, kAllToAll = 14, kAllToAllSingle = 15
 };
 
 // calls.py DTYPES index (the record) and smddp_native.c's dtype code (the kernels; -1: not reduced here)
@@ -360,16 +386,10 @@ class SmddpCore : public c10d::PyProcessGroup {
                                                        const c10d::ReduceScatterOptions& opts) override {
     DtypeCodes codes;
     int op = reducible(input, opts.reduceOp, codes);
-    if (op >= 0 && !opts.asyncOp && across_hosts() && plain_cpu(input) && plain_cpu(output) &&
-        output.scalar_type() == input.scalar_type() && input.numel() == output.numel() * getSize() &&
-        output.numel() > 0 && claim_inline()) {
-      Claim claim(this);
-      tag(kReduceScatterTensor, codes.record, output.numel(), kNoRoot, static_cast<uint32_t>(opts.reduceOp.op_) + 1);
-      at::Tensor flat = input.clone();
-      reduce_everywhere(flat, codes.kernel, op, "reduce_scatter_tensor");
-      std::memcpy(output.data_ptr(), static_cast<char*>(flat.data_ptr()) + getRank() * nbytes_of(output), nbytes_of(output));
+    if (op >= 0 && !opts.asyncOp && across_hosts() && plain_cpu(input) && output.scalar_type() == input.scalar_type() &&
+        input.numel() == output.numel() * getSize() &&
+        reduce_scatter_hosts(kReduceScatterTensor, output, [&] { return input.clone(); }, codes, op, opts))
       return c10::make_intrusive<DoneWork>(std::vector<at::Tensor>{output});
-    }
     if (op >= 0 && !opts.asyncOp && usable() && plain_cpu(input) && plain_cpu(output) &&
         output.scalar_type() == input.scalar_type() && input.numel() == output.numel() * n_ && output.numel() > 0 &&
         !overlap(input, output) && claim_inline()) {
@@ -476,16 +496,59 @@ class SmddpCore : public c10d::PyProcessGroup {
                                                              const c10d::AllgatherOptions& opts) override {
     return python("all_gather_single_coalesced", outputs, inputs, opts);
   }
+  // Across hosts: communicator.py's all_to_all (sizes to every rank, then the bytes; the leaders pairwise).
   c10::intrusive_ptr<c10d::Work> all_to_all_single(at::Tensor& output, at::Tensor& input,
                                                    std::vector<int64_t>& output_splits,
                                                    std::vector<int64_t>& input_splits,
                                                    const c10d::AllToAllOptions& opts) override {
-    return python("all_to_all_single", output, input, output_splits, input_splits, opts);
+    std::vector<Span> outs, ins;
+    if (!opts.asyncOp && across_hosts() && plain_cpu(output) && plain_cpu(input) &&
+        output.scalar_type() == input.scalar_type() && split_rows(output, output_splits, outs) &&
+        split_rows(input, input_splits, ins) && to_all(kAllToAllSingle, outs, ins))
+      return c10::make_intrusive<DoneWork>(std::vector<at::Tensor>{output});
+    return python("_python_all_to_all_single", output, input, output_splits, input_splits, opts);
   }
+
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override {
+    auto spans = [](const std::vector<at::Tensor>& tensors, std::vector<Span>& out) {
+      for (const at::Tensor& t : tensors) {
+        if (!plain_cpu(t)) return false;
+        out.push_back({static_cast<char*>(t.data_ptr()), nbytes_of(t)});
+      }
+      return true;
+    };
+    std::vector<Span> outs, ins;
+    size_t size = static_cast<size_t>(getSize());
+    if (!opts.asyncOp && across_hosts() && outputs.size() == size && inputs.size() == size && spans(outputs, outs) &&
+        spans(inputs, ins) && to_all(kAllToAll, outs, ins))
+      return c10::make_intrusive<DoneWork>(outputs);
+    return python("_python_alltoall", outputs, inputs, opts);
+  }
+  // The list form across hosts where it is exact to lower it onto reduce_scatter_tensor: one output, one
+  // input per rank of the output's size and dtype (process_group.py concatenates and reduces the same way).
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ReduceScatterOptions& opts) override {
-    return python("reduce_scatter", outputs, inputs, opts);
+    DtypeCodes codes;
+    if (outputs.size() == 1 && inputs.size() == 1 && inputs[0].size() == static_cast<size_t>(getSize()) &&
+        !opts.asyncOp && across_hosts()) {
+      at::Tensor& output = outputs[0];
+      std::vector<at::Tensor>& parts = inputs[0];
+      bool even = std::all_of(parts.begin(), parts.end(), [&](const at::Tensor& part) {
+        return part.device().is_cpu() && !part.is_sparse() && part.scalar_type() == output.scalar_type() &&
+               part.numel() == output.numel();
+      });
+      int op = even ? reducible(output, opts.reduceOp, codes) : -1;
+      auto flatten = [&] {
+        std::vector<at::Tensor> flat;
+        for (const at::Tensor& part : parts) flat.push_back(part.reshape(-1));
+        return at::cat(flat);
+      };
+      if (op >= 0 && reduce_scatter_hosts(kReduceScatter, output, flatten, codes, op, opts))
+        return c10::make_intrusive<DoneWork>(outputs);
+    }
+    return python("_python_reduce_scatter", outputs, inputs, opts);
   }
   c10::intrusive_ptr<c10d::Work> reduce_scatter_single_coalesced(std::vector<at::Tensor>& outputs,
                                                                  std::vector<at::Tensor>& inputs,
@@ -557,13 +620,13 @@ class SmddpCore : public c10d::PyProcessGroup {
 
   // The kernel op for reducing x with op here (dtype codes in codes), or -1 where Python reduces: bitwise
   // ops, bool and other dtypes the kernels lack, anything but SUM while SageMaker's rules apply, and AVG
-  // but of floats on one host (there the kernels divide by the host's ranks, which are then the whole
-  // group, as they sum).
+  // of integers on one host (there the kernels divide by the host's ranks, which are then the whole
+  // group, as they sum floats; across hosts reduce_everywhere sums and divides once).
   int reducible(const at::Tensor& x, const c10d::ReduceOp& op, DtypeCodes& codes) const {
     if (mode() != 1 && op.op_ != c10d::ReduceOp::SUM) return -1;
     if (!dtype_codes(x.scalar_type(), codes) || codes.kernel < 0) return -1;
     int kernel = kernel_op(op.op_);
-    if (kernel == kAverage && (hosts_ > 1 || !at::isFloatingType(x.scalar_type()))) return -1;
+    if (kernel == kAverage && hosts_ == 1 && !at::isFloatingType(x.scalar_type())) return -1;
     return kernel;
   }
 
@@ -574,6 +637,20 @@ class SmddpCore : public c10d::PyProcessGroup {
     long nbytes = nbytes_of(x);
     return !opts.asyncOp && (usable() || across_hosts()) && plain_cpu(x) && dtype_codes(x.scalar_type(), codes) &&
            nbytes > 0;
+  }
+
+  // communicator.py's reduce_scatter across hosts: the whole input reduced everywhere (on a copy made by
+  // flat), this rank's segment kept; false where it is not for the core or not claimed.
+  template <typename Flat>
+  bool reduce_scatter_hosts(CallOp call, at::Tensor& output, Flat flat, const DtypeCodes& codes, int op,
+                            const c10d::ReduceScatterOptions& opts) {
+    if (!plain_cpu(output) || output.numel() == 0 || !claim_inline()) return false;
+    Claim claim(this);
+    tag(call, codes.record, output.numel(), kNoRoot, static_cast<uint32_t>(opts.reduceOp.op_) + 1);
+    at::Tensor whole = flat();
+    reduce_everywhere(whole, codes.kernel, op, call == kReduceScatter ? "reduce_scatter" : "reduce_scatter_tensor");
+    std::memcpy(output.data_ptr(), static_cast<char*>(whole.data_ptr()) + getRank() * nbytes_of(output), nbytes_of(output));
+    return true;
   }
 
   // Every rank's input into its target (targets by group rank, this rank's included); false if not claimed.
@@ -587,64 +664,190 @@ class SmddpCore : public c10d::PyProcessGroup {
     tag(op, codes.record, x.numel(), kNoRoot, 0);
     const char* what = op == kAllGather ? "all_gather" : "all_gather_into_tensor";
     start_call(what);
-    auto* data = static_cast<char*>(x.data_ptr());
-    long nbytes = nbytes_of(x);
+    std::vector<Span> spans;
+    for (char* target : targets) spans.push_back({target, nbytes_of(x)});
+    gather_everywhere(static_cast<char*>(x.data_ptr()), spans, what);
+    return true;
+  }
+
+  // communicator.py's allgather: every rank's bytes into its target (by group rank; lengths may differ,
+  // this rank's is data's): within the host, between the leaders, then the leader hands the other hosts'
+  // parts to the host's ranks.
+  void gather_everywhere(char* data, const std::vector<Span>& targets, const char* what) {
     if (hosts_ == 1) {
-      gather_in_host(data, nbytes, targets, what);
-      return true;
+      gather_in_host(data, targets, what);
+      return;
     }
-    std::vector<char*> mine;  // this host's ranks' targets, in local order
+    std::vector<Span> mine;  // this host's ranks' targets, in local order
     for (int rank : nodes_[node_]) mine.push_back(targets[rank]);
-    gather_in_host(data, nbytes, mine, what);
-    if (leader_) gather_between_hosts(targets, nbytes);
+    gather_in_host(data, mine, what);
+    if (leader_) {
+      Spans blocks(hosts_);
+      for (int h = 0; h < hosts_; h++)
+        for (int rank : nodes_[h]) blocks[h].push_back(targets[rank]);
+      allgather_blocks(blocks);
+    }
     if (base_) {  // the other hosts' parts, in group rank order
       std::vector<bool> here(targets.size(), false);
       for (int rank : nodes_[node_]) here[rank] = true;
       std::vector<Span> remote;
       for (size_t rank = 0; rank < targets.size(); rank++)
-        if (!here[rank]) remote.push_back({targets[rank], nbytes});
+        if (!here[rank]) remote.push_back(targets[rank]);
       broadcast_spans(0, remote, what);
+    }
+  }
+
+  // local.py's allgather: every local rank's bytes into targets (local order; lengths may differ, this
+  // rank's is data's): read from the peers' memory (single copy), or a slot at a time up to the longest,
+  // the result written with non-temporal stores once the gathered bytes reach streamed_from_.
+  void gather_in_host(char* data, const std::vector<Span>& targets, const char* what) {
+    const Span& own = targets[index_];
+    bool apart = data + own.length <= own.data || own.data + own.length <= data;
+    if (!apart && own.data != data) std::memmove(own.data, data, own.length);  // overlapping: once, up front
+    bool copy_own = apart && base_;  // else done: in place, moved above, or alone on the host
+    if (!base_) {
+      if (apart) std::memcpy(own.data, data, own.length);
+      return;
+    }
+    long longest = 0, gathered = 0;
+    for (const Span& target : targets) {
+      longest = std::max(longest, target.length);
+      gathered += target.length;
+    }
+    bool streamed = gathered >= streamed_from_;  // local.py's allgather: the same rule
+    auto copy = streamed ? stream_copy : plain_copy;
+    if (longest >= single_copy_from_ && !streamed && single_copy()) {
+      if (copy_own) copy(own.data, data, own.length);
+      std::vector<Read> reads;
+      for (int i = 0; i < n_; i++)
+        if (i != index_ && targets[i].length > 0) reads.push_back({i, targets[i]});
+      if (single_copy_read(data, reads, what)) return;
+    }
+    for (long start = 0; start < longest; start += slot_bytes_) {
+      uint32_t half = next_half();
+      long piece = std::clamp(own.length - start, 0L, slot_bytes_);
+      if (piece > 0) {
+        std::memcpy(slots_[half][index_], data + start, piece);
+        if (copy_own) copy(own.data + start, data + start, piece);  // rereads the piece from cache
+      }
+      sync(what);
+      for (int i = 0; i < n_; i++) {
+        long length = std::clamp(targets[i].length - start, 0L, slot_bytes_);
+        if (i != index_ && length > 0) copy(targets[i].data + start, static_cast<const char*>(slots_[half][i]), length);
+      }
+    }
+  }
+
+  // process_group.py's _all_to_all and communicator.py's all_to_all: outs[r] receives what rank r sends
+  // this rank, ins[r] goes to rank r; false if not claimed.
+  bool to_all(CallOp op, const std::vector<Span>& outs, const std::vector<Span>& ins) {
+    if (!claim_inline()) return false;
+    Claim claim(this);
+    tag(op, 0, 0, kNoRoot, 0);  // sizes may differ between ranks: count 0 (calls.py)
+    const char* what = op == kAllToAll ? "all_to_all" : "all_to_all_single";
+    start_call(what);
+    int size = getSize(), me = getRank();
+    // every rank's sizes (what it sends each rank, then what it expects from each), checked alike everywhere
+    std::vector<int64_t> table(2L * size * size), sizes;
+    for (const std::vector<Span>* side : {&ins, &outs})
+      for (const Span& span : *side) sizes.push_back(span.length);
+    std::vector<Span> rows;
+    for (int r = 0; r < size; r++) rows.push_back({reinterpret_cast<char*>(&table[2L * size * r]), 2L * size * 8});
+    gather_everywhere(reinterpret_cast<char*>(sizes.data()), rows, what);
+    auto bytes = [&](int source, int target) { return table[2L * size * source + target]; };
+    for (int s = 0; s < size; s++)
+      for (int t = 0; t < size; t++)
+        if (bytes(s, t) != table[2L * size * t + size + s]) {
+          pybind11::gil_scoped_acquire gil;
+          call_python("_all_to_all_mismatch", s, t, bytes(s, t), table[2L * size * t + size + s]);
+          TORCH_CHECK(false, "smddp: _all_to_all_mismatch returned");
+        }
+    // within the host: every rank's whole input to every local rank
+    std::vector<char*> blobs(size, nullptr);
+    std::vector<Span> local;
+    for (int r : nodes_[node_]) {
+      long length = 0;
+      for (int t = 0; t < size; t++) length += bytes(r, t);
+      blobs[r] = r == me ? blob(ins) : scratch(-2 - r, length);
+      local.push_back({blobs[r], length});
+    }
+    gather_in_host(blobs[me], local, what);
+    auto part = [&](int source, int target) {
+      long start = 0;
+      for (int t = 0; t < target; t++) start += bytes(source, t);
+      return Span{blobs[source] + start, bytes(source, target)};
+    };
+    for (int s : nodes_[node_]) std::memcpy(outs[s].data, part(s, me).data, outs[s].length);
+    if (hosts_ == 1) return true;
+    // between hosts: the leaders pairwise (round k: to host h+k, from h-k), what this host's ranks send
+    // the other's in (source, target) order; the leader's inbox (from each host in order) to the host
+    std::vector<long> box(hosts_ + 1, 0);  // inbox offsets by host (this host's: empty)
+    for (int h = 0; h < hosts_; h++) {
+      box[h + 1] = box[h];
+      if (h != node_)
+        for (int s : nodes_[h])
+          for (int d : nodes_[node_]) box[h + 1] += bytes(s, d);
+    }
+    char* inbox = scratch(-1 - size - 2, box[hosts_]);
+    if (leader_)
+      for (int shift = 1; shift < hosts_; shift++) {
+        int to = (node_ + shift) % hosts_, from = (node_ - shift + hosts_) % hosts_;
+        Spans sends(hosts_), recvs(hosts_);
+        for (int s : nodes_[node_])
+          for (int d : nodes_[to]) sends[to].push_back(part(s, d));
+        recvs[from] = {{inbox + box[from], box[from + 1] - box[from]}};
+        exchange(sends, recvs);
+      }
+    if (base_) broadcast_spans(0, {{inbox, box[hosts_]}}, what);
+    for (int h = 0; h < hosts_; h++) {
+      long at = box[h];
+      if (h != node_)
+        for (int s : nodes_[h])
+          for (int d : nodes_[node_]) {
+            if (d == me) std::memcpy(outs[s].data, inbox + at, outs[s].length);
+            at += bytes(s, d);
+          }
     }
     return true;
   }
 
-  // Every local rank's bytes into targets (local order), a slot at a time.
-  void gather_in_host(char* data, long nbytes, const std::vector<char*>& targets, const char* what) {
-    bool in_place = targets[index_] == data;  // the input is this rank's part of the output
-    if (!base_) {
-      if (!in_place) std::memmove(targets[index_], data, nbytes);
-      return;
+  // The input spans as one stream: in place where they already are one, else copied into scratch.
+  char* blob(const std::vector<Span>& spans) {
+    bool consecutive = true;
+    for (size_t i = 1; i < spans.size(); i++) consecutive = consecutive && spans[i].data == spans[i - 1].data + spans[i - 1].length;
+    if (consecutive && !spans.empty()) return spans[0].data;
+    char* stream = scratch(-2 - getRank(), total(spans));
+    copy_stream(spans, 0, total(spans), stream, true);
+    return stream;
+  }
+
+  // all_to_all_single's rows per rank (the given splits, else dim 0 cut evenly) as spans of t; false where
+  // the splits do not fit (the Python path reports it).
+  bool split_rows(const at::Tensor& t, const std::vector<int64_t>& splits, std::vector<Span>& spans) const {
+    int size = getSize();
+    if (t.dim() == 0) return false;
+    int64_t rows = t.size(0), row_bytes = rows ? nbytes_of(t) / rows : 0;
+    std::vector<int64_t> counts = splits;
+    if (counts.empty()) {
+      if (rows % size) return false;
+      counts.assign(size, rows / size);
     }
-    bool streamed = nbytes * n_ >= streamed_from_;  // local.py's allgather: the same rule
-    bool apart = data + nbytes <= targets[index_] || targets[index_] + nbytes <= data;
-    auto copy = streamed && apart ? stream_copy : plain_copy;
-    if (nbytes >= single_copy_from_ && !streamed && single_copy()) {
-      if (!in_place) copy(targets[index_], data, nbytes);
-      std::vector<Read> reads;
-      for (int i = 0; i < n_; i++)
-        if (i != index_) reads.push_back({i, {targets[i], nbytes}});
-      if (single_copy_read(data, reads, what)) return;
+    int64_t sum = 0;
+    for (int64_t count : counts) sum += count < 0 ? rows + 1 : count;
+    if (static_cast<int>(counts.size()) != size || sum != rows) return false;
+    auto* at = static_cast<char*>(t.data_ptr());
+    for (int64_t count : counts) {
+      spans.push_back({at, count * row_bytes});
+      at += count * row_bytes;
     }
-    for (long start = 0; start < nbytes; start += slot_bytes_) {
-      long piece = std::min(slot_bytes_, nbytes - start);
-      uint32_t half = next_half();
-      std::memcpy(slots_[half][index_], data + start, piece);
-      if (!in_place) copy(targets[index_] + start, data + start, piece);  // rereads the piece from cache
-      sync(what);
-      for (int i = 0; i < n_; i++)
-        if (i != index_) copy(targets[i] + start, static_cast<const char*>(slots_[half][i]), piece);
-    }
+    return true;
   }
 
   // algorithms.py's allgather_between_hosts: all-to-all (in rounds when large), bruck, or the ring, every
-  // block received straight into its place.
-  void gather_between_hosts(const std::vector<char*>& targets, long nbytes) {
-    Spans blocks(hosts_);
+  // block (blocks[h]: host h's spans, this host's filled in) received straight into its place.
+  void allgather_blocks(const Spans& blocks) {
     long largest = 0;
-    for (int h = 0; h < hosts_; h++) {
-      for (int rank : nodes_[h]) blocks[h].push_back({targets[rank], nbytes});
-      largest = std::max(largest, total(blocks[h]));
-    }
+    for (int h = 0; h < hosts_; h++) largest = std::max(largest, total(blocks[h]));
     auto block = [&](int h) -> const std::vector<Span>& { return blocks[((h % hosts_) + hosts_) % hosts_]; };
     int algorithm = allgather_algorithm(largest, hosts_, rules_);
     if (algorithm == kOneshot) {
@@ -797,17 +1000,31 @@ class SmddpCore : public c10d::PyProcessGroup {
   }
 
   void reduce_everywhere(at::Tensor& x, int dtype, int op, const char* what = "all_reduce") {
-    bool half = x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16;
     if (hosts_ == 1) {
       allreduce_chunks(x, dtype, op);
-    } else if (half && (op == kernel_op(c10d::ReduceOp::SUM) || op == kernel_op(c10d::ReduceOp::PRODUCT))) {
+      return;
+    }
+    bool average = op == kAverage;  // communicator.py: AVG is a SUM divided once, where it is rounded
+    int combine = average ? kernel_op(c10d::ReduceOp::SUM) : op;
+    bool half = x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16;
+    if (half && (combine == kernel_op(c10d::ReduceOp::SUM) || combine == kernel_op(c10d::ReduceOp::PRODUCT))) {
       // communicator.py: partial results cross hosts in fp32, so the result is rounded once
       at::Tensor wide = x.to(at::kFloat);
-      allreduce_hosts(wide, kFloatKernel, op, what);
+      allreduce_hosts(wide, kFloatKernel, combine, what);
+      if (average) divide_by_group(wide);
       x.copy_(wide);
     } else {
-      allreduce_hosts(x, dtype, op, what);
+      allreduce_hosts(x, dtype, combine, what);
+      if (average) divide_by_group(x);
     }
+  }
+
+  // reduce.py's finish_average: the sum divided by the group size, integers by floor division
+  void divide_by_group(at::Tensor& x) {
+    if (at::isFloatingType(x.scalar_type()))
+      x.div_(getSize());
+    else
+      x.div_(getSize(), "floor");
   }
 
   // communicator.py's allreduce across hosts, chunk by chunk: the host's ranks reduce over shared memory,
@@ -832,8 +1049,8 @@ class SmddpCore : public c10d::PyProcessGroup {
     TORCH_CHECK(false, "smddp: rank ", rank, " is on no host of the group");
   }
 
-  // communicator.py's broadcast across hosts: within the root's host, from its leader to the other
-  // leaders (one exchange), within each other host from its leader.
+  // communicator.py's broadcast across hosts: within the root's host, between the leaders
+  // (broadcast_between_hosts), within each other host from its leader.
   void broadcast_hosts(int root, Span data) {
     start_call("broadcast");
     int root_node = node_of(root);
@@ -842,14 +1059,36 @@ class SmddpCore : public c10d::PyProcessGroup {
       const std::vector<int>& here = nodes_[node_];
       broadcast_spans(static_cast<int>(std::find(here.begin(), here.end(), root) - here.begin()), {data}, "broadcast");
     }
-    if (leader_) {
+    if (leader_) broadcast_between_hosts(root_node, data);
+    if (!in_root_node && base_) broadcast_spans(0, {data}, "broadcast");
+  }
+
+  // algorithms.py's broadcast_between_hosts: a binomial tree from host root, of the whole message or of
+  // each subtree's shards followed by an all_gather of the shards (scatter_allgather).
+  void broadcast_between_hosts(int root, Span data) {
+    bool whole = broadcast_algorithm(data.length, hosts_, rules_) == kBinomial;
+    auto part = [&](int first, int stop) -> std::vector<Span> {  // what hosts first..stop-1 from the root get
+      if (whole) return {data};
+      long lo = bounds(data.length, hosts_, first).first, hi = bounds(data.length, hosts_, stop - 1).second;
+      return {{data.data + lo, hi - lo}};
+    };
+    int v = (node_ - root + hosts_) % hosts_;
+    for (int m = 1 << ceil_log2(hosts_); m > 1;) {
+      m /= 2;
       Spans sends(hosts_), recvs(hosts_);
-      for (int h = 0; h < hosts_; h++)
-        if (in_root_node && h != node_) sends[h] = {data};
-      if (!in_root_node) recvs[root_node] = {data};
+      if (v % (2 * m) == 0 && v + m < hosts_)
+        sends[(node_ + m) % hosts_] = part(v + m, std::min(v + 2 * m, hosts_));
+      else if (v % (2 * m) == m)
+        recvs[(node_ - m + hosts_) % hosts_] = part(v, std::min(v + m, hosts_));
       exchange(sends, recvs);
     }
-    if (!in_root_node && base_) broadcast_spans(0, {data}, "broadcast");
+    if (whole) return;
+    Spans blocks(hosts_);
+    for (int h = 0; h < hosts_; h++) {
+      int distance = (h - root + hosts_) % hosts_;
+      blocks[h] = part(distance, distance + 1);
+    }
+    allgather_blocks(blocks);
   }
 
   // communicator.py's barrier across hosts: the host's ranks, a byte between every two leaders, the host's ranks.
@@ -1296,8 +1535,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "_inter_host_algorithms",
           [](long nbytes, long hosts, long alpha, long message, long ring_round, long rounds_from) {
             HostRules rules{alpha, message, ring_round, 0, 0, rounds_from, kAuto};
-            return std::make_pair(inter_host_algorithm(nbytes, hosts, rules), allgather_algorithm(nbytes, hosts, rules));
+            return std::make_tuple(inter_host_algorithm(nbytes, hosts, rules), allgather_algorithm(nbytes, hosts, rules),
+                                   broadcast_algorithm(nbytes, hosts, rules));
           },
-          "the core's choice of all_reduce and all_gather algorithm between hosts (indices; tests compare them with "
-          "algorithms.py's)");
+          "the core's choice of all_reduce, all_gather and broadcast algorithm between hosts (indices; tests compare "
+          "them with selection.py's)");
 }
