@@ -35,7 +35,7 @@ from smddp_sdk.collectives.calls import Call, describe
 from smddp_sdk.collectives.errors import CollectiveError
 from smddp_sdk.collectives.hangs import hang_warn_s, warn_hang
 from smddp_sdk.collectives.memory import allow_peer_reads, copy_bytes, read_process
-from smddp_sdk.specs.processes import pid_alive
+from smddp_sdk.specs.processes import pid_alive, runnable_tasks
 
 SHM_DIR_ENV = "SMDDP_SHM_DIR"
 SLOT_BYTES_ENV = "SMDDP_SHM_SLOT_BYTES"
@@ -236,7 +236,7 @@ class ShmArena:
         """Seconds to poll before sleeping: (on a calm machine, on a loaded one). Polling catches a peer
         that arrives within microseconds without a wake-up (51 µs against 115 µs for a 4 KB allreduce
         here), but only while every runnable task has a core: when ranks outnumber cores, or the load
-        average does (other jobs), polling burns the slice the peer needs (4 KB all_reduce 164 µs with
+        tasks runnable on the machine do (other jobs), polling burns the slice the peer needs (4 KB all_reduce 164 µs with
         30 µs of polling, 63 µs with 5, at load 13 on 2 cores). SMDDP_SPIN_US overrides both."""
         forced = os.environ.get(SPIN_US_ENV)
         if forced:
@@ -245,12 +245,15 @@ class ShmArena:
         return calm, _SPIN_S_OVERSUBSCRIBED
 
     def _refresh_spin_budget(self, now: float) -> None:
-        """The budget for the machine's load now (native core: the same rule in smddp_core.cpp's spin())."""
+        """The budget for the machine's load now (native core: the same rule in smddp_core.cpp's spin()).
+        The tasks runnable now, not the 1-minute load average: that one lags, so a busy minute before (or
+        another backend's polling ranks in the same benchmark) kept the ranks of a now quiet machine
+        sleeping after 2 µs (4 KB calls of 90-200 µs instead of 10-15)."""
         if now - self._spin_checked_at < 1.0:
             return
         self._spin_checked_at = now
         calm, loaded = self.spin_budgets()
-        self.spin_s = loaded if os.getloadavg()[0] > self.cores else calm
+        self.spin_s = loaded if runnable_tasks() > self.cores else calm
 
     # single copy ------------------------------------------------------------------------------------
     @property

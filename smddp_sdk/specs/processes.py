@@ -1,7 +1,7 @@
 """Processes as /proc shows them: the one place that reads it (stdlib only, as the runtime needs).
 
 Used by the runtime (stale scratch of dead runtimes), the host-tree schedulers (supervisors, a host's
-session of processes) and the collectives (peers of a shared-memory group). Where /proc is missing
+session of processes) and the collectives (peers of a shared-memory group, how busy the machine is). Where /proc is missing
 (macOS) the answers fall back to what signals can tell.
 """
 
@@ -37,6 +37,15 @@ class Wakeup:
         with suppress(OSError):  # drained
             while os.read(self._read, 4096):
                 pass
+
+
+def runnable_tasks(loadavg: str | None = None) -> float:
+    """Tasks runnable on the machine now, the caller included (/proc/loadavg's fourth field, "4/512":
+    no lag, unlike the load averages); the 1-minute load average where /proc has none."""
+    with suppress(OSError, IndexError, ValueError):
+        text = (PROC / "loadavg").read_text() if loadavg is None else loadavg
+        return float(text.split()[3].split("/")[0])
+    return os.getloadavg()[0]
 
 
 def state(pid: int) -> str | None:

@@ -26,6 +26,7 @@
 #endif
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 
 #include <algorithm>
@@ -1432,15 +1433,26 @@ class SmddpCore : public c10d::PyProcessGroup {
   }
 
   // shm.py's ShmArena spin rule: how long a waiting rank polls before it sleeps, checked once a second
-  // against the machine's 1-minute load average (more runnable tasks than cores: poll briefly).
+  // against the tasks runnable now (more than cores: poll briefly).
   long spin() {
     auto now = std::chrono::steady_clock::now();
     if (now - spin_checked_ >= std::chrono::seconds(1)) {
       spin_checked_ = now;
-      double load = 0;
-      spin_ns_ = getloadavg(&load, 1) == 1 && load > cores_ ? loaded_spin_ns_ : calm_spin_ns_;
+      spin_ns_ = runnable_tasks() > cores_ ? loaded_spin_ns_ : calm_spin_ns_;
     }
     return spin_ns_;
+  }
+
+  // specs/processes.py's runnable_tasks: /proc/loadavg's runnable count, else the 1-minute load average.
+  static double runnable_tasks() {
+    if (FILE* file = std::fopen("/proc/loadavg", "r")) {
+      int running = 0;
+      int parsed = std::fscanf(file, "%*f %*f %*f %d/", &running);
+      std::fclose(file);
+      if (parsed == 1) return running;
+    }
+    double load = 0;
+    return getloadavg(&load, 1) == 1 ? load : 0;
   }
 
   // One barrier of the current collective; Python finishes it when a peer is late or disagrees.
