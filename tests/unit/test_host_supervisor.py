@@ -78,12 +78,17 @@ def make_job(tmp_path: Path, **request: Any) -> JobDir:
     for host in HOSTS:
         contract.OptMl(job_dir.host_dir(host)).make_dirs()
     artifacts = tmp_path / "out" / "job" / "output"
-    job_dir.write_record({
-        "handle": "local://job",
-        "request": {"hosts": [{"host": host} for host in HOSTS], "stop_grace_period": 1,
-                    "artifacts": {"model_data": str(artifacts / "model.tar.gz"), "output_data": str(artifacts / "output.tar.gz")},
-                    **request},
-    })
+    job_dir.write_record(
+        {
+            "handle": "local://job",
+            "request": {
+                "hosts": [{"host": host} for host in HOSTS],
+                "stop_grace_period": 1,
+                "artifacts": {"model_data": str(artifacts / "model.tar.gz"), "output_data": str(artifacts / "output.tar.gz")},
+                **request,
+            },
+        }
+    )
     return job_dir
 
 
@@ -227,3 +232,14 @@ def test_a_long_dead_supervisors_job_gets_its_archives_and_no_process_is_signall
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_a_record_without_archive_paths_collects_nothing_into_the_current_directory(tmp_path: Path, monkeypatch) -> None:
+    from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
+    from smddp_sdk.schedulers.hosttree.supervisor import collect_job_artifacts
+
+    monkeypatch.chdir(tmp_path)
+    plan = HostTreePlan.from_request({"hosts": [{"host": "algo-1", "opt_ml": str(tmp_path / "algo-1"), "process": {"command": ["python3"]}}]})
+    entries, problem = collect_job_artifacts(JobDir(tmp_path / "job"), plan)
+    assert entries == {} and problem.startswith("ArtifactCollectionFailed: the job's record names no place")
+    assert list(tmp_path.iterdir()) == []

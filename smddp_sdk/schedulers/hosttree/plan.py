@@ -65,12 +65,12 @@ class HostTreePlan:
     def from_request(cls, request: Mapping[str, Any]) -> HostTreePlan:
         _check_schema(request)
         hosts = [HostPlan.from_record(item) for item in request.get("hosts", ())]
-        artifacts = request["artifacts"]
+        artifacts = request.get("artifacts") or {}
         return cls(
             job_name=str(request.get("job_name", "")),
             hosts=tuple(hosts),
-            model_data=Path(artifacts["model_data"]),
-            output_data=Path(artifacts["output_data"]),
+            model_data=Path(artifacts.get("model_data", "")),
+            output_data=Path(artifacts.get("output_data", "")),
             backend=str(request.get("backend", "process")),
             max_run=int(request.get("max_run") or DEFAULT_MAX_RUN),
             max_wait=int(request["max_wait"]) if request.get("max_wait") else None,
@@ -89,19 +89,12 @@ class HostTreePlan:
 
 def _check_schema(request: Mapping[str, Any]) -> None:
     """Refuse a record from before the one job.json schema (local's hosts with a ``base_dir``, docker's
-    ``containers``): read as this one, it would be a job without hosts or trees; and a record that names
-    no archives, which would otherwise be written into the current directory."""
+    ``containers``): read as this one, it would be a job without hosts or trees."""
     if "containers" in request or any("base_dir" in item for item in request.get("hosts", ())):
         raise SpecError(
             SpecIssue(
                 "job",
                 f"{request.get('handle', 'this job')} was written by an older smddp-sdk, whose job.json this version does not read",
                 f"use the version that started it, or remove its directory by hand: rm -rf {request.get('job_dir', '<its job directory>')}",
-            )
-        )
-    if not {"model_data", "output_data"} <= set(request.get("artifacts") or {}):
-        raise SpecError(
-            SpecIssue(
-                "job", f"the record of {request.get('handle', 'this job')} names no artifacts (model_data, output_data)", "the record is damaged: remove its directory with `smddp-launch clean NAME`"
             )
         )

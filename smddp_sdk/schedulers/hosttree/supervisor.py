@@ -478,6 +478,8 @@ def collect_job_artifacts(job_dir: JobDir, plan: HostTreePlan) -> tuple[dict[str
     or what went wrong. Run by the supervisor as the job ends, or by whoever finds the job without one
     (its supervisor was killed: ``HostTreeScheduler._sweep``), once the hosts are gone."""
     target = plan.model_data.parent
+    if not plan.model_data.is_absolute():  # a damaged record (planners write absolute paths): not into the cwd
+        return {}, f"ArtifactCollectionFailed: the job's record names no place for its archives (model_data {str(plan.model_data)!r})"
     trees = [OptMl(job_dir.host_dir(item.host)) for item in plan.hosts]
     skipped: list[str] = []
     try:
