@@ -501,6 +501,7 @@ class DistributedDataParallel(torch.nn.Module):
         view = bucket.grad_view(index)
         if param.grad.data_ptr() != view.data_ptr():
             stage_except_own(bucket.flat, bucket.offsets[index], param.grad.reshape(-1), bucket.own_range, bucket.own_sources)
+            param.grad = view  # autograd's fresh tensor goes now (bar the part the reduction reads), as in SharedBuckets
         bucket.staged.add(index)
         while self._launched < len(self._buckets) and self._is_full(self._buckets[self._launched]):
             self._launch(self._buckets[self._launched])
