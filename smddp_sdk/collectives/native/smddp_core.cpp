@@ -260,6 +260,38 @@ void stream_copy(char* target, const char* source, long length) {
 #endif
 }
 
+// stream_copy to target and a plain copy to slot in one pass over source: an all_gather's own piece is read
+// once for the rank's slot and its own part of the result, instead of a second time from cache.
+void stream_copy_twice(char* target, char* slot, const char* source, long length) {
+#if defined(__x86_64__)
+  long head = std::min(length, static_cast<long>((16 - reinterpret_cast<uintptr_t>(target) % 16) % 16));
+  std::memcpy(target, source, head);
+  std::memcpy(slot, source, head);
+  long at = head;
+  for (; at + 64 <= length; at += 64) {
+    auto* from = reinterpret_cast<const __m128i*>(source + at);
+    auto* to = reinterpret_cast<__m128i*>(target + at);
+    auto* copy = reinterpret_cast<__m128i*>(slot + at);
+    __m128i a = _mm_loadu_si128(from), b = _mm_loadu_si128(from + 1), c = _mm_loadu_si128(from + 2),
+            d = _mm_loadu_si128(from + 3);
+    _mm_storeu_si128(copy, a);
+    _mm_storeu_si128(copy + 1, b);
+    _mm_storeu_si128(copy + 2, c);
+    _mm_storeu_si128(copy + 3, d);
+    _mm_stream_si128(to, a);
+    _mm_stream_si128(to + 1, b);
+    _mm_stream_si128(to + 2, c);
+    _mm_stream_si128(to + 3, d);
+  }
+  _mm_sfence();
+  std::memcpy(target + at, source + at, length - at);
+  std::memcpy(slot + at, source + at, length - at);
+#else
+  std::memcpy(target, source, length);
+  std::memcpy(slot, source, length);
+#endif
+}
+
 // A finished collective: its future (DDP's reducer reads the value) is made only when asked for.
 class DoneWork : public c10d::Work {
  public:
@@ -727,8 +759,11 @@ class SmddpCore : public c10d::PyProcessGroup {
     for (long start = 0; start < longest; start += slot_bytes_) {
       uint32_t half = next_half();
       long piece = std::clamp(own.length - start, 0L, slot_bytes_);
-      if (piece > 0) {
-        std::memcpy(slots_[half][index_], data + start, piece);
+      char* slot = static_cast<char*>(slots_[half][index_]);
+      if (piece > 0 && copy_own && streamed) {
+        stream_copy_twice(own.data + start, slot, data + start, piece);
+      } else if (piece > 0) {
+        std::memcpy(slot, data + start, piece);
         if (copy_own) copy(own.data + start, data + start, piece);  // rereads the piece from cache
       }
       sync(what);
