@@ -238,59 +238,43 @@ void plain_copy(char* target, const char* source, long length) { std::memmove(ta
 
 // memcpy with non-temporal stores (x86-64) for results larger than the caches: the destination's lines are
 // written without first being read for ownership, and evict nothing (32 MB here: 2.3 ms of CPU, memcpy 3.8).
-void stream_copy(char* target, const char* source, long length) {
+// kAlsoToSlot: source also goes to slot (plain stores) in the same pass, so that an all_gather's own piece is
+// read once for the rank's slot and its own part of the result (64 MB, 2 ranks: 9.4 against 14.9 ms).
+template <bool kAlsoToSlot>
+void stream_copy_lines(char* target, [[maybe_unused]] char* slot, const char* source, long length) {
+  auto copy = [&](long at, long bytes) {
+    std::memcpy(target + at, source + at, bytes);
+    if constexpr (kAlsoToSlot) std::memcpy(slot + at, source + at, bytes);
+  };
 #if defined(__x86_64__)
   long head = std::min(length, static_cast<long>((16 - reinterpret_cast<uintptr_t>(target) % 16) % 16));
-  std::memcpy(target, source, head);
+  copy(0, head);
   long at = head;
   for (; at + 64 <= length; at += 64) {
     auto* from = reinterpret_cast<const __m128i*>(source + at);
-    auto* to = reinterpret_cast<__m128i*>(target + at);
     __m128i a = _mm_loadu_si128(from), b = _mm_loadu_si128(from + 1), c = _mm_loadu_si128(from + 2),
             d = _mm_loadu_si128(from + 3);
+    if constexpr (kAlsoToSlot) {
+      auto* copy_to = reinterpret_cast<__m128i*>(slot + at);
+      _mm_storeu_si128(copy_to, a);
+      _mm_storeu_si128(copy_to + 1, b);
+      _mm_storeu_si128(copy_to + 2, c);
+      _mm_storeu_si128(copy_to + 3, d);
+    }
+    auto* to = reinterpret_cast<__m128i*>(target + at);
     _mm_stream_si128(to, a);
     _mm_stream_si128(to + 1, b);
     _mm_stream_si128(to + 2, c);
     _mm_stream_si128(to + 3, d);
   }
   _mm_sfence();  // the streamed lines are visible to the peers (and ordered) before the next barrier
-  std::memcpy(target + at, source + at, length - at);
+  copy(at, length - at);
 #else
-  std::memcpy(target, source, length);
+  copy(0, length);
 #endif
 }
 
-// stream_copy to target and a plain copy to slot in one pass over source: an all_gather's own piece is read
-// once for the rank's slot and its own part of the result, instead of a second time from cache.
-void stream_copy_twice(char* target, char* slot, const char* source, long length) {
-#if defined(__x86_64__)
-  long head = std::min(length, static_cast<long>((16 - reinterpret_cast<uintptr_t>(target) % 16) % 16));
-  std::memcpy(target, source, head);
-  std::memcpy(slot, source, head);
-  long at = head;
-  for (; at + 64 <= length; at += 64) {
-    auto* from = reinterpret_cast<const __m128i*>(source + at);
-    auto* to = reinterpret_cast<__m128i*>(target + at);
-    auto* copy = reinterpret_cast<__m128i*>(slot + at);
-    __m128i a = _mm_loadu_si128(from), b = _mm_loadu_si128(from + 1), c = _mm_loadu_si128(from + 2),
-            d = _mm_loadu_si128(from + 3);
-    _mm_storeu_si128(copy, a);
-    _mm_storeu_si128(copy + 1, b);
-    _mm_storeu_si128(copy + 2, c);
-    _mm_storeu_si128(copy + 3, d);
-    _mm_stream_si128(to, a);
-    _mm_stream_si128(to + 1, b);
-    _mm_stream_si128(to + 2, c);
-    _mm_stream_si128(to + 3, d);
-  }
-  _mm_sfence();
-  std::memcpy(target + at, source + at, length - at);
-  std::memcpy(slot + at, source + at, length - at);
-#else
-  std::memcpy(target, source, length);
-  std::memcpy(slot, source, length);
-#endif
-}
+void stream_copy(char* target, const char* source, long length) { stream_copy_lines<false>(target, nullptr, source, length); }
 
 // A finished collective: its future (DDP's reducer reads the value) is made only when asked for.
 class DoneWork : public c10d::Work {
@@ -761,7 +745,7 @@ class SmddpCore : public c10d::PyProcessGroup {
       long piece = std::clamp(own.length - start, 0L, slot_bytes_);
       char* slot = static_cast<char*>(slots_[half][index_]);
       if (piece > 0 && copy_own && streamed) {
-        stream_copy_twice(own.data + start, slot, data + start, piece);
+        stream_copy_lines<true>(own.data + start, slot, data + start, piece);
       } else if (piece > 0) {
         std::memcpy(slot, data + start, piece);
         if (copy_own) copy(own.data + start, data + start, piece);  // rereads the piece from cache
