@@ -10,6 +10,7 @@ and creates the job. boto3 is loaded only when AWS is first called, through ``cl
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import tempfile
@@ -37,14 +38,6 @@ STATUS_HOST = "sagemaker"  # the pseudo-host of SageMaker's own status lines in 
 # Stand-ins a dry run shows where nothing says the region or the role; ``run`` refuses them.
 PLACEHOLDER_REGION = "us-east-1"
 PLACEHOLDER_ROLE = "<execution-role>"
-
-
-def _stderr(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
-
-
-def _stdout(text: str) -> None:
-    print(text, flush=True)
 
 
 def _text(name: str, description: str) -> Option:
@@ -76,8 +69,8 @@ class SageMakerScheduler(Scheduler):
         Option("min_poll", "float", 5.0, "the shortest poll allowed (DescribeTrainingJob is rate-limited)", check=seconds),
         _python("session", "a boto3 session to make the clients from"),
         *(_python(f"{service}_client", f"a boto3 {service} client") for service in ("sagemaker", "s3", "logs", "sts")),
-        _python("echo", "called with upload progress and submit messages (default: stderr)", _stderr),
-        _python("log_sink", "called with the lines wait(logs=True) prints (default: stdout)", _stdout),
+        _python("echo", "called with upload progress and submit messages (default: stderr)", lambda text: print(text, file=sys.stderr, flush=True)),
+        _python("log_sink", "called with the lines wait(logs=True) prints (default: stdout)", functools.partial(print, flush=True)),
         _python("sleep", "how to wait between polls", time.sleep),
     )
     region: str | None
@@ -304,7 +297,7 @@ class SageMakerScheduler(Scheduler):
         while True:
             description = self.describe(handle)
             if show_status:
-                yield from _status_lines(description, shown)
+                yield from (LogLine(STATUS_HOST, text, timestamp=at) for at, text in states.new_transitions(description, shown))
             shown = len(description.get("SecondaryStatusTransitions") or [])
             yield from cloudwatch.read_all(tail)
             status = _job_status(handle, description)
@@ -314,21 +307,12 @@ class SageMakerScheduler(Scheduler):
                 if show_status:
                     yield from _end_lines(status, description, region, job_name)
                 return status
-            if _past(deadline):
+            if deadline is not None and time.monotonic() >= deadline:
                 return status
             self._pause(poll)
 
     def _pause(self, poll: float) -> None:
         self.sleep(max(poll, self.min_poll))  # DescribeTrainingJob is rate-limited
-
-
-def _past(deadline: float | None) -> bool:
-    return deadline is not None and time.monotonic() >= deadline
-
-
-def _status_lines(description: dict[str, Any], already_shown: int) -> Iterator[LogLine]:
-    for transition, text in states.new_transitions(description, already_shown):
-        yield LogLine(STATUS_HOST, text, timestamp=transition)
 
 
 def _end_lines(status: JobStatus, description: dict[str, Any], region: str, job_name: str) -> Iterator[LogLine]:
