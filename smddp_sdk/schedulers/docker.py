@@ -194,13 +194,6 @@ class DockerScheduler(HostTreeScheduler):
         os.mkfifo(job_dir.path / LIFELINE, 0o600)
         return trees
 
-    def leftovers(self, removed: set[str]) -> dict[str, list[str]]:
-        """Containers and networks of this job root's jobs that are gone or in ``removed`` (``clean``)."""
-        return docker_cli.leftovers(self.docker, self.job_root, removed)
-
-    def remove_leftovers(self, found: dict[str, list[str]]) -> None:
-        docker_cli.remove_leftovers(self.docker, found)
-
     # --- the engine -----------------------------------------------------------------------------
 
     def _check_engine(self) -> None:
@@ -238,6 +231,3 @@ class DockerScheduler(HostTreeScheduler):
             "Toolkit); install nvidia-container-toolkit and restart the engine, or rehearse on CPU with "
             "DockerScheduler(gpus='none') / scheduler option gpus: none"
         )
-
-
-# --- helpers ----------------------------------------------------------------------------------------
