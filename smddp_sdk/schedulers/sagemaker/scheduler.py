@@ -136,12 +136,6 @@ class SageMakerScheduler(Scheduler):
     def _placement(self, spec: JobSpec, job_name: str, region: str, image_uri: str, account: str | None) -> req.Placement:
         return req.plan_placement(spec, job_name=job_name, region=region, role=spec.role or PLACEHOLDER_ROLE, image_uri=image_uri, account=account, bucket=self.bucket)
 
-    def _check_submittable(self, spec: JobSpec) -> None:
-        """What a dry run may leave open and a submit may not: a role, then a region."""
-        if not spec.role:
-            raise SpecError(req.role_issues(None))
-        self.resolved_region()  # raises UnavailableError with what to set
-
     # --- AWS --------------------------------------------------------------------------------------
 
     def clients(self, region: str | None) -> AwsClients:
@@ -158,12 +152,15 @@ class SageMakerScheduler(Scheduler):
         from smddp_sdk.schedulers.sagemaker.client import call
 
         spec, job_name = dryrun.spec, dryrun.job_name
-        self._check_submittable(spec)
+        if not spec.role:  # what a dry run may leave open and a submit may not: a role, then a region
+            raise SpecError(req.role_issues(None))
+        self.resolved_region()  # raises UnavailableError with what to set
         region = decode_hyperparameter(dryrun.request["HyperParameters"]["sagemaker_region"])
         image_uri = dryrun.request["AlgorithmSpecification"]["TrainingImage"]
         aws = self.clients(region)
         aws.require_credentials()
-        account = self._account_if_needed(aws, self._placement(spec, job_name, region, image_uri, self.account_id))
+        # The account is looked up only when the default bucket or a role given by name needs it.
+        account = self.account_id or (aws.account_id() if self._placement(spec, job_name, region, image_uri, None).needs_account else None)
         placement = self._placement(spec, job_name, region, image_uri, account)
         if account is not None and not self.bucket:
             self._ensure_default_bucket(aws, placement, account)
@@ -175,12 +172,6 @@ class SageMakerScheduler(Scheduler):
         handle = JobHandle(self.name, f"{region}/{job_name}")
         self.echo(_next_steps(handle, region, job_name))
         return handle
-
-    def _account_if_needed(self, aws: AwsClients, draft: req.Placement) -> str | None:
-        """The account, looked up only when the default bucket or a role given by name needs it."""
-        if self.account_id:
-            return self.account_id
-        return aws.account_id() if draft.needs_account else None
 
     def _ensure_default_bucket(self, aws: AwsClients, placement: req.Placement, account: str) -> None:
         from smddp_sdk.schedulers.sagemaker import upload
