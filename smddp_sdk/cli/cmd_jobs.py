@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import json
 import re
 import shutil
@@ -179,17 +180,9 @@ def _explain_empty_filter(scheduler: Scheduler, handle: JobHandle, hosts: list[s
 
 
 def _ranges(numbers: list[int]) -> str:
-    if not numbers:
-        return ""
-    parts, low, prev = [], numbers[0], numbers[0]
-    for number in numbers[1:] + [None]:  # type: ignore[list-item]
-        if number is not None and number == prev + 1:
-            prev = number
-            continue
-        parts.append(f"{low}-{prev}" if prev != low else str(low))
-        if number is not None:
-            low = prev = number
-    return ",".join(parts)
+    """``[0, 1, 2, 5]`` -> ``0-2,5``: runs of consecutive numbers share their difference to their index."""
+    runs = ([number for _, number in run] for _, run in itertools.groupby(enumerate(numbers), lambda item: item[1] - item[0]))
+    return ",".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs)
 
 
 @click.command(short_help="Stop a job.", epilog=JOB_HELP)

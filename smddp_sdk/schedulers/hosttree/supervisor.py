@@ -371,7 +371,8 @@ class Supervisor:
         if problem:
             return self.finish(JobState.FAILED, problem)
         if not self.plan.keep_job_dir:
-            remove_host_trees(self.job_dir, self.hosts)
+            for path in [self.job_dir.code_dir, *map(self.job_dir.host_dir, self.hosts)]:  # what keep_job_dir=False drops
+                shutil.rmtree(path, ignore_errors=True)
         return self.finish(JobState.SUCCEEDED, "")
 
     def before_collect(self, verdict: Verdict | None) -> None:
@@ -496,14 +497,7 @@ def open_lifeline(path: Path) -> int:
     """Make the FIFO and hold it open (read-write, so opening never blocks); runtimes read EOF once we die."""
     path.unlink(missing_ok=True)
     os.mkfifo(path, 0o600)
-    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-    return fd
-
-
-def remove_host_trees(job_dir: JobDir, hosts: list[str]) -> None:
-    """Drop what ``keep_job_dir=False`` does not keep: the per-host trees and the code snapshot."""
-    for path in [job_dir.code_dir, *(job_dir.host_dir(host) for host in hosts)]:
-        shutil.rmtree(path, ignore_errors=True)
+    return os.open(path, os.O_RDWR | os.O_CLOEXEC)
 
 
 def main(argv: list[str]) -> int:
