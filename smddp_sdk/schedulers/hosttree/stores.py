@@ -180,7 +180,6 @@ class Progress:
 
 
 def copy_all(store: Store, entries: list[Entry], dest: Path, progress: Callable[[int], None] | None = None) -> None:
-    """Download ``entries`` of ``store`` under ``dest`` keeping their relative keys."""
     for entry in entries:
         store.download(entry.key, dest / entry.key)
         if progress is not None:

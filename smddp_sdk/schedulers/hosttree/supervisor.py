@@ -16,7 +16,6 @@ supervisor from a busy one.
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil
@@ -419,15 +418,15 @@ class Supervisor:
 
     def error_files(self, host: str, opt_ml: OptMl) -> list[FailureRecord]:
         found = []
-        for path in sorted(glob.glob(str(opt_ml.errors_dir / "*.json"))):
+        for path in sorted(opt_ml.errors_dir.glob("*.json")):
             # Not following links, bounded: in docker mode a container wrote these.
-            raw = read_inside(opt_ml.base, Path(path).relative_to(opt_ml.base).as_posix(), 16 * 1024 * 1024)
+            raw = read_inside(opt_ml.base, path.relative_to(opt_ml.base).as_posix(), 16 * 1024 * 1024)
             try:
                 data = json.loads(raw) if raw is not None else None
             except (ValueError, RecursionError):
                 continue
             if isinstance(data, dict):
-                found.append(from_error_file(data, host=host, path=path))
+                found.append(from_error_file(data, host=host, path=str(path)))
         return found
 
     def host_record(self, host: str, *, wrote_records: bool, wrote_failure: bool) -> FailureRecord | None:

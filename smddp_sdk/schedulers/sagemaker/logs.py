@@ -89,6 +89,5 @@ class LogTail:
 
 
 def read_all(tail: LogTail) -> list[LogLine]:
-    """Everything new since the last read, looking for new streams first."""
     tail.discover()
     return tail.poll()
