@@ -93,13 +93,10 @@ class LocalScheduler(HostTreeScheduler):
         return trees
 
 
-LARGE_CODE_BYTES = 100 * 2**20
-
-
 def _warn_if_large(code_dir: Path) -> None:
     """A big snapshot usually means data or a virtualenv sits in source_dir; say which entries are big."""
     total, largest = largest_entries(code_dir)
-    if total >= LARGE_CODE_BYTES:
+    if total >= 100 * 2**20:
         biggest = ", ".join(f"{name} ({size / 2**20:.0f} MB)" for name, size in largest)
         print(
             f"smddp: warning: the code snapshot is {total / 2**20:.0f} MB (largest: {biggest}); "

@@ -262,7 +262,7 @@ class Supervisor:
     def watch(self) -> None:
         ran_before = sum(item["ended"] - item["started"] for item in self.state["attempts"])  # max_run: every attempt
         deadline = self.attempt_started + self.plan.max_run - ran_before
-        while self.running():
+        while self.running_hosts():
             self.record_exits()
             if self.stop_reason is None:
                 self.check_stop_conditions(deadline)
@@ -328,9 +328,6 @@ class Supervisor:
 
     def running_hosts(self) -> list[str]:
         return [host for host in self.state.get("hosts", {}) if host not in self.exits]
-
-    def running(self) -> bool:
-        return bool(self.running_hosts())
 
     def record_exits(self) -> None:
         changed = False
