@@ -97,8 +97,7 @@ def logs(ctx: click.Context, job: str, options: list[tuple[str, str]], follow: b
     """Print JOB's logs with [host/rank] prefixes (coloured on a terminal unless NO_COLOR is set)."""
     handle, scheduler, _ = job_target(job, options)
     keep = line_filter(ctx, since, pattern)
-    stdout = click.get_text_stream("stdout")
-    color = color_enabled(stdout, (ctx.find_root().obj or {}).get("color_mode", "auto"))
+    color = color_enabled(click.get_text_stream("stdout"), (ctx.find_root().obj or {}).get("color_mode", "auto"))
     shown = 0
     for line in select_lines(scheduler, handle, hosts=hosts, ranks=ranks, follow=follow, tail=tail, keep=keep):
         stamp = f"{_clock(line.timestamp)} " if timestamps else ""
