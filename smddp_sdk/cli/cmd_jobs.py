@@ -46,13 +46,10 @@ def complete_jobs(ctx: click.Context, param: click.Parameter, incomplete: str) -
     return [CompletionItem(name) for name in names if name.startswith(incomplete)]
 
 
-def job_argument(func: Any) -> Any:
-    return click.argument("job", metavar="JOB", shell_complete=complete_jobs)(func)
-
-
-def scheduler_option(func: Any) -> Any:
-    return click.option("-o", "--scheduler-option", "options", multiple=True, metavar="KEY=VALUE", callback=key_value,
-                        help="A scheduler option; repeatable (the user config's options apply too).")(func)
+# Decorators, each making a fresh parameter wherever it is applied.
+job_argument = click.argument("job", metavar="JOB", shell_complete=complete_jobs)
+scheduler_option = click.option("-o", "--scheduler-option", "options", multiple=True, metavar="KEY=VALUE", callback=key_value,
+                                help="A scheduler option; repeatable (the user config's options apply too).")
 
 
 def job_target(job: str, options: Sequence[tuple[str, str]]) -> tuple[JobHandle, Scheduler, job_index.IndexEntry | None]:
