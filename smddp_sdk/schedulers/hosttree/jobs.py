@@ -349,7 +349,7 @@ class HostTreeScheduler(JobRootScheduler):
         return job_dir
 
     def job_path(self, handle: JobHandle) -> Path:
-            return self.job_root / handle.job_id
+        return self.job_root / handle.job_id
 
     def remove(self, handle: JobHandle) -> None:
         """Delete a finished job's directory (``smddp-launch clean``); a running job is refused."""
