@@ -20,7 +20,7 @@ from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler
 def interrupt(ctx: click.Context, job: str, options: list[tuple[str, str]], host: str | None, wait: float) -> None:
     """Interrupt JOB as SageMaker's managed spot training does: the containers are stopped, the checkpoints
     synced, the job shows Interrupted, then Starting, restores the checkpoints and trains again."""
-    handle, scheduler = job_target(job, options)
+    handle, scheduler, _ = job_target(job, options)
     if not isinstance(scheduler, HostTreeScheduler):
         raise SpecError(SpecIssue("job", f"{handle}: only local and docker jobs can be interrupted on demand", "SageMaker interrupts spot jobs itself"))
     scheduler.interrupt(handle, Interruption(host, wait))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import json
 import re
 import shutil
@@ -45,20 +46,18 @@ def complete_jobs(ctx: click.Context, param: click.Parameter, incomplete: str) -
     return [CompletionItem(name) for name in names if name.startswith(incomplete)]
 
 
-def job_argument(func: Any) -> Any:
-    return click.argument("job", metavar="JOB", shell_complete=complete_jobs)(func)
+# Decorators, each making a fresh parameter wherever it is applied.
+job_argument = click.argument("job", metavar="JOB", shell_complete=complete_jobs)
+scheduler_option = click.option("-o", "--scheduler-option", "options", multiple=True, metavar="KEY=VALUE", callback=key_value,
+                                help="A scheduler option; repeatable (the user config's options apply too).")
 
 
-def scheduler_option(func: Any) -> Any:
-    return click.option("-o", "--scheduler-option", "options", multiple=True, metavar="KEY=VALUE", callback=key_value,
-                        help="A scheduler option; repeatable (the user config's options apply too).")(func)
-
-
-def job_target(job: str, options: Sequence[tuple[str, str]]) -> tuple[JobHandle, Scheduler]:
-    """The handle of JOB and a scheduler that can reach it (with the job root or profile it was run with)."""
+def job_target(job: str, options: Sequence[tuple[str, str]]) -> tuple[JobHandle, Scheduler, job_index.IndexEntry | None]:
+    """The handle of JOB, a scheduler that can reach it (with the job root or profile it was run with) and
+    JOB's entry in the job index (None when it has none)."""
     handle, entry = job_index.resolve(job)
     remembered = [(key, value) for key, value in (entry.options.items() if entry else ()) if key not in dict(options)]
-    return handle, scheduler_named(handle.scheduler, [*remembered, *options])
+    return handle, scheduler_named(handle.scheduler, [*remembered, *options]), entry
 
 
 @click.command(short_help="Show a job's state.", epilog=JOB_HELP)
@@ -68,7 +67,7 @@ def job_target(job: str, options: Sequence[tuple[str, str]]) -> tuple[JobHandle,
 @click.pass_context
 def status(ctx: click.Context, job: str, options: list[tuple[str, str]], as_json: bool) -> None:
     """Show the state of JOB, its hosts, where its model went and, when it failed, the root cause."""
-    handle, scheduler = job_target(job, options)
+    handle, scheduler, _ = job_target(job, options)
     job_status = scheduler.status(handle)
     if as_json:
         click.echo(json.dumps(status_as_dict(job_status), indent=2, default=str))
@@ -93,10 +92,9 @@ def status(ctx: click.Context, job: str, options: list[tuple[str, str]], as_json
 def logs(ctx: click.Context, job: str, options: list[tuple[str, str]], follow: bool, ranks: list[int] | None,
          hosts: list[str] | None, tail: int | None, since: str | None, pattern: str | None, timestamps: bool) -> None:
     """Print JOB's logs with [host/rank] prefixes (coloured on a terminal unless NO_COLOR is set)."""
-    handle, scheduler = job_target(job, options)
+    handle, scheduler, _ = job_target(job, options)
     keep = line_filter(ctx, since, pattern)
-    stdout = click.get_text_stream("stdout")
-    color = color_enabled(stdout, (ctx.find_root().obj or {}).get("color_mode", "auto"))
+    color = color_enabled(click.get_text_stream("stdout"), (ctx.find_root().obj or {}).get("color_mode", "auto"))
     shown = 0
     for line in select_lines(scheduler, handle, hosts=hosts, ranks=ranks, follow=follow, tail=tail, keep=keep):
         stamp = f"{_clock(line.timestamp)} " if timestamps else ""
@@ -178,17 +176,9 @@ def _explain_empty_filter(scheduler: Scheduler, handle: JobHandle, hosts: list[s
 
 
 def _ranges(numbers: list[int]) -> str:
-    if not numbers:
-        return ""
-    parts, low, prev = [], numbers[0], numbers[0]
-    for number in numbers[1:] + [None]:  # type: ignore[list-item]
-        if number is not None and number == prev + 1:
-            prev = number
-            continue
-        parts.append(f"{low}-{prev}" if prev != low else str(low))
-        if number is not None:
-            low = prev = number
-    return ",".join(parts)
+    """``[0, 1, 2, 5]`` -> ``0-2,5``: runs of consecutive numbers share their difference to their index."""
+    runs = ([number for _, number in run] for _, run in itertools.groupby(enumerate(numbers), lambda item: item[1] - item[0]))
+    return ",".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs)
 
 
 @click.command(short_help="Stop a job.", epilog=JOB_HELP)
@@ -198,7 +188,7 @@ def _ranges(numbers: list[int]) -> str:
 def cancel(ctx: click.Context, job: str, options: list[tuple[str, str]]) -> None:
     """Stop JOB: every host and rank (SIGTERM, then SIGKILL after the grace period); it ends CANCELLED.
     Cancelling a job that already ended changes nothing and says so."""
-    handle, scheduler = job_target(job, options)
+    handle, scheduler, _ = job_target(job, options)
     before = scheduler.status(handle)
     if before.state.is_terminal:
         console(ctx).say(f"{handle} already ended ({before.state.value}); nothing to cancel")
@@ -355,7 +345,7 @@ def _clean_targets(jobs: tuple[str, ...], cutoff: float) -> tuple[list[tuple[Hos
     from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler  # loaded only for clean
 
     if jobs:
-        found = [job_target(job, ()) for job in jobs]
+        found = [job_target(job, ())[:2] for job in jobs]
     else:
         found = [(item.handle, sched) for sched in map(scheduler_named, ("local", "docker")) for item in sched.listed()]
     targets, forgotten = [], []
@@ -397,15 +387,16 @@ def _state_or_why(job_status: JobStatus) -> str:
 def _docker_leftovers(removed: set[str], dry_run: bool, out: Any) -> int:
     """Leftover containers and networks of docker jobs from this job root that are gone or being removed."""
     from smddp_sdk.schedulers.docker import DockerScheduler
+    from smddp_sdk.schedulers.hosttree import docker_cli
 
     docker = scheduler_named("docker")
     assert isinstance(docker, DockerScheduler)
-    found = docker.leftovers(removed)
+    found = docker_cli.leftovers(docker.docker, docker.job_root, removed)
     for kind, ids in found.items():
         if ids:
             out.say(f"{'would remove' if dry_run else 'removing'} {len(ids)} docker {kind}{'s' if len(ids) != 1 else ''}")
     if not dry_run:
-        docker.remove_leftovers(found)
+        docker_cli.remove_leftovers(docker.docker, found)
     return sum(len(ids) for ids in found.values())
 
 

@@ -7,9 +7,8 @@ from typing import Any
 
 import click
 
-from smddp_sdk import job_index
-from smddp_sdk.cli.cmd_jobs import JOB_HELP, complete_jobs, scheduler_option
-from smddp_sdk.cli.common import console, parse_ranks, scheduler_named
+from smddp_sdk.cli.cmd_jobs import JOB_HELP, job_argument, job_target, scheduler_option
+from smddp_sdk.cli.common import console, parse_ranks
 from smddp_sdk.errors import SpecError, SpecIssue
 from smddp_sdk.metrics import TrainingJobAnalytics, summary, write_csv, write_plot
 
@@ -25,7 +24,7 @@ def _definition(ctx: click.Context, param: click.Parameter, values: tuple[str, .
 
 
 @click.command(short_help="Print or plot a job's metrics.", epilog=JOB_HELP)
-@click.argument("job", metavar="JOB", shell_complete=complete_jobs)
+@job_argument
 @scheduler_option
 @click.option("-m", "--define", "defined", multiple=True, callback=_definition, metavar="NAME=REGEX", help="A metric definition; repeatable; added to (or replacing) the job's own metric_definitions.")
 @click.option("--metric", "names", multiple=True, metavar="NAME", help="Only this metric; repeatable.")
@@ -52,9 +51,7 @@ def metrics(
     """Apply JOB's metric_definitions (regular expressions over its log lines, as SageMaker does; the first
     capture group is the value) and print each metric's count, last, min and max for rank 0 (or --rank,
     --all-ranks); `--plot loss.svg` draws them. Works for every scheduler. Exit 2 when nothing matched."""
-    handle, entry = job_index.resolve(job)
-    remembered = [(key, value) for key, value in (entry.options.items() if entry else ()) if key not in dict(options)]
-    scheduler = scheduler_named(handle.scheduler, [*remembered, *options])
+    handle, scheduler, entry = job_target(job, options)
     own = list(entry.metric_definitions) if entry and entry.metric_definitions else _job_definitions(scheduler, handle)
     merged = {item["Name"]: dict(item) for item in own}
     merged.update({item["Name"]: item for item in defined})

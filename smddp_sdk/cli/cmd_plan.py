@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -22,7 +23,7 @@ EPILOG = (
 @click.argument("job_file", required=False, type=click.Path(exists=True, dir_okay=False))
 @click.option("--instance-type", metavar="TYPE", help=f"Host type to plan for (default: the job's). Known: {', '.join(sorted(CATALOG))}; sim:<rate>mbit[+<delay>ms].")
 @click.option("--instances", default="1,2,4,8,16,32", show_default=True, metavar="N,N,...", help="Instance counts to compare.")
-@click.option("--profile", "profile_path", type=click.Path(exists=True), help="A step profile (SMDDP_PROFILE dir or file).")
+@click.option("--profile", type=click.Path(exists=True), help="A step profile (SMDDP_PROFILE dir or file).")
 @click.option("--compute-ms", type=float, help="Compute per step on the target GPU (replaces the profile's, which is this machine's).")
 @click.option("--gradient-mb", type=float, help="Gradient size in MB, when planning without a profile.")
 @click.option("--bucket-mb", type=float, default=25.0, show_default=True, help="DDP bucket size, when planning without a profile.")
@@ -31,37 +32,12 @@ EPILOG = (
 @click.option("--price-per-hour", type=float, help="USD per instance-hour, from your region's SageMaker pricing page.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @click.option("--svg", type=click.Path(dir_okay=False, path_type=Path), help="Also write a plot of scaling efficiency.")
-def plan(
-    job_file: str | None,
-    instance_type: str | None,
-    instances: str,
-    profile_path: str | None,
-    compute_ms: float | None,
-    gradient_mb: float | None,
-    bucket_mb: float,
-    batch_size: int | None,
-    samples_per_epoch: int | None,
-    price_per_hour: float | None,
-    as_json: bool,
-    svg: Path | None,
-) -> None:
+def plan(job_file: str | None, as_json: bool, svg: Path | None, **options: Any) -> None:
     """Predict, for JOB_FILE's step, the step time, scaling efficiency, throughput and cost on each instance
     count, for what runs there: AWS's SMDDP against NCCL on GPU instance types, this project's backend
     against gloo on CPU instance types and simulated hosts. The notes say which, and why wherever smddp is
     predicted slower."""
-    spec = _job_spec(job_file) if job_file else None
-    result = plan_for_spec(
-        spec,
-        instances,
-        instance_type=instance_type,
-        profile=profile_path,
-        compute_ms=compute_ms,
-        gradient_mb=gradient_mb,
-        bucket_mb=bucket_mb,
-        batch_size=batch_size,
-        samples_per_epoch=samples_per_epoch,
-        price_per_hour=price_per_hour,
-    )
+    result = plan_for_spec(_job_spec(job_file) if job_file else None, **options)
     if svg:
         svg.write_text(render_svg(result), encoding="utf-8")
     click.echo(json.dumps(result.as_dict(), indent=2) if as_json else render_table(result), nl=not as_json)

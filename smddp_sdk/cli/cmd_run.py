@@ -25,7 +25,6 @@ from smddp_sdk.specs.status import JobHandle, JobStatus
 
 
 def complete_files(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
-    """Let the shell complete file names (job files and scripts)."""
     return [CompletionItem(incomplete, type="file")]
 
 

@@ -22,7 +22,7 @@ def stacks_command(ctx: click.Context, job: str, options: list[tuple[str, str]],
     Each rank writes them from a signal handler (faulthandler), so this works while a rank is stuck in
     a collective or in native code; they are also kept in the job's tree (<host>/output/stacks/).
     """
-    handle, scheduler = job_target(job, options)
+    handle, scheduler, _ = job_target(job, options)
     if not isinstance(scheduler, HostTreeScheduler):
         raise SpecError(
             SpecIssue("job", f"stacks works on local and docker jobs; {handle} runs on {handle.scheduler}", "on SageMaker, use py-spy dump --pid in the container (SSM) or the job's CloudWatch logs")

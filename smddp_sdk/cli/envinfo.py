@@ -93,12 +93,9 @@ def gpus() -> str:
 def aws_credentials() -> str:
     """Which kinds of credentials exist: ``yes (environment)`` or ``no``; values are never read out."""
     found = [kind for kind, names in _CREDENTIAL_VARIABLES.items() if all(os.environ.get(n) for n in names)]
-    shared = Path(os.environ.get("AWS_SHARED_CREDENTIALS_FILE") or Path("~/.aws/credentials").expanduser())
-    if shared.is_file():
-        found.append("shared credentials file")
-    config = Path(os.environ.get("AWS_CONFIG_FILE") or Path("~/.aws/config").expanduser())
-    if config.is_file():
-        found.append("config file")
+    for kind, variable, default in (("shared credentials file", "AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials"), ("config file", "AWS_CONFIG_FILE", "~/.aws/config")):
+        if Path(os.environ.get(variable) or Path(default).expanduser()).is_file():
+            found.append(kind)
     return f"yes ({', '.join(found)})" if found else "no"
 
 

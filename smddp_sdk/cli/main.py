@@ -154,7 +154,6 @@ def cli(ctx: click.Context, debug: bool, color_mode: str) -> None:
 
 
 def main() -> None:
-    """Console-script entry point (``smddp-launch``)."""
     cli.main(prog_name=PROG_NAME)
 
 

@@ -164,9 +164,8 @@ def script_hyperparameters(args: Sequence[str]) -> list[tuple[str, str]]:
     hyperparameters to the script as ``--name value`` pairs, so that is the form they take here; the values
     are read as YAML, as ``-H`` reads them. (After a script, arguments go to it untouched instead.)"""
     pairs: list[tuple[str, str]] = []
-    index = 0
-    while index < len(args):
-        arg = args[index]
+    words = iter(args)
+    for arg in words:
         if not arg.startswith("--") or arg == "--":
             raise click.UsageError(
                 f"argument {arg!r} after the job file's -- is not a --name: they become hyperparameters, which reach the "
@@ -175,15 +174,13 @@ def script_hyperparameters(args: Sequence[str]) -> list[tuple[str, str]]:
             )
         name, sep, value = arg[2:].partition("=")
         if not sep:
-            if index + 1 >= len(args) or args[index + 1].startswith("--"):
+            value = next(words, "--")  # none left reads as the next --name: no value
+            if value.startswith("--"):
                 raise click.UsageError(
                     f"argument {arg!r} after the job file's -- has no value: hyperparameters are --name value pairs; write "
                     f"{arg} true, or run the script directly (smddp-launch [options] train.py {arg}) to pass it untouched"
                 )
-            value = args[index + 1]
-            index += 1
         pairs.append((name, value))
-        index += 1
     return pairs
 
 

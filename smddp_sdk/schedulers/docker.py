@@ -49,7 +49,6 @@ __all__ = ["DockerScheduler", "DEFAULT_IMAGE", "LABEL_HOST", "LABEL_JOB", "LABEL
 
 DEFAULT_IMAGE = f"smddp-sdk:{smddp_sdk.__version__}"
 BUILD_COMMAND = "scripts/build-image.sh (in a smddp-sdk checkout)"
-GPU_CHOICES = ("auto", "all", "none")
 CODE_MOUNT = "/opt/smddp/code"  # the job's code snapshot, read-only; the runtime copies it to /opt/ml/code
 LIFELINE_MOUNT = "/opt/smddp/lifeline"  # the supervisor's FIFO: the runtime stops its ranks when it closes
 WHEELHOUSE_MOUNT = "/opt/smddp/wheelhouse"  # the `wheelhouse` option's folder, read-only: pip's only source
@@ -78,7 +77,7 @@ class DockerScheduler(HostTreeScheduler):
         Option("image", "str", None, "image when the job has no image_uri (default smddp-sdk:<version>)", check=is_text),
         Option("keep_containers", "bool", False, "leave containers and network after the job, for debugging", check=boolean),
         Option("shm_size", "str", "2g", "--shm-size of every container (the shared-memory transport lives in /dev/shm)", check=is_text),
-        Option("gpus", "str", "auto", "auto: --gpus all for GPU instance types; all: always; none: never", check=one_of(*GPU_CHOICES)),
+        Option("gpus", "str", "auto", "auto: --gpus all for GPU instance types; all: always; none: never", check=one_of("auto", "all", "none")),
         job_root("where job directories go (default $SMDDP_JOB_ROOT/docker)", lambda: default_job_root() / "docker"),
         with_default(PROCESSES_PER_HOST, None, "ranks per container (default: the instance type's GPU count)"),
         Option("user", "str", None, "uid:gid the containers run as (default the caller's)", check=matching(r"\d+(:\d+)?", "uid or uid:gid (numbers)"),
@@ -194,13 +193,6 @@ class DockerScheduler(HostTreeScheduler):
         os.mkfifo(job_dir.path / LIFELINE, 0o600)
         return trees
 
-    def leftovers(self, removed: set[str]) -> dict[str, list[str]]:
-        """Containers and networks of this job root's jobs that are gone or in ``removed`` (``clean``)."""
-        return docker_cli.leftovers(self.docker, self.job_root, removed)
-
-    def remove_leftovers(self, found: dict[str, list[str]]) -> None:
-        docker_cli.remove_leftovers(self.docker, found)
-
     # --- the engine -----------------------------------------------------------------------------
 
     def _check_engine(self) -> None:
@@ -238,6 +230,3 @@ class DockerScheduler(HostTreeScheduler):
             "Toolkit); install nvidia-container-toolkit and restart the engine, or rehearse on CPU with "
             "DockerScheduler(gpus='none') / scheduler option gpus: none"
         )
-
-
-# --- helpers ----------------------------------------------------------------------------------------

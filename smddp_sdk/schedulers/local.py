@@ -93,13 +93,10 @@ class LocalScheduler(HostTreeScheduler):
         return trees
 
 
-LARGE_CODE_BYTES = 100 * 2**20
-
-
 def _warn_if_large(code_dir: Path) -> None:
     """A big snapshot usually means data or a virtualenv sits in source_dir; say which entries are big."""
     total, largest = largest_entries(code_dir)
-    if total >= LARGE_CODE_BYTES:
+    if total >= 100 * 2**20:
         biggest = ", ".join(f"{name} ({size / 2**20:.0f} MB)" for name, size in largest)
         print(
             f"smddp: warning: the code snapshot is {total / 2**20:.0f} MB (largest: {biggest}); "
@@ -117,15 +114,13 @@ def _rank_summary(spec: JobSpec, host_count: int, num_gpus: int | None) -> dict[
 
 
 def _notes(spec: JobSpec, num_gpus: int | None) -> tuple[str, ...]:
-    notes = []
-    if spec.image_uri:
-        notes.append(f"image_uri {spec.image_uri!r} is not used locally: the runtime runs on this machine's Python (use scheduler='docker' to run the image)")
-    if spec.role:
-        notes.append("role is not needed locally and is ignored")
-    if spec.code_location:
-        notes.append("code_location is not used locally: the code is snapshotted into the job directory")
-    if spec.instance_type == "local_gpu" and spec.instance_count > 1:
-        notes.append("local_gpu: every simulated host sees all of this machine's GPUs, so the hosts share them")
+    checks: list[tuple[bool, str]] = [
+        (bool(spec.image_uri), f"image_uri {spec.image_uri!r} is not used locally: the runtime runs on this machine's Python (use scheduler='docker' to run the image)"),
+        (bool(spec.role), "role is not needed locally and is ignored"),
+        (bool(spec.code_location), "code_location is not used locally: the code is snapshotted into the job directory"),
+        (spec.instance_type == "local_gpu" and spec.instance_count > 1, "local_gpu: every simulated host sees all of this machine's GPUs, so the hosts share them"),
+    ]
+    notes = [line for applies, line in checks if applies]
     instance = spec.instance
     if instance is not None and instance.gpus:
         ranks = "each host plans that many ranks" if num_gpus in (None, instance.gpus) else f"each host runs {num_gpus} ranks (processes_per_host)"

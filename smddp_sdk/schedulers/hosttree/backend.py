@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import IO, Any, ClassVar
+from typing import IO, Any
 
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir
 from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
@@ -33,8 +33,6 @@ class HostExit:
 
 class HostBackend(abc.ABC):
     """Runs the hosts of one job. Built by the supervisor from the job record (``backend`` key)."""
-
-    name: ClassVar[str]
 
     def __init__(self, job_dir: JobDir, request: Mapping[str, Any]) -> None:
         self.job_dir = job_dir

@@ -127,7 +127,6 @@ def _source(name: str, channel: TrainingInput, cache_dir: Path, s3: Any | None, 
 
 
 def _place(root: Path, keys: list[str], target: Path, style: Style) -> None:
-    """Put the files ``keys`` of ``root`` at ``target``, keeping their relative paths."""
     target.mkdir(parents=True, exist_ok=True)
     for key in keys:
         source, dest = root / key, target / key

@@ -13,7 +13,7 @@ import subprocess
 import time
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Any, ClassVar
+from typing import Any
 
 from smddp_sdk.schedulers.hosttree import docker_cli
 from smddp_sdk.schedulers.hosttree.backend import HostBackend, HostExit, Output
@@ -25,8 +25,6 @@ _INSPECT_EVERY = 1.0  # seconds between inspections of a container whose attach 
 
 
 class ContainerBackend(HostBackend):
-    name: ClassVar[str] = "container"
-
     def __init__(self, job_dir: JobDir, request: Mapping[str, Any]) -> None:
         super().__init__(job_dir, request)
         self.docker = self.plan.docker_cli

@@ -17,7 +17,7 @@ from smddp_sdk.schedulers.hosttree.stacks import RankStack
 from smddp_sdk.specs.failure import SOURCE_TIMEOUT, FailureRecord
 
 INNERMOST_FRAMES = 8  # of the main thread, innermost first (faulthandler's order)
-_THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ .*\(most recent call first\):$", re.MULTILINE)
+_THREAD = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+ .*\(most recent call first\):$", re.MULTILINE)
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<name>.+)$')
 # Frames of code that waits for other ranks: a rank stopped there waits, it is not the one waited for.
 _COLLECTIVE_PARTS = ("/smddp_sdk/collectives/", "/torch/distributed/")
@@ -26,17 +26,11 @@ _COLLECTIVE_PARTS = ("/smddp_sdk/collectives/", "/torch/distributed/")
 def main_thread_frames(dump: str) -> list[str]:
     """The frames of the dump's main thread (the one whose outermost frame is ``<module>``, else the
     thread that took the signal), innermost first; [] when the dump has none."""
-    blocks = [dump[match.end() : next_start] for match, next_start in _blocks(dump)]
-    frames = [[line.strip() for line in block.splitlines() if _FRAME.match(line)] for block in blocks]
+    frames = [[line.strip() for line in block.splitlines() if _FRAME.match(line)] for block in _THREAD.split(dump)[1:]]
     frames = [block for block in frames if block]
     if not frames:
         return []
     return next((block for block in frames if block[-1].endswith(" in <module>")), frames[0])
-
-
-def _blocks(dump: str) -> list[tuple[re.Match[str], int]]:
-    matches = list(_THREAD.finditer(dump))
-    return [(match, matches[i + 1].start() if i + 1 < len(matches) else len(dump)) for i, match in enumerate(matches)]
 
 
 def where(frame: str) -> str:

@@ -80,12 +80,10 @@ def prepare_host_trees(spec: JobSpec, job_dir: Path, job_name: str, hosts: Seque
     files, except local data every host sees whole, which the caller mounts: see
     ``channels.bind_mount_source``), and ``checkpoint_s3_uri`` is restored into every host.
     """
-    trees = []
-    for host in hosts:
-        tree = HostTree(host, OptMl(job_dir / host))
-        files = config_files(spec, job_name=job_name, hosts=hosts, current_host=host, submit_directory=submit_directory, region=region)
+    trees = [HostTree(host, OptMl(job_dir / host)) for host in hosts]
+    for tree in trees:
+        files = config_files(spec, job_name=job_name, hosts=hosts, current_host=tree.host, submit_directory=submit_directory, region=region)
         contract.write_config_files(tree.opt_ml, **files)
-        trees.append(tree)
     # Channels (sharded, downloaded from S3) and checkpoints restored before any host starts, as SageMaker does.
     opt_mls = [tree.opt_ml for tree in trees]
     channels.deliver(spec.inputs, opt_mls, job_dir / "inputs", style="symlink" if link_inputs else "copy", skip_mountable=not link_inputs)

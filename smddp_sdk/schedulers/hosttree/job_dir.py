@@ -129,9 +129,7 @@ def pick_free_ports(count: int, *, exclude: Iterable[int] = (), address: str = "
 def ports_of_live_jobs(job_root: Path, *, skip: Path | None = None) -> set[int]:
     """Ports held by the other unfinished jobs under ``job_root`` (cheap: one small file per job)."""
     taken: set[int] = set()
-    if not job_root.is_dir():
-        return taken
-    for job in job_root.iterdir():
+    for job in job_root.iterdir() if job_root.is_dir() else ():
         if job == skip:
             continue
         try:

@@ -349,7 +349,6 @@ class HostTreeScheduler(JobRootScheduler):
         return job_dir
 
     def job_path(self, handle: JobHandle) -> Path:
-        """Where the job's directory is (whether or not it still exists)."""
         return self.job_root / handle.job_id
 
     def remove(self, handle: JobHandle) -> None:
@@ -408,7 +407,6 @@ def _stale(job_dir: JobDir, limit: float = 60.0) -> bool:
 
 
 def _plan_of(job_dir: JobDir) -> HostTreePlan:
-    """The plan the job's record holds (what its supervisor runs)."""
     return HostTreePlan.from_request(job_dir.read_record()["request"])
 
 

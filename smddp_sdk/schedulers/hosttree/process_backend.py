@@ -13,7 +13,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any
 
 from smddp_sdk.schedulers.hosttree.backend import HostBackend, HostExit, Output
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir, pick_free_ports, ports_of_live_jobs
@@ -42,8 +42,6 @@ def inherited_env(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 class ProcessBackend(HostBackend):
-    name: ClassVar[str] = "process"
-
     def __init__(self, job_dir: JobDir, request: Mapping[str, Any]) -> None:
         super().__init__(job_dir, request)
         self.processes: dict[str, subprocess.Popen[bytes]] = {}

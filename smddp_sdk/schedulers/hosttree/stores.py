@@ -92,12 +92,9 @@ class S3Store:
             raise UnavailableError(f"cannot list {self.uri}: {exc}") from exc
         return sorted((Entry(obj["Key"][len(self.folder):], obj["Size"], obj.get("ETag", "")) for obj in found), key=lambda e: e.key)
 
-    def _full_key(self, key: str) -> str:
-        return self.prefix if self._single else self.folder + key
-
     def download(self, key: str, dest: Path) -> None:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        full = self._full_key(key)
+        full = self.prefix if self._single else self.folder + key
         try:
             self.client.download_file(self.bucket, full, str(dest))
         except Exception as exc:
@@ -183,7 +180,6 @@ class Progress:
 
 
 def copy_all(store: Store, entries: list[Entry], dest: Path, progress: Callable[[int], None] | None = None) -> None:
-    """Download ``entries`` of ``store`` under ``dest`` keeping their relative keys."""
     for entry in entries:
         store.download(entry.key, dest / entry.key)
         if progress is not None:

@@ -16,7 +16,6 @@ supervisor from a busy one.
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil
@@ -263,7 +262,7 @@ class Supervisor:
     def watch(self) -> None:
         ran_before = sum(item["ended"] - item["started"] for item in self.state["attempts"])  # max_run: every attempt
         deadline = self.attempt_started + self.plan.max_run - ran_before
-        while self.running():
+        while self.running_hosts():
             self.record_exits()
             if self.stop_reason is None:
                 self.check_stop_conditions(deadline)
@@ -330,9 +329,6 @@ class Supervisor:
     def running_hosts(self) -> list[str]:
         return [host for host in self.state.get("hosts", {}) if host not in self.exits]
 
-    def running(self) -> bool:
-        return bool(self.running_hosts())
-
     def record_exits(self) -> None:
         changed = False
         for host in self.running_hosts():
@@ -371,7 +367,8 @@ class Supervisor:
         if problem:
             return self.finish(JobState.FAILED, problem)
         if not self.plan.keep_job_dir:
-            remove_host_trees(self.job_dir, self.hosts)
+            for path in [self.job_dir.code_dir, *map(self.job_dir.host_dir, self.hosts)]:  # what keep_job_dir=False drops
+                shutil.rmtree(path, ignore_errors=True)
         return self.finish(JobState.SUCCEEDED, "")
 
     def before_collect(self, verdict: Verdict | None) -> None:
@@ -418,15 +415,15 @@ class Supervisor:
 
     def error_files(self, host: str, opt_ml: OptMl) -> list[FailureRecord]:
         found = []
-        for path in sorted(glob.glob(str(opt_ml.errors_dir / "*.json"))):
+        for path in sorted(opt_ml.errors_dir.glob("*.json")):
             # Not following links, bounded: in docker mode a container wrote these.
-            raw = read_inside(opt_ml.base, Path(path).relative_to(opt_ml.base).as_posix(), 16 * 1024 * 1024)
+            raw = read_inside(opt_ml.base, path.relative_to(opt_ml.base).as_posix(), 16 * 1024 * 1024)
             try:
                 data = json.loads(raw) if raw is not None else None
             except (ValueError, RecursionError):
                 continue
             if isinstance(data, dict):
-                found.append(from_error_file(data, host=host, path=path))
+                found.append(from_error_file(data, host=host, path=str(path)))
         return found
 
     def host_record(self, host: str, *, wrote_records: bool, wrote_failure: bool) -> FailureRecord | None:
@@ -496,14 +493,7 @@ def open_lifeline(path: Path) -> int:
     """Make the FIFO and hold it open (read-write, so opening never blocks); runtimes read EOF once we die."""
     path.unlink(missing_ok=True)
     os.mkfifo(path, 0o600)
-    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-    return fd
-
-
-def remove_host_trees(job_dir: JobDir, hosts: list[str]) -> None:
-    """Drop what ``keep_job_dir=False`` does not keep: the per-host trees and the code snapshot."""
-    for path in [job_dir.code_dir, *(job_dir.host_dir(host) for host in hosts)]:
-        shutil.rmtree(path, ignore_errors=True)
+    return os.open(path, os.O_RDWR | os.O_CLOEXEC)
 
 
 def main(argv: list[str]) -> int:

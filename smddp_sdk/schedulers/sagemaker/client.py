@@ -25,13 +25,10 @@ T = TypeVar("T")
 
 # AWS error codes -> (exit code, what the user should do). AWS's own message is always shown too.
 _ADVICE: dict[str, tuple[int, str]] = {
-    "AccessDenied": (EXIT_UNAVAILABLE, "the credentials in use lack this permission; ask for it (e.g. AmazonSageMakerFullAccess) or use another profile"),
-    "AccessDeniedException": (EXIT_UNAVAILABLE, "the credentials in use lack this permission; ask for it (e.g. AmazonSageMakerFullAccess) or use another profile"),
-    "UnrecognizedClientException": (EXIT_UNAVAILABLE, "the access key is not valid; " + CREDENTIALS_HINT),
-    "InvalidClientTokenId": (EXIT_UNAVAILABLE, "the access key is not valid; " + CREDENTIALS_HINT),
+    **dict.fromkeys(("AccessDenied", "AccessDeniedException"), (EXIT_UNAVAILABLE, "the credentials in use lack this permission; ask for it (e.g. AmazonSageMakerFullAccess) or use another profile")),
+    **dict.fromkeys(("UnrecognizedClientException", "InvalidClientTokenId"), (EXIT_UNAVAILABLE, "the access key is not valid; " + CREDENTIALS_HINT)),
     "SignatureDoesNotMatch": (EXIT_UNAVAILABLE, "the secret key does not match the access key; " + CREDENTIALS_HINT),
-    "ExpiredToken": (EXIT_UNAVAILABLE, "the session credentials expired; refresh them (e.g. `aws sso login`)"),
-    "ExpiredTokenException": (EXIT_UNAVAILABLE, "the session credentials expired; refresh them (e.g. `aws sso login`)"),
+    **dict.fromkeys(("ExpiredToken", "ExpiredTokenException"), (EXIT_UNAVAILABLE, "the session credentials expired; refresh them (e.g. `aws sso login`)")),
     "ResourceLimitExceeded": (
         EXIT_UNAVAILABLE,
         "an account quota is reached; request an increase in the Service Quotas console (SageMaker, '<instance type> for training job usage') or use a smaller instance_count/instance_type",
@@ -75,7 +72,7 @@ def job_not_found(code: str, message: str) -> bool:
 
 def _advice(code: str, message: str) -> tuple[int, str]:
     if job_not_found(code, message):
-        return EXIT_SPEC, "no such training job in this region; check the job name and region (sagemaker://<region>/<job>)"
+        return _ADVICE["ResourceNotFound"]
     if code == "ValidationException" and "role" in message.lower():
         return EXIT_SPEC, "the role must exist, be in this account and trust sagemaker.amazonaws.com (see docs/sagemaker.md, 'The execution role')"
     return _ADVICE.get(code, (EXIT_JOB_FAILED, "see AWS's message"))

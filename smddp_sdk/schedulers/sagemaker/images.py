@@ -43,11 +43,6 @@ def partition(region: str) -> str:
     return "aws"
 
 
-def supported_framework_versions(framework: str = "pytorch") -> list[str]:
-    config = _data()["frameworks"][framework]
-    return list(config["versions"]) + list(config["version_aliases"])
-
-
 def base_job_name_from_image(image_uri: str) -> str:
     """The repository part of an image URI, as v2 names jobs after it (``.../pytorch-training:2.2`` -> ``pytorch-training``).
 
@@ -63,13 +58,14 @@ def training_image_uri(*, region: str, framework_version: str | None, py_version
     if not framework_version:
         hint = "set framework_version (and py_version), e.g. framework_version='2.2.0', py_version='py310'"
         return None, [SpecIssue("framework_version", "is required when image_uri is not given", hint)]
-    framework = _framework(distribution)
+    # SMP v2 (torch_distributed plus smdistributed modelparallel) has its own images.
+    framework = "pytorch-smp" if distribution.torch_distributed and distribution.modelparallel is not None else "pytorch"
     config = _data()["frameworks"][framework]
     issues: list[SpecIssue] = []
     version_key = config["version_aliases"].get(framework_version, framework_version)
     version_config = config["versions"].get(version_key)
     if version_config is None:
-        known = ", ".join(supported_framework_versions(framework))
+        known = ", ".join([*config["versions"], *config["version_aliases"]])
         what = "SMP v2 (smdistributed modelparallel)" if framework == "pytorch-smp" else "PyTorch"
         issues.append(SpecIssue("framework_version", f"AWS publishes no {what} training image for version {framework_version!r}", f"use one of {known}, or set image_uri"))
         return None, issues
@@ -84,11 +80,6 @@ def training_image_uri(*, region: str, framework_version: str | None, py_version
     tag = "-".join(part for part in (framework_version, processor, py, container_version) if part)
     tag = _legacy_tag_suffix(tag, instance_type, distribution)
     return f"{registry}.dkr.ecr.{region}.{dns_suffix(region)}/{version_config['repository']}:{tag}", []
-
-
-def _framework(distribution: Distribution) -> str:
-    """SMP v2 (torch_distributed plus smdistributed modelparallel) has its own images."""
-    return "pytorch-smp" if distribution.torch_distributed and distribution.modelparallel is not None else "pytorch"
 
 
 def _python_version(py_version: str | None, version_config: dict[str, Any], framework_version: str, issues: list[SpecIssue]) -> str | None:

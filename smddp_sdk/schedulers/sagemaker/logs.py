@@ -40,7 +40,7 @@ def to_log_line(host: str, event: dict[str, Any]) -> LogLine:
     raw = str(event.get("message", "")).rstrip("\n")
     parsed = contract.parse_console_line(raw, host)
     if parsed.host != host:  # a line that only looks prefixed (another host's name in it): keep it whole
-        return LogLine(host=host, text=raw, rank=None, stream="stdout", timestamp=event.get("timestamp", 0) / 1000.0)
+        parsed = LogLine(host, raw)
     return LogLine(host=host, text=parsed.text, rank=parsed.rank, stream="stdout", timestamp=event.get("timestamp", 0) / 1000.0)
 
 
@@ -68,12 +68,9 @@ class LogTail:
 
     def poll(self) -> list[LogLine]:
         """New lines of every stream, merged by timestamp."""
-        per_stream = [self._read_stream(stream) for stream in sorted(self.tokens) if self._wanted_host(stream)]
+        per_stream = [self._read_stream(stream) for stream in sorted(self.tokens) if self.hosts is None or host_of_stream(stream, self.job_name) in self.hosts]
         merged = heapq.merge(*per_stream, key=lambda line: line.timestamp or 0.0)
         return [line for line in merged if self.ranks is None or line.rank in self.ranks]
-
-    def _wanted_host(self, stream: str) -> bool:
-        return self.hosts is None or host_of_stream(stream, self.job_name) in self.hosts
 
     def _read_stream(self, stream: str) -> list[LogLine]:
         host = host_of_stream(stream, self.job_name)
@@ -92,6 +89,5 @@ class LogTail:
 
 
 def read_all(tail: LogTail) -> list[LogLine]:
-    """Everything new since the last read, looking for new streams first."""
     tail.discover()
     return tail.poll()

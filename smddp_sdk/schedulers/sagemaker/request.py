@@ -78,10 +78,6 @@ def job_name_for(spec: JobSpec, image_uri: str) -> str:
     return make_job_name(spec.base_job_name or images.base_job_name_from_image(image_uri))
 
 
-def default_bucket_name(region: str, account: str | None) -> str:
-    return f"sagemaker-{region}-{account or ACCOUNT_PLACEHOLDER}"
-
-
 def resolve_image(spec: JobSpec, region: str) -> tuple[str | None, list[SpecIssue]]:
     if spec.image_uri:
         return spec.image_uri, []
@@ -119,7 +115,7 @@ def s3_uri_issues(path: str, uri: str | None, what: str) -> list[SpecIssue]:
 
 def plan_placement(spec: JobSpec, *, job_name: str, region: str, role: str, image_uri: str, account: str | None = None, bucket: str | None = None) -> Placement:
     """Where the code, the output and the role are, by v2's rules (see docs/sagemaker.md, "S3 layout")."""
-    default_bucket = bucket or default_bucket_name(region, account)
+    default_bucket = bucket or f"sagemaker-{region}-{account or ACCOUNT_PLACEHOLDER}"
     output_path = spec.output_path or f"s3://{default_bucket}/"
     code, submit_directory = _code_location(spec, job_name, default_bucket)
     return Placement(region=region, role_arn=role_arn(role, region, account), image_uri=image_uri, output_path=output_path, code=code, submit_directory=submit_directory, default_bucket=default_bucket)
@@ -180,13 +176,9 @@ def _sagemaker_metrics(spec: JobSpec) -> bool | None:
     """v2's PyTorch estimator turns SageMaker metrics on for framework versions from 1.3."""
     if spec.enable_sagemaker_metrics is not None:
         return spec.enable_sagemaker_metrics
-    if spec.framework_version and _version_tuple(spec.framework_version) >= (1, 3):
+    if spec.framework_version and tuple(int(part) for part in re.findall(r"\d+", spec.framework_version)[:3]) >= (1, 3):
         return True
     return None
-
-
-def _version_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
 
 
 def _stopping(spec: JobSpec) -> dict[str, int]:

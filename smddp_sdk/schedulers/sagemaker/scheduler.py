@@ -10,6 +10,7 @@ and creates the job. boto3 is loaded only when AWS is first called, through ``cl
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import tempfile
@@ -37,14 +38,6 @@ STATUS_HOST = "sagemaker"  # the pseudo-host of SageMaker's own status lines in 
 # Stand-ins a dry run shows where nothing says the region or the role; ``run`` refuses them.
 PLACEHOLDER_REGION = "us-east-1"
 PLACEHOLDER_ROLE = "<execution-role>"
-
-
-def _stderr(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
-
-
-def _stdout(text: str) -> None:
-    print(text, flush=True)
 
 
 def _text(name: str, description: str) -> Option:
@@ -76,8 +69,8 @@ class SageMakerScheduler(Scheduler):
         Option("min_poll", "float", 5.0, "the shortest poll allowed (DescribeTrainingJob is rate-limited)", check=seconds),
         _python("session", "a boto3 session to make the clients from"),
         *(_python(f"{service}_client", f"a boto3 {service} client") for service in ("sagemaker", "s3", "logs", "sts")),
-        _python("echo", "called with upload progress and submit messages (default: stderr)", _stderr),
-        _python("log_sink", "called with the lines wait(logs=True) prints (default: stdout)", _stdout),
+        _python("echo", "called with upload progress and submit messages (default: stderr)", lambda text: print(text, file=sys.stderr, flush=True)),
+        _python("log_sink", "called with the lines wait(logs=True) prints (default: stdout)", functools.partial(print, flush=True)),
         _python("sleep", "how to wait between polls", time.sleep),
     )
     region: str | None
@@ -143,12 +136,6 @@ class SageMakerScheduler(Scheduler):
     def _placement(self, spec: JobSpec, job_name: str, region: str, image_uri: str, account: str | None) -> req.Placement:
         return req.plan_placement(spec, job_name=job_name, region=region, role=spec.role or PLACEHOLDER_ROLE, image_uri=image_uri, account=account, bucket=self.bucket)
 
-    def _check_submittable(self, spec: JobSpec) -> None:
-        """What a dry run may leave open and a submit may not: a role, then a region."""
-        if not spec.role:
-            raise SpecError(req.role_issues(None))
-        self.resolved_region()  # raises UnavailableError with what to set
-
     # --- AWS --------------------------------------------------------------------------------------
 
     def clients(self, region: str | None) -> AwsClients:
@@ -165,12 +152,15 @@ class SageMakerScheduler(Scheduler):
         from smddp_sdk.schedulers.sagemaker.client import call
 
         spec, job_name = dryrun.spec, dryrun.job_name
-        self._check_submittable(spec)
+        if not spec.role:  # what a dry run may leave open and a submit may not: a role, then a region
+            raise SpecError(req.role_issues(None))
+        self.resolved_region()  # raises UnavailableError with what to set
         region = decode_hyperparameter(dryrun.request["HyperParameters"]["sagemaker_region"])
         image_uri = dryrun.request["AlgorithmSpecification"]["TrainingImage"]
         aws = self.clients(region)
         aws.require_credentials()
-        account = self._account_if_needed(aws, self._placement(spec, job_name, region, image_uri, self.account_id))
+        # The account is looked up only when the default bucket or a role given by name needs it.
+        account = self.account_id or (aws.account_id() if self._placement(spec, job_name, region, image_uri, None).needs_account else None)
         placement = self._placement(spec, job_name, region, image_uri, account)
         if account is not None and not self.bucket:
             self._ensure_default_bucket(aws, placement, account)
@@ -182,12 +172,6 @@ class SageMakerScheduler(Scheduler):
         handle = JobHandle(self.name, f"{region}/{job_name}")
         self.echo(_next_steps(handle, region, job_name))
         return handle
-
-    def _account_if_needed(self, aws: AwsClients, draft: req.Placement) -> str | None:
-        """The account, looked up only when the default bucket or a role given by name needs it."""
-        if self.account_id:
-            return self.account_id
-        return aws.account_id() if draft.needs_account else None
 
     def _ensure_default_bucket(self, aws: AwsClients, placement: req.Placement, account: str) -> None:
         from smddp_sdk.schedulers.sagemaker import upload
@@ -304,7 +288,7 @@ class SageMakerScheduler(Scheduler):
         while True:
             description = self.describe(handle)
             if show_status:
-                yield from _status_lines(description, shown)
+                yield from (LogLine(STATUS_HOST, text, timestamp=at) for at, text in states.new_transitions(description, shown))
             shown = len(description.get("SecondaryStatusTransitions") or [])
             yield from cloudwatch.read_all(tail)
             status = _job_status(handle, description)
@@ -314,21 +298,12 @@ class SageMakerScheduler(Scheduler):
                 if show_status:
                     yield from _end_lines(status, description, region, job_name)
                 return status
-            if _past(deadline):
+            if deadline is not None and time.monotonic() >= deadline:
                 return status
             self._pause(poll)
 
     def _pause(self, poll: float) -> None:
         self.sleep(max(poll, self.min_poll))  # DescribeTrainingJob is rate-limited
-
-
-def _past(deadline: float | None) -> bool:
-    return deadline is not None and time.monotonic() >= deadline
-
-
-def _status_lines(description: dict[str, Any], already_shown: int) -> Iterator[LogLine]:
-    for transition, text in states.new_transitions(description, already_shown):
-        yield LogLine(STATUS_HOST, text, timestamp=transition)
 
 
 def _end_lines(status: JobStatus, description: dict[str, Any], region: str, job_name: str) -> Iterator[LogLine]:

@@ -35,9 +35,7 @@ def spec_issues(spec: JobSpec) -> list[SpecIssue]:
 
 
 def _location_issues(spec: JobSpec) -> list[SpecIssue]:
-    issues = req.s3_uri_issues("output_path", spec.output_path, "output_path")
-    issues += req.s3_uri_issues("code_location", spec.code_location, "code_location")
-    issues += req.s3_uri_issues("checkpoint_s3_uri", spec.checkpoint_s3_uri, "checkpoint_s3_uri")
+    issues = [issue for name in ("output_path", "code_location", "checkpoint_s3_uri") for issue in req.s3_uri_issues(name, getattr(spec, name), name)]
     for name, channel in spec.inputs.items():
         issues += req.s3_uri_issues(f"inputs.{name}.s3_data", channel.s3_data, "input data")
     if spec.source_dir and spec.source_dir.startswith("s3://"):

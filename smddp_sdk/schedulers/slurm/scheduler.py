@@ -105,7 +105,8 @@ class SlurmScheduler(JobRootScheduler):
         ),
         with_default(PROCESSES_PER_HOST, None, "ranks per node (default: the instance type's GPU count, or the GPUs each node finds)"),
         Option("python", "str", None, "the Python on the nodes that has smddp-sdk (default: this one, the usual case with a shared file system; python3 with container_image)", check=_named),
-        Option("client", "object", None, "the SlurmClient that runs sbatch, scontrol, sacct and scancel (tests give a fake)", code_only=True),
+        Option("client", "object", None, "the SlurmClient that runs sbatch, scontrol, sacct and scancel (tests give a fake)", code_only=True,
+               convert=lambda client: client or SlurmClient()),
     )
     job_root: Path
     partition: str | None
@@ -117,10 +118,6 @@ class SlurmScheduler(JobRootScheduler):
     processes_per_host: int | None
     python: str | None
     client: SlurmClient
-
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self.client = self.client or SlurmClient()
 
     # --- planning (pure) ------------------------------------------------------------------------
 
