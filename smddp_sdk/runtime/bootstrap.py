@@ -28,6 +28,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from smddp_sdk.runtime.procs import die_with_parent
 from smddp_sdk.runtime.stacks import register_stack_dump
 from smddp_sdk.specs.contract import ERROR_FILE_ENV, PARENT_PID_ENV
 
@@ -39,14 +40,14 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__, file=sys.stderr)
         return 2
-    _die_with_runtime()
+    die_with_parent(signal.SIGKILL, os.environ.get(PARENT_PID_ENV))  # a rank must not outlive its runtime, however it dies
     register_stack_dump()  # `smddp-launch stacks` (the runtime forwards the signal)
     try:
         _run(argv)
     except SystemExit as stop:
         code = _exit_code(stop.code)
         if code != 0:
-            _record(code, "SystemExit", _exit_message(stop.code), "")
+            _record(code, "SystemExit", f"sys.exit({stop.code})" if isinstance(stop.code, int) else str(stop.code), "")
         return code
     except BaseException as exc:  # noqa: BLE001 - every failure of user code must be recorded
         trace = "".join(traceback.format_exception(type(exc), exc, _user_frames(exc.__traceback__)))
@@ -55,13 +56,6 @@ def main(argv: list[str]) -> int:
         _record(code, type(exc).__name__, str(exc), trace)
         return code
     return 0
-
-
-def _die_with_runtime() -> None:
-    """A rank must not outlive its runtime, however the runtime dies (SIGKILL included)."""
-    from smddp_sdk.runtime.procs import die_with_parent
-
-    die_with_parent(signal.SIGKILL, os.environ.get(PARENT_PID_ENV))
 
 
 def _run(argv: list[str]) -> None:
@@ -96,10 +90,6 @@ def _exit_code(code: Any) -> int:
         return code & 0xFF
     print(code, file=sys.stderr)  # SystemExit("message") prints it and exits 1, as Python does
     return 1
-
-
-def _exit_message(code: Any) -> str:
-    return str(code) if not isinstance(code, int) else f"sys.exit({code})"
 
 
 def _record(exit_code: int, error_type: str, message: str, trace: str) -> None:

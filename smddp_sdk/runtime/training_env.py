@@ -205,13 +205,9 @@ def read_training_env(environ: Mapping[str, str] | None = None) -> TrainingEnv:
         job_token=environ.get(contract.JOB_TOKEN_ENV) or _derived_token(opt_ml, topology["hosts"], environ),
         is_smddprun_installed=shutil.which("smddprun") is not None,
         is_smddpmprun_installed=shutil.which("smddpmprun") is not None,
-        is_modelparallel_enabled=_modelparallel_enabled(environ.get("SM_HP_MP_PARAMETERS")),
+        # The toolkit's expression, kept as it is so SM_TRAINING_ENV matches it (null when unset).
+        is_modelparallel_enabled=(mp := environ.get("SM_HP_MP_PARAMETERS")) and mp != "{}",
     )
-
-
-def _modelparallel_enabled(mp_parameters: str | None) -> bool | str | None:
-    """The toolkit's expression, kept as it is so SM_TRAINING_ENV matches it (null when unset)."""
-    return mp_parameters and mp_parameters != "{}"
 
 
 def validate_entry_point(name: str) -> str | None:
