@@ -18,6 +18,7 @@ from smddp_sdk.config.schema import EXTRA_KEYS, scalar_kind
 from smddp_sdk.config.yaml_io import Mark, YamlDocument, YamlSyntaxError, parse_yaml
 from smddp_sdk.errors import SpecIssue
 from smddp_sdk.specs.job import JobSpec
+from smddp_sdk.specs.limits import short_repr
 
 ENV_PREFIX = "SMDDP_"
 CONFIG_ENV = "SMDDP_CONFIG"
@@ -146,12 +147,7 @@ def parse_setting(key: str, raw: str) -> tuple[Any, str]:
         return parse_yaml(raw, key or "value").data, ""  # bounded like a job file: no alias bombs from a flag
     except YamlSyntaxError as err:
         where = f" at column {err.mark.column}" if err.mark != Mark(1, 1) else ""
-        return None, f"cannot read {_short_text(raw)} as YAML{where}: {err.problem}"
-
-
-def _short_text(raw: str, limit: int = 60) -> str:
-    text = repr(raw)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+        return None, f"cannot read {short_repr(raw, 60)} as YAML{where}: {err.problem}"
 
 
 def merge(layers: list[Layer]) -> tuple[dict[str, Any], dict[str, Source]]:

@@ -31,6 +31,7 @@ from typing import Any
 from smddp_sdk.runtime.procs import die_with_parent
 from smddp_sdk.runtime.stacks import register_stack_dump
 from smddp_sdk.specs.contract import ERROR_FILE_ENV, PARENT_PID_ENV
+from smddp_sdk.specs.failure import number_or_none
 
 # Frames of ours to hide from user tracebacks (runpy is "<frozen runpy>" on Python 3.11+).
 _OWN_FILES = {os.path.abspath(__file__), os.path.abspath(runpy.__file__), "<frozen runpy>"}
@@ -98,8 +99,8 @@ def _record(exit_code: int, error_type: str, message: str, trace: str) -> None:
         return
     record = {
         "host": os.environ.get("SM_CURRENT_HOST", ""),
-        "rank": _int_or_none(os.environ.get("RANK")),
-        "local_rank": _int_or_none(os.environ.get("LOCAL_RANK")),
+        "rank": number_or_none(int, os.environ.get("RANK")),
+        "local_rank": number_or_none(int, os.environ.get("LOCAL_RANK")),
         "pid": os.getpid(),
         "exit_code": exit_code,
         "error_type": error_type,
@@ -115,13 +116,6 @@ def _record(exit_code: int, error_type: str, message: str, trace: str) -> None:
         os.replace(tmp, path)  # the runtime never reads half a file
     except OSError as exc:
         print(f"bootstrap: could not write the error file {path}: {exc}", file=sys.stderr)
-
-
-def _int_or_none(raw: str | None) -> int | None:
-    try:
-        return int(raw) if raw is not None else None
-    except ValueError:
-        return None
 
 
 _WRITABLE_FILES = frozenset({io.TextIOWrapper, io.BufferedWriter, io.BufferedRandom})  # what open() returns

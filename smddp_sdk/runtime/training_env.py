@@ -24,6 +24,7 @@ from smddp_sdk.errors import ContractError
 from smddp_sdk.runtime.plan import truthy
 from smddp_sdk.specs import contract, limits
 from smddp_sdk.specs.contract import OptMl
+from smddp_sdk.specs.job import validate_entry_point
 
 N = TypeVar("N", int, float)
 
@@ -40,9 +41,6 @@ DISTRIBUTION_FLAGS = (
     "sagemaker_parameter_server_enabled",
     "sagemaker_multi_worker_mirrored_strategy_enabled",
 )
-
-# The entry-point rule of sagemaker-training 5.1.4: relative, plain characters, no "." or ".." parts.
-_ENTRY_POINT_RE = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._+-]*(/[A-Za-z0-9._+-]+)*$")
 
 
 @dataclass(frozen=True)
@@ -208,15 +206,6 @@ def read_training_env(environ: Mapping[str, str] | None = None) -> TrainingEnv:
         # The toolkit's expression, kept as it is so SM_TRAINING_ENV matches it (null when unset).
         is_modelparallel_enabled=(mp := environ.get("SM_HP_MP_PARAMETERS")) and mp != "{}",
     )
-
-
-def validate_entry_point(name: str) -> str | None:
-    """Why ``name`` is not an acceptable entry point, or None when it is."""
-    if not _ENTRY_POINT_RE.match(name):
-        return "must be a relative path of letters, digits and . _ + - (no spaces, shell characters or leading /)"
-    if any(part in (".", "..") for part in name.split("/")):
-        return "must not contain '.' or '..' path parts"
-    return None
 
 
 # --- resourceconfig.json --------------------------------------------------------------------------

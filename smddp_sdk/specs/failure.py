@@ -31,9 +31,9 @@ import re
 import signal as signals
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from smddp_sdk.specs.contract import FAILURE_REASON_LIMIT, RootCause, parse_root_cause
 
@@ -65,6 +65,7 @@ _BLAME_REMOTE = re.compile(r"\brank (\d+) \(host ([^)\s]+)\)")
 _BLAME_LOCAL = re.compile(r"\bpeer rank (\d+) \(pid \d+, same host\)|\brank\(s\) ([\d, ]+) on this host")
 _HANG_TEXT = re.compile(r"timed out|did not arrive", re.IGNORECASE)
 SETTLE_SECONDS = 2.0  # longer than the spread of peers' process-group timeouts around one collective
+N = TypeVar("N", int, float)
 
 
 @dataclass(frozen=True)
@@ -141,15 +142,15 @@ def from_error_file(data: Mapping[str, Any], *, host: str, path: str = "", exit_
     """The record of a rank's bootstrap error file (keys of ``smddp_sdk.runtime.bootstrap``)."""
     return FailureRecord(
         host=str(data.get("host") or host),
-        rank=_int_or_none(data.get("rank")),
+        rank=number_or_none(int, data.get("rank")),
         exit_code=int(exit_code if exit_code is not None else data.get("exit_code") or 1),
         message=str(data.get("message") or ""),
         traceback=str(data.get("traceback") or ""),
-        timestamp=_float_or_none(data.get("timestamp")),
+        timestamp=number_or_none(float, data.get("timestamp")),
         error_type=str(data.get("error_type") or "Error"),
         source=SOURCE_ERROR_FILE,
-        local_rank=_int_or_none(data.get("local_rank")),
-        pid=_int_or_none(data.get("pid")),
+        local_rank=number_or_none(int, data.get("local_rank")),
+        pid=number_or_none(int, data.get("pid")),
         error_file=path,
     )
 
@@ -378,16 +379,10 @@ def _shortened(body: list[str], keep: int = 20) -> list[str]:
     return [*above, *body[start:start + 2], f"... ({len(body) - keep - start - 2} lines)", *tail]
 
 
-def _int_or_none(value: Any) -> int | None:
+def number_or_none(kind: Callable[[Any], N], value: Any) -> N | None:
+    """``kind(value)`` (int or float), None where value is None or not a number: records cross processes and versions."""
     try:
-        return int(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
-
-
-def _float_or_none(value: Any) -> float | None:
-    try:
-        return float(value) if value is not None else None
+        return kind(value) if value is not None else None
     except (TypeError, ValueError):
         return None
 

@@ -23,6 +23,7 @@ from smddp_sdk.specs.v2_arguments import REFUSED_ARGUMENTS
 
 DEFAULT_BASE_JOB_NAME = "pytorch-training"
 _CHANNEL_NAME = re.compile(r"^[A-Za-z0-9\.\-_]{1,64}$")
+# The entry-point rule of sagemaker-training 5.1.4: relative, plain characters, no "." or ".." parts.
 _ENTRY_POINT = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._+-]*(/[A-Za-z0-9._+-]+)*$")
 _S3_DISTRIBUTIONS = ("FullyReplicated", "ShardedByS3Key")
 _S3_DATA_TYPES = ("S3Prefix", "ManifestFile", "AugmentedManifestFile")
@@ -141,6 +142,15 @@ def make_job_name(base: str | None) -> str:
     now = time.time()
     stamp = time.strftime("%Y-%m-%d-%H-%M-%S", time.gmtime(now)) + f"-{int(now * 1000) % 1000:03d}"
     return f"{base[: 63 - len(stamp) - 1]}-{stamp}"
+
+
+def validate_entry_point(name: str) -> str | None:
+    """Why ``name`` is not an acceptable entry point, or None when it is (the job's check and the runtime's)."""
+    if not _ENTRY_POINT.match(name):
+        return "must be a relative path of letters, digits and . _ + - (no spaces, shell characters or leading /)"
+    if any(part in (".", "..") for part in name.split("/")):
+        return "must not contain '.' or '..' path parts"
+    return None
 
 
 def _input_as_dict(channel: TrainingInput) -> dict[str, Any]:
@@ -365,7 +375,7 @@ class _Builder:
             else:
                 self.values["entry_point"] = str(entry.resolve())
         program = entry_point if source_dir else Path(entry_point).name
-        if not _ENTRY_POINT.match(program) or any(part in (".", "..") for part in program.split("/")):
+        if validate_entry_point(program):
             self.issue("entry_point", f"{program!r} must be a relative path of letters, digits, '.', '_', '+', '-' without '.' or '..' parts")
         resolved_deps = []
         for index, dep in enumerate(self.values.get("dependencies", ())):
