@@ -37,8 +37,6 @@ from smddp_sdk.specs.job import JobSpec, TrainingInput
 from smddp_sdk.specs.status import JobHandle, JobState, JobStatus
 
 _OWN_ARGUMENTS = ("scheduler", "scheduler_options")
-# v2 arguments that have no meaning here, each with what to do instead (one table: specs/v2_arguments.py).
-_UNSUPPORTED_V2_ARGUMENTS = v2_arguments.REFUSED_ARGUMENTS
 _EXPERIMENT_KEYS = ("ExperimentName", "TrialName", "TrialComponentDisplayName", "RunName")
 _LOG_CHOICES = {True: True, False: False, "All": True, "Training": True, "Rules": True, "None": False}
 _DESCRIBE_STATUS = {
@@ -83,8 +81,8 @@ class Estimator:
         issues = []
         known = (*JobSpec.field_names(), *_OWN_ARGUMENTS)
         for name in self._arguments:
-            if name in _UNSUPPORTED_V2_ARGUMENTS:
-                issues.append(SpecIssue(name, "is a SageMaker SDK v2 argument smddp-sdk does not support", _UNSUPPORTED_V2_ARGUMENTS[name]))
+            if name in v2_arguments.REFUSED_ARGUMENTS:  # each with what to do instead
+                issues.append(SpecIssue(name, "is a SageMaker SDK v2 argument smddp-sdk does not support", v2_arguments.REFUSED_ARGUMENTS[name]))
             elif name not in known:
                 issues.append(SpecIssue(name, "unknown argument", did_you_mean(name, known)))
         if scheduler_options is not None and not isinstance(scheduler_options, Mapping):

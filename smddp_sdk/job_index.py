@@ -125,16 +125,15 @@ def known_names(root: Path | None = None) -> list[str]:
 
 def forget(handles: Iterable[str], root: Path | None = None) -> int:
     """Drop these handles' entries (after ``clean`` removed their jobs); returns how many were dropped."""
-    dropped = set(handles)
-    path = index_path(root)
-    kept = [entry for entry in entries(root) if entry.handle not in dropped]
-    before = len(entries(root))
-    if before == len(kept):
+    dropped, known = set(handles), entries(root)
+    kept = [entry for entry in known if entry.handle not in dropped]
+    if len(known) == len(kept):
         return 0
+    path = index_path(root)
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     partial.write_text("".join(json.dumps(asdict(e), default=str, sort_keys=True) + "\n" for e in kept), encoding="utf-8")
     os.replace(partial, path)
-    return before - len(kept)
+    return len(known) - len(kept)
 
 
 def plain_options(options: Mapping[str, Any]) -> dict[str, Any]:

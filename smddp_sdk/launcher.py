@@ -11,6 +11,7 @@ These names are stable: the CLI builds on them.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import time
@@ -123,18 +124,12 @@ def follow_lines(
             print(f"smddp: log stream of {handle} broke ({err}); reconnecting", file=sys.stderr, flush=True)
         if scheduler.status(handle).state.is_terminal:
             if count < seen or failures:  # the ended job's last lines may have come after the break
-                yield from _remaining(scheduler, handle, hosts, ranks, seen)
+                yield from itertools.islice(scheduler.logs(handle, hosts=hosts, ranks=ranks, follow=False), seen, None)
             return
         failures += 1 if count <= seen else 0
         if failures > retries:
             return
         time.sleep(pause)
-
-
-def _remaining(scheduler: Scheduler, handle: JobHandle, hosts: Sequence[str] | None, ranks: Sequence[int] | None, seen: int) -> Iterator[LogLine]:
-    for index, line in enumerate(scheduler.logs(handle, hosts=hosts, ranks=ranks, follow=False), start=1):
-        if index > seen:
-            yield line
 
 
 def failure_summary(status: JobStatus) -> str:
