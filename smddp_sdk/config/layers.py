@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from smddp_sdk.config.schema import EXTRA_KEYS, scalar_kind
-from smddp_sdk.config.yaml_io import Mark, YamlDocument, YamlSyntaxError, parse_yaml
+from smddp_sdk.config.yaml_io import Mark, YamlDocument, YamlSyntaxError, ancestors, parse_yaml
 from smddp_sdk.errors import SpecIssue
 from smddp_sdk.specs.job import JobSpec
 from smddp_sdk.specs.limits import short_repr
@@ -86,12 +86,7 @@ class Layer:
 
 def lookup_source(sources: Mapping[str, Source], path: str) -> Source:
     """The source recorded for ``path`` or its nearest enclosing key."""
-    while path:
-        if path in sources:
-            return sources[path]
-        cut = max(path.rfind("."), path.rfind("["))
-        path = path[:cut] if cut > 0 else ""
-    return sources.get("", DEFAULT_SOURCE)
+    return next((sources[p] for p in ancestors(path) if p in sources), sources.get("", DEFAULT_SOURCE))
 
 
 def document_layer(document: YamlDocument, kind: str, base_dir: Path) -> Layer:
