@@ -350,9 +350,7 @@ class _Builder:
     def check_instance_type(self) -> None:
         name = self.values.get("instance_type", "")
         if name and instance_types.lookup(name) is None:
-            hint = did_you_mean(name, instance_types.CATALOG)
-            if not hint:
-                hint = "use local, local_gpu or an ml.* type listed in docs/instance-types.md"
+            hint = did_you_mean(name, instance_types.CATALOG) or "use local, local_gpu or an ml.* type listed in docs/instance-types.md"
             self.issue("instance_type", f"unknown instance type {name!r}", hint)
 
     def check_code(self) -> None:
