@@ -27,8 +27,7 @@ def enabled(stream: TextIO | None = None) -> bool:
         return False
     if setting in ("1", "true", "yes", "on"):
         return True
-    stream = stream or sys.stderr
-    isatty = getattr(stream, "isatty", None)
+    isatty = getattr(stream or sys.stderr, "isatty", None)
     return bool(isatty and isatty())
 
 

@@ -144,10 +144,7 @@ class TrainingEnv:
 
     @property
     def current_instance_group_hosts(self) -> tuple[str, ...]:
-        for group in self.instance_groups:
-            if group.name == self.current_group_name:
-                return group.hosts
-        return ()
+        return next((group.hosts for group in self.instance_groups if group.name == self.current_group_name), ())
 
     @property
     def module_name(self) -> str:
