@@ -83,11 +83,8 @@ def field_defaults() -> dict[str, Any]:
 
 def scalar_kind(name: str) -> str | None:
     """ "str", "int" or "bool" for fields written as one scalar (nullable ones included); None otherwise."""
-    hint = typing.get_type_hints(JobSpec).get(name)
-    members = [m for m in _union_members(hint) if m is not _NONE_TYPE]
-    if len(members) == 1 and members[0] in (str, int, bool):
-        return members[0].__name__
-    return None
+    members = [m for m in job_module._SIMPLE_TYPES.get(name, ()) if m is not _NONE_TYPE]
+    return members[0].__name__ if len(members) == 1 else None
 
 
 def job_schema() -> dict[str, Any]:

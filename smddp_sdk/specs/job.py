@@ -10,9 +10,11 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import UnionType
 from typing import Any
 
 from smddp_sdk.errors import SpecError, SpecIssue, did_you_mean
@@ -159,21 +161,10 @@ def _input_as_dict(channel: TrainingInput) -> dict[str, Any]:
 
 # --- building and validating --------------------------------------------------------------------
 
-_STR = (str,)
-_OPT_STR = (str, type(None))
-_INT = (int,)
-_OPT_INT = (int, type(None))
-_BOOL = (bool,)
-_OPT_BOOL = (bool, type(None))
+# The fields written as one scalar (nullable ones included) and the types each takes, from JobSpec's own hints.
 _SIMPLE_TYPES: dict[str, tuple[type, ...]] = {
-    "entry_point": _STR, "instance_type": _STR, "instance_count": _INT, "source_dir": _OPT_STR,
-    "role": _OPT_STR, "image_uri": _OPT_STR, "framework_version": _OPT_STR, "py_version": _OPT_STR,
-    "output_path": _OPT_STR, "code_location": _OPT_STR, "base_job_name": _OPT_STR, "job_name": _OPT_STR,
-    "max_run": _INT, "max_wait": _OPT_INT, "volume_size": _INT, "input_mode": _STR,
-    "use_spot_instances": _BOOL, "checkpoint_s3_uri": _OPT_STR, "checkpoint_local_path": _OPT_STR,
-    "max_retry_attempts": _OPT_INT, "keep_alive_period_in_seconds": _OPT_INT, "container_log_level": _INT,
-    "encrypt_inter_container_traffic": _BOOL, "enable_network_isolation": _BOOL,
-    "debugger_hook_config": _OPT_BOOL, "disable_profiler": _BOOL, "enable_sagemaker_metrics": _OPT_BOOL,
+    name: types for name, hint in typing.get_type_hints(JobSpec).items()
+    if set(types := typing.get_args(hint) if isinstance(hint, UnionType) else (hint,)) <= {str, int, bool, type(None)}
 }
 _TYPE_WORDS = {str: "a string", int: "an integer", bool: "true or false", type(None): "null"}
 
