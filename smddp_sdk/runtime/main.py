@@ -388,14 +388,9 @@ class NodeRuntime:
         threading.Thread(target=self._read_lifeline, args=(fd,), name="lifeline", daemon=True).start()
 
     def _read_lifeline(self, fd: int) -> None:
-        while True:
-            try:
-                if not os.read(fd, 64):
-                    break
-            except InterruptedError:
-                continue
-            except OSError:
-                break
+        with contextlib.suppress(OSError):  # os.read retries on EINTR itself (PEP 475)
+            while os.read(fd, 64):
+                pass
         os.close(fd)
         self._on_supervisor_gone()
 
