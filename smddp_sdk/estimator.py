@@ -39,10 +39,7 @@ from smddp_sdk.specs.status import JobHandle, JobState, JobStatus
 _OWN_ARGUMENTS = ("scheduler", "scheduler_options")
 _EXPERIMENT_KEYS = ("ExperimentName", "TrialName", "TrialComponentDisplayName", "RunName")
 _LOG_CHOICES = {True: True, False: False, "All": True, "Training": True, "Rules": True, "None": False}
-_DESCRIBE_STATUS = {
-    JobState.PENDING: "InProgress", JobState.STARTING: "InProgress", JobState.RUNNING: "InProgress",
-    JobState.SUCCEEDED: "Completed", JobState.FAILED: "Failed", JobState.CANCELLED: "Stopped", JobState.UNKNOWN: "InProgress",
-}
+_DESCRIBE_STATUS = {**dict.fromkeys(JobState, "InProgress"), JobState.SUCCEEDED: "Completed", JobState.FAILED: "Failed", JobState.CANCELLED: "Stopped"}
 
 
 class Estimator:
@@ -451,15 +448,10 @@ def _session_options(session: Any) -> dict[str, Any]:
     own = getattr(type(session), "scheduler_options", None)
     if callable(own):
         return dict(session.scheduler_options())
-    options: dict[str, Any] = {}
     if getattr(session, "local_mode", False):
-        return options
-    region = getattr(session, "boto_region_name", None)
-    if region:
-        options["region"] = region
-    if getattr(session, "boto_session", None) is not None:
-        options["session"] = session.boto_session
-    return options
+        return {}
+    given = {"region": getattr(session, "boto_region_name", None) or None, "session": getattr(session, "boto_session", None)}
+    return {key: value for key, value in given.items() if value is not None}
 
 
 def _experiment_config(config: Mapping[str, str] | None) -> dict[str, str]:

@@ -238,7 +238,8 @@ class Coordinator:
             return None
         with self._lock:
             self._channels[host] = channel
-            pending = [{"type": "stop", "failure": self._first_failure()}] if self._stop_sent else []
+            cause = root_cause(self._failures.values())
+            pending = [{"type": "stop", "failure": cause.to_json() if cause else None}] if self._stop_sent else []
             if self._verdict:
                 pending.append(self._verdict)
         channel.send({"type": "welcome"})
@@ -347,10 +348,6 @@ class Coordinator:
         if verdict:
             for channel in channels:
                 channel.send(verdict)
-
-    def _first_failure(self) -> dict[str, Any] | None:
-        cause = root_cause(self._failures.values())
-        return cause.to_json() if cause else None
 
 
 class CoordinatorClient:
