@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from smddp_sdk.errors import SpecError, SpecIssue, UnavailableError
-from smddp_sdk.specs.failure import number_or_none
+from smddp_sdk.specs.contract import number_or_none
 from smddp_sdk.specs.status import JobHandle, LogLine
 
 COLUMNS = ("timestamp", "metric_name", "value", "step", "host", "rank")  # v2's columns first

@@ -30,8 +30,7 @@ from typing import Any
 
 from smddp_sdk.runtime.procs import die_with_parent
 from smddp_sdk.runtime.stacks import register_stack_dump
-from smddp_sdk.specs.contract import ERROR_FILE_ENV, PARENT_PID_ENV
-from smddp_sdk.specs.failure import number_or_none
+from smddp_sdk.specs.contract import ERROR_FILE_ENV, PARENT_PID_ENV, number_or_none
 
 # Frames of ours to hide from user tracebacks (runpy is "<frozen runpy>" on Python 3.11+).
 _OWN_FILES = {os.path.abspath(__file__), os.path.abspath(runpy.__file__), "<frozen runpy>"}

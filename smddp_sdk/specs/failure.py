@@ -31,11 +31,11 @@ import re
 import signal as signals
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-from smddp_sdk.specs.contract import FAILURE_REASON_LIMIT, RootCause, parse_root_cause
+from smddp_sdk.specs.contract import FAILURE_REASON_LIMIT, RootCause, number_or_none, parse_root_cause
 
 # Where a record comes from (``FailureRecord.source``).
 SOURCE_ERROR_FILE = "error_file"  # the rank's bootstrap wrote output/errors/rank-N.json
@@ -65,7 +65,6 @@ _BLAME_REMOTE = re.compile(r"\brank (\d+) \(host ([^)\s]+)\)")
 _BLAME_LOCAL = re.compile(r"\bpeer rank (\d+) \(pid \d+, same host\)|\brank\(s\) ([\d, ]+) on this host")
 _HANG_TEXT = re.compile(r"timed out|did not arrive", re.IGNORECASE)
 SETTLE_SECONDS = 2.0  # longer than the spread of peers' process-group timeouts around one collective
-N = TypeVar("N", int, float)
 
 
 @dataclass(frozen=True)
@@ -378,11 +377,4 @@ def _shortened(body: list[str], keep: int = 20) -> list[str]:
     above = body[:start] if start <= 1 else [f"... ({start} lines above)"]  # "Traceback (most recent call last):"
     return [*above, *body[start:start + 2], f"... ({len(body) - keep - start - 2} lines)", *tail]
 
-
-def number_or_none(kind: Callable[[Any], N], value: Any) -> N | None:
-    """``kind(value)`` (int or float), None where value is None or not a number: records cross processes and versions."""
-    try:
-        return kind(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
 
