@@ -238,7 +238,7 @@ class Coordinator:
             return None
         with self._lock:
             self._channels[host] = channel
-            cause = root_cause(self._failures.values())
+            cause = root_cause(self._failures.values()) if self._stop_sent else None
             pending = [{"type": "stop", "failure": cause.to_json() if cause else None}] if self._stop_sent else []
             if self._verdict:
                 pending.append(self._verdict)

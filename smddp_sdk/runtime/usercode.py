@@ -180,10 +180,7 @@ def install(code_dir: Path, kind: EntryPointKind, emit: Callable[[str], None], *
             return Interpreter(str(venv / "bin" / "python"), venv)
         shutil.rmtree(venv, ignore_errors=True)  # a half-built one from an interrupted job
         emit(f"creating {venv} (a virtualenv over this Python's packages, for requirements.txt)")
-        command = [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)]
-        done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False)
-        if done.returncode != 0:
-            raise InstallError(f"{' '.join(command)} failed (exit {done.returncode}):\n{done.stdout}{done.stderr}")
+        _run_quietly([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)])
         python = str(venv / "bin" / "python")
         command = [sys.executable, "-m", "pip", "--python", python, "install", "--disable-pip-version-check", *targets]
         try:
@@ -205,6 +202,12 @@ def _environment_key(code_dir: Path, kind: EntryPointKind, job_key: str) -> str:
     if kind is EntryPointKind.PYTHON_PACKAGE:
         digest.update(f"package of job {job_key}".encode())
     return "req-" + digest.hexdigest()[:16]
+
+
+def _run_quietly(command: list[str]) -> None:
+    done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False)
+    if done.returncode != 0:
+        raise InstallError(f"{' '.join(command)} failed (exit {done.returncode}):\n{done.stdout}{done.stderr}")
 
 
 def _pip(code_dir: Path, kind: EntryPointKind, command: list[str], emit: Callable[[str], None]) -> None:
