@@ -325,8 +325,7 @@ def _gpu_counts(environ: Mapping[str, str]) -> tuple[int, int | None]:
     their CPU path instead of failing in ``torch.cuda``.
     """
     if not environ.get(contract.NUM_GPUS_ENV, "").strip():
-        found = probe_gpu_count()
-        return found, None
+        return probe_gpu_count(), None
     simulated = number_env(environ, contract.NUM_GPUS_ENV, 0, int, limits.MAX_PROCESSES_PER_HOST)
     reported = simulated if simulated and probe_gpu_count() > 0 else 0
     return reported, (simulated if simulated != reported else None)
