@@ -151,25 +151,25 @@ def merge(layers: list[Layer]) -> tuple[dict[str, Any], dict[str, Source]]:
     sources: dict[str, Source] = {}
     for layer in layers:
         for key, value in layer.values.items():
-            source = layer.source_of(key)
             if key in MERGED_MAPPINGS and isinstance(value, Mapping) and isinstance(values.get(key), Mapping):
                 values[key] = {**values[key], **value}
             else:
                 values[key] = value
-                for stale in [p for p in sources if p.startswith(f"{key}.") or p.startswith(f"{key}[")]:
-                    del sources[stale]
-                sources[key] = source
+                _set_source(sources, key, layer.source_of(key))
             if key in MERGED_MAPPINGS and isinstance(value, Mapping):
-                for sub in value:
-                    sources[f"{key}.{sub}"] = layer.source_of(f"{key}.{sub}")
+                sources.update({f"{key}.{sub}": layer.source_of(f"{key}.{sub}") for sub in value})
     for layer in layers:
         for path, value, source in layer.patches:
             _deep_set(values, path, value)
-            dotted = ".".join(path)
-            for stale in [p for p in sources if p.startswith(f"{dotted}.") or p.startswith(f"{dotted}[")]:
-                del sources[stale]
-            sources[dotted] = source
+            _set_source(sources, ".".join(path), source)
     return values, sources
+
+
+def _set_source(sources: dict[str, Source], path: str, source: Source) -> None:
+    """``path`` now holds a value from ``source`` alone: the sources recorded below it are stale."""
+    for stale in [p for p in sources if p.startswith((f"{path}.", f"{path}["))]:
+        del sources[stale]
+    sources[path] = source
 
 
 def _deep_set(values: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
