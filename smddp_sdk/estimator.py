@@ -37,14 +37,9 @@ from smddp_sdk.specs.job import JobSpec, TrainingInput
 from smddp_sdk.specs.status import JobHandle, JobState, JobStatus
 
 _OWN_ARGUMENTS = ("scheduler", "scheduler_options")
-# v2 arguments that have no meaning here, each with what to do instead (one table: specs/v2_arguments.py).
-_UNSUPPORTED_V2_ARGUMENTS = v2_arguments.REFUSED_ARGUMENTS
 _EXPERIMENT_KEYS = ("ExperimentName", "TrialName", "TrialComponentDisplayName", "RunName")
 _LOG_CHOICES = {True: True, False: False, "All": True, "Training": True, "Rules": True, "None": False}
-_DESCRIBE_STATUS = {
-    JobState.PENDING: "InProgress", JobState.STARTING: "InProgress", JobState.RUNNING: "InProgress",
-    JobState.SUCCEEDED: "Completed", JobState.FAILED: "Failed", JobState.CANCELLED: "Stopped", JobState.UNKNOWN: "InProgress",
-}
+_DESCRIBE_STATUS = {**dict.fromkeys(JobState, "InProgress"), JobState.SUCCEEDED: "Completed", JobState.FAILED: "Failed", JobState.CANCELLED: "Stopped"}
 
 
 class Estimator:
@@ -83,8 +78,8 @@ class Estimator:
         issues = []
         known = (*JobSpec.field_names(), *_OWN_ARGUMENTS)
         for name in self._arguments:
-            if name in _UNSUPPORTED_V2_ARGUMENTS:
-                issues.append(SpecIssue(name, "is a SageMaker SDK v2 argument smddp-sdk does not support", _UNSUPPORTED_V2_ARGUMENTS[name]))
+            if name in v2_arguments.REFUSED_ARGUMENTS:  # each with what to do instead
+                issues.append(SpecIssue(name, "is a SageMaker SDK v2 argument smddp-sdk does not support", v2_arguments.REFUSED_ARGUMENTS[name]))
             elif name not in known:
                 issues.append(SpecIssue(name, "unknown argument", did_you_mean(name, known)))
         if scheduler_options is not None and not isinstance(scheduler_options, Mapping):
@@ -453,15 +448,10 @@ def _session_options(session: Any) -> dict[str, Any]:
     own = getattr(type(session), "scheduler_options", None)
     if callable(own):
         return dict(session.scheduler_options())
-    options: dict[str, Any] = {}
     if getattr(session, "local_mode", False):
-        return options
-    region = getattr(session, "boto_region_name", None)
-    if region:
-        options["region"] = region
-    if getattr(session, "boto_session", None) is not None:
-        options["session"] = session.boto_session
-    return options
+        return {}
+    given = {"region": getattr(session, "boto_region_name", None) or None, "session": getattr(session, "boto_session", None)}
+    return {key: value for key, value in given.items() if value is not None}
 
 
 def _experiment_config(config: Mapping[str, str] | None) -> dict[str, str]:

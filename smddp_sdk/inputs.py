@@ -97,13 +97,10 @@ def from_v2(value: Any) -> Any:
     s3 = source.get("S3DataSource")
     if not isinstance(s3, Mapping) or "S3Uri" not in s3:
         raise SpecError(SpecIssue("inputs", f"{type(value).__name__} has no S3 data source: {dict(config)!r}", "use TrainingInput(s3_data=...)"))
-    for key, name in (("InstanceGroupNames", "instance_groups"), ("AttributeNames", "attribute_names"), ("ModelAccessConfig", "model_access_config"), ("HubAccessConfig", "hub_access_config")):
-        if key in s3:
+    for where, key, name in ((s3, "InstanceGroupNames", "instance_groups"), (s3, "AttributeNames", "attribute_names"), (s3, "ModelAccessConfig", "model_access_config"),
+                             (s3, "HubAccessConfig", "hub_access_config"), (config, "ShuffleConfig", "shuffle_config"), (config, "TargetAttributeName", "target_attribute_name")):
+        if key in where:
             raise NotOfferedError(f"TrainingInput({name}=...)", _REFUSED[name])
-    if "ShuffleConfig" in config:
-        raise NotOfferedError("TrainingInput(shuffle_config=...)", _REFUSED["shuffle_config"])
-    if "TargetAttributeName" in config:
-        raise NotOfferedError("TrainingInput(target_attribute_name=...)", _REFUSED["target_attribute_name"])
     return TrainingInput(
         s3_data=s3["S3Uri"],
         distribution=s3.get("S3DataDistributionType"),

@@ -23,6 +23,7 @@ from smddp_sdk.specs.status import JobHandle
 INDEX_FILE = "index.jsonl"
 JOB_ROOT_ENV = "SMDDP_JOB_ROOT"
 DEFAULT_JOB_ROOT = "~/.smddp/jobs"
+_JOB_FOLDERS = (("local", ""), ("docker", "docker"))  # where each scheduler keeps its job directories under the job root
 
 
 @dataclass(frozen=True)
@@ -105,10 +106,9 @@ def resolve(name_or_handle: str, *, scheduler: str | None = None, root: Path | N
     if entry is not None:
         return entry.job_handle, entry
     base = root or job_root()
-    if scheduler in (None, "local") and (base / name_or_handle / "job.json").is_file():
-        return JobHandle("local", name_or_handle), None
-    if scheduler in (None, "docker") and (base / "docker" / name_or_handle / "job.json").is_file():
-        return JobHandle("docker", name_or_handle), None
+    for kind, folder in _JOB_FOLDERS:
+        if scheduler in (None, kind) and (base / folder / name_or_handle / "job.json").is_file():
+            return JobHandle(kind, name_or_handle), None
     known = known_names(root)
     hint = did_you_mean(name_or_handle, known) or ("pass the handle run printed (local://<job>, docker://<job>, sagemaker://<region>/<job>); `smddp-launch list` shows known jobs")
     raise SpecError(SpecIssue("job", f"no job named {name_or_handle!r} was submitted from this machine", hint))
@@ -117,7 +117,7 @@ def resolve(name_or_handle: str, *, scheduler: str | None = None, root: Path | N
 def known_names(root: Path | None = None) -> list[str]:
     names = {entry.name for entry in entries(root)}
     base = root or job_root()
-    for folder in (base, base / "docker"):
+    for folder in (base / sub for _, sub in _JOB_FOLDERS):
         if folder.is_dir():
             names.update(path.name for path in folder.iterdir() if (path / "job.json").is_file())
     return sorted(names)
@@ -125,16 +125,15 @@ def known_names(root: Path | None = None) -> list[str]:
 
 def forget(handles: Iterable[str], root: Path | None = None) -> int:
     """Drop these handles' entries (after ``clean`` removed their jobs); returns how many were dropped."""
-    dropped = set(handles)
-    path = index_path(root)
-    kept = [entry for entry in entries(root) if entry.handle not in dropped]
-    before = len(entries(root))
-    if before == len(kept):
+    dropped, known = set(handles), entries(root)
+    kept = [entry for entry in known if entry.handle not in dropped]
+    if len(known) == len(kept):
         return 0
+    path = index_path(root)
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     partial.write_text("".join(json.dumps(asdict(e), default=str, sort_keys=True) + "\n" for e in kept), encoding="utf-8")
     os.replace(partial, path)
-    return before - len(kept)
+    return len(known) - len(kept)
 
 
 def plain_options(options: Mapping[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ These names are stable: the CLI builds on them.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import time
@@ -20,10 +21,9 @@ from typing import IO, TextIO
 from smddp_sdk import job_index
 from smddp_sdk.errors import JobFailedError, SmddpError, UnavailableError
 from smddp_sdk.schedulers.base import DryRun, Scheduler
-from smddp_sdk.specs.failure import FailureRecord, render_summary
+from smddp_sdk.specs.failure import BORDER, FailureRecord, render_summary
 from smddp_sdk.specs.status import JobHandle, JobState, JobStatus, LogLine
 
-_RULE_WIDTH = 60
 _HOST_COLOURS = ("36", "33", "35", "32", "34", "91", "96", "93")  # cyan, yellow, magenta, green, blue, ...
 _RESET = "\033[0m"
 
@@ -123,18 +123,12 @@ def follow_lines(
             print(f"smddp: log stream of {handle} broke ({err}); reconnecting", file=sys.stderr, flush=True)
         if scheduler.status(handle).state.is_terminal:
             if count < seen or failures:  # the ended job's last lines may have come after the break
-                yield from _remaining(scheduler, handle, hosts, ranks, seen)
+                yield from itertools.islice(scheduler.logs(handle, hosts=hosts, ranks=ranks, follow=False), seen, None)
             return
         failures += 1 if count <= seen else 0
         if failures > retries:
             return
         time.sleep(pause)
-
-
-def _remaining(scheduler: Scheduler, handle: JobHandle, hosts: Sequence[str] | None, ranks: Sequence[int] | None, seen: int) -> Iterator[LogLine]:
-    for index, line in enumerate(scheduler.logs(handle, hosts=hosts, ranks=ranks, follow=False), start=1):
-        if index > seen:
-            yield line
 
 
 def failure_summary(status: JobStatus) -> str:
@@ -143,8 +137,7 @@ def failure_summary(status: JobStatus) -> str:
     others = [FailureRecord.from_json(other) for other in status.details.get("other_failures") or [] if isinstance(other, dict)]
     title = f"{status.handle.job_id} {status.state.value}"
     if status.failure is None:
-        rule = "=" * _RULE_WIDTH
-        return "\n".join([rule, title, f"  {status.message or 'no failure was recorded'}", rule, *_log_hints(status)])
+        return "\n".join([BORDER, title, f"  {status.message or 'no failure was recorded'}", BORDER, *_log_hints(status)])
     return render_summary(status.failure, others, title=title, hints=_log_hints(status))
 
 

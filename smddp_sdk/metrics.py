@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from smddp_sdk.errors import SpecError, SpecIssue, UnavailableError
+from smddp_sdk.specs.contract import number_or_none
 from smddp_sdk.specs.status import JobHandle, LogLine
 
 COLUMNS = ("timestamp", "metric_name", "value", "step", "host", "rank")  # v2's columns first
@@ -85,10 +86,7 @@ def extract(lines: Iterable[LogLine], definitions: Iterable[Mapping[str, str]], 
 
 
 def _number(text: str | None) -> float | None:
-    try:
-        value = float(text) if text is not None else None
-    except ValueError:
-        return None
+    value = number_or_none(float, text)
     return value if value is not None and math.isfinite(value) else None
 
 

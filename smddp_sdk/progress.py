@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any, TextIO
 
 import click
@@ -27,8 +27,7 @@ def enabled(stream: TextIO | None = None) -> bool:
         return False
     if setting in ("1", "true", "yes", "on"):
         return True
-    stream = stream or sys.stderr
-    isatty = getattr(stream, "isatty", None)
+    isatty = getattr(stream or sys.stderr, "isatty", None)
     return bool(isatty and isatty())
 
 
@@ -68,23 +67,18 @@ def run_with_steps(argv: Sequence[str], label: str, env: Mapping[str, str] | Non
     proc = subprocess.Popen(list(argv), stderr=subprocess.PIPE, text=True, env=dict(env) if env is not None else None)
     assert proc.stderr is not None
     progress: Any = None
-    try:
+    with ExitStack() as bars:
         for line in proc.stderr:
             match = _STEP.match(line)
             if match and enabled():
                 done, total = int(match.group(1)), int(match.group(2))
-                if progress is None:
-                    progress = _click_bar(length=total, label=label, show_pos=True)
-                    progress.__enter__()
+                progress = progress or bars.enter_context(_click_bar(length=total, label=label, show_pos=True))
                 progress.update(done - progress.pos)
                 continue
             if progress is not None:  # a message in the middle of the bar: end the bar's line first
                 sys.stderr.write("\n")
             sys.stderr.write(line)
             sys.stderr.flush()
-    finally:
-        if progress is not None:
-            progress.__exit__(None, None, None)
     return proc.wait()
 
 
@@ -99,7 +93,8 @@ def docker_pull(docker: str, image: str, *, timeout: float = 1800) -> int:
         click.echo(f"pulling {image} (may take minutes) ...", err=True)
     timer = threading.Timer(timeout, proc.kill)
     timer.start()
-    try:
+    with ExitStack() as cleanup:
+        cleanup.callback(timer.cancel)
         for line in proc.stdout:
             match = _LAYER.match(line.strip())
             if not match:
@@ -109,15 +104,9 @@ def docker_pull(docker: str, image: str, *, timeout: float = 1800) -> int:
             if state in ("Pull complete", "Already exists"):
                 layers[layer] = True
             if show:
-                if progress is None:
-                    progress = _click_bar(length=1, label=f"pulling {image}", show_pos=True)
-                    progress.__enter__()
+                progress = progress or cleanup.enter_context(_click_bar(length=1, label=f"pulling {image}", show_pos=True))
                 progress.length = len(layers)
                 progress.update(sum(layers.values()) - progress.pos)
-    finally:
-        timer.cancel()
-        if progress is not None:
-            progress.__exit__(None, None, None)
     code = proc.wait()
     if not show:
         click.echo(f"pulling {image}: {'done' if code == 0 else f'failed (exit {code})'}", err=True)

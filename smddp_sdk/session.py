@@ -42,11 +42,6 @@ def _call(action: str, function: Any, **kwargs: Any) -> Any:
     return _aws_module("client").call(action, function, **kwargs)
 
 
-def _aws(region: str | None, boto_session: Any, sagemaker_client: Any = None) -> Any:
-    """AwsClients from the SageMaker scheduler (the one module that imports boto3)."""
-    return _aws_module("client").AwsClients(region=region, session=boto_session, sagemaker=sagemaker_client)
-
-
 class Session:
     """v2's ``sagemaker.Session``: region, default bucket, data upload/download and job look-ups."""
 
@@ -76,16 +71,16 @@ class Session:
 
     @property
     def boto_region_name(self) -> str:
-        region = getattr(self.boto_session, "region_name", None) or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-        if region:
-            return str(region)
-        return str(self.clients.region)
+        return str(self._given_region() or self.clients.region)
+
+    def _given_region(self) -> str | None:
+        return getattr(self.boto_session, "region_name", None) or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
 
     @property
     def clients(self) -> Any:
+        """AwsClients from the SageMaker scheduler (the one module that imports boto3)."""
         if self._clients is None:
-            region = getattr(self.boto_session, "region_name", None) or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-            self._clients = _aws(region, self.boto_session, self.sagemaker_client)
+            self._clients = _aws_module("client").AwsClients(region=self._given_region(), session=self.boto_session, sagemaker=self.sagemaker_client)
         return self._clients
 
     def scheduler_options(self) -> dict[str, Any]:
@@ -156,11 +151,8 @@ class Session:
     def logs_for_job(self, job_name: str, wait: bool = False, poll: int = 10, log_type: str = "All", timeout: int | None = None) -> None:
         """Print the job's logs (and follow them until it ends with ``wait``)."""
         from smddp_sdk import launcher
-        from smddp_sdk.schedulers import get_scheduler
-        from smddp_sdk.specs.status import JobHandle
 
-        scheduler = get_scheduler("sagemaker", **self.scheduler_options())
-        handle = JobHandle("sagemaker", f"{self.boto_region_name}/{job_name}")
+        scheduler, handle = self._job(job_name)
         if wait:
             launcher.follow(scheduler, handle)
             return
@@ -168,11 +160,16 @@ class Session:
             print(launcher.format_line(line), flush=True)
 
     def wait_for_job(self, job: str, poll: int = 5) -> dict[str, Any]:
+        scheduler, handle = self._job(job)
+        scheduler.wait(handle, poll=poll)
+        return self.describe_training_job(job)
+
+    def _job(self, job_name: str) -> tuple[Any, Any]:
+        """The SageMaker scheduler with this session's options, and the job's handle."""
         from smddp_sdk.schedulers import get_scheduler
         from smddp_sdk.specs.status import JobHandle
 
-        get_scheduler("sagemaker", **self.scheduler_options()).wait(JobHandle("sagemaker", f"{self.boto_region_name}/{job}"), poll=poll)
-        return self.describe_training_job(job)
+        return get_scheduler("sagemaker", **self.scheduler_options()), JobHandle("sagemaker", f"{self.boto_region_name}/{job_name}")
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):

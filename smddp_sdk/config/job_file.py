@@ -206,10 +206,7 @@ def _is_keyed_by_scheduler(options: Any) -> bool:
 def _display_path(path: Path) -> str:
     """``~/.config/smddp/config.yaml`` rather than the full home directory path."""
     home = Path("~").expanduser()
-    try:
-        return "~/" + str(path.relative_to(home))
-    except ValueError:
-        return str(path)
+    return "~/" + str(path.relative_to(home)) if path.is_relative_to(home) else str(path)
 
 
 def _mapping_layer(document: YamlDocument | None, kind: str, base_dir: Path, problems: list[tuple[Source, SpecIssue]]) -> Layer | None:

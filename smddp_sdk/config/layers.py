@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from smddp_sdk.config.schema import EXTRA_KEYS, scalar_kind
-from smddp_sdk.config.yaml_io import Mark, YamlDocument, YamlSyntaxError, parse_yaml
+from smddp_sdk.config.yaml_io import Mark, YamlDocument, YamlSyntaxError, ancestors, parse_yaml
 from smddp_sdk.errors import SpecIssue
 from smddp_sdk.specs.job import JobSpec
+from smddp_sdk.specs.limits import short_repr
 
 ENV_PREFIX = "SMDDP_"
 CONFIG_ENV = "SMDDP_CONFIG"
@@ -85,12 +86,7 @@ class Layer:
 
 def lookup_source(sources: Mapping[str, Source], path: str) -> Source:
     """The source recorded for ``path`` or its nearest enclosing key."""
-    while path:
-        if path in sources:
-            return sources[path]
-        cut = max(path.rfind("."), path.rfind("["))
-        path = path[:cut] if cut > 0 else ""
-    return sources.get("", DEFAULT_SOURCE)
+    return next((sources[p] for p in ancestors(path) if p in sources), sources.get("", DEFAULT_SOURCE))
 
 
 def document_layer(document: YamlDocument, kind: str, base_dir: Path) -> Layer:
@@ -146,12 +142,7 @@ def parse_setting(key: str, raw: str) -> tuple[Any, str]:
         return parse_yaml(raw, key or "value").data, ""  # bounded like a job file: no alias bombs from a flag
     except YamlSyntaxError as err:
         where = f" at column {err.mark.column}" if err.mark != Mark(1, 1) else ""
-        return None, f"cannot read {_short_text(raw)} as YAML{where}: {err.problem}"
-
-
-def _short_text(raw: str, limit: int = 60) -> str:
-    text = repr(raw)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+        return None, f"cannot read {short_repr(raw, 60)} as YAML{where}: {err.problem}"
 
 
 def merge(layers: list[Layer]) -> tuple[dict[str, Any], dict[str, Source]]:
@@ -160,25 +151,25 @@ def merge(layers: list[Layer]) -> tuple[dict[str, Any], dict[str, Source]]:
     sources: dict[str, Source] = {}
     for layer in layers:
         for key, value in layer.values.items():
-            source = layer.source_of(key)
             if key in MERGED_MAPPINGS and isinstance(value, Mapping) and isinstance(values.get(key), Mapping):
                 values[key] = {**values[key], **value}
             else:
                 values[key] = value
-                for stale in [p for p in sources if p.startswith(f"{key}.") or p.startswith(f"{key}[")]:
-                    del sources[stale]
-                sources[key] = source
+                _set_source(sources, key, layer.source_of(key))
             if key in MERGED_MAPPINGS and isinstance(value, Mapping):
-                for sub in value:
-                    sources[f"{key}.{sub}"] = layer.source_of(f"{key}.{sub}")
+                sources.update({f"{key}.{sub}": layer.source_of(f"{key}.{sub}") for sub in value})
     for layer in layers:
         for path, value, source in layer.patches:
             _deep_set(values, path, value)
-            dotted = ".".join(path)
-            for stale in [p for p in sources if p.startswith(f"{dotted}.") or p.startswith(f"{dotted}[")]:
-                del sources[stale]
-            sources[dotted] = source
+            _set_source(sources, ".".join(path), source)
     return values, sources
+
+
+def _set_source(sources: dict[str, Source], path: str, source: Source) -> None:
+    """``path`` now holds a value from ``source`` alone: the sources recorded below it are stale."""
+    for stale in [p for p in sources if p.startswith((f"{path}.", f"{path}["))]:
+        del sources[stale]
+    sources[path] = source
 
 
 def _deep_set(values: dict[str, Any], path: tuple[str, ...], value: Any) -> None:

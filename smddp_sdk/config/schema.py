@@ -81,17 +81,10 @@ def field_defaults() -> dict[str, Any]:
     return out
 
 
-def required_fields() -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(JobSpec) if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
-
-
 def scalar_kind(name: str) -> str | None:
     """ "str", "int" or "bool" for fields written as one scalar (nullable ones included); None otherwise."""
-    hint = typing.get_type_hints(JobSpec).get(name)
-    members = [m for m in _union_members(hint) if m is not _NONE_TYPE]
-    if len(members) == 1 and members[0] in (str, int, bool):
-        return members[0].__name__
-    return None
+    members = [m for m in job_module._SIMPLE_TYPES.get(name, ()) if m is not _NONE_TYPE]
+    return members[0].__name__ if len(members) == 1 else None
 
 
 def job_schema() -> dict[str, Any]:
@@ -113,7 +106,7 @@ def job_schema() -> dict[str, Any]:
         "description": "A training job for smddp-launch: SageMaker SDK v2 estimator arguments plus scheduler and scheduler_options.",
         "type": "object",
         "additionalProperties": False,
-        "required": list(required_fields()),
+        "required": [name for name in JobSpec.field_names() if name not in defaults],  # fields without a default
         "properties": properties,
         "$defs": {"distribution": _distribution_schema(), "trainingInput": _training_input_schema()},
     }
@@ -170,10 +163,7 @@ def _distribution_schema() -> dict[str, Any]:
         "maxProperties": 1,
         "properties": {"dataparallel": options("dataparallel"), "modelparallel": options("modelparallel")},
     }
-    top: dict[str, Any] = {}
-    for key in distribution_module._TOP_KEYS:
-        kind = {"smdistributed_dataparallel": "dataparallel"}.get(key, key)
-        top[key] = smdistributed if key == "smdistributed" else options(kind)
+    top = {key: smdistributed if key == "smdistributed" else options({"smdistributed_dataparallel": "dataparallel"}.get(key, key)) for key in distribution_module._TOP_KEYS}
     return {"type": "object", "additionalProperties": False, "properties": top}
 
 

@@ -62,7 +62,7 @@ class YamlDocument:
     def locate(self, path: str, message: str = "") -> Mark:
         """Where ``path`` was written; falls back to the nearest enclosing key, then to the file start."""
         at_key = message.startswith(KEY_PROBLEMS)
-        for candidate in _ancestors(path):
+        for candidate in ancestors(path):
             if candidate in self.key_marks and (candidate in self.collections or (at_key and candidate == path)):
                 return self.key_marks[candidate]  # a block's value starts on the next line: show its key
             if candidate in self.value_marks:
@@ -274,7 +274,7 @@ def _mark_at(text: str, position: int) -> Mark:
     return Mark(before.count("\n") + 1, position - (before.rfind("\n") + 1) + 1)
 
 
-def _ancestors(path: str) -> list[str]:
+def ancestors(path: str) -> list[str]:
     """``a.b[0].c`` -> [``a.b[0].c``, ``a.b[0]``, ``a.b``, ``a``]."""
     out = [path]
     while path:

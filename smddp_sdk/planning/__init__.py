@@ -15,6 +15,7 @@ Stdlib only (the CLI and the estimator use it without torch). The pieces:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -52,7 +53,7 @@ def step_profile(profile: str | None = None, compute_ms: float | None = None, gr
     else:
         raise SpecError(SpecIssue("profile", "the planner needs the job's step", "record one with SMDDP_PROFILE=<dir> and pass --profile <dir>, or give --compute-ms and --gradient-mb"))
     if samples_per_rank is not None:
-        step = StepProfile(step.compute_s, step.events, samples_per_rank, step.source, step.measured_step_s, step.measured_comm_s, step.notes)
+        step = dataclasses.replace(step, samples_per_rank=samples_per_rank)
     return step
 
 
@@ -68,10 +69,6 @@ def plan_job(instance_type: str, instances: str | Sequence[int], step: StepProfi
         raise SpecError(SpecIssue("samples_per_epoch", f"must be positive, got {samples_per_epoch}"))
     topo = topology(instance_type, price_per_hour)
     return make_plan(step, instance_type, topo, counts, samples_per_epoch)
-
-
-def plannable(instance_type: str) -> bool:
-    return instance_type in CATALOG or instance_type.startswith("sim:")
 
 
 def plan_for_spec(
@@ -93,7 +90,7 @@ def plan_for_spec(
         batch_size = batch_size if batch_size is not None else batch_size_of(spec.hyperparameters)
     if not instance_type:
         raise SpecError(SpecIssue("instance_type", "no instance type to plan for", "pass --instance-type or a job file"))
-    if not plannable(instance_type):
+    if instance_type not in CATALOG and not instance_type.startswith("sim:"):
         raise SpecError(
             SpecIssue(
                 "instance_type",

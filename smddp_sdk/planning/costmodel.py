@@ -48,8 +48,10 @@ from smddp_sdk.planning.selection import (
     PIPELINE_CHUNK_BYTES,
     ROUNDS_FROM_BYTES,
     allgather_algorithm,
+    ceil_log2,
     inter_host_algorithm,
     is_power_of_two,
+    log2_floor,
 )
 from smddp_sdk.specs.smddp_support import SUPPORTED_INSTANCE_TYPES
 
@@ -100,10 +102,6 @@ def _bandwidth(topo: Topology, impl: str) -> float:
     return topo.network_bytes_s * LINK_EFFICIENCY.get(impl, 1.0)
 
 
-def _log2(n: int) -> int:
-    return math.ceil(math.log2(n)) if n > 1 else 0
-
-
 def bundled_inter_host(op: str, nbytes: float, hosts: int, topo: Topology, algorithm: str) -> tuple[float, float]:
     """(latency, transfer) of the bundled backend's named algorithm between ``hosts`` host leaders."""
     alpha, bw, h, s = topo.alpha_s, _bandwidth(topo, BUNDLED), hosts, nbytes
@@ -113,21 +111,21 @@ def bundled_inter_host(op: str, nbytes: float, hosts: int, topo: Topology, algor
             "oneshot": ((h - 1) * alpha, (h - 1) * s / bw),
             "sharded": (_sharded_rounds(s, h) * alpha, 2 * (h - 1) / h * s / bw),
             "ring": (2 * (h - 1) * alpha, 2 * (h - 1) / h * s / bw),
-            "recursive_doubling": ((_log2(h) + 2 * fold) * alpha, (_log2(h) + 2 * fold) * s / bw),
+            "recursive_doubling": ((ceil_log2(h) + 2 * fold) * alpha, (ceil_log2(h) + 2 * fold) * s / bw),
         }
-        p = 1 << int(math.log2(h))
-        forms["halving_doubling"] = ((2 * _log2(p) + 2 * fold) * alpha, (2 * (p - 1) / p + 2 * fold) * s / bw)
+        p = 1 << log2_floor(h)
+        forms["halving_doubling"] = ((2 * ceil_log2(p) + 2 * fold) * alpha, (2 * (p - 1) / p + 2 * fold) * s / bw)
     elif op == "broadcast":  # a tree of the whole message, or of each subtree's shards then their all_gather
         gather_latency, gather_transfer = bundled_inter_host("all_gather", s, h, topo, allgather_algorithm(math.ceil(s / h), h))
         forms = {
-            "binomial": (_log2(h) * alpha, _log2(h) * s / bw),
-            "scatter_allgather": (_log2(h) * alpha + gather_latency, (h - 1) / h * s / bw + gather_transfer),
+            "binomial": (ceil_log2(h) * alpha, ceil_log2(h) * s / bw),
+            "scatter_allgather": (ceil_log2(h) * alpha + gather_latency, (h - 1) / h * s / bw + gather_transfer),
         }
     else:  # all_gather; reduce_scatter moves the same bytes with the all_gather algorithms
         forms = {
             "oneshot": ((h - 1) * alpha, (h - 1) / h * s / bw),
             "ring": ((h - 1) * alpha, (h - 1) / h * s / bw),
-            "bruck": (_log2(h) * alpha, (h - 1) / h * s / bw),
+            "bruck": (ceil_log2(h) * alpha, (h - 1) / h * s / bw),
         }
     if algorithm not in forms:
         raise ValueError(f"unknown {op} algorithm {algorithm!r}: choose from {', '.join(forms)}")
@@ -174,7 +172,7 @@ def _nccl(op: str, nbytes: float, hosts: int, topo: Topology) -> Cost:
     ring = Cost(NCCL, "ring", steps * ((h - 1) * topo.alpha_s + (n - h) * topo.intra_alpha_s), steps * (n - 1) / n * nbytes / bw)
     if op != "all_reduce":
         return ring
-    tree = Cost(NCCL, "tree", 2 * (_log2(h) * topo.alpha_s + (g - 1) * topo.intra_alpha_s), 2 * nbytes / bw)
+    tree = Cost(NCCL, "tree", 2 * (ceil_log2(h) * topo.alpha_s + (g - 1) * topo.intra_alpha_s), 2 * nbytes / bw)
     return min(ring, tree, key=lambda c: c.seconds)
 
 

@@ -18,7 +18,11 @@ from smddp_sdk.errors import SpecError, SpecIssue
 from smddp_sdk.planning.step import CommEvent, StepProfile
 
 FORMAT = "smddp-profile/1"
-_NO_DATA = ("barrier", "shared_buffers")
+# The cost model's op for a recorded collective's name, by prefix, first match wins (None: moves no modelled data).
+_OP_KINDS = (
+    (("barrier", "shared_buffers"), None), (("reduce_scatter",), "reduce_scatter"), (("all_reduce", "reduce"), "all_reduce"),
+    (("all_gather", "gather", "all_to_all"), "all_gather"), (("broadcast", "scatter"), "broadcast"),
+)
 
 
 def load(path: str | Path) -> list[dict]:
@@ -40,18 +44,7 @@ def load(path: str | Path) -> list[dict]:
 
 
 def op_kind(what: str) -> str | None:
-    """The cost model's op for a recorded collective name (None: moves no modelled data)."""
-    if what.startswith(_NO_DATA):
-        return None
-    if what.startswith("reduce_scatter"):
-        return "reduce_scatter"
-    if what.startswith(("all_reduce", "reduce")):
-        return "all_reduce"
-    if what.startswith(("all_gather", "gather", "all_to_all")):
-        return "all_gather"
-    if what.startswith(("broadcast", "scatter")):
-        return "broadcast"
-    return None
+    return next((kind for prefixes, kind in _OP_KINDS if what.startswith(prefixes)), None)
 
 
 def steps_of(doc: dict) -> list[dict]:

@@ -28,8 +28,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from smddp_sdk.runtime.procs import die_with_parent
 from smddp_sdk.runtime.stacks import register_stack_dump
-from smddp_sdk.specs.contract import ERROR_FILE_ENV, PARENT_PID_ENV
+from smddp_sdk.specs.contract import ERROR_FILE_ENV, PARENT_PID_ENV, number_or_none
 
 # Frames of ours to hide from user tracebacks (runpy is "<frozen runpy>" on Python 3.11+).
 _OWN_FILES = {os.path.abspath(__file__), os.path.abspath(runpy.__file__), "<frozen runpy>"}
@@ -39,14 +40,14 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__, file=sys.stderr)
         return 2
-    _die_with_runtime()
+    die_with_parent(signal.SIGKILL, os.environ.get(PARENT_PID_ENV))  # a rank must not outlive its runtime, however it dies
     register_stack_dump()  # `smddp-launch stacks` (the runtime forwards the signal)
     try:
         _run(argv)
     except SystemExit as stop:
         code = _exit_code(stop.code)
         if code != 0:
-            _record(code, "SystemExit", _exit_message(stop.code), "")
+            _record(code, "SystemExit", f"sys.exit({stop.code})" if isinstance(stop.code, int) else str(stop.code), "")
         return code
     except BaseException as exc:  # noqa: BLE001 - every failure of user code must be recorded
         trace = "".join(traceback.format_exception(type(exc), exc, _user_frames(exc.__traceback__)))
@@ -55,13 +56,6 @@ def main(argv: list[str]) -> int:
         _record(code, type(exc).__name__, str(exc), trace)
         return code
     return 0
-
-
-def _die_with_runtime() -> None:
-    """A rank must not outlive its runtime, however the runtime dies (SIGKILL included)."""
-    from smddp_sdk.runtime.procs import die_with_parent
-
-    die_with_parent(signal.SIGKILL, os.environ.get(PARENT_PID_ENV))
 
 
 def _run(argv: list[str]) -> None:
@@ -98,18 +92,14 @@ def _exit_code(code: Any) -> int:
     return 1
 
 
-def _exit_message(code: Any) -> str:
-    return str(code) if not isinstance(code, int) else f"sys.exit({code})"
-
-
 def _record(exit_code: int, error_type: str, message: str, trace: str) -> None:
     path = os.environ.get(ERROR_FILE_ENV)
     if not path:
         return
     record = {
         "host": os.environ.get("SM_CURRENT_HOST", ""),
-        "rank": _int_or_none(os.environ.get("RANK")),
-        "local_rank": _int_or_none(os.environ.get("LOCAL_RANK")),
+        "rank": number_or_none(int, os.environ.get("RANK")),
+        "local_rank": number_or_none(int, os.environ.get("LOCAL_RANK")),
         "pid": os.getpid(),
         "exit_code": exit_code,
         "error_type": error_type,
@@ -125,13 +115,6 @@ def _record(exit_code: int, error_type: str, message: str, trace: str) -> None:
         os.replace(tmp, path)  # the runtime never reads half a file
     except OSError as exc:
         print(f"bootstrap: could not write the error file {path}: {exc}", file=sys.stderr)
-
-
-def _int_or_none(raw: str | None) -> int | None:
-    try:
-        return int(raw) if raw is not None else None
-    except ValueError:
-        return None
 
 
 _WRITABLE_FILES = frozenset({io.TextIOWrapper, io.BufferedWriter, io.BufferedRandom})  # what open() returns

@@ -36,6 +36,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from typing import Any
 
 from smddp_sdk.runtime.failures import root_cause
@@ -82,12 +83,7 @@ class _Channel:
         return decode_message(line)
 
     def close(self) -> None:
-        # shutdown first: it wakes a thread blocked in receive(), which holds the reader's lock
-        for closer in (lambda: self.sock.shutdown(socket.SHUT_RDWR), self.sock.close):
-            try:
-                closer()
-            except OSError:
-                pass
+        _shut(self.sock)  # wakes a thread blocked in receive(), which holds the reader's lock
 
 
 def decode_message(line: bytes) -> dict[str, Any] | None:
@@ -134,17 +130,24 @@ def _keepalive(sock: socket.socket) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
 
 
-def _close_quietly(sock: socket.socket) -> None:
-    try:
-        sock.close()
-    except OSError:
-        pass
+def _shut(sock: socket.socket) -> None:
+    """Shut down, then close: shutdown wakes a thread blocked in accept() or a read; close alone does not."""
+    for closer in (lambda: sock.shutdown(socket.SHUT_RDWR), sock.close):
+        with suppress(OSError):
+            closer()
 
 
-def _daemon_timer(seconds: float, action: Callable[[], None]) -> None:
+def _daemon_timer(seconds: float, action: Callable[[], None]) -> threading.Timer:
     timer = threading.Timer(seconds, action)
     timer.daemon = True  # never keeps a finished runtime alive
     timer.start()
+    return timer
+
+
+def _wait_for(event: threading.Event, gave_up: threading.Event, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not event.is_set() and not gave_up.is_set() and time.monotonic() < deadline:
+        event.wait(0.05)
 
 
 class Coordinator:
@@ -175,11 +178,7 @@ class Coordinator:
 
     def close(self) -> None:
         self._closed = True
-        for closer in (lambda: self._server.shutdown(socket.SHUT_RDWR), self._server.close):
-            try:
-                closer()  # shutdown wakes the thread blocked in accept(); close alone does not
-            except OSError:
-                pass
+        _shut(self._server)
         with self._lock:
             channels = list(self._channels.values())
         for channel in channels:
@@ -194,7 +193,8 @@ class Coordinator:
             except OSError:
                 return
             if not self._pending.acquire(blocking=False):  # a flood of strangers: hosts retry later
-                _close_quietly(sock)
+                with suppress(OSError):
+                    sock.close()
                 continue
             threading.Thread(target=self._serve, args=(sock,), name="coordinator peer", daemon=True).start()
 
@@ -216,9 +216,7 @@ class Coordinator:
 
     def _timed_handshake(self, channel: _Channel) -> str | None:
         """The handshake, cut off after HANDSHAKE_TIMEOUT in all (a peer trickling bytes cannot hold it)."""
-        timer = threading.Timer(HANDSHAKE_TIMEOUT, channel.close)
-        timer.daemon = True
-        timer.start()
+        timer = _daemon_timer(HANDSHAKE_TIMEOUT, channel.close)
         try:
             return self._handshake(channel)
         finally:
@@ -240,7 +238,8 @@ class Coordinator:
             return None
         with self._lock:
             self._channels[host] = channel
-            pending = [{"type": "stop", "failure": self._first_failure()}] if self._stop_sent else []
+            cause = root_cause(self._failures.values()) if self._stop_sent else None
+            pending = [{"type": "stop", "failure": cause.to_json() if cause else None}] if self._stop_sent else []
             if self._verdict:
                 pending.append(self._verdict)
         channel.send({"type": "welcome"})
@@ -350,10 +349,6 @@ class Coordinator:
             for channel in channels:
                 channel.send(verdict)
 
-    def _first_failure(self) -> dict[str, Any] | None:
-        cause = root_cause(self._failures.values())
-        return cause.to_json() if cause else None
-
 
 class CoordinatorClient:
     """One runtime's line to the coordinator: report failures, learn when to stop and who is to blame."""
@@ -389,16 +384,12 @@ class CoordinatorClient:
         self._send({"type": "final", "status": status, "failures": [f.to_json() for f in failures]})
 
     def wait_verdict(self, timeout: float) -> tuple[FailureRecord, list[FailureRecord]] | None:
-        deadline = time.monotonic() + timeout
-        while not self.verdict_event.is_set() and not self.gave_up.is_set() and time.monotonic() < deadline:
-            self.verdict_event.wait(0.05)
+        _wait_for(self.verdict_event, self.gave_up, timeout)
         return self.verdict
 
     def flush(self, timeout: float) -> bool:
         """Wait until queued messages have gone out (connected) or the coordinator is out of reach."""
-        deadline = time.monotonic() + timeout
-        while not self.connected.is_set() and not self.gave_up.is_set() and time.monotonic() < deadline:
-            self.connected.wait(0.05)
+        _wait_for(self.connected, self.gave_up, timeout)
         return self.connected.is_set()
 
     def close(self) -> None:

@@ -104,32 +104,32 @@ def training_env_dict(env: TrainingEnv, plan: RankPlan) -> dict[str, Any]:
     }
 
 
+# The training-environment keys the toolkit's ``to_env_vars()`` exports under their own names.
+ENV_TABLE_KEYS = (
+    "hosts", "network_interface_name", "resource_config", "input_data_config", "output_data_dir",
+    "current_host", "current_instance_type", "current_instance_group", "current_instance_group_hosts",
+    "instance_groups", "instance_groups_dict", "distribution_instance_groups", "is_hetero", "module_name",
+    "log_level", "framework_module", "input_dir", "input_config_dir", "output_dir", "num_cpus", "num_gpus",
+    "num_neurons", "model_dir", "module_dir", "output_intermediate_dir", "user_entry_point",
+)
+
+
 def sm_env(env: TrainingEnv, plan: RankPlan) -> dict[str, str]:
     """Every ``SM_*`` variable the toolkit exports to the user process (its ``to_env_vars()``), and no other."""
-    training = training_env_dict(env, plan)
-    table: dict[str, Any] = {
-        key: training[key]
-        for key in (
-            "hosts", "network_interface_name", "resource_config", "input_data_config", "output_data_dir",
-            "current_host", "current_instance_type", "current_instance_group", "current_instance_group_hosts",
-            "instance_groups", "instance_groups_dict", "distribution_instance_groups", "is_hetero", "module_name",
-            "log_level", "framework_module", "input_dir", "input_config_dir", "output_dir", "num_cpus", "num_gpus",
-            "num_neurons", "model_dir", "module_dir", "output_intermediate_dir", "user_entry_point",
-        )
-    }
-    table["hps"] = training["hyperparameters"]
-    table["channels"] = list(env.channels)
-    table["training_env"] = training
-    table["user_args"] = hyperparameter_argv(env.hyperparameters)
-    table["framework_params"] = training["additional_framework_parameters"]
-    for name, path in training["channel_input_dirs"].items():
-        table[f"channel_{name}"] = path
-    for name, value in env.hyperparameters.items():
-        table[f"hp_{name}"] = value
-    if env.topology:  # the toolkit exports it only when the platform gave one
-        table["topology"] = env.topology
-    # Nothing beyond the toolkit's names: a script that leaned on an extra SM_* variable here would
-    # fail on SageMaker.
+    return toolkit_variables(training_env_dict(env, plan), hyperparameter_argv(env.hyperparameters))
+
+
+def toolkit_variables(training: Mapping[str, Any], user_args: Sequence[str]) -> dict[str, str]:
+    """The toolkit's ``to_env_vars()`` of an ``SM_TRAINING_ENV`` document; shared with the compat
+    ``sagemaker_training.environment``. Nothing beyond the toolkit's names: a script that leaned on an
+    extra SM_* variable here would fail on SageMaker."""
+    table: dict[str, Any] = {key: training.get(key) for key in ENV_TABLE_KEYS}
+    channels, hyperparameters = training.get("channel_input_dirs", {}), training.get("hyperparameters", {})
+    table.update(hps=hyperparameters, framework_params=training.get("additional_framework_parameters", {}), channels=sorted(channels), training_env=dict(training), user_args=list(user_args))
+    if training.get("topology"):  # the toolkit exports it only when the platform gave one
+        table["topology"] = training["topology"]
+    table.update({f"channel_{name}": path for name, path in channels.items()})
+    table.update({f"hp_{name}": value for name, value in hyperparameters.items()})
     return {f"SM_{key.upper()}": encode_env_value(value) for key, value in table.items()}
 
 

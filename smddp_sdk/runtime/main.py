@@ -253,11 +253,9 @@ class NodeRuntime:
             if proc.returncode == 0:
                 self.early_exits.append(FailureRecord(slot.host, slot.rank, 0, "", timestamp=proc.exited_at, source=SOURCE_EARLY_EXIT, local_rank=slot.local_rank, pid=pid))
             else:
-                failures.append(
-                    rank_failure(
-                        host=slot.host, rank=slot.rank, local_rank=slot.local_rank, pid=pid, returncode=proc.returncode or 0, error_file=proc.error_file, log_tail=_settled_tail(proc), observed_at=proc.exited_at
-                    )
-                )
+                proc.pump.join(0.5)  # the last lines of a dead rank are still in the pipe for a moment
+                failures.append(rank_failure(host=slot.host, rank=slot.rank, local_rank=slot.local_rank, pid=pid, returncode=proc.returncode or 0, error_file=proc.error_file,
+                                             log_tail=proc.pump.tail(), observed_at=proc.exited_at))
         return failures
 
     def _stop(self, failures: list[FailureRecord]) -> None:
@@ -302,7 +300,8 @@ class NodeRuntime:
             self.console.say(self.prefix, render_summary(cause, others))
         if self.signalled and cause.rank is None and cause.host == self.env.current_host:
             return 128 + int(self.signalled)
-        return _job_exit_code(cause.exit_code)
+        # The root-cause rank's code as the runtime's own (SageMaker's contract); 1 for signals and odd codes.
+        return cause.exit_code if 0 < cause.exit_code < 126 else EXIT_JOB_FAILED
 
     def _write_records(self, records: list[FailureRecord]) -> None:
         """output/failures.json: every record this host knows, for the supervisor's root-cause rule."""
@@ -389,14 +388,9 @@ class NodeRuntime:
         threading.Thread(target=self._read_lifeline, args=(fd,), name="lifeline", daemon=True).start()
 
     def _read_lifeline(self, fd: int) -> None:
-        while True:
-            try:
-                if not os.read(fd, 64):
-                    break
-            except InterruptedError:
-                continue
-            except OSError:
-                break
+        with contextlib.suppress(OSError):  # os.read retries on EINTR itself (PEP 475)
+            while os.read(fd, 64):
+                pass
         os.close(fd)
         self._on_supervisor_gone()
 
@@ -431,11 +425,6 @@ class NodeRuntime:
         return self._signal_record
 
 
-def _job_exit_code(code: int) -> int:
-    """The root-cause rank's code as the runtime's own (SageMaker's contract); 1 for signals and odd codes."""
-    return code if 0 < code < 126 else EXIT_JOB_FAILED
-
-
 _SCRATCH_PREFIX = "smddp-runtime-"
 
 
@@ -454,11 +443,6 @@ def _sweep_stale_scratch() -> None:
         except OSError:
             continue
         shutil.rmtree(entry, ignore_errors=True)
-
-
-def _settled_tail(proc: RankProcess) -> str:
-    proc.pump.join(0.5)  # the last lines of a dead rank are still in the pipe for a moment
-    return proc.pump.tail()
 
 
 if __name__ == "__main__":

@@ -88,10 +88,7 @@ def launch_shape(framework_params: Mapping[str, Any], in_distribution_group: boo
             raise ContractError(f"hyperparameters.json: field {flag!r} asks for a launcher this runtime does not provide; use smdistributed, pytorchddp, torch_distributed or mpi")
     if not in_distribution_group:
         return LaunchShape.NONE
-    for flag, shape in _SHAPE_FLAGS:
-        if truthy(framework_params.get(flag)):
-            return shape
-    return LaunchShape.NONE
+    return next((shape for flag, shape in _SHAPE_FLAGS if truthy(framework_params.get(flag))), LaunchShape.NONE)
 
 
 def processes_per_host(shape: LaunchShape, framework_params: Mapping[str, Any], num_gpus: int, num_neurons: int = 0) -> int:

@@ -107,13 +107,9 @@ def reap_orphans() -> None:
 
     Only called once every rank has been reaped, so it cannot take an exit status a Popen still waits for.
     """
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+    with suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
 
 
 _PR_SET_PDEATHSIG = 1

@@ -64,7 +64,8 @@ def node_environ(environ: Mapping[str, str]) -> dict[str, str]:
     tree = OptMl(job_dir.node_tree(index))
     if not tree.base.is_dir():
         raise ContractError(f"no staged tree for node {index} at {tree.base}")
-    _reset_outcome(tree)  # a requeued job starts again in the same tree
+    for path in (tree.failure_file, tree.failures_file, tree.success_file):  # a requeued job starts again in the same tree
+        path.unlink(missing_ok=True)
     contract.write_config_files(
         tree,
         resource=contract.resource_config(current, hosts, node["instance_type"]),
@@ -96,11 +97,6 @@ def _required(environ: Mapping[str, str], name: str) -> str:
     if not value:
         raise ContractError(f"{name} is not set: the node runtime must run as a task of a Slurm job step (srun)")
     return value
-
-
-def _reset_outcome(tree: OptMl) -> None:
-    for path in (tree.failure_file, tree.failures_file, tree.success_file):
-        path.unlink(missing_ok=True)
 
 
 def job_ports(job_id: int) -> tuple[int, int, int]:

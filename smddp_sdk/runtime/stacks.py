@@ -11,6 +11,7 @@ import faulthandler
 import os
 import signal
 from collections.abc import Callable, Iterable
+from contextlib import suppress
 from pathlib import Path
 from typing import IO
 
@@ -40,9 +41,7 @@ def forward_stack_requests(pids: Callable[[], Iterable[int]]) -> None:
 
     def forward(_signum: int, _frame: object) -> None:
         for pid in pids():
-            try:
+            with suppress(ProcessLookupError):  # the rank ended meanwhile
                 os.kill(pid, STACKS_SIGNAL)
-            except ProcessLookupError:
-                pass  # the rank ended meanwhile
 
     signal.signal(STACKS_SIGNAL, forward)

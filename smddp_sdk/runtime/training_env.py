@@ -24,6 +24,7 @@ from smddp_sdk.errors import ContractError
 from smddp_sdk.runtime.plan import truthy
 from smddp_sdk.specs import contract, limits
 from smddp_sdk.specs.contract import OptMl
+from smddp_sdk.specs.job import validate_entry_point
 
 N = TypeVar("N", int, float)
 
@@ -40,9 +41,6 @@ DISTRIBUTION_FLAGS = (
     "sagemaker_parameter_server_enabled",
     "sagemaker_multi_worker_mirrored_strategy_enabled",
 )
-
-# The entry-point rule of sagemaker-training 5.1.4: relative, plain characters, no "." or ".." parts.
-_ENTRY_POINT_RE = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._+-]*(/[A-Za-z0-9._+-]+)*$")
 
 
 @dataclass(frozen=True)
@@ -146,10 +144,7 @@ class TrainingEnv:
 
     @property
     def current_instance_group_hosts(self) -> tuple[str, ...]:
-        for group in self.instance_groups:
-            if group.name == self.current_group_name:
-                return group.hosts
-        return ()
+        return next((group.hosts for group in self.instance_groups if group.name == self.current_group_name), ())
 
     @property
     def module_name(self) -> str:
@@ -205,22 +200,9 @@ def read_training_env(environ: Mapping[str, str] | None = None) -> TrainingEnv:
         job_token=environ.get(contract.JOB_TOKEN_ENV) or _derived_token(opt_ml, topology["hosts"], environ),
         is_smddprun_installed=shutil.which("smddprun") is not None,
         is_smddpmprun_installed=shutil.which("smddpmprun") is not None,
-        is_modelparallel_enabled=_modelparallel_enabled(environ.get("SM_HP_MP_PARAMETERS")),
+        # The toolkit's expression, kept as it is so SM_TRAINING_ENV matches it (null when unset).
+        is_modelparallel_enabled=(mp := environ.get("SM_HP_MP_PARAMETERS")) and mp != "{}",
     )
-
-
-def _modelparallel_enabled(mp_parameters: str | None) -> bool | str | None:
-    """The toolkit's expression, kept as it is so SM_TRAINING_ENV matches it (null when unset)."""
-    return mp_parameters and mp_parameters != "{}"
-
-
-def validate_entry_point(name: str) -> str | None:
-    """Why ``name`` is not an acceptable entry point, or None when it is."""
-    if not _ENTRY_POINT_RE.match(name):
-        return "must be a relative path of letters, digits and . _ + - (no spaces, shell characters or leading /)"
-    if any(part in (".", "..") for part in name.split("/")):
-        return "must not contain '.' or '..' path parts"
-    return None
 
 
 # --- resourceconfig.json --------------------------------------------------------------------------
@@ -343,8 +325,7 @@ def _gpu_counts(environ: Mapping[str, str]) -> tuple[int, int | None]:
     their CPU path instead of failing in ``torch.cuda``.
     """
     if not environ.get(contract.NUM_GPUS_ENV, "").strip():
-        found = probe_gpu_count()
-        return found, None
+        return probe_gpu_count(), None
     simulated = number_env(environ, contract.NUM_GPUS_ENV, 0, int, limits.MAX_PROCESSES_PER_HOST)
     reported = simulated if simulated and probe_gpu_count() > 0 else 0
     return reported, (simulated if simulated != reported else None)

@@ -29,6 +29,7 @@ import os
 import stat
 import tarfile
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
@@ -187,14 +188,14 @@ def _write(tar: tarfile.TarFile, plan: list[tuple[tarfile.TarInfo, tuple[str, ..
         os.close(root)
 
 
-def _make_dirs(root: int, parts: tuple[str, ...]) -> int:
-    """Open (creating as needed) ``parts`` under ``root`` without following any symlink; returns its fd."""
+def _make_dirs(root: int, parts: Sequence[str], mode: int | None = 0o700) -> int:
+    """Open ``parts`` under the directory ``root`` (creating them with ``mode`` unless None) without following
+    any symlink; returns its fd. A link of a part's name is refused by O_NOFOLLOW (OSError)."""
     fd = os.dup(root)
     for part in parts:
-        try:
-            os.mkdir(part, 0o700, dir_fd=fd)
-        except FileExistsError:
-            pass
+        if mode is not None:
+            with suppress(FileExistsError):
+                os.mkdir(part, mode, dir_fd=fd)
         try:
             child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
         finally:
@@ -222,8 +223,7 @@ def _write_file(tar: tarfile.TarFile, member: tarfile.TarInfo, root: int, parts:
 
 def _mode(mode: int, *, directory: bool) -> int:
     """The member's permissions without setuid/setgid/sticky or write for others; always owner-usable."""
-    mode = (mode & 0o755) | (0o700 if directory else 0o600)
-    return mode
+    return (mode & 0o755) | (0o700 if directory else 0o600)
 
 
 # --- reading one file a job wrote ------------------------------------------------------------------------
@@ -235,17 +235,12 @@ def _open_leaf(root: Path, relative: str, flags: int, make_dirs: bool = False) -
     parts = [part for part in relative.split("/") if part not in ("", ".")]
     if not parts:
         raise IsADirectoryError(f"{root}: no file named")
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        for part in parts[:-1]:
-            if make_dirs:
-                try:
-                    os.mkdir(part, 0o755, dir_fd=fd)
-                except FileExistsError:
-                    pass  # a link of that name is refused by O_NOFOLLOW next
-            child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            os.close(fd)
-            fd = child
+        fd = _make_dirs(root_fd, parts[:-1], 0o755 if make_dirs else None)
+    finally:
+        os.close(root_fd)
+    try:
         return os.open(parts[-1], flags | os.O_NOFOLLOW, 0o644, dir_fd=fd)
     finally:
         os.close(fd)

@@ -12,10 +12,10 @@ import json
 import os
 import re
 import signal
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from smddp_sdk.errors import ContractError
 from smddp_sdk.specs.archives import read_inside, write_inside
@@ -25,6 +25,7 @@ DEFAULT_BASE_DIR = "/opt/ml"
 BASE_DIR_ENV = "SAGEMAKER_BASE_DIR"
 DEFAULT_GROUP_NAME = "homogeneousCluster"
 DEFAULT_NETWORK_INTERFACE = "eth0"
+N = TypeVar("N", int, float)
 # SageMaker keeps the first 1024 characters of output/failure as the job's FailureReason.
 FAILURE_REASON_LIMIT = 1024
 
@@ -296,11 +297,15 @@ def _from_torchelastic(raw: dict[str, Any]) -> dict[str, Any]:
     error_type, _, rest = text.partition(": ")
     if not rest or " " in error_type:  # not "Type: text"
         error_type, rest = "Error", text
+    return {"error_type": error_type, "message": rest, "traceback": trace, "timestamp": number_or_none(float, stamp), "source": "torchelastic"}
+
+
+def number_or_none(kind: Callable[[Any], N], value: Any) -> N | None:
+    """``kind(value)`` (int or float), None where value is None or not a number: records cross processes and versions."""
     try:
-        timestamp = float(stamp) if stamp is not None else None
+        return kind(value) if value is not None else None
     except (TypeError, ValueError):
-        timestamp = None
-    return {"error_type": error_type, "message": rest, "traceback": trace, "timestamp": timestamp, "source": "torchelastic"}
+        return None
 
 
 def write_success(opt_ml: OptMl) -> None:

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from smddp_sdk.specs.contract import FAILURE_REASON_LIMIT, RootCause, parse_root_cause
+from smddp_sdk.specs.contract import FAILURE_REASON_LIMIT, RootCause, number_or_none, parse_root_cause
 
 # Where a record comes from (``FailureRecord.source``).
 SOURCE_ERROR_FILE = "error_file"  # the rank's bootstrap wrote output/errors/rank-N.json
@@ -48,7 +48,7 @@ SOURCE_STOPPED = "stopped"  # stopped because of another failure, or by a cancel
 SOURCE_TIMEOUT = "timeout"  # max_run passed
 
 _MESSAGE_LIMIT = 300
-_BORDER = "=" * 60
+BORDER = "=" * 60
 # Errors that only say a peer went away or that the job is stopping: the symptom, not the cause.
 _OBSERVED_LOSS = frozenset({"LostPeer", "HostNeverJoined"})
 _VICTIM_TYPES = frozenset({"LostCoordinator", "SupervisorGone", "Stopped"})
@@ -141,30 +141,29 @@ def from_error_file(data: Mapping[str, Any], *, host: str, path: str = "", exit_
     """The record of a rank's bootstrap error file (keys of ``smddp_sdk.runtime.bootstrap``)."""
     return FailureRecord(
         host=str(data.get("host") or host),
-        rank=_int_or_none(data.get("rank")),
+        rank=number_or_none(int, data.get("rank")),
         exit_code=int(exit_code if exit_code is not None else data.get("exit_code") or 1),
         message=str(data.get("message") or ""),
         traceback=str(data.get("traceback") or ""),
-        timestamp=_float_or_none(data.get("timestamp")),
+        timestamp=number_or_none(float, data.get("timestamp")),
         error_type=str(data.get("error_type") or "Error"),
         source=SOURCE_ERROR_FILE,
-        local_rank=_int_or_none(data.get("local_rank")),
-        pid=_int_or_none(data.get("pid")),
+        local_rank=number_or_none(int, data.get("local_rank")),
+        pid=number_or_none(int, data.get("pid")),
         error_file=path,
     )
 
 
 def from_death(*, host: str, rank: int | None, returncode: int, observed_at: float | None = None, **extra: Any) -> FailureRecord:
     """A process that ended without an error record: by a signal, or with a bare exit code."""
-    code = exit_code_of(returncode)
     subject = "the runtime" if rank is None else "the rank"
-    if returncode < 0:
-        name = signal_name(-returncode)
+    name = signal_name(-returncode) if returncode < 0 else None
+    if name:
         hint = " (sent by someone else, or the kernel's out-of-memory killer)" if -returncode == signals.SIGKILL else ""
-        return FailureRecord(host, rank, code, f"{subject} was killed by {name}{hint}", timestamp=observed_at or time.time(),
-                             error_type="Signal", signal=name, **{"source": SOURCE_EXIT, **extra})
-    return FailureRecord(host, rank, code, f"{subject} exited with code {returncode} without an error record; see the log tail",
-                         timestamp=observed_at or time.time(), error_type="ExitCode", **{"source": SOURCE_EXIT, **extra})
+        message, error_type = f"{subject} was killed by {name}{hint}", "Signal"
+    else:
+        message, error_type = f"{subject} exited with code {returncode} without an error record; see the log tail", "ExitCode"
+    return FailureRecord(host, rank, exit_code_of(returncode), message, timestamp=observed_at or time.time(), error_type=error_type, signal=name, **{"source": SOURCE_EXIT, **extra})
 
 
 # --- the rule ---------------------------------------------------------------------------------------
@@ -331,13 +330,13 @@ def _last_chars(text: str, limit: int) -> str:
 
 def render_summary(root: FailureRecord, others: Sequence[FailureRecord] = (), *, title: str = "Job failed", hints: Sequence[str] = ()) -> str:
     """torchrun's layout: other failures first, the root cause last (it is what the eye finds at the end)."""
-    blocks = [_BORDER, title, _BORDER]
+    blocks = [BORDER, title, BORDER]
     others = [f for f in others if f != root]
     if others:
         blocks.append("Other failures:")
         blocks += [f"  {f.summary()}" for f in others[-20:]]
         blocks.append("-" * 60)
-    blocks += ["Root cause (first failure in time):", *_describe(root), _BORDER, *hints]
+    blocks += ["Root cause (first failure in time):", *_describe(root), BORDER, *hints]
     return "\n".join(blocks)
 
 
@@ -377,17 +376,4 @@ def _shortened(body: list[str], keep: int = 20) -> list[str]:
     above = body[:start] if start <= 1 else [f"... ({start} lines above)"]  # "Traceback (most recent call last):"
     return [*above, *body[start:start + 2], f"... ({len(body) - keep - start - 2} lines)", *tail]
 
-
-def _int_or_none(value: Any) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
-
-
-def _float_or_none(value: Any) -> float | None:
-    try:
-        return float(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
 

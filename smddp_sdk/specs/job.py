@@ -10,9 +10,11 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import UnionType
 from typing import Any
 
 from smddp_sdk.errors import SpecError, SpecIssue, did_you_mean
@@ -23,6 +25,7 @@ from smddp_sdk.specs.v2_arguments import REFUSED_ARGUMENTS
 
 DEFAULT_BASE_JOB_NAME = "pytorch-training"
 _CHANNEL_NAME = re.compile(r"^[A-Za-z0-9\.\-_]{1,64}$")
+# The entry-point rule of sagemaker-training 5.1.4: relative, plain characters, no "." or ".." parts.
 _ENTRY_POINT = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._+-]*(/[A-Za-z0-9._+-]+)*$")
 _S3_DISTRIBUTIONS = ("FullyReplicated", "ShardedByS3Key")
 _S3_DATA_TYPES = ("S3Prefix", "ManifestFile", "AugmentedManifestFile")
@@ -143,27 +146,25 @@ def make_job_name(base: str | None) -> str:
     return f"{base[: 63 - len(stamp) - 1]}-{stamp}"
 
 
+def validate_entry_point(name: str) -> str | None:
+    """Why ``name`` is not an acceptable entry point, or None when it is (the job's check and the runtime's)."""
+    if not _ENTRY_POINT.match(name):
+        return "must be a relative path of letters, digits and . _ + - (no spaces, shell characters or leading /)"
+    if any(part in (".", "..") for part in name.split("/")):
+        return "must not contain '.' or '..' path parts"
+    return None
+
+
 def _input_as_dict(channel: TrainingInput) -> dict[str, Any]:
     return {k: v for k, v in dataclasses.asdict(channel).items() if v is not None}
 
 
 # --- building and validating --------------------------------------------------------------------
 
-_STR = (str,)
-_OPT_STR = (str, type(None))
-_INT = (int,)
-_OPT_INT = (int, type(None))
-_BOOL = (bool,)
-_OPT_BOOL = (bool, type(None))
+# The fields written as one scalar (nullable ones included) and the types each takes, from JobSpec's own hints.
 _SIMPLE_TYPES: dict[str, tuple[type, ...]] = {
-    "entry_point": _STR, "instance_type": _STR, "instance_count": _INT, "source_dir": _OPT_STR,
-    "role": _OPT_STR, "image_uri": _OPT_STR, "framework_version": _OPT_STR, "py_version": _OPT_STR,
-    "output_path": _OPT_STR, "code_location": _OPT_STR, "base_job_name": _OPT_STR, "job_name": _OPT_STR,
-    "max_run": _INT, "max_wait": _OPT_INT, "volume_size": _INT, "input_mode": _STR,
-    "use_spot_instances": _BOOL, "checkpoint_s3_uri": _OPT_STR, "checkpoint_local_path": _OPT_STR,
-    "max_retry_attempts": _OPT_INT, "keep_alive_period_in_seconds": _OPT_INT, "container_log_level": _INT,
-    "encrypt_inter_container_traffic": _BOOL, "enable_network_isolation": _BOOL,
-    "debugger_hook_config": _OPT_BOOL, "disable_profiler": _BOOL, "enable_sagemaker_metrics": _OPT_BOOL,
+    name: types for name, hint in typing.get_type_hints(JobSpec).items()
+    if set(types := typing.get_args(hint) if isinstance(hint, UnionType) else (hint,)) <= {str, int, bool, type(None)}
 }
 _TYPE_WORDS = {str: "a string", int: "an integer", bool: "true or false", type(None): "null"}
 
@@ -340,9 +341,7 @@ class _Builder:
     def check_instance_type(self) -> None:
         name = self.values.get("instance_type", "")
         if name and instance_types.lookup(name) is None:
-            hint = did_you_mean(name, instance_types.CATALOG)
-            if not hint:
-                hint = "use local, local_gpu or an ml.* type listed in docs/instance-types.md"
+            hint = did_you_mean(name, instance_types.CATALOG) or "use local, local_gpu or an ml.* type listed in docs/instance-types.md"
             self.issue("instance_type", f"unknown instance type {name!r}", hint)
 
     def check_code(self) -> None:
@@ -365,7 +364,7 @@ class _Builder:
             else:
                 self.values["entry_point"] = str(entry.resolve())
         program = entry_point if source_dir else Path(entry_point).name
-        if not _ENTRY_POINT.match(program) or any(part in (".", "..") for part in program.split("/")):
+        if validate_entry_point(program):
             self.issue("entry_point", f"{program!r} must be a relative path of letters, digits, '.', '_', '+', '-' without '.' or '..' parts")
         resolved_deps = []
         for index, dep in enumerate(self.values.get("dependencies", ())):

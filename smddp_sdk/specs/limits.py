@@ -90,7 +90,7 @@ def _number_issues(values: Mapping[str, Any]) -> list[SpecIssue]:
     for name, (bound, hint) in bounds.items():
         value = values.get(name)
         if isinstance(value, int) and not isinstance(value, bool) and value > bound:
-            issues.append(SpecIssue(name, f"must be at most {bound}, got {_short(value)}", hint))
+            issues.append(SpecIssue(name, f"must be at most {bound}, got {short_repr(value)}", hint))
     return issues
 
 
@@ -99,9 +99,9 @@ def processes_per_host_issues(value: Any, path: str) -> list[SpecIssue]:
     if value is None:
         return []
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        return [SpecIssue(path, f"must be a positive integer, got {_short(value)}")]
+        return [SpecIssue(path, f"must be a positive integer, got {short_repr(value)}")]
     if value > MAX_PROCESSES_PER_HOST:
-        return [SpecIssue(path, f"must be at most {MAX_PROCESSES_PER_HOST}, got {_short(value)}", "use more hosts (instance_count) instead")]
+        return [SpecIssue(path, f"must be at most {MAX_PROCESSES_PER_HOST}, got {short_repr(value)}", "use more hosts (instance_count) instead")]
     return []
 
 
@@ -111,7 +111,7 @@ def name_issues(name: Any, path: str) -> list[SpecIssue]:
         return []
     if JOB_NAME.match(name):
         return []
-    return [SpecIssue(path, f"must be 1-{MAX_NAME_LENGTH} letters, digits and hyphens, starting and ending with a letter or digit, got {_short(name)}")]
+    return [SpecIssue(path, f"must be 1-{MAX_NAME_LENGTH} letters, digits and hyphens, starting and ending with a letter or digit, got {short_repr(name)}")]
 
 
 def hyperparameter_issues(hyperparameters: Mapping[Any, Any]) -> list[SpecIssue]:
@@ -176,7 +176,7 @@ def environment_issues(environment: Mapping[Any, Any]) -> list[SpecIssue]:
             continue  # reported by the type check
         path = f"environment.{key}"
         if not ENV_NAME.match(key):
-            issues.append(SpecIssue(path, f"{_short(key)} is not a valid variable name", "use letters, digits and '_', not starting with a digit; no '=', spaces or NUL"))
+            issues.append(SpecIssue(path, f"{short_repr(key)} is not a valid variable name", "use letters, digits and '_', not starting with a digit; no '=', spaces or NUL"))
         elif key in RESERVED_ENVIRONMENT:
             issues.append(SpecIssue(path, "is set by smddp-sdk and cannot be overridden", RESERVED_ENVIRONMENT[key]))
         if isinstance(value, str):
@@ -228,7 +228,7 @@ def _unencodable(value: Any) -> Any:
     return value
 
 
-def _short(value: Any, limit: int = 40) -> str:
+def short_repr(value: Any, limit: int = 40) -> str:
     """A value as the message shows it: its repr, cut short (a 1e23 count or a 100 KiB name)."""
     if isinstance(value, int) and value.bit_length() > 256:
         try:

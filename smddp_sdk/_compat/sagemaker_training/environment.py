@@ -12,6 +12,8 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from smddp_sdk.runtime.env import toolkit_variables
+
 TRAINING_ENV_KEYS = (
     "additional_framework_parameters", "channel_input_dirs", "current_host", "current_instance_group",
     "current_instance_group_hosts", "current_instance_type", "distribution_hosts", "distribution_instance_groups",
@@ -31,24 +33,6 @@ _DEFAULTS: dict[str, Any] = {
     "output_intermediate_dir": "/opt/ml/output/intermediate", "network_interface_name": "eth0",
     "is_master": True, "is_hetero": False, "is_modelparallel_enabled": False,
 }
-
-
-# The training-environment keys the toolkit's to_env_vars() exports under their own name.
-_ENV_TABLE_KEYS = (
-    "hosts", "network_interface_name", "user_entry_point", "resource_config", "input_data_config",
-    "output_data_dir", "current_host", "current_instance_type", "current_instance_group",
-    "current_instance_group_hosts", "instance_groups", "instance_groups_dict", "distribution_instance_groups",
-    "is_hetero", "module_name", "log_level", "framework_module", "input_dir", "input_config_dir", "output_dir",
-    "num_cpus", "num_gpus", "num_neurons", "model_dir", "module_dir", "output_intermediate_dir",
-)
-
-
-def _encode(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
 def _decode(raw: str) -> Any:
@@ -109,22 +93,7 @@ class Environment(Mapping[str, Any]):
     def to_env_vars(self) -> dict[str, str]:
         """The toolkit's ``to_env_vars()``: the same SM_* names and encodings (str as-is, None as "",
         everything else sorted compact JSON), nothing more."""
-        values = self._values
-        table: dict[str, Any] = {key: values.get(key) for key in _ENV_TABLE_KEYS}
-        table.update(
-            hps=values.get("hyperparameters", {}),
-            framework_params=values.get("additional_framework_parameters", {}),
-            channels=sorted(values.get("channel_input_dirs", {})),
-            training_env=dict(values),
-            user_args=self.to_cmd_args(),
-        )
-        if values.get("topology"):
-            table["topology"] = values["topology"]
-        for name, path in values.get("channel_input_dirs", {}).items():
-            table[f"channel_{name}"] = path
-        for key, value in values.get("hyperparameters", {}).items():
-            table[f"hp_{key}"] = value
-        return {"SM_" + key.upper(): _encode(value) for key, value in table.items()}
+        return toolkit_variables(self._values, self.to_cmd_args())
 
     def __repr__(self) -> str:
         return f"Environment(current_host={self._values.get('current_host')!r}, hosts={self._values.get('hosts')!r})"

@@ -60,17 +60,15 @@ def get_rank(group: object = None) -> int:
 
 
 def get_local_rank() -> int:
-    for name in ("SMDATAPARALLEL_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"):
-        if name in os.environ:
-            return int(os.environ[name])
-    return 0
+    return _first_set(("SMDATAPARALLEL_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"), 0)
 
 
 def get_local_size() -> int:
-    for name in ("SMDATAPARALLEL_LOCAL_SIZE", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"):
-        if name in os.environ:
-            return int(os.environ[name])
-    return 1
+    return _first_set(("SMDATAPARALLEL_LOCAL_SIZE", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"), 1)
+
+
+def _first_set(names: tuple[str, ...], default: int) -> int:
+    return next((int(os.environ[name]) for name in names if name in os.environ), default)
 
 
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
