@@ -2,9 +2,9 @@
 
 torch 2.13 cannot subclass the C++ Backend from Python, so the group is a ProcessGroup subclass that torch
 uses directly. Its base is the native core (native/smddp_core.cpp) where that builds: blocking
-collectives of a one-host group, and all_reduce, all_gather, broadcast, reduce_scatter_tensor (and the list
-reduce_scatter of equal inputs), all_to_all and barrier across hosts, then run in C++ without entering
-Python, and everything else comes back to the methods here under `_python_<name>`. Without the
+collectives of a one-host group, and all_reduce, reduce, all_gather, gather, broadcast, scatter,
+reduce_scatter_tensor (and the list reduce_scatter of equal inputs), all_to_all and barrier across hosts,
+then run in C++ without entering Python, and everything else comes back to the methods here under `_python_<name>`. Without the
 core the base is torch's ProcessGroup and these methods are called directly. Both dispatch paths reach
 them: `dist.*` with Python arguments, C++ callers (DDP's reducer, functional collectives) through the
 trampoline, so names and signatures mirror the C++ binding exactly.
@@ -707,8 +707,8 @@ class PythonProcessGroup(SmddpProcessGroup, dist.ProcessGroup):
 
 
 # Collectives the core may run itself; it calls `_python_<name>` for what it leaves to Python.
-CORE_METHODS = ("allreduce", "broadcast", "allgather", "all_gather_single", "reduce_scatter", "reduce_scatter_single", "alltoall",
-                "all_to_all_single", "barrier")
+CORE_METHODS = ("allreduce", "reduce", "broadcast", "scatter", "allgather", "all_gather_single", "gather", "reduce_scatter",
+                "reduce_scatter_single", "alltoall", "all_to_all_single", "barrier")
 
 
 @functools.cache

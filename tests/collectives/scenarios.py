@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import time
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -222,8 +223,12 @@ ACROSS_HOSTS_CASES = [(1000, "float32", "SUM"), (15_000, "float32", "SUM"), (30_
 ACROSS_HOSTS_GATHERS = [(100, "float32", True), (20_000, "int32", True), (300_001, "float32", False)]
 # the other collectives across hosts: broadcast from the last rank and from rank 1 (a binomial tree; from 5
 # hosts at 120 KB and from 3 at 1.2 MB scatter + all_gather), reduce_scatter_tensor and reduce_scatter (a list
-# of inputs) of so many elements per rank, all_to_all_single and all_to_all with uneven parts (some empty), barrier
-ACROSS_HOSTS_OTHERS = [("broadcast", 30_000), ("broadcast_from_1", 300_001), ("reduce_scatter_tensor", 20_001),
+# of inputs) of so many elements per rank, all_to_all_single and all_to_all with uneven parts (some empty), barrier,
+# reduce to the last rank (float32 SUM) and to rank 1 (bf16 AVG, rounded once), scatter from rank 1 (large: scatter +
+# all_gather between 3 hosts) and from the last rank, gather to rank 1 and to the last rank (large: the ring)
+ACROSS_HOSTS_OTHERS = [("reduce", 30_001), ("reduce_avg_from_1", 20_001), ("scatter_from_1", 300_001), ("scatter", 3_001),
+                       ("gather_to_1", 2_001), ("gather", 300_001),
+                       ("broadcast", 30_000), ("broadcast_from_1", 300_001), ("reduce_scatter_tensor", 20_001),
                        ("reduce_scatter", 5_001), ("reduce_scatter_tensor_avg", 10_001), ("all_to_all_single", 20_000),
                        ("all_to_all", 3), ("barrier", 0), ("all_to_all_mismatch", 3)]  # the last: it fails the group
 
@@ -266,8 +271,35 @@ def _all_to_all(op: str, count: int) -> bool:
     return all(torch.equal(o, e) for o, e in zip(outs, expected))
 
 
+def _rooted(op: str, count: int) -> dict:
+    """reduce, scatter or gather to or from rank 1 or the last rank: the root's result against a reference,
+    every other rank's input untouched; a reduce's result is broadcast for the digest (the same bits everywhere)."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    root = 1 if op.endswith("_1") else size - 1
+    if op.startswith("reduce"):
+        dtype, red = (torch.bfloat16, dist.ReduceOp.AVG) if "avg" in op else (torch.float32, dist.ReduceOp.SUM)
+        x = _seeded(rank, count, dtype)
+        dist.reduce(x, dst=root, op=red)
+        every = torch.stack([_seeded(r, count, dtype).double() for r in range(size)])
+        reference = every.mean(0) if "avg" in op else every.sum(0)
+        right = bool(torch.allclose(x.double(), reference, rtol=1e-2, atol=1e-2)) if rank == root else torch.equal(x, _seeded(rank, count, dtype))
+        dist.broadcast(x, src=root)
+        return {"close": right, "digest": _tensor_digest(x), "calls": 2}
+    parts = [torch.arange(count, dtype=torch.float64).mul(size).add(r).to(torch.int32 if op == "gather" else torch.float32) for r in range(size)]
+    if op.startswith("scatter"):
+        out = torch.empty(count)
+        dist.scatter(out, parts if rank == root else None, src=root)
+        return {"close": torch.equal(out, parts[rank]), "digest": ""}
+    outs = [torch.empty_like(parts[0]) for _ in range(size)] if rank == root else None
+    mine = parts[rank].clone()
+    dist.gather(mine, outs, dst=root)
+    return {"close": all(torch.equal(o, p) for o, p in zip(outs, parts)) if rank == root else torch.equal(mine, parts[rank]), "digest": ""}
+
+
 def _other_across_hosts(op: str, count: int) -> dict:
     rank, size = dist.get_rank(), dist.get_world_size()
+    if op.startswith(("reduce_avg", "scatter", "gather")) or op == "reduce":
+        return _rooted(op, count)
     if op.startswith("broadcast"):
         root = 1 if op == "broadcast_from_1" else size - 1
         x = _seeded(rank, count, torch.float32)
@@ -295,8 +327,8 @@ def _other_across_hosts(op: str, count: int) -> dict:
 
 
 def allreduce_across_hosts(store: dist.TCPStore) -> None:
-    """all_reduce (AVG too) and all_gather across hosts by every algorithm, then broadcast, reduce_scatter_tensor
-    and barrier: each result against a reference, plus a digest of each all_reduce's and the broadcast's bytes
+    """all_reduce (AVG too) and all_gather across hosts by every algorithm, then reduce, scatter, gather,
+    broadcast, reduce_scatter_tensor, all_to_all and barrier: each result against a reference, plus a digest of each all_reduce's and the broadcast's bytes
     (every rank must hold the same bits, whichever path each rank took), the calls made and the core's count."""
     rank = dist.get_rank()
     results = []
@@ -325,6 +357,21 @@ def allreduce_across_hosts(store: dist.TCPStore) -> None:
     group = dist.group.WORLD
     calls = sum(result.pop("calls", 1) for result in results)
     _report(store, "across", {"results": results, "calls": calls, "core_calls": group._core_calls() if hasattr(group, "_core_calls") else None})
+
+
+def sagemaker_check_across_hosts(store: dist.TCPStore) -> None:
+    """Under SageMaker's check the core runs SUM reductions unasked, but reduce, gather, scatter and
+    all_to_all (which AWS's SMDDP lacks) still come through Python, which names each call site."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    x = torch.ones(8)
+    dist.all_reduce(x)  # rank 0's note on CPU tensors: from here on the core may run SUM reductions
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dist.reduce(x, dst=1)
+        dist.gather(x, [torch.empty(8) for _ in range(size)] if rank == 0 else None, dst=0)
+        dist.scatter(x, [torch.ones(8)] * size if rank == 1 else None, src=1)
+        dist.all_to_all_single(torch.empty(8), torch.ones(8))
+    _report(store, "sagemaker", sorted(str(w.message).split(":")[0] for w in caught if type(w.message).__name__ == "SageMakerCompatibilityWarning"))
 
 
 def interrupted_between_hosts(store: dist.TCPStore) -> None:

@@ -169,6 +169,15 @@ def test_core_and_python_meet_in_the_log_depth_algorithms(count, algorithm):
     _assert_across_hosts([f"algo-{h + 1}" for h in range(count)], "mixed", {"SMDDP_ALLREDUCE_ALGO": algorithm})
 
 
+@pytest.mark.integration
+def test_sagemaker_check_still_names_collectives_aws_lacks_when_the_core_is_on():
+    cluster = Cluster(["algo-1", "algo-2"], scenario="sagemaker_check_across_hosts", native="1", env={"TRAINING_JOB_NAME": "rehearsal"})
+    reports = [json.loads(cluster.store.get(f"report/sagemaker/{r}")) for r in range(2)]
+    exits = cluster.finish(timeout=60)
+    assert all(code == 0 for code, _ in exits), exits
+    assert reports == [["dist.all_to_all_single", "dist.gather", "dist.reduce", "dist.scatter"]] * 2, reports
+
+
 def test_core_chooses_the_algorithms_of_algorithms_py():
     core = native.core()
     if core is None:

@@ -165,8 +165,8 @@ constexpr int kVerdictWord = 14, kPidWord = 15;
 constexpr int kSingleCopyOff = 3;
 // op indices of calls.py OPS
 enum CallOp : uint32_t {
-  kBarrier = 0, kAllReduce = 1, kBroadcast = 4, kAllGather = 6, kAllGatherIntoTensor = 8, kReduceScatter = 11,
-  kReduceScatterTensor = 12, kAllToAll = 14, kAllToAllSingle = 15
+  kBarrier = 0, kAllReduce = 1, kReduce = 3, kBroadcast = 4, kScatter = 5, kAllGather = 6, kAllGatherIntoTensor = 8,
+  kGather = 10, kReduceScatter = 11, kReduceScatterTensor = 12, kAllToAll = 14, kAllToAllSingle = 15
 };
 
 // calls.py DTYPES index (the record) and smddp_native.c's dtype code (the kernels; -1: not reduced here)
@@ -459,14 +459,66 @@ class SmddpCore : public c10d::PyProcessGroup {
       at::Tensor& x = tensors[0];
       int root = static_cast<int>(opts.rootRank);
       tag(kBroadcast, codes.record, x.numel(), static_cast<uint32_t>(root), 0);
-      Span data{static_cast<char*>(x.data_ptr()), nbytes_of(x)};
-      if (hosts_ == 1)
-        broadcast_spans(root, {data}, "broadcast");
-      else
-        broadcast_hosts(root, data);
+      broadcast_everywhere(root, {static_cast<char*>(x.data_ptr()), nbytes_of(x)}, "broadcast");
       return c10::make_intrusive<DoneWork>(tensors);
     }
     return python("_python_broadcast", tensors, opts);
+  }
+
+  // process_group.py's reduce: an all_reduce, in place on the root and of a copy elsewhere. Not while
+  // SageMaker's check is on (mode 2): AWS's SMDDP offers no reduce, gather or scatter, and Python says so.
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override {
+    DtypeCodes codes;
+    if (tensors.size() == 1 && !opts.asyncOp && mode() == 1 && reduces_here() && plain_cpu(tensors[0]) &&
+        rooted(opts.rootRank)) {
+      at::Tensor& x = tensors[0];
+      int op = reducible(x, opts.reduceOp, codes);
+      if (op >= 0 && x.numel() > 0 && claim_inline()) {
+        Claim claim(this);
+        tag(kReduce, codes.record, x.numel(), static_cast<uint32_t>(opts.rootRank), static_cast<uint32_t>(opts.reduceOp.op_) + 1);
+        at::Tensor work = opts.rootRank == getRank() ? x : x.clone();
+        reduce_everywhere(work, codes.kernel, op, "reduce");
+        return c10::make_intrusive<DoneWork>(tensors);
+      }
+    }
+    return python("_python_reduce", tensors, opts);
+  }
+
+  // process_group.py's scatter: the root's inputs, concatenated, broadcast; each rank keeps its row.
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override {
+    DtypeCodes codes;
+    bool is_root = opts.rootRank == getRank();
+    if (outputs.size() == 1 && !opts.asyncOp && mode() == 1 && (usable() || across_hosts()) && plain_cpu(outputs[0]) &&
+        dtype_codes(outputs[0].scalar_type(), codes) && outputs[0].numel() > 0 && rooted(opts.rootRank) &&
+        (!is_root || (inputs.size() == 1 && one_per_rank(inputs[0], outputs[0]))) && claim_inline()) {
+      Claim claim(this);
+      at::Tensor& out = outputs[0];
+      tag(kScatter, codes.record, out.numel(), static_cast<uint32_t>(opts.rootRank), 0);
+      at::Tensor whole = is_root ? flat_cat(inputs[0]) : at::empty({out.numel() * getSize()}, out.options());
+      broadcast_everywhere(static_cast<int>(opts.rootRank), {static_cast<char*>(whole.data_ptr()), nbytes_of(whole)}, "scatter");
+      std::memcpy(out.data_ptr(), static_cast<char*>(whole.data_ptr()) + getRank() * nbytes_of(out), nbytes_of(out));
+      return c10::make_intrusive<DoneWork>(outputs);
+    }
+    return python("_python_scatter", outputs, inputs, opts);
+  }
+
+  // process_group.py's gather: an all_gather whose result only the root keeps.
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override {
+    bool is_root = opts.rootRank == getRank();
+    if (inputs.size() == 1 && mode() == 1 && gatherable(inputs[0], opts.asyncOp) && rooted(opts.rootRank) &&
+        (!is_root || (outputs.size() == 1 && one_per_rank(outputs[0], inputs[0])))) {
+      const at::Tensor& x = inputs[0];
+      at::Tensor discarded = is_root ? at::Tensor() : at::empty({x.numel() * getSize()}, x.options());
+      std::vector<char*> targets;
+      for (int i = 0; i < getSize(); i++)
+        targets.push_back(is_root ? static_cast<char*>(outputs[0][i].data_ptr())
+                                  : static_cast<char*>(discarded.data_ptr()) + i * nbytes_of(x));
+      if (gather(kGather, x, targets, static_cast<uint32_t>(opts.rootRank)))
+        return c10::make_intrusive<DoneWork>(is_root ? outputs[0] : std::vector<at::Tensor>());
+    }
+    return python("_python_gather", outputs, inputs, opts);
   }
 
   // torch's trampoline (PyProcessGroup) finds Python overrides only on instances of ProcessGroup itself,
@@ -557,12 +609,7 @@ class SmddpCore : public c10d::PyProcessGroup {
                part.numel() == output.numel();
       });
       int op = even ? reducible(output, opts.reduceOp, codes) : -1;
-      auto flatten = [&] {
-        std::vector<at::Tensor> flat;
-        for (const at::Tensor& part : parts) flat.push_back(part.reshape(-1));
-        return at::cat(flat);
-      };
-      if (op >= 0 && reduce_scatter_hosts(kReduceScatter, output, flatten, codes, op, opts))
+      if (op >= 0 && reduce_scatter_hosts(kReduceScatter, output, [&] { return flat_cat(parts); }, codes, op, opts))
         return c10::make_intrusive<DoneWork>(outputs);
     }
     return python("_python_reduce_scatter", outputs, inputs, opts);
@@ -583,7 +630,7 @@ class SmddpCore : public c10d::PyProcessGroup {
                                            std::vector<at::Tensor>& inputs,
                                            const c10d::AllgatherOptions& opts) override {
     if (inputs.size() == 1 && outputs.size() == 1 && outputs[0].size() == static_cast<size_t>(getSize()) &&
-        gatherable(inputs[0], opts)) {
+        gatherable(inputs[0], opts.asyncOp)) {
       const at::Tensor& x = inputs[0];
       std::vector<char*> targets;
       for (auto& out : outputs[0]) {
@@ -598,7 +645,7 @@ class SmddpCore : public c10d::PyProcessGroup {
 
   c10::intrusive_ptr<c10d::Work> all_gather_single(at::Tensor& output, at::Tensor& input,
                                                    const c10d::AllgatherOptions& opts) override {
-    if (gatherable(input, opts) && plain_cpu(output) && output.scalar_type() == input.scalar_type() &&
+    if (gatherable(input, opts.asyncOp) && plain_cpu(output) && output.scalar_type() == input.scalar_type() &&
         output.numel() == input.numel() * getSize()) {
       std::vector<char*> targets;
       long nbytes = nbytes_of(input);
@@ -649,11 +696,26 @@ class SmddpCore : public c10d::PyProcessGroup {
 
   bool across_hosts() const { return hosts_ > 1 && exchange_ != nullptr && mode() != 0; }
 
-  bool gatherable(const at::Tensor& x, const c10d::AllgatherOptions& opts) const {
+  bool gatherable(const at::Tensor& x, bool async_op) const {
     DtypeCodes codes;
     long nbytes = nbytes_of(x);
-    return !opts.asyncOp && (usable() || across_hosts()) && plain_cpu(x) && dtype_codes(x.scalar_type(), codes) &&
+    return !async_op && (usable() || across_hosts()) && plain_cpu(x) && dtype_codes(x.scalar_type(), codes) &&
            nbytes > 0;
+  }
+
+  bool rooted(int64_t root) const { return root >= 0 && root < getSize(); }
+
+  // One contiguous CPU tensor per group rank, each of like's dtype and size.
+  bool one_per_rank(const std::vector<at::Tensor>& tensors, const at::Tensor& like) const {
+    return tensors.size() == static_cast<size_t>(getSize()) && std::all_of(tensors.begin(), tensors.end(), [&](const at::Tensor& t) {
+             return plain_cpu(t) && t.scalar_type() == like.scalar_type() && t.numel() == like.numel();
+           });
+  }
+
+  static at::Tensor flat_cat(const std::vector<at::Tensor>& parts) {
+    std::vector<at::Tensor> flat;
+    for (const at::Tensor& part : parts) flat.push_back(part.reshape(-1));
+    return at::cat(flat);
   }
 
   // communicator.py's reduce_scatter across hosts: the whole input reduced everywhere (on a copy made by
@@ -673,13 +735,13 @@ class SmddpCore : public c10d::PyProcessGroup {
   // Every rank's input into its target (targets by group rank, this rank's included); false if not claimed.
   // Across hosts as communicator.py's allgather: within the host, between leaders, then the leader hands
   // the other hosts' parts to the host's ranks.
-  bool gather(CallOp op, const at::Tensor& x, const std::vector<char*>& targets) {
+  bool gather(CallOp op, const at::Tensor& x, const std::vector<char*>& targets, uint32_t root = kNoRoot) {
     if (!claim_inline()) return false;
     Claim claim(this);
     DtypeCodes codes;
     dtype_codes(x.scalar_type(), codes);
-    tag(op, codes.record, x.numel(), kNoRoot, 0);
-    const char* what = op == kAllGather ? "all_gather" : "all_gather_into_tensor";
+    tag(op, codes.record, x.numel(), root, 0);
+    const char* what = op == kAllGather ? "all_gather" : op == kGather ? "gather" : "all_gather_into_tensor";
     start_call(what);
     std::vector<Span> spans;
     for (char* target : targets) spans.push_back({target, nbytes_of(x)});
@@ -761,7 +823,7 @@ class SmddpCore : public c10d::PyProcessGroup {
   // process_group.py's _all_to_all and communicator.py's all_to_all: outs[r] receives what rank r sends
   // this rank, ins[r] goes to rank r; false if not claimed.
   bool to_all(CallOp op, const std::vector<Span>& outs, const std::vector<Span>& ins) {
-    if (!claim_inline()) return false;
+    if (mode() != 1 || !claim_inline()) return false;  // as reduce: SageMaker's check speaks for each call
     Claim claim(this);
     tag(op, 0, 0, kNoRoot, 0);  // sizes may differ between ranks: count 0 (calls.py)
     const char* what = op == kAllToAll ? "all_to_all" : "all_to_all_single";
@@ -1069,18 +1131,26 @@ class SmddpCore : public c10d::PyProcessGroup {
     TORCH_CHECK(false, "smddp: rank ", rank, " is on no host of the group");
   }
 
+  // Group rank root's bytes to every rank: within the host, or across hosts as below.
+  void broadcast_everywhere(int root, Span data, const char* what) {
+    if (hosts_ == 1)
+      broadcast_spans(root, {data}, what);
+    else
+      broadcast_hosts(root, data, what);
+  }
+
   // communicator.py's broadcast across hosts: within the root's host, between the leaders
   // (broadcast_between_hosts), within each other host from its leader.
-  void broadcast_hosts(int root, Span data) {
-    start_call("broadcast");
+  void broadcast_hosts(int root, Span data, const char* what) {
+    start_call(what);
     int root_node = node_of(root);
     bool in_root_node = root_node == node_;
     if (in_root_node && base_) {
       const std::vector<int>& here = nodes_[node_];
-      broadcast_spans(static_cast<int>(std::find(here.begin(), here.end(), root) - here.begin()), {data}, "broadcast");
+      broadcast_spans(static_cast<int>(std::find(here.begin(), here.end(), root) - here.begin()), {data}, what);
     }
     if (leader_) broadcast_between_hosts(root_node, data);
-    if (!in_root_node && base_) broadcast_spans(0, {data}, "broadcast");
+    if (!in_root_node && base_) broadcast_spans(0, {data}, what);
   }
 
   // algorithms.py's broadcast_between_hosts: a binomial tree from host root, of the whole message or of
