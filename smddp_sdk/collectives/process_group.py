@@ -3,7 +3,7 @@
 torch 2.13 cannot subclass the C++ Backend from Python, so the group is a ProcessGroup subclass that torch
 uses directly. Its base is the native core (native/smddp_core.cpp) where that builds: blocking
 collectives of a one-host group, and all_reduce, reduce, all_gather, gather, broadcast, scatter,
-reduce_scatter_tensor (and the list reduce_scatter of equal inputs), all_to_all and barrier across hosts,
+reduce_scatter_tensor and reduce_scatter (a list, even or uneven), all_to_all and barrier across hosts,
 then run in C++ without entering Python, and everything else comes back to the methods here under `_python_<name>`. Without the
 core the base is torch's ProcessGroup and these methods are called directly. Both dispatch paths reach
 them: `dist.*` with Python arguments, C++ callers (DDP's reducer, functional collectives) through the
@@ -576,7 +576,8 @@ class SmddpProcessGroup:
                 flat = torch.cat([t.reshape(-1) for t in ins])
                 self._reduce_scatter_flat(output, flat, [t.numel() for t in ins], op, "reduce_scatter")
 
-        return self._submit(_call("reduce_scatter", output_tensors, op), job, output_tensors, opts)
+        # the record counts the inputs, the same on every rank; outputs may differ in size (uneven segments)
+        return self._submit(_call("reduce_scatter", [t for ins in input_tensors for t in ins], op), job, output_tensors, opts)
 
     def _reduce_scatter_single(self, output: torch.Tensor, tensor: torch.Tensor, op: RedOpType, what: str) -> None:
         if tensor.numel() != output.numel() * self.size():

@@ -223,13 +223,13 @@ ACROSS_HOSTS_CASES = [(1000, "float32", "SUM"), (15_000, "float32", "SUM"), (30_
 ACROSS_HOSTS_GATHERS = [(100, "float32", True), (20_000, "int32", True), (300_001, "float32", False)]
 # the other collectives across hosts: broadcast from the last rank and from rank 1 (a binomial tree; from 5
 # hosts at 120 KB and from 3 at 1.2 MB scatter + all_gather), reduce_scatter_tensor and reduce_scatter (a list
-# of inputs) of so many elements per rank, all_to_all_single and all_to_all with uneven parts (some empty), barrier,
+# of inputs, even or rank r's part of count + 7r elements) of so many elements per rank, all_to_all_single and all_to_all with uneven parts (some empty), barrier,
 # reduce to the last rank (float32 SUM) and to rank 1 (bf16 AVG, rounded once), scatter from rank 1 (large: scatter +
 # all_gather between 3 hosts) and from the last rank, gather to rank 1 and to the last rank (large: the ring)
 ACROSS_HOSTS_OTHERS = [("reduce", 30_001), ("reduce_avg_from_1", 20_001), ("scatter_from_1", 300_001), ("scatter", 3_001),
                        ("gather_to_1", 2_001), ("gather", 300_001),
                        ("broadcast", 30_000), ("broadcast_from_1", 300_001), ("reduce_scatter_tensor", 20_001),
-                       ("reduce_scatter", 5_001), ("reduce_scatter_tensor_avg", 10_001), ("all_to_all_single", 20_000),
+                       ("reduce_scatter", 5_001), ("reduce_scatter_uneven", 5_001), ("reduce_scatter_tensor_avg", 10_001), ("all_to_all_single", 20_000),
                        ("all_to_all", 3), ("barrier", 0), ("all_to_all_mismatch", 3)]  # the last: it fails the group
 
 
@@ -315,6 +315,12 @@ def _other_across_hosts(op: str, count: int) -> dict:
             dist.reduce_scatter_tensor(out, whole)
         reference = torch.stack([_seeded(r, count * size, torch.float32).double() for r in range(size)]).sum(0)
         return {"close": bool(torch.allclose(out.double(), reference[rank * count:(rank + 1) * count], rtol=1e-5, atol=1e-4)), "digest": ""}
+    if op == "reduce_scatter_uneven":  # rank r's segment has count + 7r elements: the ranks' outputs differ in size
+        parts = [_seeded(rank * size + r, count + 7 * r, torch.float32) for r in range(size)]
+        out = torch.empty(count + 7 * rank)
+        dist.reduce_scatter(out, parts)
+        reference = torch.stack([_seeded(r * size + rank, count + 7 * rank, torch.float32).double() for r in range(size)]).sum(0)
+        return {"close": bool(torch.allclose(out.double(), reference, rtol=1e-5, atol=1e-4)), "digest": ""}
     if op == "reduce_scatter_tensor_avg":  # bf16, divided where it is rounded; every rank's part gathered for the digest
         out = torch.empty(count, dtype=torch.bfloat16)
         dist.reduce_scatter_tensor(out, _seeded(rank, count * size, torch.bfloat16), op=dist.ReduceOp.AVG)

@@ -1,12 +1,12 @@
 // smddp's C++ core: the torch ProcessGroup that SmddpProcessGroup (Python) derives from.
 //
 // Blocking collectives of a one-host group run here, on the caller's thread and without the GIL:
-// all_reduce, broadcast, all_gather (list and into-tensor), reduce_scatter_tensor and barrier of
+// all_reduce, reduce, broadcast, scatter, all_gather (list and into-tensor), gather, reduce_scatter_tensor and barrier of
 // contiguous CPU tensors; the Python group's communication thread runs its all_reduces here too. They use
 // the same shared-memory protocol, kernels (smddp_native.c, passed in as function pointers), counters and
 // call records as the Python path, so ranks may take either path for any call. A group across hosts runs
 // its all_reduces (fp16/bf16 widened to fp32 and rounded once, AVG divided before that rounding, as
-// communicator.py does), all_gathers, broadcasts, reduce_scatters (tensor, or a list of equal inputs),
+// communicator.py does) and reduces, all_gathers and gathers, broadcasts and scatters, reduce_scatters (tensor, or a list),
 // all_to_alls and barriers here as well, and the step between hosts of smddp's DDP
 // (`_core_between_hosts`): the host's ranks over shared memory, the host leaders over the TCP mesh (the
 // kernels' poll loop) with algorithms.py's algorithms, byte for byte (same order, same chunks, same
@@ -405,7 +405,8 @@ class SmddpCore : public c10d::PyProcessGroup {
     int op = reducible(input, opts.reduceOp, codes);
     if (op >= 0 && !opts.asyncOp && across_hosts() && plain_cpu(input) && output.scalar_type() == input.scalar_type() &&
         input.numel() == output.numel() * getSize() &&
-        reduce_scatter_hosts(kReduceScatterTensor, output, [&] { return input.clone(); }, codes, op, opts))
+        reduce_scatter_hosts(kReduceScatterTensor, output, [&] { return input.clone(); }, output.numel(),
+                             output.numel() * getRank(), codes, op, opts))
       return c10::make_intrusive<DoneWork>(std::vector<at::Tensor>{output});
     if (op >= 0 && !opts.asyncOp && usable() && plain_cpu(input) && plain_cpu(output) &&
         output.scalar_type() == input.scalar_type() && input.numel() == output.numel() * n_ && output.numel() > 0 &&
@@ -594,8 +595,8 @@ class SmddpCore : public c10d::PyProcessGroup {
       return c10::make_intrusive<DoneWork>(outputs);
     return python("_python_alltoall", outputs, inputs, opts);
   }
-  // The list form across hosts where it is exact to lower it onto reduce_scatter_tensor: one output, one
-  // input per rank of the output's size and dtype (process_group.py concatenates and reduces the same way).
+  // The list form across hosts: one output, one input per rank of the output's dtype (this rank's of its
+  // size, the others' of any), concatenated and reduced as process_group.py does.
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ReduceScatterOptions& opts) override {
@@ -604,12 +605,16 @@ class SmddpCore : public c10d::PyProcessGroup {
         !opts.asyncOp && across_hosts()) {
       at::Tensor& output = outputs[0];
       std::vector<at::Tensor>& parts = inputs[0];
-      bool even = std::all_of(parts.begin(), parts.end(), [&](const at::Tensor& part) {
-        return part.device().is_cpu() && !part.is_sparse() && part.scalar_type() == output.scalar_type() &&
-               part.numel() == output.numel();
-      });
-      int op = even ? reducible(output, opts.reduceOp, codes) : -1;
-      if (op >= 0 && reduce_scatter_hosts(kReduceScatter, output, [&] { return flat_cat(parts); }, codes, op, opts))
+      long total = 0, before = 0;  // elements of all inputs, and of those ahead of this rank's segment
+      bool alike = true;
+      for (int i = 0; i < getSize(); i++) {
+        const at::Tensor& part = parts[i];
+        alike = alike && part.device().is_cpu() && !part.is_sparse() && part.scalar_type() == output.scalar_type();
+        before += i < getRank() ? part.numel() : 0;
+        total += part.numel();
+      }
+      int op = alike && parts[getRank()].numel() == output.numel() ? reducible(output, opts.reduceOp, codes) : -1;
+      if (op >= 0 && reduce_scatter_hosts(kReduceScatter, output, [&] { return flat_cat(parts); }, total, before, codes, op, opts))
         return c10::make_intrusive<DoneWork>(outputs);
     }
     return python("_python_reduce_scatter", outputs, inputs, opts);
@@ -719,16 +724,17 @@ class SmddpCore : public c10d::PyProcessGroup {
   }
 
   // communicator.py's reduce_scatter across hosts: the whole input reduced everywhere (on a copy made by
-  // flat), this rank's segment kept; false where it is not for the core or not claimed.
+  // flat), this rank's segment (from element start) kept; false where it is not for the core or not
+  // claimed. count: the call record's elements (process_group.py's: the output's, or a list's inputs').
   template <typename Flat>
-  bool reduce_scatter_hosts(CallOp call, at::Tensor& output, Flat flat, const DtypeCodes& codes, int op,
-                            const c10d::ReduceScatterOptions& opts) {
+  bool reduce_scatter_hosts(CallOp call, at::Tensor& output, Flat flat, long count, long start, const DtypeCodes& codes,
+                            int op, const c10d::ReduceScatterOptions& opts) {
     if (!plain_cpu(output) || output.numel() == 0 || !claim_inline()) return false;
     Claim claim(this);
-    tag(call, codes.record, output.numel(), kNoRoot, static_cast<uint32_t>(opts.reduceOp.op_) + 1);
+    tag(call, codes.record, count, kNoRoot, static_cast<uint32_t>(opts.reduceOp.op_) + 1);
     at::Tensor whole = flat();
     reduce_everywhere(whole, codes.kernel, op, call == kReduceScatter ? "reduce_scatter" : "reduce_scatter_tensor");
-    std::memcpy(output.data_ptr(), static_cast<char*>(whole.data_ptr()) + getRank() * nbytes_of(output), nbytes_of(output));
+    std::memcpy(output.data_ptr(), static_cast<char*>(whole.data_ptr()) + start * output.element_size(), nbytes_of(output));
     return true;
   }
 
