@@ -4,10 +4,10 @@ torch 2.13 cannot subclass the C++ Backend from Python, so the group is a Proces
 uses directly. Its base is the native core (native/smddp_core.cpp) where that builds: blocking
 collectives of a one-host group, and all_reduce, reduce, all_gather, gather, broadcast, scatter,
 reduce_scatter_tensor and reduce_scatter (a list, even or uneven), all_to_all and barrier across hosts,
-then run in C++ without entering Python, and everything else comes back to the methods here under `_python_<name>`. Without the
-core the base is torch's ProcessGroup and these methods are called directly. Both dispatch paths reach
-them: `dist.*` with Python arguments, C++ callers (DDP's reducer, functional collectives) through the
-trampoline, so names and signatures mirror the C++ binding exactly.
+then run in C++ without entering Python, and everything else comes back to the methods here under
+`_python_<name>`. Without the core the base is torch's ProcessGroup and these methods are called directly.
+Both dispatch paths reach them: `dist.*` with Python arguments, C++ callers (DDP's reducer, functional
+collectives) through the trampoline, so names and signatures mirror the C++ binding exactly.
 
 Every collective runs on one communication thread per group (call order is the cross-rank order) and
 returns a Work over a torch Future whose value is the tensor list (DDP's reducer reads it). A blocking

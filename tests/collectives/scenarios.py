@@ -221,16 +221,17 @@ ACROSS_HOSTS_CASES = [(1000, "float32", "SUM"), (15_000, "float32", "SUM"), (30_
 # (elements per rank, dtype, into one tensor?): all-to-all, in permutation rounds (>= 64 KB per peer) or bruck
 # (from 4 hosts), the ring
 ACROSS_HOSTS_GATHERS = [(100, "float32", True), (20_000, "int32", True), (300_001, "float32", False)]
-# the other collectives across hosts: broadcast from the last rank and from rank 1 (a binomial tree; from 5
-# hosts at 120 KB and from 3 at 1.2 MB scatter + all_gather), reduce_scatter_tensor and reduce_scatter (a list
-# of inputs, even or rank r's part of count + 7r elements) of so many elements per rank, all_to_all_single and all_to_all with uneven parts (some empty), barrier,
-# reduce to the last rank (float32 SUM) and to rank 1 (bf16 AVG, rounded once), scatter from rank 1 (large: scatter +
-# all_gather between 3 hosts) and from the last rank, gather to rank 1 and to the last rank (large: the ring)
-ACROSS_HOSTS_OTHERS = [("reduce", 30_001), ("reduce_avg_from_1", 20_001), ("scatter_from_1", 300_001), ("scatter", 3_001),
-                       ("gather_to_1", 2_001), ("gather", 300_001),
-                       ("broadcast", 30_000), ("broadcast_from_1", 300_001), ("reduce_scatter_tensor", 20_001),
-                       ("reduce_scatter", 5_001), ("reduce_scatter_uneven", 5_001), ("reduce_scatter_tensor_avg", 10_001), ("all_to_all_single", 20_000),
-                       ("all_to_all", 3), ("barrier", 0), ("all_to_all_mismatch", 3)]  # the last: it fails the group
+# the other collectives across hosts: reduce to the last rank (float32 SUM) and to rank 1 (bf16 AVG, rounded
+# once), scatter from rank 1 (large: scatter + all_gather between 3 hosts) and from the last rank, gather to
+# rank 1 and to the last rank (large: the ring), broadcast from the last rank and from rank 1 (a binomial tree;
+# from 5 hosts at 120 KB and from 3 at 1.2 MB scatter + all_gather), reduce_scatter_tensor and reduce_scatter
+# (a list of inputs, even or rank r's part of count + 7r elements) of so many elements per rank,
+# all_to_all_single and all_to_all with uneven parts (some empty), barrier
+ROOTED = ("reduce_to_last", "reduce_avg_to_1", "scatter_from_1", "scatter_from_last", "gather_to_1", "gather_to_last")
+ACROSS_HOSTS_OTHERS = [("reduce_to_last", 30_001), ("reduce_avg_to_1", 20_001), ("scatter_from_1", 300_001), ("scatter_from_last", 3_001),
+                       ("gather_to_1", 2_001), ("gather_to_last", 300_001), ("broadcast", 30_000), ("broadcast_from_1", 300_001), ("reduce_scatter_tensor", 20_001),
+                       ("reduce_scatter", 5_001), ("reduce_scatter_uneven", 5_001), ("reduce_scatter_tensor_avg", 10_001),
+                       ("all_to_all_single", 20_000), ("all_to_all", 3), ("barrier", 0), ("all_to_all_mismatch", 3)]  # the last: it fails the group
 
 
 def _seeded(rank: int, count: int, dtype: torch.dtype) -> torch.Tensor:
@@ -285,7 +286,7 @@ def _rooted(op: str, count: int) -> dict:
         right = bool(torch.allclose(x.double(), reference, rtol=1e-2, atol=1e-2)) if rank == root else torch.equal(x, _seeded(rank, count, dtype))
         dist.broadcast(x, src=root)
         return {"close": right, "digest": _tensor_digest(x), "calls": 2}
-    parts = [torch.arange(count, dtype=torch.float64).mul(size).add(r).to(torch.int32 if op == "gather" else torch.float32) for r in range(size)]
+    parts = [torch.arange(count, dtype=torch.float64).mul(size).add(r).to(torch.int32 if op == "gather_to_last" else torch.float32) for r in range(size)]
     if op.startswith("scatter"):
         out = torch.empty(count)
         dist.scatter(out, parts if rank == root else None, src=root)
@@ -298,7 +299,7 @@ def _rooted(op: str, count: int) -> dict:
 
 def _other_across_hosts(op: str, count: int) -> dict:
     rank, size = dist.get_rank(), dist.get_world_size()
-    if op.startswith(("reduce_avg", "scatter", "gather")) or op == "reduce":
+    if op in ROOTED:
         return _rooted(op, count)
     if op.startswith("broadcast"):
         root = 1 if op == "broadcast_from_1" else size - 1
@@ -334,8 +335,9 @@ def _other_across_hosts(op: str, count: int) -> dict:
 
 def allreduce_across_hosts(store: dist.TCPStore) -> None:
     """all_reduce (AVG too) and all_gather across hosts by every algorithm, then reduce, scatter, gather,
-    broadcast, reduce_scatter_tensor, all_to_all and barrier: each result against a reference, plus a digest of each all_reduce's and the broadcast's bytes
-    (every rank must hold the same bits, whichever path each rank took), the calls made and the core's count."""
+    broadcast, reduce_scatter, all_to_all and barrier: each result against a reference, plus a digest of each
+    all_reduce's, reduce's and broadcast's bytes (every rank must hold the same bits, whichever path each rank
+    took), the calls made and the core's count."""
     rank = dist.get_rank()
     results = []
     for count, dtype_name, op_name in ACROSS_HOSTS_CASES:

@@ -1,13 +1,13 @@
 // smddp's C++ core: the torch ProcessGroup that SmddpProcessGroup (Python) derives from.
 //
 // Blocking collectives of a one-host group run here, on the caller's thread and without the GIL:
-// all_reduce, reduce, broadcast, scatter, all_gather (list and into-tensor), gather, reduce_scatter_tensor and barrier of
-// contiguous CPU tensors; the Python group's communication thread runs its all_reduces here too. They use
-// the same shared-memory protocol, kernels (smddp_native.c, passed in as function pointers), counters and
-// call records as the Python path, so ranks may take either path for any call. A group across hosts runs
-// its all_reduces (fp16/bf16 widened to fp32 and rounded once, AVG divided before that rounding, as
-// communicator.py does) and reduces, all_gathers and gathers, broadcasts and scatters, reduce_scatters (tensor, or a list),
-// all_to_alls and barriers here as well, and the step between hosts of smddp's DDP
+// all_reduce, reduce, broadcast, scatter, all_gather (list and into-tensor), gather, reduce_scatter_tensor
+// and barrier of contiguous CPU tensors; the Python group's communication thread runs its all_reduces here
+// too. They use the same shared-memory protocol, kernels (smddp_native.c, passed in as function pointers),
+// counters and call records as the Python path, so ranks may take either path for any call. A group across
+// hosts runs its all_reduces (fp16/bf16 widened to fp32 and rounded once, AVG divided before that rounding,
+// as communicator.py does) and reduces, all_gathers and gathers, broadcasts and scatters, reduce_scatters
+// (tensor, or a list), all_to_alls and barriers here as well, and the step between hosts of smddp's DDP
 // (`_core_between_hosts`): the host's ranks over shared memory, the host leaders over the TCP mesh (the
 // kernels' poll loop) with algorithms.py's algorithms, byte for byte (same order, same chunks, same
 // reduction order), each exchange behind tcp.py's call header (the check between hosts).
