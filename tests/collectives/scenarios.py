@@ -188,8 +188,9 @@ def hung_after_a_call(store: dist.TCPStore) -> None:
 
 
 def core_usage(store: dist.TCPStore) -> None:
-    """Small blocking collectives on one host, one of them with a peer 0.3 s late (past the native core's
-    50 ms check slice, so Python finishes the wait); reports the group class and the core's call count."""
+    """Small blocking collectives on one host (reduce, scatter and gather to and from rank 1 too), one of them
+    with a peer 0.3 s late (past the native core's 50 ms check slice, so Python finishes the wait); reports
+    the group class and the core's call count."""
     rank, size = dist.get_rank(), dist.get_world_size()
     x = torch.full((100,), float(rank + 1))
     dist.all_reduce(x)
@@ -200,13 +201,18 @@ def core_usage(store: dist.TCPStore) -> None:
     outs = [torch.empty(3) for _ in range(size)]
     dist.all_gather(outs, torch.full((3,), float(rank)))
     dist.barrier()
+    reduced = torch.full((5,), float(rank + 1))
+    dist.reduce(reduced, dst=1)
+    mine = torch.empty(4)
+    dist.scatter(mine, [torch.full((4,), float(r)) for r in range(size)] if rank == 1 else None, src=1)
+    gathered = [torch.empty(2) for _ in range(size)]
+    dist.gather(torch.full((2,), float(rank)), gathered if rank == 1 else None, dst=1)
+    right = [(x == size * (size + 1) / 2).all(), (late == size).all(), *((o == i).all() for i, o in enumerate(outs)),
+             (reduced == (size * (size + 1) / 2 if rank == 1 else rank + 1)).all(), (mine == rank).all(),
+             *((g == i).all() for i, g in enumerate(gathered) if rank == 1)]
     group = dist.group.WORLD
     calls = group._core_calls() if hasattr(group, "_core_calls") else None
-    _report(
-        store,
-        "core",
-        {"class": type(group).__name__, "core_calls": calls, "right": bool((x == size * (size + 1) / 2).all() and (late == size).all() and all((o == i).all() for i, o in enumerate(outs)))},
-    )
+    _report(store, "core", {"class": type(group).__name__, "core_calls": calls, "right": bool(all(right))})
 
 
 # (elements, dtype, op) chosen to take each inter-host algorithm (selection.allreduce_algorithm): with 3 hosts
