@@ -454,7 +454,7 @@ class SmddpCore : public c10d::PyProcessGroup {
                                            const c10d::BroadcastOptions& opts) override {
     DtypeCodes codes;
     if (tensors.size() == 1 && !opts.asyncOp && (usable() || across_hosts()) && plain_cpu(tensors[0]) &&
-        dtype_codes(tensors[0].scalar_type(), codes) && opts.rootRank >= 0 && opts.rootRank < getSize() &&
+        dtype_codes(tensors[0].scalar_type(), codes) && rooted(opts.rootRank) &&
         tensors[0].numel() > 0 && claim_inline()) {
       Claim claim(this);
       at::Tensor& x = tensors[0];
