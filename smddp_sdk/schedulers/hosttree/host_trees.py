@@ -15,9 +15,7 @@ After the job, ``collect_artifacts`` merges every host's ``model`` and ``output/
 
 from __future__ import annotations
 
-import os
 import shutil
-import stat
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +24,7 @@ from typing import Any
 from smddp_sdk.errors import SpecError, SpecIssue
 from smddp_sdk.schedulers.hosttree import channels, checkpoints
 from smddp_sdk.specs import contract
-from smddp_sdk.specs.archives import write_archive
+from smddp_sdk.specs.archives import code_tree_problems, write_archive
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.job import JobSpec, TrainingInput
 
@@ -98,7 +96,7 @@ def stage_code(spec: JobSpec, dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     ignore = _code_ignore(dest)
     trees = [Path(spec.source_dir)] if spec.source_dir else []
-    problems = [problem for tree in [*trees, *map(Path, spec.dependencies)] for problem in unsafe_code_entries(tree, ignore)]
+    problems = [problem for tree in [*trees, *map(Path, spec.dependencies)] for problem in code_tree_problems(tree, ignore)]
     if problems:
         raise SpecError([SpecIssue("", problem, "code directories hold files, directories and relative links that stay inside them") for problem in problems])
     if spec.source_dir:
@@ -108,32 +106,6 @@ def stage_code(spec: JobSpec, dest: Path) -> Path:
     for dependency in spec.dependencies:
         shutil.copytree(dependency, dest / Path(dependency).name, symlinks=True, ignore=ignore, dirs_exist_ok=True)
     return dest
-
-
-def unsafe_code_entries(tree: Path, ignore: Callable[[str, list[str]], set[str]]) -> list[str]:
-    """What a code directory must not hold, one line each: links that leave it, dangle or loop (copied as
-    they are they would read a file of the machine, or break the copy), FIFOs, sockets and devices."""
-    problems = []
-    real_tree = tree.resolve()
-    for directory, dirnames, filenames in os.walk(tree):
-        skipped = ignore(directory, [*dirnames, *filenames])
-        dirnames[:] = [name for name in dirnames if name not in skipped]
-        for name in [*dirnames, *filenames]:
-            path = Path(directory, name)
-            if name in skipped:
-                continue
-            mode = path.lstat().st_mode
-            if stat.S_ISLNK(mode):
-                try:
-                    target = path.resolve(strict=True)
-                except (OSError, RuntimeError):
-                    problems.append(f"{path}: a dangling or looping link ({os.readlink(path)!r})")
-                    continue
-                if os.path.isabs(os.readlink(path)) or (target != real_tree and real_tree not in target.parents):
-                    problems.append(f"{path}: a link to {os.readlink(path)!r}, outside {tree} or absolute")
-            elif not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-                problems.append(f"{path}: not a file, directory or link (a FIFO, socket or device)")
-    return problems
 
 
 def _code_ignore(dest: Path) -> Callable[[str, list[str]], set[str]]:
