@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from smddp_sdk.errors import ContractError
-from smddp_sdk.specs.archives import read_inside, write_inside
+from smddp_sdk.specs import limits
+from smddp_sdk.specs.archives import open_regular, read_inside, write_inside
 from smddp_sdk.specs.json_files import read_json_object
 
 DEFAULT_BASE_DIR = "/opt/ml"
@@ -202,23 +203,51 @@ def write_config_files(opt_ml: OptMl, *, resource: Mapping[str, Any], hyperparam
 
 
 def read_json_file(path: Path, *, default: Any = None, required: bool = False) -> Any:
-    """Read one contract file; a missing optional file gives ``default``, anything broken a ContractError."""
+    """Read one contract file; a missing optional file gives ``default``, anything broken a ContractError:
+    not a regular file (a FIFO is refused, never waited on), over MAX_CONTRACT_FILE_BYTES, not UTF-8 JSON,
+    nested deeper than MAX_CONTRACT_JSON_DEPTH, or holding a NUL character anywhere."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with open_regular(path) as handle:
+            raw = handle.read(limits.MAX_CONTRACT_FILE_BYTES + 1)
     except FileNotFoundError:
         if required:
             raise ContractError(f"{path}: file is missing; the scheduler must write it before the runtime starts") from None
         return default
     except OSError as exc:
         raise ContractError(f"{path}: cannot be read: {exc.strerror}") from None
+    if len(raw) > limits.MAX_CONTRACT_FILE_BYTES:
+        raise ContractError(f"{path}: over {limits.MAX_CONTRACT_FILE_BYTES} bytes, the limit for a contract file; pass large values as files in the code or an input channel")
+    try:
+        value = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise ContractError(f"{path}: not UTF-8 (byte {exc.start}); contract files are UTF-8 JSON") from None
-    try:
-        return json.loads(text)
     except ValueError as exc:
         raise ContractError(f"{path}: not valid JSON: {exc}") from None
     except RecursionError:
         raise ContractError(f"{path}: JSON nested too deeply for the parser") from None
+    if limits.json_depth(value, limits.MAX_CONTRACT_JSON_DEPTH) > limits.MAX_CONTRACT_JSON_DEPTH:
+        raise ContractError(f"{path}: JSON nested deeper than {limits.MAX_CONTRACT_JSON_DEPTH} levels; contract files are a few levels deep")
+    where = nul_at(value)
+    if where is not None:
+        raise ContractError(f"{path}: {where or 'the document'} holds a NUL character, which no host name, path, argument or variable can carry; remove it")
+    return value
+
+
+def nul_at(value: Any) -> str | None:
+    """Where in decoded JSON a key or string holds NUL (``hosts[2]``, ``train.S3Uri``), or None."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, str) and "\0" in item:
+            return where
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if "\0" in key:
+                    return f"{where}.{key!r}".lstrip(".")
+                stack.append((f"{where}.{key}".lstrip("."), child))
+        elif isinstance(item, list):
+            stack += [(f"{where}[{index}]", child) for index, child in enumerate(item)]
+    return None
 
 
 def _write_json(path: Path, obj: Any) -> None:

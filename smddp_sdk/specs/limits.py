@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+import resource
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from smddp_sdk.errors import SpecIssue
@@ -31,6 +32,14 @@ MAX_YAML_DEPTH = 64
 MAX_YAML_NODES = 100_000  # with aliases expanded
 MAX_INT_DIGITS = 1000  # integers written in a job file (Python reads at most 4300 digits at all)
 MAX_JSON_DEPTH = 32  # hyperparameter values
+MAX_CHANNELS = 20  # SageMaker's bound on InputDataConfig
+MAX_CONTRACT_FILE_BYTES = 16 * 1024**2  # one /opt/ml/input/config file, read whole
+MAX_CONTRACT_JSON_DEPTH = 64  # nesting in a contract file (SageMaker's are 4 deep)
+# What the kernel accepts at execve (fs/exec.c): one argument or "NAME=value" of at most MAX_ARG_STRLEN
+# bytes with its NUL, and all of them with their pointers within a quarter of the stack limit, capped at
+# 6 MiB (3/4 of _STK_LIM) and never below 128 KiB.
+MAX_ARG_STRLEN = 32 * 4096
+_EXEC_CEILING, _EXEC_FLOOR = 6 * 1024**2, 128 * 1024
 
 # SageMaker's job-name rule; base_job_name follows it too, so it can never be a path.
 JOB_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
@@ -122,8 +131,9 @@ def hyperparameter_issues(hyperparameters: Mapping[Any, Any]) -> list[SpecIssue]
         if not isinstance(key, str):
             continue  # reported by the type check
         path = f"hyperparameters.{key.encode('utf-8', 'backslashreplace').decode()}"  # printable even with surrogates
-        if not key or "\0" in key or not _is_unicode(key):
-            issues.append(SpecIssue(path, f"name {key!r} must be non-empty Unicode text without NUL characters"))
+        problem = hyperparameter_name_problem(key) or ("" if _is_unicode(key) else "is not valid Unicode (it holds a lone surrogate)")
+        if problem:
+            issues.append(SpecIssue(path, f"name {key[:60]!r} {problem}", "use letters, digits, '_', '-' and '.'"))
             continue
         encoded, problem = encode_hyperparameter(value)
         if not problem and not _is_unicode(json.dumps(value, ensure_ascii=False)):
@@ -165,6 +175,65 @@ def encode_hyperparameter(value: Any) -> tuple[str, str]:
         return "", "NaN and infinity are not JSON; pass them as strings"
     except TypeError:
         return "", f"a value of type {type(_unencodable(value)).__name__} is not JSON"
+
+
+def hyperparameter_name_problem(name: str) -> str:
+    """Why a hyperparameter name cannot be passed on, or "": it becomes an option (``--name``) and an
+    environment variable (``SM_HP_NAME``), where '=' ends the name, NUL ends the string and whitespace
+    makes an option no argument parser reads."""
+    if not name:
+        return "is empty"
+    if "\0" in name:
+        return "holds a NUL character"
+    if "=" in name:
+        return "holds '=', which would end the name of its environment variable SM_HP_..."
+    if any(char.isspace() for char in name):
+        return "holds whitespace, which no command-line option can hold"
+    return ""
+
+
+def json_depth(value: Any, limit: int) -> int:
+    """Nesting depth of decoded JSON, counted without recursion and stopping just past ``limit``."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack and deepest <= limit:
+        item, depth = stack.pop()
+        if isinstance(item, (Mapping, list, tuple)):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, Mapping) else item))
+    return deepest
+
+
+def exec_limit() -> int:
+    """Bytes of arguments and environment (strings with their NULs, and one pointer each) a process
+    started from here may be given: the kernel's own rule from the stack limit (``getrlimit``)."""
+    stack, _ = resource.getrlimit(resource.RLIMIT_STACK)
+    quarter = _EXEC_CEILING if stack == resource.RLIM_INFINITY else stack // 4
+    return max(min(quarter, _EXEC_CEILING), _EXEC_FLOOR)
+
+
+def exec_problem(argv: Sequence[str], environ: Mapping[str, str], limit: int | None = None) -> str:
+    """Why the kernel (or Python before it) would refuse to start ``argv`` with ``environ``, or "".
+    Names what is too big or malformed: execve's E2BIG says neither."""
+    strings = [(f"argument {index}", arg) for index, arg in enumerate(argv)]
+    strings += [(f"environment variable {name[:60]}", f"{name}={value}") for name, value in environ.items()]
+    for name in environ:
+        if not name or "=" in name or "\0" in name:
+            return f"environment variable name {name[:60]!r} is empty or holds '=' or NUL"
+    total = 0
+    for what, text in strings:
+        if "\0" in text:
+            return f"{what} holds a NUL character, which no argument or variable can carry"
+        size = len(text.encode("utf-8", "surrogateescape")) + 1
+        if size > MAX_ARG_STRLEN:
+            return f"{what} takes {size} bytes; Linux passes at most {MAX_ARG_STRLEN} in one argument or variable"
+        total += size + 8  # and its pointer
+    limit = exec_limit() if limit is None else limit
+    if total > limit:
+        largest = sorted(strings, key=lambda item: -len(item[1]))[:3]
+        named = ", ".join(f"{what} ({len(text)} bytes)" for what, text in largest)
+        return f"arguments and environment take {total} bytes; Linux passes at most {limit} here (a quarter of the stack limit, ulimit -s); largest: {named}"
+    return ""
 
 
 def environment_issues(environment: Mapping[Any, Any]) -> list[SpecIssue]:
