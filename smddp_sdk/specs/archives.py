@@ -74,10 +74,11 @@ def safe_extract(archive: Path, destination: Path) -> None:
                 if len(members) > MAX_MEMBERS:
                     raise UnsafeArchiveError(f"{archive.name}: more than {MAX_MEMBERS} members")
             plan = check_members(members, archive.name)
+            stream.read()  # to the end: the compressed stream's own check (gzip's CRC and length) runs before a byte is written
             _write(tar, plan, destination)
     except UnsafeArchiveError:
         raise
-    except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError) as exc:
+    except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile) as exc:
         raise ContractError(f"{archive}: damaged or truncated archive ({exc or type(exc).__name__}); make it again (tar czf) and resubmit") from None
     except OSError as exc:
         raise ContractError(f"{archive}: cannot extract the archive: {exc.strerror or exc}") from None
