@@ -335,7 +335,7 @@ def _check_hyperparameters(path: Any, raw: Mapping[str, Any]) -> None:
         if problem:
             raise ContractError(f"{path}: hyperparameter name {name!r} {problem}; rename it (letters, digits, '_', '-', '.')")
         decoded = contract.decode_hyperparameter(value) if isinstance(value, str) else value
-        if limits.json_depth(decoded, limits.MAX_JSON_DEPTH) > limits.MAX_JSON_DEPTH:
+        if contract.json_depth(decoded, limits.MAX_JSON_DEPTH) > limits.MAX_JSON_DEPTH:
             raise ContractError(f"{path}: hyperparameter {name!r}: its value nests deeper than {limits.MAX_JSON_DEPTH} levels; pass structured data as a file")
         total += len(key.encode()) + len(text.encode()) + 4  # "--key value" as two argv strings
         if total > limits.MAX_HYPERPARAMETERS_BYTES:

@@ -34,15 +34,16 @@ import io
 import itertools
 import lzma
 import os
+import shutil
 import stat
 import tarfile
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
-from smddp_sdk.errors import ContractError
+from smddp_sdk.errors import ContractError, SpecIssue
 
 MAX_MEMBERS = 200_000
 MAX_EXTRACTED_BYTES = 4 * 1024**3  # a code tree past this is data: it belongs in an input channel
@@ -333,6 +334,34 @@ def _mode(mode: int, *, directory: bool) -> int:
 
 
 # --- code directories ---------------------------------------------------------------------------------
+
+
+# Never part of a code snapshot: they are large, machine-specific, or both.
+CODE_IGNORE = (".git", "__pycache__", "*.pyc", ".venv", ".mypy_cache", ".pytest_cache", ".ipynb_checkpoints")
+
+
+def code_ignore(dest: Path) -> Callable[[str, list[str]], set[str]]:
+    """CODE_IGNORE, and the directory holding ``dest`` when the code directory contains it (a snapshot in
+    ``SMDDP_JOB_ROOT=./jobs`` with ``source_dir: .``): the snapshot must not copy itself without end, nor
+    the check walk other jobs' directories."""
+    patterns = shutil.ignore_patterns(*CODE_IGNORE)
+    target = dest.resolve()
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        skipped = set(patterns(directory, names))
+        here = Path(directory).resolve()
+        if here in target.parents:  # one resolve per directory; names only where the snapshot lies below
+            skipped |= {name for name in names if (here / name) == target or (here / name) in target.parents}
+        return skipped
+
+    return ignore
+
+
+def code_tree_issues(trees: Mapping[str, Path], ignore: Callable[[str, list[str]], set[str]]) -> list[SpecIssue]:
+    """``code_tree_problems`` of each tree, as problems of the field that names it (``source_dir``,
+    ``dependencies[0]``): what validation, the dry run and the snapshot report alike."""
+    hint = "code directories hold files, directories and relative links that stay inside them"
+    return [SpecIssue(where, problem, hint) for where, tree in trees.items() if tree.is_dir() for problem in code_tree_problems(tree, ignore)]
 
 
 def code_tree_problems(tree: Path, ignore: Callable[[str, list[str]], set[str]] | None = None) -> list[str]:

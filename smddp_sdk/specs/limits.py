@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from smddp_sdk.errors import SpecIssue
+from smddp_sdk.specs import contract
 
 # --- the numbers (docs/job-file.md lists the same) ---------------------------------------------------
 MAX_INSTANCE_COUNT = 1000  # hosts per job; one runtime, one coordinator peer per host
@@ -33,8 +34,6 @@ MAX_YAML_NODES = 100_000  # with aliases expanded
 MAX_INT_DIGITS = 1000  # integers written in a job file (Python reads at most 4300 digits at all)
 MAX_JSON_DEPTH = 32  # hyperparameter values
 MAX_CHANNELS = 20  # SageMaker's bound on InputDataConfig
-MAX_CONTRACT_FILE_BYTES = 16 * 1024**2  # one /opt/ml/input/config file, read whole
-MAX_CONTRACT_JSON_DEPTH = 64  # nesting in a contract file (SageMaker's are 4 deep)
 # What the kernel accepts at execve (fs/exec.c): one argument or "NAME=value" of at most MAX_ARG_STRLEN
 # bytes with its NUL, and all of them with their pointers within a quarter of the stack limit, capped at
 # 6 MiB (3/4 of _STK_LIM) and never below 128 KiB.
@@ -62,6 +61,8 @@ def spec_issues(values: Mapping[str, Any]) -> list[SpecIssue]:
     issues += name_issues(values.get("base_job_name"), "base_job_name")
     issues += hyperparameter_issues(values.get("hyperparameters") or {})
     issues += environment_issues(values.get("environment") or {})
+    if len(values.get("inputs") or {}) > MAX_CHANNELS:
+        issues.append(SpecIssue("inputs", f"{len(values['inputs'])} channels; the limit is {MAX_CHANNELS} (SageMaker's)", "put related data under one channel, in folders"))
     checked = ("hyperparameters", "environment", "job_name", "base_job_name")  # their own rules cover NUL
     issues += nul_issues({k: v for k, v in values.items() if k not in checked})
     return issues
@@ -192,18 +193,6 @@ def hyperparameter_name_problem(name: str) -> str:
     return ""
 
 
-def json_depth(value: Any, limit: int) -> int:
-    """Nesting depth of decoded JSON, counted without recursion and stopping just past ``limit``."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack and deepest <= limit:
-        item, depth = stack.pop()
-        if isinstance(item, (Mapping, list, tuple)):
-            deepest = max(deepest, depth)
-            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, Mapping) else item))
-    return deepest
-
-
 def exec_limit() -> int:
     """Bytes of arguments and environment (strings with their NULs, and one pointer each) a process
     started from here may be given: the kernel's own rule from the stack limit (``getrlimit``)."""
@@ -248,6 +237,8 @@ def environment_issues(environment: Mapping[Any, Any]) -> list[SpecIssue]:
             issues.append(SpecIssue(path, f"{short_repr(key)} is not a valid variable name", "use letters, digits and '_', not starting with a digit; no '=', spaces or NUL"))
         elif key in RESERVED_ENVIRONMENT:
             issues.append(SpecIssue(path, "is set by smddp-sdk and cannot be overridden", RESERVED_ENVIRONMENT[key]))
+        elif contract.runtime_owned(key):
+            issues.append(SpecIssue(path, "is set by the node runtime for every rank, so this value would be replaced", _owned_hint(key)))
         if isinstance(value, str):
             if "\0" in value:
                 issues.append(SpecIssue(path, "contains a NUL character, which cannot be passed to a process", "remove it"))
@@ -255,6 +246,14 @@ def environment_issues(environment: Mapping[Any, Any]) -> list[SpecIssue]:
     if total > MAX_ENVIRONMENT_BYTES:
         issues.append(SpecIssue("environment", f"takes {total} bytes; the limit is {MAX_ENVIRONMENT_BYTES}", "pass large values in a file in source_dir"))
     return issues
+
+
+def _owned_hint(name: str) -> str:
+    if name.startswith("SM_HP_"):
+        return f"set the hyperparameter {name.removeprefix('SM_HP_').lower()!r} instead"
+    if name.startswith("SM_CHANNEL_"):
+        return "add the channel to inputs instead"
+    return "the runtime sets it from the job's hosts, ranks, paths and secrets; read it in the script, or use another name"
 
 
 def _json_shape(value: Any) -> tuple[int, int]:

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from smddp_sdk.schedulers.hosttree.job_dir import pick_free_ports
-from smddp_sdk.specs import contract, limits
+from smddp_sdk.specs import contract
 from tests.integration.runtime_job import PACKAGE_ROOT
 
 CASE_SECONDS = 30.0  # a hang fails the case after this; a refusal takes well under a second
@@ -85,7 +85,7 @@ def device(path: Path) -> None:
 
 def big_file(path: Path) -> None:
     with open(path, "wb") as handle:
-        handle.truncate(limits.MAX_CONTRACT_FILE_BYTES + 10)
+        handle.truncate(contract.MAX_CONTRACT_FILE_BYTES + 10)
 
 
 def tar_bytes(members: list[tuple[tarfile.TarInfo, bytes]], mode: str = "w:gz") -> bytes:
@@ -165,7 +165,7 @@ CASES: dict[str, Case] = {
     **{f"{name} is a directory": Case("not a regular file (a directory)", **{key: directory}) for key, name in (("resource", RC), ("hyperparameters", "hyperparameters.json"), ("input_data", "inputdataconfig.json"))},
     f"{RC} links to /dev/zero": Case("not a regular file (a device)", resource=device),
     "hyperparameters.json links to /dev/zero": Case("not a regular file (a device)", hyperparameters=device),
-    f"{RC} over 16 MiB": Case(f"over {limits.MAX_CONTRACT_FILE_BYTES} bytes", resource=big_file),
+    f"{RC} over 16 MiB": Case(f"over {contract.MAX_CONTRACT_FILE_BYTES} bytes", resource=big_file),
     f"{RC} missing": Case("file is missing", resource=None),
     f"{RC} empty": Case("not valid JSON", resource=b""),
     f"{RC} not UTF-8": Case("not UTF-8", resource=b"\xff\xfe{}"),
