@@ -11,7 +11,7 @@ whole archive first, as a tree of names, before writing a byte:
   allows), stays inside the destination; a hard link names a regular file of the archive;
 - member count and total size are bounded, and so is the decompressed stream itself while it is read:
   at most MAX_EXTRACTED_BYTES, and past RATIO_GRACE at most MAX_RATIO times the compressed bytes read so
-  far (a gzip bomb is refused after a few MB of it, before the header scan has skipped its first member);
+  far (a gzip bomb is refused a few KB into it, before the header scan has skipped its first member);
 - the archive is opened without blocking and must be a regular file (a FIFO is refused, not waited on);
   a truncated or damaged one is a ContractError saying so.
 
@@ -75,7 +75,8 @@ def safe_extract(archive: Path, destination: Path) -> None:
                 if len(members) > MAX_MEMBERS:
                     raise UnsafeArchiveError(f"{archive.name}: more than {MAX_MEMBERS} members")
             plan = check_members(members, archive.name)
-            stream.read()  # to the end: the compressed stream's own check (gzip's CRC and length) runs before a byte is written
+            while stream.read(_READ_CHUNK):  # to the end, so gzip's CRC and length are checked before a byte is written
+                pass
             _write(tar, plan, destination)
     except UnsafeArchiveError:
         raise

@@ -386,3 +386,32 @@ def test_no_case_blocks_or_crawls(outcomes: dict[str, Outcome]) -> None:
     slow = {name: round(outcome.seconds, 1) for name, outcome in outcomes.items() if outcome.seconds > 15}
     assert not slow, slow
 
+
+
+_KERNEL_PROBE = """
+import errno, subprocess, sys
+from smddp_sdk.specs import limits
+
+limit = limits.exec_limit()
+for margin, allowed in ((-4096, True), (4096, False)):
+    env = {"PATH": "/usr/bin:/bin"}
+    filler = limit + margin - 200  # the rest: "true", PATH and their pointers
+    env.update({f"F{index}": "x" * 60_000 for index in range(filler // 60_012)})
+    env["LAST"] = "x" * (filler - sum(len(k) + len(v) + 10 for k, v in env.items() if k != "PATH"))
+    predicted = not limits.exec_problem(["true"], env)
+    try:
+        started = subprocess.run(["true"], env=env).returncode == 0
+    except OSError as exc:
+        started = False if exc.errno == errno.E2BIG else exc
+    print(limit, margin, predicted, started)
+    assert predicted is allowed and started is allowed, (limit, margin, predicted, started)
+"""
+
+
+@pytest.mark.parametrize("stack_kib", [1024, 4096, 65536])
+def test_the_exec_limit_is_the_kernels(stack_kib: int) -> None:
+    """exec_problem agrees with execve itself within 4 KiB on either side, at three stack limits (the
+    third past the 6 MiB ceiling): what the runtime refuses, the kernel would have refused."""
+    done = subprocess.run(["sh", "-c", f'ulimit -s {stack_kib} && exec "$@"', "sh", sys.executable, "-c", _KERNEL_PROBE],
+                          env={**os.environ, "PYTHONPATH": PACKAGE_ROOT}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
