@@ -21,6 +21,7 @@ import traceback
 from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
+from typing import BinaryIO
 
 from smddp_sdk.errors import EXIT_JOB_FAILED, ContractError, SmddpError, UnavailableError
 from smddp_sdk.runtime import env as rank_env
@@ -34,6 +35,7 @@ from smddp_sdk.runtime.procs import RankProcess, die_with_parent, reap_groups, s
 from smddp_sdk.runtime.pythonpath import rank_python_path
 from smddp_sdk.runtime.training_env import TrainingEnv, number_env, read_training_env
 from smddp_sdk.specs import contract, limits
+from smddp_sdk.specs.archives import append_inside
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.failure import SOURCE_EARLY_EXIT, SOURCE_RUNTIME, SOURCE_STOPPED, FailureRecord, failure_reason, must_stop, render_summary
 from smddp_sdk.specs.processes import Wakeup, pid_alive
@@ -207,8 +209,8 @@ class NodeRuntime:
         return usercode.user_command(env.user_entry_point, kind, env.rank_opt_ml.code_dir, args, self.interpreter.python)
 
     def _start_ranks(self, plan: planning.RankPlan, command: usercode.UserCommand, python_path: list[str]) -> None:
-        """Every rank's environment is made and checked against what the kernel accepts before the first
-        starts, so a job too big to exec fails here, naming what is too big, with no rank running."""
+        """Every rank's environment and log file are made and checked before the first rank starts: a job too
+        big to exec, or a log the job replaced with a FIFO or a link, fails here with no rank running."""
         opt_ml = self.env.opt_ml
         launches = []
         for slot in plan.local_slots:
@@ -219,10 +221,18 @@ class NodeRuntime:
             problem = limits.exec_problem(command.argv, process_env)
             if problem:
                 raise ContractError(f"rank {slot.rank} cannot be started: {problem}; {_EXEC_HINT}")
-            launches.append((slot, process_env, error_file))
-        for slot, process_env, error_file in launches:
-            self.procs.append(spawn_rank(slot, command.argv, process_env, command.cwd, opt_ml.rank_log_file(slot.rank), error_file, self.console))
+            launches.append((slot, process_env, error_file, self._open_log(slot.rank)))
+        for slot, process_env, error_file, log in launches:
+            self.procs.append(spawn_rank(slot, command.argv, process_env, command.cwd, log, error_file, self.console))
         self.say(f"started ranks {[p.slot.rank for p in self.procs]}: {shlex.join(command.argv)}")
+
+    def _open_log(self, rank: int) -> BinaryIO:
+        opt_ml = self.env.opt_ml
+        relative = opt_ml.rank_log_file(rank).relative_to(opt_ml.base).as_posix()
+        try:
+            return append_inside(opt_ml.base, relative)
+        except OSError as exc:
+            raise ContractError(f"{opt_ml.base / relative}: cannot be the rank's log ({exc.strerror or exc}): a link or a special file is in its place; remove it") from None
 
     # --- watching -----------------------------------------------------------------------------------
 

@@ -337,9 +337,10 @@ def _check_hyperparameters(path: Any, raw: Mapping[str, Any]) -> None:
         decoded = contract.decode_hyperparameter(value) if isinstance(value, str) else value
         if contract.json_depth(decoded, limits.MAX_JSON_DEPTH) > limits.MAX_JSON_DEPTH:
             raise ContractError(f"{path}: hyperparameter {name!r}: its value nests deeper than {limits.MAX_JSON_DEPTH} levels; pass structured data as a file")
-        total += len(key.encode()) + len(text.encode()) + 4  # "--key value" as two argv strings
+        if not key.startswith("sagemaker_") and key not in contract.RESERVED_HYPERPARAMETERS:  # the job file's count: what reaches argv
+            total += len(key.encode()) + len(text.encode()) + 4  # "--key value" as two argv strings
         if total > limits.MAX_HYPERPARAMETERS_BYTES:
-            raise ContractError(f"{path}: hyperparameters take more than {limits.MAX_HYPERPARAMETERS_BYTES} bytes ({len(raw)} of them); pass large data as an input channel or a file in the code")
+            raise ContractError(f"{path}: the script's hyperparameters take more than {limits.MAX_HYPERPARAMETERS_BYTES} bytes ({len(raw)} in the file); pass large data as an input channel or a file in the code")
 
 
 def _require_object(path: Any, value: Any) -> None:

@@ -435,6 +435,18 @@ def write_inside(root: Path, relative: str, data: bytes, *, exclusive: bool = Fa
         handle.write(data)
 
 
+def append_inside(root: Path, relative: str) -> BinaryIO:
+    """``root/relative`` opened to append (made, with its directories, if missing), following no symlink on
+    the way and only if it is a regular file: a log the job replaced with a FIFO would block the open, a
+    link would point the runtime's writes at a file of the machine. OSError otherwise."""
+    fd = _open_leaf(root, relative, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, make_dirs=True)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise IsADirectoryError(f"{root / relative}: not a regular file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "ab")
+
+
 def read_inside(root: Path, relative: str, limit: int) -> bytes | None:
     """At most ``limit`` bytes of ``root/relative`` as ``open_inside`` finds it, or None."""
     handle = open_inside(root, relative)

@@ -44,6 +44,7 @@ class Case:
     input_data: object = None
     environ: dict[str, str] = field(default_factory=dict)
     code: Tree | None = None  # makes what sagemaker_submit_directory names (the code dir is then left empty)
+    tree: Tree | None = None  # anything else in the /opt/ml tree, made last (given the base)
     stack_kib: int | None = None  # ulimit -s for the runtime: a lower execve limit
 
 
@@ -145,6 +146,11 @@ def code_dir(*entries: tuple[str, Callable[[Path], None]]) -> Tree:
     return make
 
 
+def in_logs(base: Path, make: Callable[[Path], None]) -> None:
+    (base / "output" / "logs").mkdir(parents=True)
+    make(base / "output" / "logs" / "rank-0.log")
+
+
 def channels(count: int, **options: object) -> dict[str, object]:
     return {f"c{index}": {"TrainingInputMode": "File", **options} for index in range(count)}
 
@@ -209,9 +215,10 @@ CASES: dict[str, Case] = {
     "NUL in the instance type": Case("current_instance_type holds a NUL character", resource=resource(current_instance_type="ml.p4d\x00")),
     "NUL in a key": Case("holds a NUL character", resource=resource(**{"x\x00": 1})),
     # hyperparameters: size
-    "100k hyperparameters": Case("hyperparameters take more than 131072 bytes (100001 of them)", hyperparameters=lazy(lambda: {**PROGRAM, **{f"h{i}": '"1"' for i in range(100_000)}})),
+    "100k hyperparameters": Case("hyperparameters take more than 131072 bytes (100001 in the file)", hyperparameters=lazy(lambda: {**PROGRAM, **{f"h{i}": '"1"' for i in range(100_000)}})),
     "5000 hyperparameters of 100 bytes": Case("hyperparameters take more than 131072 bytes", hyperparameters=hps(**{f"h{i}": "x" * 100 for i in range(5000)})),
     "one hyperparameter of 140 KB": Case("hyperparameters take more than 131072 bytes", hyperparameters=raw_hps('"big": "' + "x" * 140_000 + '"')),
+    "a framework parameter of 140 KB": Case("rank 0 cannot be started: environment variable SM_", hyperparameters=raw_hps('"sagemaker_extra": "' + "x" * 140_000 + '"')),
     "a hyperparameter name of 140 KB": Case("hyperparameters take more than 131072 bytes", hyperparameters=raw_hps('"' + "k" * 140_000 + '": "1"')),
     # hyperparameters: names
     "space in a hyperparameter name": Case("hyperparameter name 'a b' holds whitespace", hyperparameters=hps(**{"a b": 1})),
@@ -263,6 +270,10 @@ CASES: dict[str, Case] = {
     "submit directory links out": Case("outside", code=code_dir(("passwd", lambda p: p.symlink_to("/etc/passwd")))),
     "submit directory with a dangling link": Case("dangling or looping link", code=code_dir(("gone", lambda p: p.symlink_to("missing")))),
     "submit directory missing": Case("does not exist on this host", code=lambda p: None),
+    # what the runtime writes: a rank's log replaced by the job (an earlier attempt) with a FIFO or a link
+    "the rank's log is a FIFO": Case("cannot be the rank's log", tree=lambda base: in_logs(base, fifo)),
+    "the rank's log links to a file of the machine": Case("cannot be the rank's log", tree=lambda base: in_logs(base, lambda p: p.symlink_to("/etc/hostname"))),
+    "the rank's log is a directory": Case("cannot be the rank's log", tree=lambda base: in_logs(base, directory)),
     # the environment
     "SMDDP_SCRIPT_ARGS nested 60000 deep": Case("SMDDP_SCRIPT_ARGS must be a JSON list of strings", environ={contract.SCRIPT_ARGS_ENV: "[" * 60_000}),
     "SMDDP_SCRIPT_ARGS closed 30000 deep": Case("SMDDP_SCRIPT_ARGS must be a JSON list of strings", environ={contract.SCRIPT_ARGS_ENV: "[" * 30_000 + "]" * 30_000}),
@@ -324,6 +335,8 @@ def _prepare(case: Case, root: Path) -> tuple[Path, dict[str, str]]:
     _write(config / "resourceconfig.json", case.resource)
     _write(config / "hyperparameters.json", hyperparameters)
     _write(config / "inputdataconfig.json", case.input_data)
+    if case.tree is not None:
+        case.tree(base)
     env = {key: value for key, value in os.environ.items() if not key.startswith(("SMDDP_", "SM_", "SAGEMAKER_", "TORCHELASTIC_"))}
     env.update({
         "PYTHONPATH": PACKAGE_ROOT, contract.BASE_DIR_ENV: str(base), "SMDDP_RUNTIME_STORE": "0",
