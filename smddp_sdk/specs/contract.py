@@ -231,7 +231,7 @@ def write_config_files(opt_ml: OptMl, *, resource: Mapping[str, Any], hyperparam
 def read_json_file(path: Path, *, default: Any = None, required: bool = False) -> Any:
     """Read one contract file; a missing optional file gives ``default``, anything broken a ContractError:
     not a regular file (a FIFO is refused, never waited on), over MAX_CONTRACT_FILE_BYTES, not UTF-8 JSON,
-    nested deeper than MAX_CONTRACT_JSON_DEPTH, or holding a NUL character anywhere."""
+    nested deeper than MAX_CONTRACT_JSON_DEPTH, or holding a NUL or a lone surrogate anywhere."""
     try:
         with open_regular(path) as handle:
             raw = handle.read(MAX_CONTRACT_FILE_BYTES + 1)
@@ -253,9 +253,9 @@ def read_json_file(path: Path, *, default: Any = None, required: bool = False) -
         raise ContractError(f"{path}: JSON nested too deeply for the parser") from None
     if json_depth(value, MAX_CONTRACT_JSON_DEPTH) > MAX_CONTRACT_JSON_DEPTH:
         raise ContractError(f"{path}: JSON nested deeper than {MAX_CONTRACT_JSON_DEPTH} levels; contract files are a few levels deep")
-    where = nul_at(value)
-    if where is not None:
-        raise ContractError(f"{path}: {where or 'the document'} holds a NUL character, which no host name, path, argument or variable can carry; remove it")
+    problem = text_problem_at(value)
+    if problem is not None:
+        raise ContractError(f"{path}: {problem}, which no host name, path, argument or variable can carry; remove it")
     return value
 
 
@@ -271,21 +271,33 @@ def json_depth(value: Any, limit: int) -> int:
     return deepest
 
 
-def nul_at(value: Any) -> str | None:
-    """Where in decoded JSON a key or string holds NUL (``hosts[2]``, ``train.S3Uri``), or None."""
+def text_problem_at(value: Any) -> str | None:
+    """Where in decoded JSON a key or string holds what no name, path, argument or variable can carry, and
+    what: a NUL character, or a lone surrogate (JSON's ``\\ud800``, not Unicode), e.g. "hosts[2] holds a NUL
+    character"; None when there is none."""
     stack: list[tuple[str, Any]] = [("", value)]
     while stack:
         where, item = stack.pop()
-        if isinstance(item, str) and "\0" in item:
-            return where
         if isinstance(item, dict):
             for key, child in item.items():
-                if "\0" in key:
-                    return f"{where}.{key!r}".lstrip(".")
+                if problem := _text_problem(key):
+                    return f"{where}.{key.encode('utf-8', 'backslashreplace').decode()!r}".lstrip(".") + problem
                 stack.append((f"{where}.{key}".lstrip("."), child))
         elif isinstance(item, list):
             stack += [(f"{where}[{index}]", child) for index, child in enumerate(item)]
+        elif isinstance(item, str) and (problem := _text_problem(item)):
+            return (where or "the document") + problem
     return None
+
+
+def _text_problem(text: str) -> str:
+    if "\0" in text:
+        return " holds a NUL character"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return " holds a lone surrogate (text that is not Unicode)"
+    return ""
 
 
 def _write_json(path: Path, obj: Any) -> None:

@@ -15,6 +15,7 @@ import io
 import json
 import lzma
 import os
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -214,6 +215,8 @@ CASES: dict[str, Case] = {
     "NUL in a group name": Case("holds a NUL character", resource=resource(instance_groups=[{"instance_group_name": "g\x00", "hosts": ["algo-1"]}])),
     "NUL in the instance type": Case("current_instance_type holds a NUL character", resource=resource(current_instance_type="ml.p4d\x00")),
     "NUL in a key": Case("holds a NUL character", resource=resource(**{"x\x00": 1})),
+    "lone surrogate in the instance type": Case("current_instance_type holds a lone surrogate", resource=b'{"current_host": "algo-1", "hosts": ["algo-1"], "current_instance_type": "ml\\udc80"}'),
+    "lone surrogate in a channel name": Case("holds a lone surrogate", input_data=b'{"tr\\ud800": {}}'),
     # hyperparameters: size
     "100k hyperparameters": Case("hyperparameters take more than 131072 bytes (100001 in the file)", hyperparameters=lazy(lambda: {**PROGRAM, **{f"h{i}": '"1"' for i in range(100_000)}})),
     "5000 hyperparameters of 100 bytes": Case("hyperparameters take more than 131072 bytes", hyperparameters=hps(**{f"h{i}": "x" * 100 for i in range(5000)})),
@@ -395,10 +398,12 @@ def test_hostile_input_exits_2_with_one_error_line(outcomes: dict[str, Outcome],
 
 
 def test_no_case_blocks_or_crawls(outcomes: dict[str, Outcome]) -> None:
-    """Refusals are quick: a FIFO is not waited on, a bomb is refused after a few MB of it."""
-    slow = {name: round(outcome.seconds, 1) for name, outcome in outcomes.items() if outcome.seconds > 15}
-    assert not slow, slow
-
+    """Refusals are quick: a FIFO is not waited on, a bomb is refused after 64 MiB of it. Judged against
+    the median case (a runtime's start-up), so a machine under load slows the bound with the cases."""
+    median = statistics.median(outcome.seconds for outcome in outcomes.values())
+    bound = max(10.0, 8 * median)
+    slow = {name: round(outcome.seconds, 1) for name, outcome in outcomes.items() if outcome.seconds > bound}
+    assert not slow, f"median {median:.1f} s, bound {bound:.1f} s: {slow}"
 
 
 _KERNEL_PROBE = """
