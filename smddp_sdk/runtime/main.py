@@ -218,8 +218,9 @@ class NodeRuntime:
             process_env = rank_env.process_env(self.environ, self.env, plan, slot, python_path=python_path, error_file=str(error_file))
             process_env.update(self.store_env)
             self.interpreter.apply(process_env)
-            problem = limits.exec_problem(command.argv, process_env)
-            if problem:
+            if problem := limits.exec_text_problem(command.argv, process_env):
+                raise ContractError(f"rank {slot.rank} cannot be started: {problem}; remove it")
+            if problem := limits.exec_size_problem(command.argv, process_env):
                 raise ContractError(f"rank {slot.rank} cannot be started: {problem}; {_EXEC_HINT}")
             launches.append((slot, process_env, error_file, self._open_log(slot.rank)))
         for slot, process_env, error_file, log in launches:

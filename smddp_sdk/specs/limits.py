@@ -201,18 +201,28 @@ def exec_limit() -> int:
     return max(min(quarter, _EXEC_CEILING), _EXEC_FLOOR)
 
 
-def exec_problem(argv: Sequence[str], environ: Mapping[str, str], limit: int | None = None) -> str:
-    """Why the kernel (or Python before it) would refuse to start ``argv`` with ``environ``, or "".
-    Names what is too big or malformed: execve's E2BIG says neither."""
-    strings = [(f"argument {index}", arg) for index, arg in enumerate(argv)]
-    strings += [(f"environment variable {name[:60]}", f"{name}={value}") for name, value in environ.items()]
+def exec_text_problem(argv: Sequence[str], environ: Mapping[str, str]) -> str:
+    """Why Python or the kernel would refuse the text of ``argv`` or ``environ`` at exec, or "": an
+    environment name that is empty or holds '=' or NUL, a string with NUL or a lone surrogate."""
     for name in environ:
         if not name or "=" in name or "\0" in name:
             return f"environment variable name {name[:60]!r} is empty or holds '=' or NUL"
-    total = 0
-    for what, text in strings:
+    for what, text in _exec_strings(argv, environ):
         if "\0" in text:
             return f"{what} holds a NUL character, which no argument or variable can carry"
+        try:
+            text.encode("utf-8", "surrogateescape")  # as os.fsencode, which Popen uses
+        except UnicodeEncodeError:
+            return f"{what} holds a lone surrogate (text that is not Unicode), which no argument or variable can carry"
+    return ""
+
+
+def exec_size_problem(argv: Sequence[str], environ: Mapping[str, str], limit: int | None = None) -> str:
+    """Why the kernel would refuse ``argv`` and ``environ`` as too big (E2BIG), naming what is too big,
+    or "". Only for text ``exec_text_problem`` accepts."""
+    strings = _exec_strings(argv, environ)
+    total = 0
+    for what, text in strings:
         size = len(text.encode("utf-8", "surrogateescape")) + 1
         if size > MAX_ARG_STRLEN:
             return f"{what} takes {size} bytes; Linux passes at most {MAX_ARG_STRLEN} in one argument or variable"
@@ -223,6 +233,11 @@ def exec_problem(argv: Sequence[str], environ: Mapping[str, str], limit: int | N
         named = ", ".join(f"{what} ({len(text)} bytes)" for what, text in largest)
         return f"arguments and environment take {total} bytes; Linux passes at most {limit} here (a quarter of the stack limit, ulimit -s); largest: {named}"
     return ""
+
+
+def _exec_strings(argv: Sequence[str], environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """Each string execve copies, with what the message calls it."""
+    return [(f"argument {index}", arg) for index, arg in enumerate(argv)] + [(f"environment variable {name[:60]}", f"{name}={value}") for name, value in environ.items()]
 
 
 def environment_issues(environment: Mapping[Any, Any]) -> list[SpecIssue]:

@@ -284,6 +284,7 @@ CASES: dict[str, Case] = {
     "SMDDP_SCRIPT_ARGS numbers": Case("SMDDP_SCRIPT_ARGS must be a JSON list", environ={contract.SCRIPT_ARGS_ENV: "[1, 2]"}),
     "SMDDP_SCRIPT_ARGS not JSON": Case("SMDDP_SCRIPT_ARGS must be a JSON list", environ={contract.SCRIPT_ARGS_ENV: "--epochs 3"}),
     "NUL in SMDDP_SCRIPT_ARGS": Case("argument 4 holds a NUL character", environ={contract.SCRIPT_ARGS_ENV: '["a\\u0000b"]'}),
+    "lone surrogate in SMDDP_SCRIPT_ARGS": Case("argument 4 holds a lone surrogate", environ={contract.SCRIPT_ARGS_ENV: '["a\\ud800"]'}),
     "SMDDP_STOP_GRACE=nan": Case("SMDDP_STOP_GRACE='nan' must be a number of seconds", environ={contract.STOP_GRACE_ENV: "nan"}),
     "SMDDP_STOP_GRACE=inf": Case("SMDDP_STOP_GRACE", environ={contract.STOP_GRACE_ENV: "inf"}),
     "SMDDP_AGENT_TIMEOUT=-1": Case("SMDDP_AGENT_TIMEOUT", environ={contract.AGENT_TIMEOUT_ENV: "-1"}),
@@ -416,7 +417,7 @@ for margin, allowed in ((-4096, True), (4096, False)):
     filler = limit + margin - 200  # the rest: "true", PATH and their pointers
     env.update({f"F{index}": "x" * 60_000 for index in range(filler // 60_012)})
     env["LAST"] = "x" * (filler - sum(len(k) + len(v) + 10 for k, v in env.items() if k != "PATH"))
-    predicted = not limits.exec_problem(["true"], env)
+    predicted = not limits.exec_size_problem(["true"], env)
     try:
         started = subprocess.run(["true"], env=env).returncode == 0
     except OSError as exc:
@@ -428,7 +429,7 @@ for margin, allowed in ((-4096, True), (4096, False)):
 
 @pytest.mark.parametrize("stack_kib", [1024, 4096, 65536])
 def test_the_exec_limit_is_the_kernels(stack_kib: int) -> None:
-    """exec_problem agrees with execve itself within 4 KiB on either side, at three stack limits (the
+    """exec_size_problem agrees with execve itself within 4 KiB on either side, at three stack limits (the
     third past the 6 MiB ceiling): what the runtime refuses, the kernel would have refused."""
     done = subprocess.run(["sh", "-c", f'ulimit -s {stack_kib} && exec "$@"', "sh", sys.executable, "-c", _KERNEL_PROBE],
                           env={**os.environ, "PYTHONPATH": PACKAGE_ROOT}, capture_output=True, text=True, timeout=60)
