@@ -313,6 +313,7 @@ class Outcome:
     output: str
     seconds: float
     started_rank: bool
+    failure: str  # what the runtime wrote to output/failure
 
 
 def _write(path: Path, value: object) -> None:
@@ -369,7 +370,8 @@ def _run(name: str, root: Path) -> Outcome:
         output, _ = process.communicate()
         code = None
     ran = (base / "code" / "RAN").exists() or any(root.glob("submitted/RAN"))
-    return Outcome(code, output.decode("utf-8", "replace"), time.monotonic() - start, ran)
+    failure = base / "output" / "failure"
+    return Outcome(code, output.decode("utf-8", "replace"), time.monotonic() - start, ran, failure.read_text(errors="replace") if failure.is_file() else "")
 
 
 @pytest.fixture(scope="module")
@@ -396,6 +398,7 @@ def test_hostile_input_exits_2_with_one_error_line(outcomes: dict[str, Outcome],
     assert case.reason in errors[0], shown
     assert len(errors[0]) < 1500, errors[0]  # one readable line, not a dump of the input
     assert not outcome.started_rank
+    assert case.reason in outcome.failure, outcome.failure  # SageMaker's FailureReason says it too
 
 
 def test_no_case_blocks_or_crawls(outcomes: dict[str, Outcome]) -> None:
