@@ -410,6 +410,17 @@ def test_no_case_blocks_or_crawls(outcomes: dict[str, Outcome]) -> None:
     assert not slow, f"median {median:.1f} s, bound {bound:.1f} s: {slow}"
 
 
+def test_a_fifo_where_a_rank_writes_its_stacks_does_not_stop_the_rank(tmp_path: Path) -> None:
+    """The rank's bootstrap opens output/stacks/rank-N.txt before the script runs: a FIFO left there (by an
+    earlier attempt) is skipped, not waited on; the job runs to its end."""
+    base, env = _prepare(Case(""), tmp_path)
+    (base / "output" / "stacks").mkdir(parents=True)
+    os.mkfifo(base / "output" / "stacks" / "rank-0.txt")
+    done = subprocess.run([sys.executable, "-m", "smddp_sdk.runtime"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=CASE_SECONDS)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (base / "code" / "RAN").exists()
+
+
 _KERNEL_PROBE = """
 import errno, subprocess, sys
 from smddp_sdk.specs import limits
