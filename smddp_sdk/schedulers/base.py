@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 from smddp_sdk.errors import SmddpError, SpecError, SpecIssue
 from smddp_sdk.schedulers.options import SchedulerOptions
+from smddp_sdk.specs.archives import code_ignore, code_tree_issues
 from smddp_sdk.specs.job import JobSpec
 from smddp_sdk.specs.status import JobHandle, JobState, JobStatus, LogLine
 
@@ -220,7 +221,7 @@ class JobRootScheduler(Scheduler):
             issues.append(SpecIssue("output_path", f"{self.name} jobs write their archives on this machine's file system", "use a local path or file:// URI, or leave it unset"))
         if spec.job_name and (self.job_root / spec.job_name).exists():
             issues.append(self._name_taken(spec.job_name))
-        return issues
+        return [*issues, *code_tree_issues(spec.code_trees, code_ignore(self.job_root))]  # what the code's snapshot would refuse
 
     def _name_taken(self, job_name: str) -> SpecIssue:
         return SpecIssue("job_name", f"a {self.name} job named {job_name!r} already exists in {self.job_root}", "choose another job_name, or remove that job's directory")
