@@ -59,12 +59,29 @@ _VICTIM_TEXT = re.compile(
     r"Connection closed by peer|NCCL communicator was aborted|socket timed out",
     re.IGNORECASE,
 )
-# How a victim names the peer it blames: "rank 3 (host algo-2)", "peer rank 3 (pid 9, same host)",
-# "rank(s) 1, 2 on this host".
-_BLAME_REMOTE = re.compile(r"\brank (\d+) \(host ([^)\s]+)\)")
-_BLAME_LOCAL = re.compile(r"\bpeer rank (\d+) \(pid \d+, same host\)|\brank\(s\) ([\d, ]+) on this host")
-_HANG_TEXT = re.compile(r"timed out|did not arrive", re.IGNORECASE)
 SETTLE_SECONDS = 2.0  # longer than the spread of peers' process-group timeouts around one collective
+
+
+@dataclass(frozen=True)
+class PeerRank:
+    """A rank a failed collective names as data: its rank and its host ("" for the reporting rank's own
+    host). Its text is how collectives name a peer in their messages."""
+
+    rank: int
+    host: str = ""
+
+    def __str__(self) -> str:
+        return f"rank {self.rank} (host {self.host})" if self.host else f"rank {self.rank} (same host)"
+
+    @classmethod
+    def from_json(cls, data: Any) -> PeerRank | None:
+        """A peer from its JSON object; None for anything else (records cross processes and versions)."""
+        rank = number_or_none(int, data.get("rank")) if isinstance(data, Mapping) else None
+        return None if rank is None else cls(rank, str(data.get("host") or ""))
+
+
+def peers_from_json(items: Any) -> tuple[PeerRank, ...]:
+    return tuple(peer for peer in map(PeerRank.from_json, items if isinstance(items, (list, tuple)) else ()) if peer is not None)
 
 
 @dataclass(frozen=True)
@@ -85,6 +102,10 @@ class FailureRecord:
     log_tail: str = ""
     error_file: str = ""
     log_file: str = ""
+    # The peers the failure names, as the collective that raised it knew them: ranks whose connection or
+    # process went away (``lost``) and ranks it waited for in vain (``awaited``: a hang).
+    lost: tuple[PeerRank, ...] = ()
+    awaited: tuple[PeerRank, ...] = ()
 
     @property
     def who(self) -> str:
@@ -122,7 +143,8 @@ class FailureRecord:
     def from_json(cls, data: Mapping[str, Any]) -> FailureRecord:
         """Tolerant of extra and missing keys: records cross processes and versions."""
         known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
-        return cls(**{"host": "", "rank": None, "exit_code": 1, "message": "", **known})
+        peers = {name: peers_from_json(data.get(name)) for name in ("lost", "awaited")}
+        return cls(**{"host": "", "rank": None, "exit_code": 1, "message": "", **known, **peers})
 
 
 def exit_code_of(returncode: int) -> int:
@@ -151,6 +173,8 @@ def from_error_file(data: Mapping[str, Any], *, host: str, path: str = "", exit_
         local_rank=number_or_none(int, data.get("local_rank")),
         pid=number_or_none(int, data.get("pid")),
         error_file=path,
+        lost=peers_from_json(data.get("lost")),
+        awaited=peers_from_json(data.get("awaited")),
     )
 
 
@@ -166,6 +190,35 @@ def from_death(*, host: str, rank: int | None, returncode: int, observed_at: flo
     return FailureRecord(host, rank, exit_code_of(returncode), message, timestamp=observed_at or time.time(), error_type=error_type, signal=name, **{"source": SOURCE_EXIT, **extra})
 
 
+# --- a rank's failed collective, carried to its error file --------------------------------------------
+
+_FIRST_FAILED_COLLECTIVE: list[BaseException] = []  # this process's first failed collective that named peers
+
+
+def remember_failed_collective(error: BaseException) -> None:
+    """Keep the first failed collective of this process that names peers (``lost``/``awaited``): torch
+    re-raises an error that crossed its C++ (a DDP hook's future) as a bare RuntimeError of the same text,
+    and later calls fail as "unusable after an earlier failure: <its text>"; both lose the peers."""
+    if not _FIRST_FAILED_COLLECTIVE:
+        _FIRST_FAILED_COLLECTIVE.append(error)
+
+
+def blame_of(exc: BaseException) -> dict[str, list[dict[str, Any]]]:
+    """The peers a rank's fatal exception names, as its error file keeps them (``lost``, ``awaited``): those of
+    the first exception in its chain that carries peers, else those of this process's first failed collective
+    when ``exc`` carries that failure's text; {} when it names none."""
+    chain: list[BaseException] = []
+    link: BaseException | None = exc
+    while link is not None and link not in chain:
+        chain.append(link)
+        link = link.__cause__ or link.__context__
+    named = [item for item in chain if getattr(item, "lost", ()) or getattr(item, "awaited", ())]
+    named += [first for first in _FIRST_FAILED_COLLECTIVE if str(first) and str(first) in str(exc)]
+    if not named:
+        return {}
+    return {name: [dataclasses.asdict(peer) for peer in getattr(named[0], name, ())] for name in ("lost", "awaited")}
+
+
 # --- the rule ---------------------------------------------------------------------------------------
 
 
@@ -175,7 +228,7 @@ def is_victim(record: FailureRecord) -> bool:
         return True
     if record.source in (SOURCE_SUPERVISOR, SOURCE_HANG, SOURCE_TIMEOUT):
         return False
-    return bool(_VICTIM_TEXT.search(f"{record.error_type}: {record.message}"))
+    return bool(record.lost or record.awaited or _VICTIM_TEXT.search(f"{record.error_type}: {record.message}"))
 
 
 def must_stop(records: Sequence[FailureRecord], first_seen: float, now: float) -> bool:
@@ -183,14 +236,9 @@ def must_stop(records: Sequence[FailureRecord], first_seen: float, now: float) -
     return bool(records) and (any(not is_victim(r) for r in records) or now - first_seen >= SETTLE_SECONDS)
 
 
-def blamed_by(record: FailureRecord) -> list[tuple[str, int]]:
-    """The (host, rank) pairs a victim's message names as the peer it lost or waited for."""
-    text = record.message
-    blamed = [(host, int(rank)) for rank, host in _BLAME_REMOTE.findall(text)]
-    for single, several in _BLAME_LOCAL.findall(text):
-        for rank in filter(None, [single, *several.replace(" ", "").split(",")]):
-            blamed.append((record.host, int(rank)))
-    return blamed
+def blamed_by(record: FailureRecord) -> list[tuple[str, int, bool]]:
+    """(host, rank, hung) of every peer a victim's record names: lost, or awaited in vain (hung)."""
+    return [(peer.host or record.host, peer.rank, hung) for peers, hung in ((record.lost, False), (record.awaited, True)) for peer in peers]
 
 
 @dataclass(frozen=True)
@@ -229,12 +277,13 @@ def _blamed(records: Sequence[FailureRecord], early_exits: Mapping[tuple[str, in
     hung: set[tuple[str, int]] = set()
     first_seen: dict[tuple[str, int], float] = {}
     for record in records:
-        for peer in blamed_by(record):
+        for host, rank, waited in blamed_by(record):
+            peer = (host, rank)
             if peer in failed:
                 continue  # it failed too; its own record says more
             votes[peer] += 1
             first_seen[peer] = min(first_seen.get(peer, float("inf")), _time(record))
-            if _HANG_TEXT.search(record.message):
+            if waited:
                 hung.add(peer)
     if not votes:
         return None
