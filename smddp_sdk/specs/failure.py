@@ -232,8 +232,15 @@ def is_victim(record: FailureRecord) -> bool:
 
 
 def must_stop(records: Sequence[FailureRecord], first_seen: float, now: float) -> bool:
-    """Whether failures first seen at ``first_seen`` (monotonic) should stop the job by ``now``."""
+    """Whether failures first seen at ``first_seen`` (monotonic) should stop the job by ``now`` (an exit with
+    code 0 among them is evidence for ``decide``, no failure)."""
+    records = [r for r in records if not is_early_exit(r)]
     return bool(records) and (any(not is_victim(r) for r in records) or now - first_seen >= SETTLE_SECONDS)
+
+
+def is_early_exit(record: FailureRecord) -> bool:
+    """A rank that ended with code 0 while its peers ran: the culprit only when they blame it."""
+    return record.source == SOURCE_EARLY_EXIT
 
 
 def blamed_by(record: FailureRecord) -> list[tuple[str, int, bool]]:
@@ -252,16 +259,17 @@ class Verdict:
 def decide(records: Iterable[FailureRecord], *, early_exits: Iterable[FailureRecord] = ()) -> Verdict | None:
     """The job's root cause among ``records`` (see the module docstring), or None when there are none.
 
-    ``early_exits`` are ranks that ended with code 0 while peers still ran: not failures by themselves,
-    but the culprit when the victims blame them.
+    ``early_exits`` are ranks that ended with code 0 while peers still ran (also taken from ``records``, where
+    the runtimes pass them on): not failures by themselves, but the culprit when the victims blame them.
     """
+    records = list(records)
+    exits = {(r.host, r.rank): r for r in [*early_exits, *filter(is_early_exit, records)]}
     # Early exits are evidence only; a hang named by an earlier decide (a runtime's, written to its
     # failures.json) is a conclusion drawn from fewer records: both are drawn again from the victims here.
     records = [r for r in records if r.source not in (SOURCE_EARLY_EXIT, SOURCE_HANG)]
     # A runtime that saw a host vanish says less than the supervisor that saw how it ended.
     seen_dying = {r.host for r in records if r.source == SOURCE_SUPERVISOR and r.rank is None}
     records = [r for r in records if not (r.error_type in _OBSERVED_LOSS and r.host in seen_dying)]
-    exits = {(r.host, r.rank): r for r in early_exits}
     if not records:
         return None
     culprits = [r for r in records if not is_victim(r)]
@@ -291,7 +299,7 @@ def _blamed(records: Sequence[FailureRecord], early_exits: Mapping[tuple[str, in
     if (host, rank) in early_exits:
         early = early_exits[(host, rank)]
         return early.replace(message=f"the rank exited with code 0 while its peers still needed it ({early.message})" if early.message else
-                             "the rank exited with code 0 while its peers were still in a collective with it")
+                             "the rank exited with code 0 while its peers were still in a collective with it", error_type="EarlyExit")
     if (host, rank) in hung:
         return FailureRecord(host, rank, 1, "the rank stopped making progress: its peers timed out waiting for it in a collective "
                              "(hung inside or outside a collective, or on another code path)", timestamp=first_seen[(host, rank)],
@@ -327,11 +335,11 @@ def failure_reason(root: FailureRecord, others: Sequence[FailureRecord] = ()) ->
     lines = [
         root.cause.line,
         f"{EXIT_CODE_LABEL} {root.exit_code}",
-        f"{ERROR_MESSAGE_LABEL} {root.error_type}: {root.message[:_MESSAGE_LIMIT]}".rstrip(": "),
+        f"{ERROR_MESSAGE_LABEL} {root.error}".rstrip(),
     ]
     if details:
         lines += ["", _last_chars(details, FAILURE_REASON_LIMIT // 2)]
-    others = [f for f in others if f != root]
+    others = [f for f in others if f != root and not is_early_exit(f)]
     if others:
         lines += ["", f"{OTHER_FAILURES_LABEL} ({len(others)}):"] + [f"  {f.headline}" for f in others]
     return "\n".join(lines) + "\n"
@@ -380,7 +388,7 @@ def _last_chars(text: str, limit: int) -> str:
 def render_summary(root: FailureRecord, others: Sequence[FailureRecord] = (), *, title: str = "Job failed", hints: Sequence[str] = ()) -> str:
     """torchrun's layout: other failures first, the root cause last (it is what the eye finds at the end)."""
     blocks = [BORDER, title, BORDER]
-    others = [f for f in others if f != root]
+    others = [f for f in others if f != root and not is_early_exit(f)]
     if others:
         blocks.append("Other failures:")
         blocks += [f"  {f.summary()}" for f in others[-20:]]
@@ -391,7 +399,8 @@ def render_summary(root: FailureRecord, others: Sequence[FailureRecord] = (), *,
 
 def _describe(failure: FailureRecord) -> list[str]:
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(failure.timestamp)) if failure.timestamp else "<unknown>"
-    rank = f"{failure.rank} (local_rank: {failure.local_rank})" if failure.rank is not None else "<runtime, no rank>"
+    local = f" (local_rank: {failure.local_rank})" if failure.local_rank is not None else ""  # unknown for a rank named only by its peers
+    rank = f"{failure.rank}{local}" if failure.rank is not None else "<runtime, no rank>"
     rows = [
         f"  time      : {when}",
         f"  host      : {failure.host}",

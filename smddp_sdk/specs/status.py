@@ -112,6 +112,26 @@ class JobStatus:
         return self if self.submitted is not None or submitted is None else dataclasses.replace(self, submitted=submitted)
 
 
+# SageMaker's last secondary status of an ended job, by its state; the limits end a job with their own name.
+FINAL_STATUS = {JobState.SUCCEEDED: "Completed", JobState.FAILED: "Failed", JobState.CANCELLED: "Stopped"}
+_FINAL_STATUSES = frozenset({*FINAL_STATUS.values(), "MaxRuntimeExceeded", "MaxWaitTimeExceeded"})
+_LIVE = frozenset({JobState.PENDING, JobState.STARTING, JobState.RUNNING})
+
+
+def settled(status: JobStatus) -> JobStatus:
+    """``status`` as an ended job reads, so that it never contradicts itself: no host still live and the
+    transitions closed by the job's end. Whoever ended a job without its supervisor (it died, or a cancel
+    took over) knows the job's end, not each host's or the timeline's."""
+    if not status.state.is_terminal:
+        return status
+    hosts = tuple(dataclasses.replace(host, state=status.state) if host.state in _LIVE else host for host in status.hosts)
+    transitions = status.transitions
+    if transitions and transitions[-1].status not in _FINAL_STATUSES:
+        last, end = transitions[-1], status.ended
+        transitions = (*transitions[:-1], dataclasses.replace(last, end=last.end or end), Transition(FINAL_STATUS[status.state], end, end, status.message))
+    return dataclasses.replace(status, hosts=hosts, transitions=transitions)
+
+
 def transitions_of(items: Iterable[Mapping[str, Any]]) -> tuple[Transition, ...]:
     """Transitions from their JSON form (state.json, SageMaker's description turned into the same keys)."""
     return tuple(Transition(str(item.get("status", "")), item.get("start"), item.get("end"), item.get("message") or "") for item in items)

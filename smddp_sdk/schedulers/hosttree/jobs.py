@@ -37,7 +37,7 @@ from smddp_sdk.specs import contract, instance_types, processes
 from smddp_sdk.specs.failure import FailureRecord
 from smddp_sdk.specs.job import JobSpec
 from smddp_sdk.specs.json_files import read_json_object
-from smddp_sdk.specs.status import HostStatus, JobHandle, JobState, JobStatus, LogLine, attempts_of, transitions_of
+from smddp_sdk.specs.status import HostStatus, JobHandle, JobState, JobStatus, LogLine, attempts_of, settled, transitions_of
 
 SUPERVISOR_MODULE = "smddp_sdk.schedulers.hosttree.supervisor"
 # A supervisor that neither answers a SIGTERM nor touches its heartbeat for this long is taken to be
@@ -192,7 +192,7 @@ class HostTreeScheduler(JobRootScheduler):
         if failure is not None:  # where the supervisor found the root cause's error file and log (``Supervisor.note``)
             failure = failure.replace(error_file=failure.error_file or state.get("error_file") or "", log_file=failure.log_file or state.get("rank_log") or "")
         hosts = tuple(HostStatus(name, JobState(host.get("state", "UNKNOWN")), host.get("exit_code")) for name, host in (state.get("hosts") or {}).items())
-        return JobStatus(
+        return settled(JobStatus(
             handle, JobState(state.get("state", "UNKNOWN")), state.get("message", ""), failure, hosts, state.get("model_data"),
             output_data=state.get("output_data"),
             archive_skipped=tuple(state.get("archive_skipped") or ()),
@@ -207,7 +207,7 @@ class HostTreeScheduler(JobRootScheduler):
             billable_seconds=state.get("billable_seconds"),
             job_dir=str(job_dir.path),
             logs=str(job_dir.console_log),
-        )
+        ))
 
     def _settled_state(self, job_dir: JobDir) -> dict[str, Any]:
         """state.json, with a job whose supervisor died marked FAILED for good (it never stays RUNNING)."""
