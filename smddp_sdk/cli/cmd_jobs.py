@@ -447,14 +447,17 @@ def render_status(job_status: JobStatus, color: bool) -> str:
     if job_status.model_data:
         lines.append(f"  model: {job_status.model_data}")
     lines += [f"  left out of {skipped}" for skipped in job_status.archive_skipped]
+    if job_status.scheduler_job_id:
+        lines.append(f"  {job_status.handle.scheduler} job id: {job_status.scheduler_job_id}")
     return "\n".join(lines + attempt_lines(job_status))
 
 
 def attempt_lines(job_status: JobStatus) -> list[str]:
     """The attempt, its interruptions and billed seconds (per instance), and the status transitions with their
-    times (SageMaker's SecondaryStatusTransitions), for jobs whose scheduler records them."""
+    times (SageMaker's SecondaryStatusTransitions), for jobs whose scheduler records them; else the attempt
+    alone once there was more than one (a requeued Slurm job)."""
     if not job_status.transitions:
-        return []
+        return [f"  attempt {job_status.attempt}"] if job_status.attempt > 1 else []
     head = f"  attempt {job_status.attempt}, interruptions {job_status.interruptions}"
     if job_status.training_seconds is not None:
         head += f"; training seconds {job_status.training_seconds}, billable seconds {job_status.billable_seconds} (per instance)"
