@@ -266,9 +266,10 @@ def render_listing(statuses: Sequence[JobStatus], color: bool) -> str:
 
 
 def list_statuses(schedulers: Sequence[str], states: Collection[JobState], options: Sequence[tuple[str, str]], limit: int) -> list[JobStatus]:
-    """The newest ``limit`` jobs of ``schedulers`` (every one when empty) in ``states`` (any when empty), each
-    described only when it is shown: the job directories under the job root, the jobs in the index, and (when
-    sagemaker is named) the region's newest training jobs."""
+    """The newest ``limit`` jobs of ``schedulers`` in ``states`` (any when empty), each described only when it is
+    shown: what each scheduler lists (without ``schedulers``, those that list only this machine's files: the
+    job directories under the job root; SageMaker, when named, the region's newest training jobs) and the
+    jobs in the index."""
     listed: list[Listed] = []
     for name in schedulers or local_listings():
         listed += scheduler_named(name, _options_of(name, options, schedulers or ("local",))).listed(limit, states)
