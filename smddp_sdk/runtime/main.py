@@ -307,7 +307,7 @@ class NodeRuntime:
                 self.say(f"output/success not written: {exc.strerror} (a link in {self.env.opt_ml.output_dir}?)")
             self.say("all ranks on this host finished successfully")
             return 0
-        cause, others = verdict or (root_cause(local_failures) or self.remote_stop, local_failures)
+        cause, others = verdict or (root_cause([*local_failures, *self.early_exits]) or self.remote_stop, local_failures)
         assert cause is not None
         self._write_records([*local_failures, cause, *others])
         contract.write_failure(self.env.opt_ml, failure_reason(cause, others))
@@ -336,7 +336,7 @@ class NodeRuntime:
         """Report this host's result; when the job failed, learn the job-wide root cause."""
         if self.client is None:
             return None
-        self.client.report_final(status, failures)
+        self.client.report_final(status, [*failures, *self.early_exits])  # exits with 0 are the verdict's evidence
         verdict = None
         if status != "ok":
             verdict = self.client.wait_verdict(self.grace + 15.0)
