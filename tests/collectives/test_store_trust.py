@@ -243,3 +243,38 @@ def test_a_greeting_replayed_from_another_rendezvous_fails_before_the_arena_is_u
     results = _rendezvous(tcp_store, 2, [1])
     assert isinstance(results[1], CollectiveError) and "smddp/transport/0 was not written by this job's ranks" in str(results[1])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_single_copy_reads_the_pid_each_rank_wrote_in_the_arena(tmp_path: Path, monkeypatch, tcp_store) -> None:
+    """The pid that process_vm_readv reads from comes from the peer's own line in the arena (which only
+    this user can write), not from the store's greeting: here every greeting's pid is another process's."""
+    import subprocess
+    import sys
+    import time
+
+    import torch
+
+    from smddp_sdk.collectives.shm import Peer
+
+    monkeypatch.setenv("SMDDP_SHM_DIR", str(tmp_path))
+    monkeypatch.setenv("SM_CURRENT_HOST", "algo-1")
+    monkeypatch.setenv(MESH_SECRET_ENV, SECRET)
+    arenas = [local.arena for _, local in _rendezvous(tcp_store, 2, [0, 1]).values()]
+    arenas.sort(key=lambda arena: arena.index)
+    outsider = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        for arena in arenas:
+            arena.peers = [Peer(p.group_rank, outsider.pid) for p in arena.peers]
+        source = torch.arange(1 << 16, dtype=torch.float64)
+        target = torch.zeros_like(source)
+        verdicts: dict[int, bool] = {}
+        calls = [(0, source, []), (1, torch.zeros(1), [(0, target.view(torch.uint8))])]
+        threads = [threading.Thread(target=lambda i=i, s=s, r=r: verdicts.__setitem__(i, arenas[i].single_copy_read(s.view(torch.uint8), r, "test", time.monotonic() + 20))) for i, s, r in calls]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert verdicts == {0: True, 1: True} and torch.equal(target, source)
+    finally:
+        outsider.kill()
+        outsider.wait()
