@@ -61,11 +61,15 @@ class StoreValues:
     def get(self, key: str) -> object:
         return self.open(key, self.store.get(KEY_PREFIX + key))
 
+    def check(self, keys: list[str]) -> bool:
+        """Whether every key exists (what they hold is verified when read)."""
+        return self.store.check([KEY_PREFIX + key for key in keys])
+
     def forged(self, key: str) -> CollectiveError:
         return CollectiveError(
             f"smddp: the rendezvous store's value for {KEY_PREFIX}{key} was not written by this job's ranks (its "
             f"HMAC does not verify): another local user wrote to the rendezvous store at {store_address(self.store)}; "
-            "nothing read from it was acted on (docs/security.md#the-rendezvous-stores-values)"
+            "nothing read from it was acted on (docs/security.md#network-listeners)"
         )
 
     def derive_name(self, *parts: str) -> str:

@@ -10,13 +10,17 @@ hold an arena (or SMDDP_TRANSPORT=tcp) turns each of its ranks into a node of it
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import secrets
+import signal
 import socket
+import threading
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -40,9 +44,11 @@ from smddp_sdk.collectives.store_values import KEY_PREFIX as _KEY
 from smddp_sdk.collectives.store_values import StoreValues
 from smddp_sdk.collectives.tcp import TcpMesh, new_token
 from smddp_sdk.specs.contract import HOST_ADDRESSES_ENV, MESH_SECRET_ENV
+from smddp_sdk.specs.processes import pid_alive
 
 HOST_ENV = "SM_CURRENT_HOST"
 TRANSPORT_ENV = "SMDDP_TRANSPORT"  # "auto" (default) or "tcp" (no shared memory)
+MAPPED_POLL_S = 0.002  # how often a host's first rank looks whether its peers have mapped the arena
 
 
 def current_host() -> str:
@@ -124,7 +130,9 @@ def build(store: dist.Store, rank: int, size: int, timeout: timedelta) -> tuple[
     """Rendezvous through the store: exchange host identities, set up shared memory and the TCP mesh.
 
     Every value read back is verified (StoreValues) before it is used: each rank's greeting carries a
-    fresh nonce, and everything after is bound to the digest of all greetings."""
+    fresh nonce, and everything after is bound to the digest of all greetings. A host's ranks map their
+    arena before they read the other hosts' decisions, so its name is in /dev/shm for as short a time
+    as the local ranks take to map it."""
     deadline = time.monotonic() + timeout.total_seconds()
     host = current_host()
     secret = _mesh_secret(store, rank)
@@ -136,68 +144,114 @@ def build(store: dist.Store, rank: int, size: int, timeout: timedelta) -> tuple[
     hosts = [str(p["host"]) for p in peers]
     host_order = list(dict.fromkeys(hosts))
     by_host = {h: [r for r in range(size) if hosts[r] == h] for h in host_order}
-    my_host_ranks = by_host[host]
-    mine_index = host_order.index(host)
-    own, created = None, None
-    if my_host_ranks[0] == rank:
-        own, created = _decide_transport(values, host, my_host_ranks, len(host_order) == 1)
-        values.set(f"transport/{mine_index}", own)
-    try:
-        decisions = [own if i == mine_index and own else values.get(f"transport/{i}") for i in range(len(host_order))]
-    except BaseException:
-        _discard(created)
-        raise
+    here = HostRanks(values, rank, host, host_order.index(host), by_host[host], [int(p["pid"]) for p in peers])
+    own, arena = here.lead(len(host_order) == 1, deadline) if here.leads else here.join()
+    decisions = [own if i == here.index else values.get(f"transport/{i}") for i in range(len(host_order))]
     nodes: list[list[int]] = []
     for h, decision in zip(host_order, decisions):
         nodes += [by_host[h]] if decision["kind"] != "tcp" else [[r] for r in by_host[h]]
     nodes.sort(key=lambda ranks: ranks[0])
     topo = Topology(rank=rank, size=size, hosts=hosts, nodes=nodes)
-    local = LocalComm(_attach_arena(values, topo, decisions[mine_index], created, peers, deadline))
     if len(nodes) > 1 and rank == 0 and not os.environ.get(MESH_SECRET_ENV):
         _warn_store_token()
     mesh = _connect_mesh(values, topo, secret, deadline) if len(nodes) > 1 and topo.is_leader else None
-    return topo, local, mesh
+    return topo, LocalComm(arena), mesh
 
 
-def _discard(created: tuple[str, int] | None) -> None:
-    if created is not None:
-        path, fd = created
-        unlink_own(path, fd)
-        os.close(fd)
+@dataclass
+class HostRanks:
+    """This rank among the ranks of its host, setting up their transport (the host's arena or TCP)."""
 
+    values: StoreValues
+    rank: int
+    host: str
+    index: int  # of the host, in order of first rank
+    ranks: list[int]
+    pids: list[int]  # every group rank's, from the verified greetings
 
-def _attach_arena(values: StoreValues, topo: Topology, decision: dict, created: tuple[str, int] | None, peers: list, deadline: float) -> ShmArena | None:
-    """Map the host's arena: the leader the one it created, the others the one the name derives to,
-    checked by open_segment. The leader unlinks it once every local rank says (verified) it has it
-    mapped, or when setup fails: only the file it created, never one put in its place."""
-    if decision["kind"] != "shm":
-        return None
-    local = topo.local_ranks
-    slot = int(decision["slot"])
-    if created is None:
-        path = os.path.join(shm_dir(), arena_name(values, topo.hosts[topo.rank]))
+    @property
+    def leads(self) -> bool:
+        return self.ranks[0] == self.rank
+
+    def lead(self, one_host: bool, deadline: float) -> tuple[dict, ShmArena | None]:
+        """Decide and publish the host's transport; with an arena, map it and remove its name once every
+        local rank has it mapped, or as soon as anything fails (SIGTERM included): only the file created
+        here, never one put in its place."""
+        with _raising_on_sigterm():
+            decision, created = _decide_transport(self.values, self.host, self.ranks, one_host)
+            if created is None:
+                self.values.set(f"transport/{self.index}", decision)
+                return decision, None
+            path, fd = created
+            try:
+                self.values.set(f"transport/{self.index}", decision)
+                arena = self._map(fd, int(decision["slot"]))
+                self._wait_mapped(deadline)
+            finally:
+                unlink_own(path, fd)
+                os.close(fd)
+        return decision, arena
+
+    def join(self) -> tuple[dict, ShmArena | None]:
+        """Read the host's decision and map its arena, found under the name derived here (never read)."""
+        decision = self.values.get(f"transport/{self.index}")
+        if decision["kind"] != "shm":
+            return decision, None
+        slot = int(decision["slot"])
+        path = os.path.join(shm_dir(), arena_name(self.values, self.host))
         try:
-            fd = open_segment(path, arena_bytes(len(local), slot))
+            fd = open_segment(path, arena_bytes(len(self.ranks), slot))
         except FileNotFoundError as exc:
             raise CollectiveError(
-                f"smddp: rank {topo.rank} cannot open the shared-memory arena {path} created by rank {local[0]}, "
-                f"although both report host {topo.hosts[topo.rank]!r}; give each host (container) a distinct {HOST_ENV}"
+                f"smddp: rank {self.rank} cannot open the shared-memory arena {path} created by rank {self.ranks[0]}, "
+                f"although both report host {self.host!r}; give each host (container) a distinct {HOST_ENV}"
             ) from exc
-    else:
-        path, fd = created
+        try:
+            return decision, self._map(fd, slot)
+        finally:
+            os.close(fd)
+
+    def _map(self, fd: int, slot: int) -> ShmArena:
+        arena = ShmArena(fd, len(self.ranks), slot, self.ranks.index(self.rank), [Peer(r, self.pids[r]) for r in self.ranks])
+        self.values.set(f"mapped/{self.rank}", True)
+        return arena
+
+    def _wait_mapped(self, deadline: float) -> None:
+        """Until every local rank says (verified) it has the arena mapped; fails as soon as one has exited."""
+        keys = [f"mapped/{r}" for r in self.ranks[1:]]
+        while not self.values.check(keys):
+            gone = [r for r in self.ranks[1:] if not pid_alive(self.pids[r])]
+            if gone:
+                raise CollectiveError(f"smddp: rank {gone[0]} (pid {self.pids[gone[0]]}, this host) exited before mapping the shared-memory arena")
+            if time.monotonic() >= deadline:
+                raise CollectiveError(f"smddp: ranks {', '.join(map(str, self.ranks[1:]))} did not map the shared-memory arena within the process-group timeout")
+            time.sleep(MAPPED_POLL_S)
+        for key in keys:
+            self.values.get(key)
+
+
+@contextlib.contextmanager
+def _raising_on_sigterm() -> Iterator[None]:
+    """SIGTERM (how the runtime and torchrun stop ranks) raises here instead of ending the process at
+    once, so the arena's name is removed; then it is delivered again as it would have been. Only the
+    main thread can set handlers, and only a handler Python knows can be put back: otherwise as before."""
+    previous = signal.getsignal(signal.SIGTERM)
+    if threading.current_thread() is not threading.main_thread() or previous is None:
+        yield
+        return
+    caught: list[int] = []
+
+    def stop(signum: int, frame: object) -> None:
+        caught.append(signum)
+        raise CollectiveError("smddp: stopped by SIGTERM while this host's ranks were mapping their shared-memory arena")
+
+    signal.signal(signal.SIGTERM, stop)
     try:
-        arena = ShmArena(fd, len(local), slot, local.index(topo.rank), [Peer(r, int(peers[r]["pid"])) for r in local])
-        values.set(f"mapped/{topo.rank}", True)
-        if created is not None:
-            wait_s = max(1.0, deadline - time.monotonic())
-            values.store.wait([f"{_KEY}mapped/{r}" for r in local], timedelta(seconds=wait_s))
-            for r in local[1:]:
-                values.get(f"mapped/{r}")
+        yield
     finally:
-        if created is not None:
-            unlink_own(path, fd)  # every rank has it mapped (or setup failed): nothing stays in /dev/shm
-        os.close(fd)
-    return arena
+        signal.signal(signal.SIGTERM, previous)
+        if caught:
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _mesh_secret(store: dist.Store, rank: int) -> str:

@@ -278,3 +278,60 @@ def test_single_copy_reads_the_pid_each_rank_wrote_in_the_arena(tmp_path: Path, 
     finally:
         outsider.kill()
         outsider.wait()
+
+
+def _greet_as_rank_1(store: dist.Store, pid: int) -> None:
+    """Rank 1's greeting, sealed as the job's rank would (this test knows the secret), from pid."""
+    StoreValues(store, SECRET).set("peer/1", {"host": "algo-1", "pid": pid, "nonce": "1" * 32})
+
+
+def test_a_peer_that_exits_before_mapping_fails_the_leader_at_once_and_the_name_goes(tmp_path: Path, monkeypatch, tcp_store) -> None:
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("SMDDP_SHM_DIR", str(tmp_path))
+    monkeypatch.setenv("SM_CURRENT_HOST", "algo-1")
+    monkeypatch.setenv(MESH_SECRET_ENV, SECRET)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    _greet_as_rank_1(tcp_store, gone.pid)
+    results = _rendezvous(tcp_store, 2, [0])
+    with pytest.raises(CollectiveError, match=f"rank 1 \\(pid {gone.pid}, this host\\) exited before mapping the shared-memory arena"):
+        raise results[0]
+    assert list(tmp_path.iterdir()) == []
+
+
+LEADER = """
+import sys
+from datetime import timedelta
+import torch.distributed as dist
+from smddp_sdk.collectives import topology
+server = dist.TCPStore("127.0.0.1", int(sys.argv[1]), is_master=False, timeout=timedelta(seconds=60))
+topology.build(dist.PrefixStore("0//cpu/", server), 0, 2, timedelta(seconds=60))
+"""
+
+
+def test_a_leader_stopped_while_its_peers_map_the_arena_leaves_nothing_behind(tmp_path: Path, tcp_store) -> None:
+    """SIGTERM (how the runtime stops ranks) while the host's first rank waits for its peers to map the
+    arena: the name is removed, then the process ends by SIGTERM as it would have."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.collectives.cluster import PROJECT_ROOT
+
+    _greet_as_rank_1(tcp_store, os.getpid())  # alive, and never maps
+    env = {**os.environ, "SMDDP_SHM_DIR": str(tmp_path), "SM_CURRENT_HOST": "algo-1", MESH_SECRET_ENV: SECRET, "PYTHONPATH": str(PROJECT_ROOT)}
+    leader = subprocess.Popen([sys.executable, "-c", LEADER, str(tcp_store.underlying_store.port)], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + 60
+        while not list(tmp_path.iterdir()) and time.monotonic() < end and leader.poll() is None:
+            time.sleep(0.05)
+        assert list(tmp_path.iterdir()), "the leader made no arena"
+        leader.send_signal(signal.SIGTERM)
+        _, errors = leader.communicate(timeout=30)
+    finally:
+        leader.kill()
+    assert leader.returncode == -signal.SIGTERM, errors
+    assert list(tmp_path.iterdir()) == []

@@ -1,11 +1,13 @@
-"""A live job to attack: 2 simulated hosts x 2 ranks started by the node runtime, as the local scheduler
-starts them (so the ranks hold the runtime's mesh secret, not a token in the store), running
-scripts/trusted_mesh.py, with an attacker running as ``nobody`` beside it (unprivileged.py)."""
+"""A live job to attack: 2 simulated hosts x 2 ranks started by the node runtime as the local scheduler
+starts them (a random SMDDP_JOB_TOKEN per job, from which each runtime derives the mesh secret it hands
+its ranks; nothing of it in the store), running scripts/trusted_mesh.py, with an attacker running as
+``nobody`` beside it (unprivileged.py)."""
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import time
@@ -74,7 +76,7 @@ def run_attacked_job(tmp_path: Path, attack: str, *attack_args: str) -> Outcome:
         preamble.append(line)
     started = time.monotonic()
     try:
-        results = wait_all(job.start(), timeout=JOB_TIMEOUT_S)
+        results = wait_all(job.start({contract.JOB_TOKEN_ENV: secrets.token_hex(16)}), timeout=JOB_TIMEOUT_S)
     finally:
         attacker.terminate()
     try:

@@ -2,7 +2,7 @@
 rendezvous store (any local user can) before the ranks do and keeps rewriting them. Before the values were
 authenticated this made the ranks open, write and unlink a path of the attacker's choice, read another
 process's memory and connect to the attacker. Now every rank that reads such a value fails at once naming
-the key and the store, and nothing the value names is touched (docs/security.md#the-rendezvous-stores-values)."""
+the key and the store, and nothing the value names is touched (docs/security.md#network-listeners)."""
 
 from __future__ import annotations
 
