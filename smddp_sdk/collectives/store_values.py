@@ -16,6 +16,7 @@ import json
 import torch.distributed as dist
 
 from smddp_sdk.collectives.errors import CollectiveError
+from smddp_sdk.specs.contract import MESH_SECRET_ENV
 
 KEY_PREFIX = "smddp/"
 MAX_VALUE_BYTES = 64 << 10  # the mesh's values are tens of bytes; a stranger's megabytes are refused unread
@@ -48,7 +49,7 @@ class StoreValues:
         payload = json.dumps(value, sort_keys=True, separators=(",", ":"))
         return self._mac(key, payload) + _SEPARATOR + payload
 
-    def open(self, key: str, raw: bytes) -> object:
+    def unseal(self, key: str, raw: bytes) -> object:
         """The value sealed under key, or CollectiveError: a stranger wrote it (or replayed another's)."""
         mac, _, payload = raw[:MAX_VALUE_BYTES + 1].decode("utf-8", "replace").partition(_SEPARATOR)
         if len(raw) > MAX_VALUE_BYTES or not hmac.compare_digest(mac.encode(), self._mac(key, payload).encode()):
@@ -59,7 +60,7 @@ class StoreValues:
         self.store.set(KEY_PREFIX + key, self.seal(key, value))
 
     def get(self, key: str) -> object:
-        return self.open(key, self.store.get(KEY_PREFIX + key))
+        return self.unseal(key, self.store.get(KEY_PREFIX + key))
 
     def check(self, keys: list[str]) -> bool:
         """Whether every key exists (what they hold is verified when read)."""
@@ -69,7 +70,8 @@ class StoreValues:
         return CollectiveError(
             f"smddp: the rendezvous store's value for {KEY_PREFIX}{key} was not written by this job's ranks (its "
             f"HMAC does not verify): another local user wrote to the rendezvous store at {store_address(self.store)}; "
-            "nothing read from it was acted on (docs/security.md#network-listeners)"
+            f"nothing read from it was acted on (docs/security.md#network-listeners). If no one else can reach the "
+            f"store, check that every rank has the same {MESH_SECRET_ENV} (or none)"
         )
 
     def derive_name(self, *parts: str) -> str:

@@ -62,10 +62,12 @@ def test_a_sealed_value_verifies_only_where_and_for_whom_it_was_written(tcp_stor
     other_job.bind("rendezvous A")
     for reader, key, raw in [(values, "tcp/0", sealed), (values, "tcp/1", edited), (elsewhere, "tcp/1", sealed), (other_job, "tcp/1", sealed)]:
         with pytest.raises(CollectiveError, match=f"smddp/{key} was not written by this job's ranks"):
-            reader.open(key, raw.encode())
-    assert values.open("tcp/1", sealed.encode()) == ["10.0.0.2", 4242]
+            reader.unseal(key, raw.encode())
+    assert values.unseal("tcp/1", sealed.encode()) == ["10.0.0.2", 4242]
+    with pytest.raises(CollectiveError, match=f"check that every rank has the same {MESH_SECRET_ENV}"):
+        other_job.unseal("tcp/1", sealed.encode())  # ranks given different secrets hear how to tell
     with pytest.raises(CollectiveError, match="not written by this job's ranks"):
-        values.open("tcp/1", sealed.encode() + b" " * (64 << 10))  # a stranger's megabytes are not read
+        values.unseal("tcp/1", sealed.encode() + b" " * (64 << 10))  # a stranger's megabytes are not read
 
 
 def test_derived_names_need_the_secret_and_differ_per_rendezvous_and_host(tcp_store) -> None:
