@@ -1,8 +1,11 @@
 """Shared-memory transport between the ranks of one host.
 
-One file per group and host under /dev/shm, created 0600 by the host's first rank, sized with
-posix_fallocate (ENOSPC at setup, never SIGBUS later), mapped with MAP_POPULATE and unlinked as soon as
-every local rank has mapped it, so nothing is left behind even when a rank is killed.
+One file per group and host under /dev/shm, created by the host's first rank exclusively (O_EXCL,
+O_NOFOLLOW, mode 0600) under a name derived from the job's secret, sized with posix_fallocate (ENOSPC at
+setup, never SIGBUS later), mapped with MAP_POPULATE and unlinked as soon as every local rank has mapped
+it, so nothing is left behind even when a rank is killed. Other local users can list /dev/shm and write
+names there, so a peer maps only what open_segment accepts (this user's regular 0600 file of the
+expected size, reached without a link) and a name that is taken is never opened.
 
 Layout: a control area with one 64-byte line per local rank (barrier generation, call records, the
 rank's single-copy verdict and pid) and an abort record, then for each local rank two data halves of
@@ -22,6 +25,7 @@ import errno
 import functools
 import mmap
 import os
+import stat
 import time
 import uuid
 import warnings
@@ -64,6 +68,10 @@ _VERDICT_WORD = 14
 _PID_WORD = 15
 
 
+_CREATE = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_OPEN = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 class ShmUnavailable(Exception):
     """Shared memory cannot hold this group's arena; the caller falls back to TCP."""
 
@@ -104,39 +112,129 @@ def choose_slot_bytes(n_local: int, directory: str, default: int = DEFAULT_SLOT_
     return slot
 
 
-def create_arena_file(n_local: int, directory: str, default_slot: int = DEFAULT_SLOT_BYTES) -> tuple[str, int]:
-    """Create and allocate the arena file; returns (path, slot_bytes). Raises ShmUnavailable."""
+def create_arena(directory: str, name: str, n_local: int, default_slot: int = DEFAULT_SLOT_BYTES) -> tuple[str, int, int]:
+    """Create and allocate the host's arena exclusively under name; returns (path, fd, slot_bytes).
+    Raises ShmUnavailable, saying why."""
     slot = choose_slot_bytes(n_local, directory, default_slot)
-    return allocate_file(arena_bytes(n_local, slot), directory), slot
+    path, fd = create_segment(directory, name, arena_bytes(n_local, slot))
+    return path, fd, slot
 
 
-def allocate_file(nbytes: int, directory: str) -> str:
-    """A new 0600 file of nbytes, backed now (ENOSPC here, never SIGBUS later). Raises ShmUnavailable."""
-    path = os.path.join(directory, f"smddp-{uuid.uuid4().hex}")
+def create_segment(directory: str, name: str, nbytes: int) -> tuple[str, int]:
+    """A new file of nbytes that only this user can open (0600, created here or not at all: O_EXCL and
+    O_NOFOLLOW never open what another user made), backed now (ENOSPC here, never SIGBUS later); returns
+    (path, open fd). Raises ShmUnavailable."""
+    check_directory(directory)
+    path = os.path.join(directory, name)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(path, _CREATE, 0o600)
+    except FileExistsError as exc:
+        raise ShmUnavailable(f"{path} exists already ({_owner(path)}) although its name is new to this job: "
+                             "another local user (or a stale process) took it; it was not opened") from exc
     except OSError as exc:
         raise ShmUnavailable(f"cannot create a file in {directory}: {exc.strerror}") from exc
     try:
+        os.fchmod(fd, 0o600)  # exactly, whatever the umask: peers refuse any other mode
         os.posix_fallocate(fd, 0, max(nbytes, 1))
     except OSError as exc:
-        os.unlink(path)
+        unlink_own(path, fd)
+        os.close(fd)
         if exc.errno in (errno.ENOSPC, errno.ENOMEM):
             raise ShmUnavailable(f"{directory} ran out of space allocating {nbytes >> 20} MiB") from exc
         raise
-    finally:
+    return path, fd
+
+
+def check_directory(directory: str) -> None:
+    """Refuse a directory where another user could swap our files: theirs, or writable by others
+    without the sticky bit (/dev/shm is root's, 1777)."""
+    try:
+        info = os.stat(directory)
+    except OSError as exc:
+        raise ShmUnavailable(f"cannot use {directory}: {exc.strerror}") from exc
+    if not stat.S_ISDIR(info.st_mode):
+        raise ShmUnavailable(f"{directory} is not a directory")
+    if info.st_uid not in (0, os.geteuid()):
+        raise ShmUnavailable(f"{directory} belongs to uid {info.st_uid}, who could replace this job's files there")
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX:
+        raise ShmUnavailable(f"{directory} is writable by other users without the sticky bit: they could replace this job's files there")
+
+
+def open_segment(path: str, nbytes: int) -> int:
+    """Open a segment a local peer created, checked before anything maps it: no link followed, a regular
+    file of this user, mode 0600 exactly, one name, nbytes long. Returns the fd; CollectiveError if not."""
+    try:
+        fd = os.open(path, _OPEN)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise CollectiveError(f"smddp: refusing shared-memory segment {path}: it is a symbolic link") from exc
+        raise
+    try:
+        problem = segment_problem(os.fstat(fd), nbytes)
+    except BaseException:
         os.close(fd)
+        raise
+    if problem:
+        os.close(fd)
+        raise CollectiveError(f"smddp: refusing shared-memory segment {path}: {problem}; this job did not make it")
+    return fd
+
+
+def segment_problem(info: os.stat_result, nbytes: int) -> str:
+    """Why a file is not a segment this job made ('' when it may be): what open_segment checks."""
+    if not stat.S_ISREG(info.st_mode):
+        return "not a regular file"
+    if info.st_uid != os.geteuid():
+        return f"owned by uid {info.st_uid}, not {os.geteuid()}"
+    if stat.S_IMODE(info.st_mode) != 0o600:
+        return f"mode {stat.S_IMODE(info.st_mode):o}, not 600"
+    if info.st_nlink != 1:
+        return f"{info.st_nlink} names link to it"
+    if info.st_size != max(nbytes, 1):
+        return f"{info.st_size} bytes, not {max(nbytes, 1)}"
+    return ""
+
+
+def unlink_own(path: str, fd: int) -> None:
+    """Remove path if it still names the file open at fd; never another file put in its place."""
+    mine = os.fstat(fd)
+    try:
+        there = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if (there.st_dev, there.st_ino) == (mine.st_dev, mine.st_ino):
+        os.unlink(path)
+
+
+def _owner(path: str) -> str:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return "gone again"
+    kind = "a link" if stat.S_ISLNK(info.st_mode) else "a file"
+    return f"{kind} of uid {info.st_uid}, mode {stat.S_IMODE(info.st_mode):o}"
+
+
+def allocate_file(nbytes: int, directory: str) -> str:
+    """A new 0600 file of nbytes under a random name (create_segment). Raises ShmUnavailable."""
+    path, fd = create_segment(directory, f"smddp-{uuid.uuid4().hex}", nbytes)
+    os.close(fd)
     return path
 
 
 def map_file(path: str, nbytes: int) -> torch.Tensor:
-    """The file's bytes as a uint8 tensor over a shared, pre-faulted mapping (kept alive by the tensor)."""
-    fd = os.open(path, os.O_RDWR)
+    """A local peer's segment (checked by open_segment) as a uint8 tensor over a shared, pre-faulted
+    mapping (kept alive by the tensor)."""
+    fd = open_segment(path, nbytes)
     try:
-        mapping = mmap.mmap(fd, max(nbytes, 1), flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
+        mapping = map_fd(fd, nbytes)
     finally:
         os.close(fd)
     return torch.frombuffer(mapping, dtype=torch.uint8)[:nbytes]
+
+
+def map_fd(fd: int, nbytes: int) -> mmap.mmap:
+    return mmap.mmap(fd, max(nbytes, 1), flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
 
 
 @functools.cache
@@ -163,18 +261,13 @@ class Peer:
 class ShmArena:
     """A mapped arena plus the barrier and abort protocol over it."""
 
-    def __init__(self, path: str, n_local: int, slot_bytes: int, local_index: int, peers: Sequence[Peer]) -> None:
+    def __init__(self, fd: int, n_local: int, slot_bytes: int, local_index: int, peers: Sequence[Peer]) -> None:
+        """Map the arena open at fd (created by create_arena, or checked by open_segment)."""
         self.n = n_local
         self.index = local_index
         self.slot_bytes = slot_bytes
         self.peers = list(peers)
-        fd = os.open(path, os.O_RDWR)
-        try:
-            size = arena_bytes(n_local, slot_bytes)
-            flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-            self._map = mmap.mmap(fd, size, flags=flags)
-        finally:
-            os.close(fd)
+        self._map = map_fd(fd, arena_bytes(n_local, slot_bytes))
         self._bytes = torch.frombuffer(self._map, dtype=torch.uint8)
         self._words = memoryview(self._map).cast("I")  # 32-bit: futex words
         self.base_address = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
@@ -272,12 +365,16 @@ class ShmArena:
         error = 0
         for peer, target in reads:
             address = int(self.slot(peer, half)[:8].view(torch.int64)[0])
-            error = read_process(self.peers[peer].pid, target, address)
+            error = read_process(self._pid_of(peer), target, address)
             if error:
                 break
         self._words[self.index * LINE // 4 + _VERDICT_WORD] = error
         self.barrier(what, deadline)
         return self._single_copy_agreed()
+
+    def _pid_of(self, local_index: int) -> int:
+        """The pid the peer wrote in its own line (as the native core reads it), not one from the store."""
+        return self._words[local_index * LINE // 4 + _PID_WORD]
 
     def _single_copy_agreed(self) -> bool:
         """After a single-copy call's second barrier: did every local rank read everything? If not, the

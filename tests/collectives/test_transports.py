@@ -17,7 +17,7 @@ pytest.importorskip("torch")
 from smddp_sdk.collectives import native  # noqa: E402
 from smddp_sdk.collectives.errors import CollectiveError, PeerRank  # noqa: E402
 from smddp_sdk.collectives.local import plan_chunks  # noqa: E402
-from smddp_sdk.collectives.shm import ShmUnavailable, arena_bytes, create_arena_file, shm_dir  # noqa: E402
+from smddp_sdk.collectives.shm import ShmUnavailable, arena_bytes, create_arena, shm_dir, unlink_own  # noqa: E402
 from smddp_sdk.collectives.tcp import TcpMesh, new_token  # noqa: E402
 
 
@@ -28,13 +28,15 @@ def test_plan_chunks_packs_small_buffers_and_splits_large_ones():
 
 
 def test_arena_file_is_private_and_fully_allocated():
-    path, slot = create_arena_file(2, shm_dir())
+    path, fd, slot = create_arena(shm_dir(), f"smddp-test-{os.getpid()}", 2)
     try:
         info = os.stat(path)
         assert stat.S_IMODE(info.st_mode) == 0o600
         assert info.st_blocks * 512 >= arena_bytes(2, slot)  # allocated now: no SIGBUS on first touch later
     finally:
-        os.unlink(path)
+        unlink_own(path, fd)
+        os.close(fd)
+    assert not os.path.exists(path)
 
 
 @pytest.fixture
@@ -50,7 +52,7 @@ def tiny_tmpfs(tmp_path):
 
 def test_too_small_shm_gives_a_clear_error_before_anything_is_mapped(tiny_tmpfs):
     with pytest.raises(ShmUnavailable, match=r"--shm-size"):
-        create_arena_file(4, tiny_tmpfs)
+        create_arena(tiny_tmpfs, "smddp-small", 4)
     assert os.listdir(tiny_tmpfs) == []
 
 
@@ -219,16 +221,16 @@ def test_exchange_reports_a_peer_that_closed_the_connection(mesh_pair):
 def test_the_mesh_secret_comes_from_the_runtime_and_only_stray_launches_use_the_store(monkeypatch):
     import torch.distributed as dist
 
-    from smddp_sdk.collectives.topology import Topology, _mesh_secret
+    from smddp_sdk.collectives.topology import _mesh_secret, _warn_store_token
     from smddp_sdk.specs.contract import MESH_SECRET_ENV, mesh_secret
 
-    topo = Topology(rank=0, size=2, hosts=["algo-1", "algo-2"], nodes=[[0], [1]])
     store = dist.HashStore()
     monkeypatch.setenv(MESH_SECRET_ENV, mesh_secret("job token"))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the runtime's ranks hear nothing of it
-        assert _mesh_secret(store, topo) == mesh_secret("job token") != "job token"
+        assert _mesh_secret(store, 0) == mesh_secret("job token") != "job token"
     assert not store.check(["smddp/token"])  # nothing for a reader of the store
     monkeypatch.delenv(MESH_SECRET_ENV)
+    assert _mesh_secret(store, 0) == store.get("smddp/token").decode()  # torchrun-style launch: the store's token
     with pytest.warns(RuntimeWarning, match=f"{MESH_SECRET_ENV} is not set .* whoever can reach the store can join"):
-        assert _mesh_secret(store, topo) == store.get("smddp/token").decode()  # torchrun-style launch: the store's token
+        _warn_store_token()  # what rank 0 says when such a group spans hosts
