@@ -120,6 +120,21 @@ def _closed(log: str, why: str) -> int:
     return sum(int(count) for count in re.findall(pattern, log))
 
 
+def test_a_rank_that_loses_the_store_during_a_flood_names_what_the_store_closed(tmp_path: Path) -> None:
+    job = _job(tmp_path, SMDDP_TEST_HOLD_S="3", SMDDP_TEST_LOSE_THE_STORE="1")
+    attacker = start_as_nobody(STORE_FLOOD, "127.0.0.1", job.env[contract.MASTER_PORT_ENV], "60", "1", "150")
+    try:
+        results = wait_all(job.start(), timeout=240)
+    finally:
+        attacker.kill()
+        attacker.communicate()
+    assert results["algo-1"][0] != 0
+    records = json.loads(job.opt_ml("algo-1").failures_file.read_text())
+    rank_0 = [r for r in records if r.get("rank") == 0 and r.get("error_type") == "DistNetworkError"]
+    assert rank_0 and "(the rendezvous store closed" in rank_0[0]["message"], records
+    assert f"from uid {NOBODY}: beyond the 8 connections other local users may hold" in rank_0[0]["message"], records
+
+
 def test_a_flood_on_the_coordinator_port_does_not_lock_hosts_out(tmp_path: Path) -> None:
     job = _job(tmp_path, SMDDP_AGENT_TIMEOUT="60")  # a starved host would fail the job after a minute, not hang it
     first, second = (dataclasses.replace(job, hosts=(host,)) for host in job.hosts)
