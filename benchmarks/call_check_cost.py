@@ -1,12 +1,14 @@
-"""What the call check between hosts costs: all_reduce on 2 simulated hosts with the call header on and off.
+"""What the call check between hosts costs: all_reduce (or broadcast) on 2 simulated hosts with the check on and off.
 
     python benchmarks/call_check_cost.py                      # 64 KB, 3 trials of each, interleaved
     python benchmarks/call_check_cost.py --size 1M --trials 5 --calls 5000
+    python benchmarks/call_check_cost.py --op broadcast --size 4K   # a rooted call: the check goes both ways
 
 Every exchange between host leaders carries a 32-byte call header that the receiver compares with its own
-(docs/security.md). ``SMDDP_CHECK_CALLS=0`` turns it off on every rank of a trial, so the same code
-runs with and without it. Each trial starts fresh rank processes (one rank per host, TCP between them),
-checks the all_reduce result, runs ``--warmup`` calls, then times ``--calls`` calls on rank 0; trials
+(docs/security.md); a rooted call's first exchange also carries a byte each way where no data goes, so the
+root hears every other host's header. ``SMDDP_CHECK_CALLS=0`` turns both off on every rank of a trial, so the
+same code runs with and without them. Each trial starts fresh rank processes (one rank per host, TCP between them),
+checks the result, runs ``--warmup`` calls, then times ``--calls`` calls on rank 0; trials
 alternate off and on, so a change in the machine's load hits both alike. Reported for wall-clock time
 and for rank 0's CPU time (less swayed by other work on a shared machine): the median per call of each
 setting over its trials, every trial's figure, and the cost of the check in percent.
@@ -33,6 +35,8 @@ SETTINGS = {"off": "0", "on": "1"}
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--op", choices=("all_reduce", "broadcast"), default="all_reduce",
+                        help="the collective timed (broadcast: from rank 0; its check also exchanges a byte with the root)")
     parser.add_argument("--size", default="64K", help="bytes of the float32 tensor, with K/M suffixes")
     parser.add_argument("--trials", type=int, default=3, help="trials of each setting")
     parser.add_argument("--calls", type=int, default=3000)
@@ -52,16 +56,17 @@ def rank_main(args: argparse.Namespace) -> None:
     dist.init_process_group("smddp")
     rank, world = dist.get_rank(), dist.get_world_size()
     tensor = torch.full((parse_size(args.size) // 4,), float(rank + 1))
-    dist.all_reduce(tensor)
-    expected = world * (world + 1) / 2
+    call = dist.all_reduce if args.op == "all_reduce" else lambda x: dist.broadcast(x, src=0)
+    call(tensor)
+    expected = world * (world + 1) / 2 if args.op == "all_reduce" else 1.0
     if not torch.all(tensor == expected):
-        raise SystemExit(f"rank {rank}: all_reduce gave {tensor[:4].tolist()}..., expected {expected}")
+        raise SystemExit(f"rank {rank}: {args.op} gave {tensor[:4].tolist()}..., expected {expected}")
     for _ in range(args.warmup):
-        dist.all_reduce(tensor)
+        call(tensor)
     dist.barrier()
     started, cpu_started = time.perf_counter(), time.process_time()
     for _ in range(args.calls):
-        dist.all_reduce(tensor)
+        call(tensor)
     per_call = {"wall": (time.perf_counter() - started) / args.calls, "cpu": (time.process_time() - cpu_started) / args.calls}
     if rank == 0:
         Path(args.result).write_text(json.dumps(per_call))
@@ -84,7 +89,7 @@ def main(argv: list[str]) -> int:
         rank_main(args)
         return 0
     load = os.getloadavg()
-    print(f"all_reduce {human(parse_size(args.size))}B, 2 hosts x 1 rank, {args.calls} calls after {args.warmup}; load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs", flush=True)
+    print(f"{args.op} {human(parse_size(args.size))}B, 2 hosts x 1 rank, {args.calls} calls after {args.warmup}; load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs", flush=True)
     times: dict[str, list[dict[str, float]]] = {name: [] for name in SETTINGS}
     with tempfile.TemporaryDirectory(prefix="smddp-call-check-") as tmp:
         for index in range(args.trials):

@@ -42,6 +42,13 @@ v from the root (v = host - root mod H) is a multiple of 2m sends to v+m, which 
 of its subtree (v..v+m-1; shard v of H belongs to host v), then an all_gather of the shards as above. Every
 host runs every round's exchange, empty when it sits the round out, so steps are numbered alike.
 
+Rooted calls (broadcast, scatter, reduce, gather) are checked on both sides before data moves: their first
+exchange between leaders reaches every peer both ways (``reaching_every_peer``: a byte where no data goes), so
+every leader hears every other's call header. Otherwise two hosts that each think they hold the root would both
+only send and return their own data, and a root host would not hear that a receiver expects another size or
+dtype. Broadcast (and scatter, a broadcast) folds the check into its first tree round; reduce and gather, built
+on all_reduce and all_gather, open with ``check_call``, an exchange of the check alone.
+
 Exchanges with several peers run as H-1 permutation rounds (round r: host h sends to h+r and receives from
 h-r) once a peer's part reaches 64 KiB, so each link carries one flow in each direction: when H-1 senders
 converge on one receiver at once, their TCP flows overflow its link's queue and lose packets (measured: 66%
@@ -96,6 +103,33 @@ def exchange_in_rounds(mesh: TcpMesh, node: int, hosts: int, sends: Views, recvs
     for shift in range(1, hosts):
         to, source = (node + shift) % hosts, (node - shift) % hosts
         mesh.exchange({to: sends[to]} if to in sends else {}, {source: recvs[source]} if source in recvs else {}, what, deadline)
+
+
+def _has_bytes(views: list[memoryview] | None) -> bool:
+    return any(len(v) for v in views or ())
+
+
+def reaching_every_peer(node: int, hosts: int, sends: Views, recvs: Views) -> tuple[Views, Views]:
+    """sends and recvs plus a byte to and from every peer they leave out, so that the exchange carries a call
+    header both ways between this leader and every other (tcp.py sends one only with bytes). The bytes from
+    peers without data are received first: the Python path reads peers in order, and a check heard from every
+    peer names a mismatch even when a peer that sends data has already failed and closed."""
+    peers = [n for n in range(hosts) if n != node]
+    checked_sends = {n: sends[n] if _has_bytes(sends.get(n)) else [memoryview(b"\1")] for n in peers}
+    inboxes = {n: [memoryview(bytearray(1))] for n in peers if not _has_bytes(recvs.get(n))}
+    return checked_sends, {**inboxes, **{n: views for n, views in recvs.items() if _has_bytes(views)}}
+
+
+def checks_calls(mesh: TcpMesh) -> bool:
+    """False where SMDDP_CHECK_CALLS=0 took the call header off (tcp.py: to measure what the check costs)."""
+    return bool(mesh.header[0])
+
+
+def check_call(mesh: TcpMesh, node: int, hosts: int, what: str, deadline: float) -> None:
+    """An exchange of the call header alone between every two leaders: rooted calls whose data phase may not
+    reach every peer both ways (reduce and gather, built on all_reduce and all_gather) open with it, so a root,
+    size or dtype that differs between hosts fails on every host. A barrier between hosts is the same exchange."""
+    mesh.exchange(*reaching_every_peer(node, hosts, {}, {}), what, deadline)
 
 
 def folded_rank(node: int, hosts: int) -> int:
@@ -170,7 +204,8 @@ def _stream_slice(views: list[memoryview], lo: int, hi: int) -> list[memoryview]
 
 
 def broadcast_between_hosts(mesh: TcpMesh, node: int, hosts: int, root: int, data: list[memoryview], what: str, deadline: float) -> None:
-    """Host root's data (uint8 views, filled on root) into every leader's, by broadcast_algorithm."""
+    """Host root's data (uint8 views, filled on root) into every leader's, by broadcast_algorithm; the first
+    round also checks the call with every peer (reaching_every_peer)."""
     nbytes = sum(len(v) for v in data)
     algorithm = broadcast_algorithm(nbytes, hosts)
 
@@ -182,6 +217,7 @@ def broadcast_between_hosts(mesh: TcpMesh, node: int, hosts: int, root: int, dat
 
     v = (node - root) % hosts
     m = 1 << ceil_log2(hosts)
+    first = True
     while m > 1:
         m //= 2
         sends, recvs = {}, {}
@@ -189,6 +225,9 @@ def broadcast_between_hosts(mesh: TcpMesh, node: int, hosts: int, root: int, dat
             sends[(node + m) % hosts] = part(v + m, min(v + 2 * m, hosts))
         elif v % (2 * m) == m:
             recvs[(node - m) % hosts] = part(v, min(v + m, hosts))
+        if first and checks_calls(mesh):  # the call's check rides on the first round: every leader hears every other's header
+            sends, recvs = reaching_every_peer(node, hosts, sends, recvs)
+        first = False
         mesh.exchange(sends, recvs, what, deadline)
     if algorithm == "scatter_allgather":
         blocks = {n: part((n - root) % hosts, (n - root) % hosts + 1) for n in range(hosts)}

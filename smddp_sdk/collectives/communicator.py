@@ -22,6 +22,8 @@ from smddp_sdk.collectives.algorithms import (
     InterHostAllreduce,
     allgather_between_hosts,
     broadcast_between_hosts,
+    check_call,
+    checks_calls,
     forced_algorithm,
 )
 from smddp_sdk.collectives.calls import Call
@@ -90,9 +92,6 @@ class Communicator:
     @property
     def multi_node(self) -> bool:
         return len(self.topo.nodes) > 1
-
-    def _leader_peers(self) -> list[int]:
-        return [n for n in range(len(self.topo.nodes)) if n != self.topo.node]
 
     def _scratch_for(self, key: int, nbytes: int) -> torch.Tensor:
         buf = self._scratch.get(key)
@@ -269,14 +268,20 @@ class Communicator:
             broadcast_between_hosts(self.mesh, self.topo.node, len(self.topo.nodes), root_node, [memview(b) for b in buffers], what, deadline)
         if not in_root_node:
             self.local.broadcast(0, buffers, what, deadline)
+        else:  # the root's host waits for its leader's check with the other hosts, so that a mismatch fails every rank
+            self.local.barrier(what, deadline)
+
+    def check_between_hosts(self, what: str) -> None:
+        """The leaders check the call with each other before data moves (algorithms.check_call): for reduce and
+        gather, whose all_reduce and all_gather may not reach every host both ways. The host's other ranks wait
+        for their leader's result later in the call, so they fail with it."""
+        if self.multi_node and self.topo.is_leader and checks_calls(self.mesh):
+            check_call(self.mesh, self.topo.node, len(self.topo.nodes), what, self.deadline())
 
     def barrier(self, what: str) -> None:
         deadline = self.deadline()
         self.local.barrier(what, deadline)
         if self.multi_node:
             if self.topo.is_leader:
-                peers = self._leader_peers()
-                token = torch.ones(1, dtype=torch.uint8)
-                inbox = {n: torch.zeros(1, dtype=torch.uint8) for n in peers}
-                self.mesh.exchange({n: [memview(token)] for n in peers}, {n: [memview(inbox[n])] for n in peers}, what, deadline)
+                check_call(self.mesh, self.topo.node, len(self.topo.nodes), what, deadline)
             self.local.barrier(what, deadline)

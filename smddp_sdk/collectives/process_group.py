@@ -437,6 +437,7 @@ class SmddpProcessGroup:
         is_root = opts.rootRank == self.rank()
 
         def job() -> None:
+            self._comm.check_between_hosts("reduce")
             for tensor in tensors:
                 work = _contiguous(tensor) if is_root else tensor.contiguous().clone()
                 self._comm.allreduce(work.view(-1), op, "reduce")
@@ -548,6 +549,7 @@ class SmddpProcessGroup:
             self._rank_list(output_tensors[0], "gather")
 
         def job() -> None:
+            self._comm.check_between_hosts("gather")
             outs = output_tensors[0] if is_root else [torch.empty_like(tensor) for _ in range(self.size())]
             self._gather_into(outs, tensor, "gather")
 

@@ -22,8 +22,12 @@ The coordinator listens on the master host's own address when the scheduler maps
 (loopback in local mode), else on every interface (a container network, SageMaker's VPC). Whoever can
 reach it cannot stall or kill it: lines are bounded (``MAX_HELLO_BYTES`` before the handshake,
 ``MAX_LINE_BYTES`` after), so is JSON nesting, a peer must finish the handshake within ``HANDSHAKE_TIMEOUT`` in
-all (not per byte), at most ``MAX_PENDING_HANDSHAKES`` strangers are heard at once, and a malformed
-message from a joined host is logged and dropped, never raised in the serving thread.
+all (not per byte), and a malformed message from a joined host is logged and dropped, never raised in the
+serving thread. Nobody can starve the real hosts of handshakes (runtime/peers.py says who holds a connection):
+a peer of this job's own uid on this machine (every host, in local mode) is always heard; other local users
+share ``STRANGER_HANDSHAKES`` at once, and are turned away beyond them; a peer this machine does not list
+(another container or machine) gets ``HANDSHAKES_PER_ADDRESS`` at once from its address, so a flood from one
+address leaves every other host's slots free.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 import secrets
 import socket
 import threading
@@ -39,6 +44,7 @@ from collections.abc import Callable, Sequence
 from contextlib import suppress
 from typing import Any
 
+from smddp_sdk.runtime import peers
 from smddp_sdk.runtime.failures import root_cause
 from smddp_sdk.specs.failure import SETTLE_SECONDS, FailureRecord, is_early_exit, must_stop
 
@@ -46,7 +52,8 @@ HANDSHAKE_TIMEOUT = 10.0
 MAX_LINE_BYTES = 64 * 1024 * 1024  # from a joined host: a final report of 512 ranks with long tracebacks
 MAX_HELLO_BYTES = 4096  # from anyone, before the handshake
 MAX_JSON_DEPTH = 16
-MAX_PENDING_HANDSHAKES = 32
+STRANGER_HANDSHAKES = 4  # other local users together: none of them can join
+HANDSHAKES_PER_ADDRESS = 8  # a peer of unknown owner: one address is one host (or an attacker)
 Log = Callable[[str], None]
 
 
@@ -168,9 +175,11 @@ class Coordinator:
         self._first_failure_at: float | None = None  # monotonic
         self._verdict: dict[str, Any] | None = None
         self.done = threading.Event()  # every host is final or gone, and the verdict (if any) was sent
-        self._server = socket.create_server((address, port), backlog=len(self.hosts) + 8)
+        self._server = socket.create_server((address, port), backlog=1024)  # a flood queues without crowding out hosts
         self._closed = False
-        self._pending = threading.BoundedSemaphore(MAX_PENDING_HANDSHAKES)
+        self._strangers = threading.BoundedSemaphore(STRANGER_HANDSHAKES)
+        self._by_address: dict[str, threading.BoundedSemaphore] = {}
+        self._turned_away: set[str] = set()  # who was told of in the log
 
     def start(self) -> None:
         threading.Thread(target=self._accept_loop, name="coordinator", daemon=True).start()
@@ -189,21 +198,57 @@ class Coordinator:
     def _accept_loop(self) -> None:
         while not self._closed:
             try:
-                sock, _ = self._server.accept()
+                arrived = [self._server.accept()[0], *self._also_waiting()]
             except OSError:
                 return
-            if not self._pending.acquire(blocking=False):  # a flood of strangers: hosts retry later
-                with suppress(OSError):
-                    sock.close()
-                continue
-            threading.Thread(target=self._serve, args=(sock,), name="coordinator peer", daemon=True).start()
+            owners = peers.socket_owners()  # one look for the lot: reading it is slow, a flood is many
+            for sock in arrived:
+                slots, who = self._slots_for(sock, owners)
+                if slots is not None and not slots.acquire(blocking=False):  # a flood: its senders wait, hosts do not
+                    self._turn_away(sock, who, slots)
+                    continue
+                threading.Thread(target=self._serve, args=(sock, slots), name="coordinator peer", daemon=True).start()
 
-    def _serve(self, sock: socket.socket) -> None:
+    def _also_waiting(self) -> list[socket.socket]:
+        """The connections queued behind the one just accepted."""
+        self._server.setblocking(False)
+        waiting = []
+        try:
+            while len(waiting) < 1024:
+                waiting.append(self._server.accept()[0])
+        except (BlockingIOError, InterruptedError):
+            pass
+        finally:
+            self._server.setblocking(True)
+        for sock in waiting:
+            sock.setblocking(True)
+        return waiting
+
+    def _slots_for(self, sock: socket.socket, owners: dict) -> tuple[threading.BoundedSemaphore | None, str]:
+        """The handshake slots this peer draws on (None: the job's own uid, never bounded), and who it is."""
+        uid = peers.peer_uid(sock, owners)
+        if uid == os.getuid():
+            return None, "this job's user"
+        if uid is not None:
+            return self._strangers, f"uid {uid}"
+        address = peers.peer_address(sock)
+        return self._by_address.setdefault(address, threading.BoundedSemaphore(HANDSHAKES_PER_ADDRESS)), f"address {address}"
+
+    def _turn_away(self, sock: socket.socket, who: str, slots: threading.BoundedSemaphore) -> None:
+        with suppress(OSError):
+            sock.close()
+        if who not in self._turned_away:  # once per peer: a flood must not flood the log
+            self._turned_away.add(who)
+            bound = STRANGER_HANDSHAKES if slots is self._strangers else HANDSHAKES_PER_ADDRESS
+            self._log(f"turning away connections from {who} beyond {bound} handshakes at once")
+
+    def _serve(self, sock: socket.socket, slots: threading.BoundedSemaphore | None) -> None:
         try:
             channel = _Channel(sock)
             host = self._timed_handshake(channel)
         finally:
-            self._pending.release()
+            if slots is not None:
+                slots.release()
         if host is None:
             channel.close()
             return

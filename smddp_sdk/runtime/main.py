@@ -273,9 +273,16 @@ class NodeRuntime:
                 self.early_exits.append(FailureRecord(slot.host, slot.rank, 0, "", timestamp=proc.exited_at, source=SOURCE_EARLY_EXIT, local_rank=slot.local_rank, pid=pid))
             else:
                 proc.pump.join(0.5)  # the last lines of a dead rank are still in the pipe for a moment
-                failures.append(rank_failure(host=slot.host, rank=slot.rank, local_rank=slot.local_rank, pid=pid, returncode=proc.returncode or 0, error_file=proc.error_file,
-                                             log_tail=proc.pump.tail(), observed_at=proc.exited_at))
+                failures.append(self._with_store_note(rank_failure(
+                    host=slot.host, rank=slot.rank, local_rank=slot.local_rank, pid=pid, returncode=proc.returncode or 0, error_file=proc.error_file,
+                    log_tail=proc.pump.tail(), observed_at=proc.exited_at)))
         return failures
+
+    def _with_store_note(self, failure: FailureRecord) -> FailureRecord:
+        """A rank that lost the rendezvous store (torch's Dist* errors) names what happened to the store, if anything
+        did (connections it closed, its helper's end), instead of a bare DistNetworkError."""
+        note = self.store.note_for_failure() if self.store and failure.error_type.startswith("Dist") else ""
+        return dataclasses.replace(failure, message=f"{failure.message} ({note})") if note else failure
 
     def _stop(self, failures: list[FailureRecord]) -> None:
         """Stop every rank here (failures went to the job as they came; a signal is told now)."""

@@ -16,10 +16,21 @@ need not agree on who serves it.
 
 torch's store has no authentication and keeps every connection for as long as the peer likes, so the
 helper bounds them from outside the server: once a second it looks at its own sockets on the store's
-port (the server's, in its own process) and shuts down a connection that has not sent torch's 5-byte
-validation message within ``HANDSHAKE_SECONDS``, and the newest connections beyond ``max_connections``
-(four per rank and a margin: torch opens one per rank). The server then sees end-of-file and drops
-them, as it does for a peer that left.
+port (the server's, in its own process), finds who holds the other end (runtime/peers.py: the owner's uid
+where the peer is on this machine, else its address) and shuts down connections the server then drops as
+it does for a peer that left:
+
+* the job's own (the helper's uid, which the ranks share) never: no outsider can evict a rank;
+* another local user's (a stranger) once silent ``HANDSHAKE_SECONDS`` (no torch validation message), and
+  the newest beyond ``STRANGER_CONNECTIONS``, all strangers together;
+* a peer this machine does not list (another network namespace or machine) once silent, and the newest
+  beyond ``max_per_address`` from its address (four per rank of the job and a margin, so that one
+  address cannot crowd out the others).
+
+It raises its own file limit to the hard limit, so a flood between two passes does not exhaust it. What
+it closed it reports on its standard output at most every ``REPORT_SECONDS`` ("closed 52 connections from
+uid 65534: ..."); the runtime says each report in the host's log and adds them, with the helper's exit if
+it stopped early, to the failure of a rank that lost the store (torch's Dist* errors).
 """
 
 from __future__ import annotations
@@ -29,9 +40,12 @@ import select
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+
+from smddp_sdk.runtime import peers
 
 AGENT_STORE_ENV = "TORCHELASTIC_USE_AGENT_STORE"
 # "0" leaves the store to rank 0 (listening on every interface, as torch does). Why one might: with the
@@ -43,19 +57,28 @@ START_TIMEOUT = 120.0  # importing torch on a busy machine
 HANDSHAKE_SECONDS = 10.0  # a connection must send torch's validation message by then (as the coordinator's handshake)
 CONNECTIONS_PER_RANK = 4
 SPARE_CONNECTIONS = 32
+STRANGER_CONNECTIONS = 8  # other local users together: they have no business with the store
+REPORT_SECONDS = 10.0
 
-# Runs in the helper: serve the store on the inherited socket, bound its connections (``guard``) once a
-# second, and end when the runtime goes away (end-of-file on stdin).
+# Runs in the helper, after runtime/peers.py's source: serve the store on the inherited socket, bound its
+# connections (``guard``) once a second, report what it closed, and end when the runtime goes away
+# (end-of-file on stdin).
 _SERVER = """
-import datetime, os, select, socket, struct, sys, time
+import datetime, os, resource, select, socket, struct, sys, time
 from torch.distributed import TCPStore
-fd, host, port, handshake_s, limit = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+fd, host, port, handshake_s, per_address, per_strangers, report_s = (
+    int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), float(sys.argv[7]))
+try:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
+except (ValueError, OSError):
+    pass  # an unlimited hard limit some kernels refuse as a soft one: keep the soft limit
 store = TCPStore(host, port, None, True, datetime.timedelta(days=30), wait_for_workers=False, master_listen_fd=fd, use_libuv=True)
 sys.stdout.buffer.write(b"ready\\n")
 sys.stdout.flush()
 VALIDATION_BYTES, BYTES_RECEIVED = 5, struct.Struct("=Q")  # query type + magic; tcp_info's tcpi_bytes_received
 GUARDED = os.path.isdir("/proc/self/fd") and hasattr(socket, "TCP_INFO")  # Linux
-first_seen = {}
+OWN_UID = os.getuid()
+first_seen, closed, reported_at = {}, {}, [float("-inf")]
 
 def connections():
     \"\"\"The server's connections (inode -> a copy of the socket, bytes it received so far).\"\"\"
@@ -82,22 +105,54 @@ def connections():
         sock.close()
     return found
 
+def holder(sock, owners):
+    \"\"\"Who holds the other end: None for the job's own uid, "uid U" for another local user, else the address.\"\"\"
+    uid = peer_uid(sock, owners)
+    if uid is None:
+        return f"address {peer_address(sock)}"
+    return None if uid == OWN_UID else f"uid {uid}"
+
 def guard():
-    now, found = time.monotonic(), connections()
+    now, found, owners = time.monotonic(), connections(), socket_owners()
     for inode in list(first_seen):
         if inode not in found:
             del first_seen[inode]
     for inode in found:
         first_seen.setdefault(inode, now)
-    newest_first = sorted(found, key=first_seen.get, reverse=True)
-    excess = set(newest_first[:max(0, len(found) - limit)])
+    shut, bounded = {}, {}  # inode -> (holder, why); bound -> its holders' inodes
     for inode, (sock, received) in found.items():
-        if inode in excess or (received < VALIDATION_BYTES and now - first_seen[inode] >= handshake_s):
+        who = holder(sock, owners)
+        if who is None:
+            continue  # the job's own: never evicted
+        if received < VALIDATION_BYTES and now - first_seen[inode] >= handshake_s:
+            shut[inode] = (who, f"silent for {handshake_s:.0f} s (no store validation message)")
+        else:
+            bounded.setdefault("strangers" if who.startswith("uid") else who, []).append((inode, who))
+    for group, members in bounded.items():
+        bound = per_strangers if group == "strangers" else per_address
+        why = (f"beyond the {bound} connections other local users may hold" if group == "strangers"
+               else f"beyond the {bound} connections one address may hold")
+        for inode, who in sorted(members, key=lambda m: (first_seen[m[0]], m[0]), reverse=True)[: max(0, len(members) - bound)]:
+            shut[inode] = (who, why)
+    for inode, (sock, _) in found.items():
+        if inode in shut:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+            closed[shut[inode]] = closed.get(shut[inode], 0) + 1
         sock.close()
+    report(now)
+
+def report(now):
+    \"\"\"What was closed since the last report, at most every report_s.\"\"\"
+    if not closed or now - reported_at[0] < report_s:
+        return
+    for (who, why), count in sorted(closed.items()):
+        sys.stdout.write(f"closed {count} connection{'s' if count > 1 else ''} from {who}: {why}\\n")
+    sys.stdout.flush()
+    closed.clear()
+    reported_at[0] = now
 
 while not select.select([sys.stdin], [], [], 1.0)[0] or sys.stdin.buffer.read1(64):
     if GUARDED:
@@ -106,23 +161,35 @@ os._exit(0)  # nothing to flush: skip torch's slow teardown, which the runtime w
 """
 
 
+def _helper_source() -> str:
+    """The helper's program: runtime/peers.py (stdlib), then _SERVER."""
+    return Path(peers.__file__).read_text() + _SERVER
+
+
 class RendezvousStore:
-    """The helper process serving the store; ``stop`` (or the runtime's exit) ends it."""
+    """The helper process serving the store; ``stop`` (or the runtime's exit) ends it. ``notices``: what the
+    helper reported closing, once ``relay`` runs."""
 
     def __init__(self, process: subprocess.Popen[bytes], log_path: Path) -> None:
         self.process = process
         self._log_path = log_path
+        self.notices: list[str] = []
+        self._stopped = False
 
     @classmethod
-    def start(cls, address: str, port: int, scratch: Path, python: str = sys.executable, *, max_connections: int = 1024, handshake_s: float = HANDSHAKE_SECONDS) -> RendezvousStore:
-        """Bind ``address:port`` and start the helper (in ``python``, the ranks' interpreter) on it, keeping at
-        most ``max_connections`` and none that stays silent ``handshake_s``; OSError when the port is taken."""
+    def start(cls, address: str, port: int, scratch: Path, python: str = sys.executable, *, max_per_address: int = 1024,
+              handshake_s: float = HANDSHAKE_SECONDS, report_s: float = REPORT_SECONDS) -> RendezvousStore:
+        """Bind ``address:port`` and start the helper (in ``python``, the ranks' interpreter) on it, keeping none
+        that stays silent ``handshake_s`` but the job's own, at most STRANGER_CONNECTIONS from other local users
+        and ``max_per_address`` from each address whose owner this machine cannot see; OSError when the port is
+        taken."""
         listener = socket.create_server((address, port), backlog=1024)
         log_path = scratch / "rendezvous-store.log"
+        arguments = (listener.fileno(), address, port, handshake_s, max_per_address, STRANGER_CONNECTIONS, report_s)
         try:
             with open(log_path, "wb") as log:
                 process = subprocess.Popen(
-                    [python, "-c", _SERVER, str(listener.fileno()), address, str(port), str(handshake_s), str(max_connections)],
+                    [python, "-c", _helper_source(), *map(str, arguments)],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=log,
@@ -152,8 +219,31 @@ class RendezvousStore:
         tail = self._log_path.read_text(errors="replace").strip().splitlines()[-3:]
         return "; ".join(tail) or f"no answer within {timeout:.0f} s"
 
+    def relay(self, say: Callable[[str], None]) -> None:
+        """Say each report of the helper (connections it closed) as it comes, and keep it in ``notices``."""
+        threading.Thread(target=self._relay, args=(say,), name="rendezvous store reports", daemon=True).start()
+
+    def _relay(self, say: Callable[[str], None]) -> None:
+        assert self.process.stdout is not None
+        try:
+            for line in self.process.stdout:
+                text = line.decode(errors="replace").strip()[:300]
+                self.notices.append(text)
+                say(f"rendezvous store: {text}")
+        except (OSError, ValueError):  # ValueError: stop() closed the pipe under us
+            pass
+
+    def note_for_failure(self) -> str:
+        """Why a rank may have lost the store ("" when nothing happened to it): the helper's reports, or its end."""
+        notes = self.notices[-3:]
+        code = None if self._stopped else self.process.poll()
+        if code is not None:
+            notes.append(f"stopped during the job (its helper exited with code {code}; see {self._log_path.name})")
+        return "the rendezvous store " + "; ".join(notes) if notes else ""
+
     def stop(self) -> None:
         """End the helper at once: it holds nothing worth a graceful exit (the job's tail waits for it)."""
+        self._stopped = True
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait()
@@ -174,7 +264,7 @@ def serve(address: str, port: int, python: str, say: Callable[[str], None], scra
     if not address:
         return None
     try:
-        store = RendezvousStore.start(address, port, scratch, python, max_connections=CONNECTIONS_PER_RANK * world_size + SPARE_CONNECTIONS)
+        store = RendezvousStore.start(address, port, scratch, python, max_per_address=CONNECTIONS_PER_RANK * world_size + SPARE_CONNECTIONS)
     except OSError as exc:
         say(f"cannot serve the rendezvous store on {address}:{port} ({exc.strerror}); rank 0 will serve it")
         return None
@@ -183,6 +273,7 @@ def serve(address: str, port: int, python: str, say: Callable[[str], None], scra
         say(f"the rendezvous store did not start ({problem}); rank 0 will serve it")
         return None
     say(f"rendezvous store serving on {address}:{port}")
+    store.relay(say)
     return store
 
 

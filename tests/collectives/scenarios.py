@@ -517,3 +517,30 @@ def single_copy(store: dist.TCPStore) -> None:
                         "warnings": [str(w.message) for w in caught if "peer's memory" in str(w.message)]})
     _report(store, "single_copy", {"results": results, "single_copy": arena.single_copy,
                                    "core_calls": group._core_calls() if hasattr(group, "_core_calls") else None})
+
+
+def _rooted_call(op: str, root: int, count: int, dtype: torch.dtype) -> None:
+    rank, size = dist.get_rank(), dist.get_world_size()
+    x = torch.ones(count, dtype=dtype)
+    if op == "broadcast":
+        dist.broadcast(x, src=root)
+    elif op == "reduce":
+        dist.reduce(x, dst=root)
+    elif op == "scatter":
+        dist.scatter(x, [torch.ones(count, dtype=dtype)] * size if rank == root else None, src=root)
+    elif op == "gather":
+        dist.gather(x, [torch.empty(count, dtype=dtype) for _ in range(size)] if rank == root else None, dst=root)
+    else:
+        raise ValueError(f"unknown rooted collective {op!r}")
+
+
+def rooted_mismatch_between_hosts(store: dist.TCPStore) -> None:
+    """Every rank calls a rooted collective (root 0, 10 float32 elements), but the last host's ranks with another
+    root (the last rank), size (20) or dtype (float64): SMDDP_TEST_MISMATCH is "<op>_<root|size|dtype>"."""
+    dist.all_reduce(torch.ones(10))  # agree once first, so the sequence numbers are past the start
+    op, kind = os.environ["SMDDP_TEST_MISMATCH"].split("_")
+    last_host = os.environ["SM_CURRENT_HOST"] == os.environ["SMDDP_TEST_LAST_HOST"]
+    root = dist.get_world_size() - 1 if last_host and kind == "root" else 0
+    count = 20 if last_host and kind == "size" else 10
+    dtype = torch.float64 if last_host and kind == "dtype" else torch.float32
+    _expect_failure(store, "rooted", lambda: _rooted_call(op, root, count, dtype))

@@ -70,26 +70,25 @@ def _closed_by_server(sock: socket.socket, within: float) -> bool:
         return False
 
 
-def test_store_closes_silent_connections_and_keeps_at_most_its_bound(tmp_path: Path) -> None:
+def test_store_never_closes_the_jobs_own_connections(tmp_path: Path) -> None:
+    """Connections from the job's own uid (this test's) stay, however many and however quiet: the bounds are for
+    other users (tests/hostile/test_attack_flood.py) and for peers this machine cannot see."""
     from datetime import timedelta
 
     from torch.distributed import TCPStore
 
     port = pick_free_ports(1)[0]
-    store = rendezvous_store.RendezvousStore.start("127.0.0.1", port, tmp_path, max_connections=6, handshake_s=1.0)
+    store = rendezvous_store.RendezvousStore.start("127.0.0.1", port, tmp_path, max_per_address=6, handshake_s=1.0)
     assert store.wait_ready() == ""
     try:
         rank = TCPStore("127.0.0.1", port, None, False, timeout=timedelta(seconds=10), use_libuv=True)
         rank.set("key", "value")
-        time.sleep(1.5)  # seen by the guard: older than what follows
         silent = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(3)]
-        assert all(_closed_by_server(sock, within=5.0) for sock in silent)  # nothing sent within handshake_s
-        talkers = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(8)]
+        talkers = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(8)]  # beyond max_per_address
         for sock in talkers:
             sock.sendall(VALIDATION)
-        closed = [_closed_by_server(sock, within=3.0) for sock in talkers]
-        # 6 allowed: the helper's own client, the rank, and 4 of the 8; the newest go, the rank stays.
-        assert closed.count(True) == 4, closed
+        time.sleep(3)  # three passes of the guard, past handshake_s
+        assert not any(_closed_by_server(sock, within=0.2) for sock in silent + talkers)
         assert rank.get("key") == b"value"
         for sock in silent + talkers:
             sock.close()

@@ -478,6 +478,7 @@ class SmddpCore : public c10d::PyProcessGroup {
         Claim claim(this);
         tag(kReduce, codes.record, x.numel(), static_cast<uint32_t>(opts.rootRank), static_cast<uint32_t>(opts.reduceOp.op_) + 1);
         at::Tensor work = opts.rootRank == getRank() ? x : x.clone();
+        check_hosts("reduce");
         reduce_everywhere(work, codes.kernel, op, "reduce");
         return c10::make_intrusive<DoneWork>(tensors);
       }
@@ -748,6 +749,7 @@ class SmddpCore : public c10d::PyProcessGroup {
     dtype_codes(x.scalar_type(), codes);
     tag(op, codes.record, x.numel(), root, 0);
     const char* what = op == kAllGather ? "all_gather" : op == kGather ? "gather" : "all_gather_into_tensor";
+    if (op == kGather) check_hosts(what);
     start_call(what);
     std::vector<Span> spans;
     for (char* target : targets) spans.push_back({target, nbytes_of(x)});
@@ -1157,6 +1159,7 @@ class SmddpCore : public c10d::PyProcessGroup {
     }
     if (leader_) broadcast_between_hosts(root_node, data);
     if (!in_root_node && base_) broadcast_spans(0, {data}, what);
+    if (in_root_node && base_) sync(what);  // the leader's check with the other hosts: a mismatch fails every rank
   }
 
   // algorithms.py's broadcast_between_hosts: a binomial tree from host root, of the whole message or of
@@ -1169,6 +1172,8 @@ class SmddpCore : public c10d::PyProcessGroup {
       return {{data.data + lo, hi - lo}};
     };
     int v = (node_ - root + hosts_) % hosts_;
+    std::vector<char> inbox(hosts_);
+    bool first = true;
     for (int m = 1 << ceil_log2(hosts_); m > 1;) {
       m /= 2;
       Spans sends(hosts_), recvs(hosts_);
@@ -1176,6 +1181,8 @@ class SmddpCore : public c10d::PyProcessGroup {
         sends[(node_ + m) % hosts_] = part(v + m, std::min(v + 2 * m, hosts_));
       else if (v % (2 * m) == m)
         recvs[(node_ - m + hosts_) % hosts_] = part(v, std::min(v + m, hosts_));
+      if (first && checks_calls()) reach_every_peer(sends, recvs, inbox);  // the call's check rides on the first round
+      first = false;
       exchange(sends, recvs);
     }
     if (whole) return;
@@ -1191,18 +1198,38 @@ class SmddpCore : public c10d::PyProcessGroup {
   void barrier_hosts() {
     start_call("barrier");
     if (base_) sync("barrier");
-    if (leader_) {
-      char token = 1;
-      std::vector<char> inbox(hosts_);
-      Spans sends(hosts_), recvs(hosts_);
-      for (int h = 0; h < hosts_; h++)
-        if (h != node_) {
-          sends[h] = {{&token, 1}};
-          recvs[h] = {{&inbox[h], 1}};
-        }
-      exchange(sends, recvs);
-    }
+    if (leader_) check_call();
     if (base_) sync("barrier");
+  }
+
+  // algorithms.py's reaching_every_peer: a byte to and from every peer the exchange leaves out (inbox: one
+  // byte per host), so that every leader hears every other's call header. Rooted calls are checked so.
+  void reach_every_peer(Spans& sends, Spans& recvs, std::vector<char>& inbox) const {
+    static char token = 1;
+    for (int h = 0; h < hosts_; h++)
+      if (h != node_) {
+        if (total(sends[h]) == 0) sends[h] = {{&token, 1}};
+        if (total(recvs[h]) == 0) recvs[h] = {{&inbox[h], 1}};
+      }
+  }
+
+  // algorithms.py's checks_calls: false where SMDDP_CHECK_CALLS=0 took the header off (to measure its cost)
+  bool checks_calls() const { return header_ != nullptr && header_[0] != 0; }
+
+  // algorithms.py's check_call: the call header alone between every two leaders.
+  void check_call() {
+    Spans sends(hosts_), recvs(hosts_);
+    std::vector<char> inbox(hosts_);
+    reach_every_peer(sends, recvs, inbox);
+    exchange(sends, recvs);
+  }
+
+  // communicator.py's check_between_hosts: reduce and gather, on all_reduce and all_gather that may not reach
+  // every host both ways, have their leaders check the call first.
+  void check_hosts(const char* what) {
+    if (hosts_ == 1 || !leader_ || !checks_calls()) return;
+    start_call(what);
+    check_call();
   }
 
   // algorithms.py's InterHostAllreduce.run: the algorithm by size and host count (or forced), the
