@@ -94,7 +94,7 @@ def test_interrupt_after_reclaims_every_instance_at_the_planned_time_and_the_job
     scheduler = LocalScheduler(job_root=tmp_path / "jobs", processes_per_host=1, stop_grace_period=3, interrupt_after=[2])
     base = {"entry_point": "no_checkpoints.py", "source_dir": str(SCRIPTS), "instance_type": "local", "instance_count": 2}
     spec = JobSpec.from_mapping({**base, "use_spot_instances": True, "max_run": 120, "max_wait": 240, "hyperparameters": {"seconds": 4}})
-    assert scheduler.dryrun(spec).request["interrupt_after"] == [2.0]
+    assert scheduler.dryrun(spec).request.spot.interrupt_after == (2.0,)
     handle = scheduler.submit(spec)
     status = wait(scheduler, handle, lambda s: s.state.is_terminal)
     assert status.state is JobState.SUCCEEDED, status
