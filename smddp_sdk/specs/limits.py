@@ -20,7 +20,7 @@ from smddp_sdk.errors import SpecIssue
 # --- the numbers (docs/job-file.md lists the same) ---------------------------------------------------
 MAX_INSTANCE_COUNT = 1000  # hosts per job; one runtime, one coordinator peer per host
 MAX_PROCESSES_PER_HOST = 512  # ranks per host
-MAX_LOCAL_PROCESSES = 1024  # ranks of a local job in all: every simulated host runs on this one machine
+MAX_LOCAL_PROCESSES = 1024  # a local job's processes in all (a runtime per host, its ranks): one machine runs them
 MAX_RUN_SECONDS = 28 * 24 * 3600  # SageMaker's own ceiling for MaxRuntimeInSeconds
 MAX_VOLUME_SIZE_GB = 16384
 MAX_RETRY_ATTEMPTS = 30  # SageMaker's RetryStrategy.MaximumRetryAttempts: 1 to 30
@@ -251,9 +251,11 @@ def short_repr(value: Any, limit: int = 40) -> str:
 
 
 def local_processes_issues(hosts: int, per_host: int) -> list[SpecIssue]:
-    """A local job's ranks in all (hosts x ranks per host) up to MAX_LOCAL_PROCESSES: they share one machine."""
-    total = hosts * per_host
+    """A local job's processes in all, each host's runtime and its ranks, up to MAX_LOCAL_PROCESSES: every
+    simulated host runs on this one machine."""
+    total = hosts * (1 + per_host)
     if total <= MAX_LOCAL_PROCESSES:
         return []
-    return [SpecIssue("instance_count", f"{hosts} hosts x {per_host} ranks per host plan {total} processes on this machine; "
-                      f"the limit is {MAX_LOCAL_PROCESSES}", "use fewer hosts or ranks per host, or scheduler='sagemaker'")]
+    ranks = f"{per_host} rank{'s' if per_host != 1 else ''}"
+    return [SpecIssue("instance_count", f"{hosts} hosts x (1 runtime + {ranks}) plan {total} processes, and every simulated host runs "
+                      f"on this machine; the limit is {MAX_LOCAL_PROCESSES}", "use fewer hosts or ranks per host, or scheduler='sagemaker'")]
