@@ -29,7 +29,7 @@ from smddp_sdk.schedulers.hosttree.job_dir import JobDir
 from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler
 from smddp_sdk.schedulers.hosttree.plan import HostPlan, HostTreePlan
 from smddp_sdk.schedulers.hosttree.supervisor import LIFELINE
-from smddp_sdk.schedulers.job_files import default_job_root
+from smddp_sdk.schedulers.job_files import default_job_root, ranks_per_host
 from smddp_sdk.schedulers.options import (
     INTERRUPT_AFTER,
     PROCESSES_PER_HOST,
@@ -136,7 +136,7 @@ class DockerScheduler(HostTreeScheduler):
         """``--gpus`` value (or None) and notes; whether the engine can is checked at schedule time."""
         wants = spec.instance_type == "local_gpu" or bool(spec.instance and spec.instance.gpus)
         if self.gpus == "none" or (self.gpus == "auto" and not wants):
-            notes = [f"{spec.instance_type} rehearsed on CPU: {self._simulated_gpus(spec, gpus_passed=False)} ranks per host"] if wants else []
+            notes = [f"{spec.instance_type} rehearsed on CPU: {ranks_per_host(spec, self._simulated_gpus(spec, gpus_passed=False))} ranks per host"] if wants else []
             return None, notes
         return "all", ["GPUs passed with --gpus all: the engine needs the NVIDIA Container Toolkit (gpus: none rehearses on CPU)"]
 

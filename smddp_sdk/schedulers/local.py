@@ -68,7 +68,7 @@ class LocalScheduler(HostTreeScheduler):
             inputs={name: _input_request(channel, name) for name, channel in spec.inputs.items()},
             keep_job_dir=self.keep_job_dir,
         )
-        return self._dryrun(spec, plan, _notes(spec, num_gpus))
+        return self._dryrun(spec, plan, _notes(spec, per_host))
 
     def _process(self, spec: JobSpec, job_name: str, num_gpus: int | None) -> Process:
         """How every host starts: the runtime's command and environment (each host adds its own tree)."""
@@ -109,7 +109,7 @@ def _warn_if_large(code_dir: Path) -> None:
         )
 
 
-def _notes(spec: JobSpec, num_gpus: int | None) -> tuple[str, ...]:
+def _notes(spec: JobSpec, per_host: int | None) -> tuple[str, ...]:
     checks: list[tuple[bool, str]] = [
         (bool(spec.image_uri), f"image_uri {spec.image_uri!r} is not used locally: the runtime runs on this machine's Python (use scheduler='docker' to run the image)"),
         (bool(spec.role), "role is not needed locally and is ignored"),
@@ -119,7 +119,7 @@ def _notes(spec: JobSpec, num_gpus: int | None) -> tuple[str, ...]:
     notes = [line for applies, line in checks if applies]
     instance = spec.instance
     if instance is not None and instance.gpus:
-        ranks = "each host plans that many ranks" if num_gpus in (None, instance.gpus) else f"each host runs {num_gpus} ranks (processes_per_host)"
+        ranks = f"each host runs {per_host} rank{'s' if per_host != 1 else ''}" if per_host else "each host runs one rank per GPU it finds"
         notes.append(f"{spec.instance_type} has {instance.gpus} GPUs: {ranks}; on a CPU machine they run on CPU")
     return tuple(notes)
 
