@@ -128,3 +128,15 @@ def test_ranks_per_host_is_what_the_node_runtime_decides(tmp_path: Path, script:
     if gpus is not None:  # the node's own decision from the hyperparameters it is given (runtime/plan.py)
         framework = contract.decode_hyperparameters(dict(LocalScheduler(job_root=tmp_path / "jobs").dryrun(spec).request.config_files.hyperparameters))
         assert rank_plan.processes_per_host(rank_plan.launch_shape(framework, in_distribution_group=True), framework, gpus) == expected
+
+
+@pytest.mark.parametrize(("scheduler", "folder"), [("local", ""), ("docker", "docker"), ("slurm", "slurm")])
+def test_a_job_is_found_by_name_in_its_scheduler_s_folder_of_the_one_job_root(tmp_path: Path, scheduler: str, folder: str) -> None:
+    from smddp_sdk import job_index
+    from smddp_sdk.specs.status import JobHandle
+
+    job = tmp_path / folder / "named-job"
+    job.mkdir(parents=True)
+    (job / "job.json").write_text("{}")
+    assert job_index.resolve("named-job", root=tmp_path) == (JobHandle(scheduler, "named-job"), None)
+    assert "named-job" in job_index.known_names(tmp_path)
