@@ -30,7 +30,7 @@ from smddp_sdk import job_index, launcher
 from smddp_sdk.errors import JobFailedError, NotOfferedAttributeError, SpecError, SpecIssue, did_you_mean
 from smddp_sdk.inputs import normalise_inputs
 from smddp_sdk.schedulers import get_scheduler, infer_scheduler, scheduler_class, unknown_scheduler
-from smddp_sdk.schedulers.base import DryRun, Scheduler
+from smddp_sdk.schedulers.base import RECORD_FILE, DryRun, Scheduler
 from smddp_sdk.specs import contract, v2_arguments
 from smddp_sdk.specs.distribution import parse_distribution
 from smddp_sdk.specs.job import JobSpec, TrainingInput
@@ -136,8 +136,6 @@ class Estimator:
         ``framework_version``/``py_version``. Local jobs run no image: None."""
         if self.spec.image_uri:
             return self.spec.image_uri
-        if self.scheduler == "local":
-            return None
         if self.scheduler == "sagemaker":
             from smddp_sdk.schedulers.sagemaker import request as sagemaker_request
 
@@ -303,9 +301,9 @@ class TrainingJob:
             described["FailureReason"] = status.failure.summary()
         elif status.state is JobState.FAILED:
             described["FailureReason"] = status.message
-        for key, detail in (("TrainingStartTime", "started"), ("TrainingEndTime", "ended")):
-            if status.details.get(detail):
-                described[key] = status.details[detail]
+        for key, when in (("TrainingStartTime", status.started), ("TrainingEndTime", status.ended)):
+            if when:
+                described[key] = when
         if self.spec is not None:
             described["HyperParameters"] = contract.encode_hyperparameters(self.spec.hyperparameters)
             described["ResourceConfig"] = {"InstanceType": self.spec.instance_type, "InstanceCount": self.spec.instance_count, "VolumeSizeInGB": self.spec.volume_size}
@@ -334,7 +332,7 @@ class TrainingJob:
         return status
 
     def _interrupted(self) -> None:
-        if self.handle.scheduler in ("local", "docker"):
+        if self.scheduler.capabilities.cancel_on_interrupt:
             print(f"\nsmddp: cancelling {self.handle} ...", file=sys.stderr, flush=True)
             self.scheduler.cancel(self.handle)
             print(f"smddp: {self.handle} cancelled", file=sys.stderr, flush=True)
@@ -362,9 +360,9 @@ def _resolve_handle(name: str, scheduler: str | None, options: Mapping[str, Any]
     a region is given, else an error with the closest known names."""
     if "://" in name:
         return job_index.resolve(name, scheduler=scheduler)
-    root = Path(options["job_root"]).expanduser() if scheduler == "local" and options.get("job_root") else None
-    if root is not None and (root / name / "job.json").is_file():
-        return JobHandle("local", name), None
+    root = Path(options["job_root"]).expanduser() if scheduler and options.get("job_root") else None
+    if scheduler and root is not None and (root / name / RECORD_FILE).is_file():  # a job kept in that job root
+        return JobHandle(scheduler, name), None
     try:
         return job_index.resolve(name, scheduler=scheduler)
     except SpecError:

@@ -21,7 +21,7 @@ from typing import IO, TextIO
 from smddp_sdk import job_index
 from smddp_sdk.errors import JobFailedError, SmddpError, UnavailableError
 from smddp_sdk.schedulers.base import DryRun, Scheduler
-from smddp_sdk.specs.failure import BORDER, FailureRecord, render_summary
+from smddp_sdk.specs.failure import BORDER, render_summary
 from smddp_sdk.specs.status import JobHandle, JobState, JobStatus, LogLine
 
 _HOST_COLOURS = ("36", "33", "35", "32", "34", "91", "96", "93")  # cyan, yellow, magenta, green, blue, ...
@@ -134,22 +134,21 @@ def follow_lines(
 def failure_summary(status: JobStatus) -> str:
     """A failed job in the torchrun style (``specs.failure.render_summary``): other failures first, the
     root cause last, then where the logs are."""
-    others = [FailureRecord.from_json(other) for other in status.details.get("other_failures") or [] if isinstance(other, dict)]
     title = f"{status.handle.job_id} {status.state.value}"
     if status.failure is None:
         return "\n".join([BORDER, title, f"  {status.message or 'no failure was recorded'}", BORDER, *_log_hints(status)])
-    return render_summary(status.failure, others, title=title, hints=_log_hints(status))
+    return render_summary(status.failure, status.other_failures, title=title, hints=_log_hints(status))
 
 
 def _log_hints(status: JobStatus) -> list[str]:
     hints = []
-    if status.details.get("error_file"):
-        hints.append(f"Error file: {status.details['error_file']}")
-    if status.details.get("rank_log"):
-        hints.append(f"Rank log: {status.details['rank_log']}")
-    if status.model_data:  # a failed job's archives hold what it wrote, as SageMaker uploads them
-        hints.append(f"Archives: {status.model_data}, {status.details.get('output_data') or 'no output.tar.gz'}")
     failure = status.failure
+    if failure is not None and failure.error_file:
+        hints.append(f"Error file: {failure.error_file}")
+    if failure is not None and failure.log_file:
+        hints.append(f"Rank log: {failure.log_file}")
+    if status.model_data:  # a failed job's archives hold what it wrote, as SageMaker uploads them
+        hints.append(f"Archives: {status.model_data}, {status.output_data or 'no output.tar.gz'}")
     rank = f" --rank {failure.rank}" if failure is not None and failure.rank is not None else ""
     hints.append(f"Logs: smddp-launch logs {status.handle}{rank}")
     return hints

@@ -26,6 +26,7 @@ from typing import Any
 
 from smddp_sdk.errors import SpecError, SpecIssue, UnavailableError
 from smddp_sdk.specs.contract import number_or_none
+from smddp_sdk.specs.job import metric_definition_issues
 from smddp_sdk.specs.status import JobHandle, LogLine
 
 COLUMNS = ("timestamp", "metric_name", "value", "step", "host", "rank")  # v2's columns first
@@ -45,26 +46,14 @@ class MetricPoint:
 
 
 def compile_definitions(definitions: Iterable[Mapping[str, str]]) -> list[tuple[str, re.Pattern[str]]]:
-    """``[(name, compiled regex)]``; every malformed definition is reported at once (exit 2)."""
-    compiled, issues = [], []
-    for index, item in enumerate(definitions):
-        name, regex = (item.get("Name"), item.get("Regex")) if isinstance(item, Mapping) else (None, None)
-        if not isinstance(name, str) or not isinstance(regex, str):
-            issues.append(SpecIssue(f"metric_definitions[{index}]", f"must be {{'Name': <string>, 'Regex': <string>}}, got {item!r}"))
-            continue
-        try:
-            pattern = re.compile(regex)
-        except re.error as err:
-            issues.append(SpecIssue(f"metric_definitions[{index}].Regex", f"{regex!r} is not a regular expression: {err}"))
-            continue
-        if not pattern.groups:
-            issues.append(SpecIssue(f"metric_definitions[{index}].Regex", f"{regex!r} has no capture group: the value is the first group",
-                                    f"put parentheses around the number, e.g. {name}=([0-9.eE+-]+)"))
-            continue
-        compiled.append((name, pattern))
+    """``[(name, compiled regex)]``; every malformed definition is reported at once (exit 2), by the job's own check."""
+    definitions = list(definitions)
+    issues = [SpecIssue(f"metric_definitions[{index}]", f"must be {{'Name': <string>, 'Regex': <string>}}, got {item!r}")
+              for index, item in enumerate(definitions) if not isinstance(item, Mapping) or not all(isinstance(item.get(k), str) for k in ("Name", "Regex"))]
+    issues += metric_definition_issues(definitions)
     if issues:
         raise SpecError(issues)
-    return compiled
+    return [(item["Name"], re.compile(item["Regex"])) for item in definitions]
 
 
 def extract(lines: Iterable[LogLine], definitions: Iterable[Mapping[str, str]], ranks: Collection[int] | None = None) -> list[MetricPoint]:

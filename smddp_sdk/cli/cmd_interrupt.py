@@ -1,4 +1,5 @@
-"""``smddp-launch interrupt JOB [--host algo-2]``: a managed spot interruption of a local or docker job, on demand."""
+"""``smddp-launch interrupt JOB [--host algo-2]``: a managed spot interruption, on demand, of a job whose
+scheduler can rehearse one (``capabilities.interrupt``: local and docker)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,7 @@ import click
 
 from smddp_sdk.cli.cmd_jobs import JOB_HELP, job_argument, job_target, scheduler_option
 from smddp_sdk.cli.common import console
-from smddp_sdk.errors import SpecError, SpecIssue
 from smddp_sdk.schedulers.hosttree.attempts import Interruption
-from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler
 
 
 @click.command(short_help="Interrupt a spot job, as a reclaim would (local and docker).", epilog=JOB_HELP)
@@ -21,8 +20,6 @@ def interrupt(ctx: click.Context, job: str, options: list[tuple[str, str]], host
     """Interrupt JOB as SageMaker's managed spot training does: the containers are stopped, the checkpoints
     synced, the job shows Interrupted, then Starting, restores the checkpoints and trains again."""
     handle, scheduler, _ = job_target(job, options)
-    if not isinstance(scheduler, HostTreeScheduler):
-        raise SpecError(SpecIssue("job", f"{handle}: only local and docker jobs can be interrupted on demand", "SageMaker interrupts spot jobs itself"))
     scheduler.interrupt(handle, Interruption(host, wait))
     console(ctx).say(f"Interruption requested: {handle}" + (f" ({host})" if host else ""))
 

@@ -12,7 +12,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 from click.shell_completion import CompletionItem
@@ -24,9 +24,6 @@ from smddp_sdk.cli.params import key_value
 from smddp_sdk.errors import SmddpError, SpecError, SpecIssue, did_you_mean
 from smddp_sdk.schedulers.base import Listed, Scheduler, brief, newest
 from smddp_sdk.specs.status import SCHEDULER_NAMES, JobHandle, JobState, JobStatus, LogLine
-
-if TYPE_CHECKING:
-    from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler
 
 JOB_HELP = ("JOB is the job name `run` printed, or its handle: local://<job>, docker://<job> or "
             "sagemaker://<region>/<job>. Names are looked up in this machine's job index.")
@@ -66,7 +63,14 @@ def job_target(job: str, options: Sequence[tuple[str, str]]) -> tuple[JobHandle,
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON (for scripts).")
 @click.pass_context
 def status(ctx: click.Context, job: str, options: list[tuple[str, str]], as_json: bool) -> None:
-    """Show the state of JOB, its hosts, where its model went and, when it failed, the root cause."""
+    """Show the state of JOB, its hosts, where its model went (and any file left out of the archives) and,
+    when it failed, the root cause.
+
+    --json prints every field of the status: handle, state, message, failure, other_failures, hosts,
+    model_data, output_data, archive_skipped, submitted, started, ended (seconds since the epoch), duration,
+    attempt, attempts, interruptions, transitions, training_seconds, billable_seconds, scheduler_job_id
+    (Slurm's job id, SageMaker's ARN), job_dir, logs, undescribed, and details: what only that scheduler
+    reports (Slurm's slurm_state and nodes; SageMaker's TrainingJobStatus and SecondaryStatus)."""
     handle, scheduler, _ = job_target(job, options)
     job_status = scheduler.status(handle)
     if as_json:
@@ -244,7 +248,7 @@ def list_command(ctx: click.Context, limit: int, states: tuple[str, ...], schedu
         return
     color = color_enabled(click.get_text_stream("stdout"), (ctx.find_root().obj or {}).get("color_mode", "auto"))
     click.echo(render_listing(statuses, color), color=color)
-    undescribed = sum(1 for item in statuses if item.details.get("undescribed"))
+    undescribed = sum(1 for item in statuses if item.undescribed)
     if undescribed:
         console(ctx).say(f"{undescribed} job{'s' if undescribed != 1 else ''} could not be described; "
                          "`smddp-launch clean JOB...` forgets the ones you no longer need")
@@ -261,20 +265,14 @@ def render_listing(statuses: Sequence[JobStatus], color: bool) -> str:
     return "\n".join(lines)
 
 
-DIRECTORY_SCHEDULERS = ("local", "docker", "slurm")  # keep a job directory per job under the job root
-
-
 def list_statuses(schedulers: Sequence[str], states: Collection[JobState], options: Sequence[tuple[str, str]], limit: int) -> list[JobStatus]:
-    """The newest ``limit`` jobs of ``schedulers`` (every one when empty) in ``states`` (any when empty), each
-    described only when it is shown: the job directories under the job root, the jobs in the index, and (when
-    sagemaker is named) the region's newest training jobs."""
+    """The newest ``limit`` jobs of ``schedulers`` in ``states`` (any when empty), each described only when it is
+    shown: what each scheduler lists (without ``schedulers``, those that list only this machine's files: the
+    job directories under the job root; SageMaker, when named, the region's newest training jobs) and the
+    jobs in the index."""
     listed: list[Listed] = []
-    for name in schedulers or DIRECTORY_SCHEDULERS:
-        scheduler = scheduler_named(name, _options_of(name, options, schedulers or ("local",)))
-        if name == "sagemaker":  # one call answers for the region's newest: no describe per job
-            listed += [Listed.of(item) for item in scheduler.list_jobs(100 if states else limit)]
-        else:
-            listed += scheduler.listed()
+    for name in schedulers or local_listings():
+        listed += scheduler_named(name, _options_of(name, options, schedulers or ("local",))).listed(limit, states)
     seen = {str(item.handle) for item in listed}
     scheduler_for = functools.cache(scheduler_named)  # one per scheduler and options, not one per job
     for entry in reversed(job_index.entries()):
@@ -283,6 +281,12 @@ def list_statuses(schedulers: Sequence[str], states: Collection[JobState], optio
             listed.append(Listed(entry.job_handle, entry.submitted, functools.partial(_indexed_status, entry, scheduler_for)))
     listed.sort(key=lambda item: item.submitted, reverse=True)
     return newest(listed, limit, states)
+
+
+def local_listings() -> list[str]:
+    """The schedulers whose listing reads only this machine's files (``capabilities.lists_locally``): what
+    `list` shows unless told which schedulers to ask."""
+    return [name for name in SCHEDULER_NAMES if load_scheduler_class(name).capabilities.lists_locally]
 
 
 def _options_of(name: str, options: Sequence[tuple[str, str]], named: Sequence[str]) -> list[tuple[str, str]]:
@@ -300,7 +304,7 @@ def _indexed_status(entry: job_index.IndexEntry, scheduler_for: Callable[..., Sc
     try:
         scheduler = scheduler_for(entry.scheduler, tuple(sorted(entry.options.items())))
     except SmddpError as err:
-        return JobStatus(entry.job_handle, JobState.UNKNOWN, brief(err), details={"undescribed": True, "submitted": entry.submitted})
+        return JobStatus(entry.job_handle, JobState.UNKNOWN, brief(err), submitted=entry.submitted, undescribed=True)
     return scheduler.listed_status(entry.job_handle, entry.submitted)
 
 
@@ -331,31 +335,33 @@ def clean(ctx: click.Context, jobs: tuple[str, ...], older_than: str, dry_run: b
         out.say(f"{'would forget' if dry_run else 'forgetting'} {status_.handle} ({_state_or_why(status_)})")
     if not dry_run:
         job_index.forget(str(item.handle) for item in [*(status_ for _, status_ in targets), *forgotten])
-    leftovers = _docker_leftovers({s.handle.job_id for _, s in targets if s.handle.scheduler == "docker"}, dry_run, out)
+    leftovers = _leftovers({str(s.handle) for _, s in targets}, dry_run, out)
     summary = f"{'Would remove' if dry_run else 'Removed'} {len(targets)} job{'s' if len(targets) != 1 else ''}"
     if leftovers:
-        summary += f" and {leftovers} docker leftover{'s' if leftovers != 1 else ''}"
+        summary += f" and {leftovers} leftover{'s' if leftovers != 1 else ''}"
     if forgotten:
         summary += f"; {'would forget' if dry_run else 'forgot'} {len(forgotten)}"
     out.say(summary + ".")
 
 
-def _clean_targets(jobs: tuple[str, ...], cutoff: float) -> tuple[list[tuple[HostTreeScheduler, JobStatus]], list[JobStatus]]:
-    """(scheduler, status) of every finished local/docker job to remove, and the named jobs only to forget."""
-    from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler  # loaded only for clean
+def removable() -> list[str]:
+    """The schedulers whose finished jobs `clean` removes (``capabilities.remove``); others' are only forgotten."""
+    return [name for name in SCHEDULER_NAMES if load_scheduler_class(name).capabilities.remove]
 
+
+def _clean_targets(jobs: tuple[str, ...], cutoff: float) -> tuple[list[tuple[Scheduler, JobStatus]], list[JobStatus]]:
+    """(scheduler, status) of every finished job to remove, and the named jobs only to forget."""
     if jobs:
         found = [job_target(job, ())[:2] for job in jobs]
     else:
-        found = [(item.handle, sched) for sched in map(scheduler_named, ("local", "docker")) for item in sched.listed()]
+        found = [(item.handle, sched) for sched in map(scheduler_named, removable()) for item in sched.listed()]
     targets, forgotten = [], []
     for handle, sched in found:
-        directory = sched.job_path(handle) if isinstance(sched, HostTreeScheduler) else None
+        directory = sched.job_path(handle) if sched.capabilities.remove else None
         item = sched.listed_status(handle, directory=directory)
-        undescribed = bool(item.details.get("undescribed"))
-        if directory is None or (undescribed and not directory.is_dir()):
+        if directory is None or (item.undescribed and not directory.is_dir()):
             forgotten.append(item)  # only a named job gets here: every unnamed one has its directory
-        elif undescribed:
+        elif item.undescribed:
             if jobs:  # a broken record, named: its directory goes; unnamed ones are kept for a look
                 targets.append((sched, item))
         elif not item.state.is_terminal:
@@ -366,52 +372,53 @@ def _clean_targets(jobs: tuple[str, ...], cutoff: float) -> tuple[list[tuple[Hos
     return targets, forgotten
 
 
-def _ended(sched: HostTreeScheduler, job_status: JobStatus) -> float:
-    ended = job_status.details.get("ended")
+def _ended(sched: Scheduler, job_status: JobStatus) -> float:
     path = sched.job_path(job_status.handle)
-    return ended if isinstance(ended, (int, float)) else path.stat().st_mtime if path.exists() else 0.0
+    if job_status.ended is not None:
+        return job_status.ended
+    return path.stat().st_mtime if path is not None and path.exists() else 0.0
 
 
-def _remove(sched: HostTreeScheduler, job_status: JobStatus) -> None:
+def _remove(sched: Scheduler, job_status: JobStatus) -> None:
     """Remove a job's directory: through its scheduler, which checks that it ended, unless its record is broken."""
-    if job_status.details.get("undescribed"):
-        shutil.rmtree(sched.job_path(job_status.handle), ignore_errors=True)
+    path = sched.job_path(job_status.handle)
+    if job_status.undescribed and path is not None:
+        shutil.rmtree(path, ignore_errors=True)
     else:
         sched.remove(job_status.handle)
 
 
 def _state_or_why(job_status: JobStatus) -> str:
-    return job_status.message if job_status.details.get("undescribed") else job_status.state.value
+    return job_status.message if job_status.undescribed else job_status.state.value
 
 
-def _docker_leftovers(removed: set[str], dry_run: bool, out: Any) -> int:
-    """Leftover containers and networks of docker jobs from this job root that are gone or being removed."""
-    from smddp_sdk.schedulers.docker import DockerScheduler
-    from smddp_sdk.schedulers.hosttree import docker_cli
-
-    docker = scheduler_named("docker")
-    assert isinstance(docker, DockerScheduler)
-    found = docker_cli.leftovers(docker.docker, docker.job_root, removed)
-    for kind, ids in found.items():
-        if ids:
-            out.say(f"{'would remove' if dry_run else 'removing'} {len(ids)} docker {kind}{'s' if len(ids) != 1 else ''}")
-    if not dry_run:
-        docker_cli.remove_leftovers(docker.docker, found)
-    return sum(len(ids) for ids in found.values())
+def _leftovers(removed: set[str], dry_run: bool, out: Any) -> int:
+    """What jobs left outside their directories (a docker job's stopped containers and networks), of jobs
+    gone or being removed, from every scheduler whose jobs `clean` removes."""
+    count = 0
+    for sched in map(scheduler_named, removable()):
+        found = sched.leftovers({handle.partition("://")[2] for handle in removed if handle.startswith(f"{sched.name}://")})
+        for kind, ids in found.items():
+            if ids:
+                out.say(f"{'would remove' if dry_run else 'removing'} {len(ids)} {sched.name} {kind}{'s' if len(ids) != 1 else ''}")
+        if not dry_run:
+            sched.remove_leftovers(found)
+        count += sum(len(ids) for ids in found.values())
+    return count
 
 
 def _started(job_status: JobStatus) -> str:
-    started = job_status.details.get("started")
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)) if isinstance(started, (int, float)) else "-"
+    started = job_status.started
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)) if started is not None else "-"
 
 
 def duration_seconds(job_status: JobStatus) -> float | None:
     """How long the job ran: from its start to its end, or to now while it runs; None before it started."""
-    started, ended = job_status.details.get("started"), job_status.details.get("ended")
-    if not isinstance(started, (int, float)):
+    started, ended = job_status.started, job_status.ended
+    if started is None:
         return None
-    if not isinstance(ended, (int, float)):
-        if job_status.state.is_terminal or job_status.details.get("undescribed"):
+    if ended is None:
+        if job_status.state.is_terminal or job_status.undescribed:
             return None  # ended, but when is not recorded
         ended = time.time()
     return max(0.0, ended - started)
@@ -440,22 +447,25 @@ def render_status(job_status: JobStatus, color: bool) -> str:
         lines.append(f"  {host.host:<8} {state_text(host.state, color)}{code}")
     if job_status.model_data:
         lines.append(f"  model: {job_status.model_data}")
-    return "\n".join(lines + attempt_lines(job_status.details))
+    lines += [f"  left out of {skipped}" for skipped in job_status.archive_skipped]
+    if job_status.scheduler_job_id:
+        lines.append(f"  {job_status.handle.scheduler} job id: {job_status.scheduler_job_id}")
+    return "\n".join(lines + attempt_lines(job_status))
 
 
-def attempt_lines(details: dict[str, Any]) -> list[str]:
+def attempt_lines(job_status: JobStatus) -> list[str]:
     """The attempt, its interruptions and billed seconds (per instance), and the status transitions with their
-    times (SageMaker's SecondaryStatusTransitions), for jobs whose scheduler records them."""
-    transitions = details.get("transitions") or []
-    if not transitions:
-        return []
-    head = f"  attempt {details.get('attempt', 1)}, interruptions {details.get('interruptions', 0)}"
-    if details.get("training_seconds") is not None:
-        head += f"; training seconds {details['training_seconds']}, billable seconds {details.get('billable_seconds')} (per instance)"
+    times (SageMaker's SecondaryStatusTransitions), for jobs whose scheduler records them; else the attempt
+    alone once there was more than one (a requeued Slurm job)."""
+    if not job_status.transitions:
+        return [f"  attempt {job_status.attempt}"] if job_status.attempt > 1 else []
+    head = f"  attempt {job_status.attempt}, interruptions {job_status.interruptions}"
+    if job_status.training_seconds is not None:
+        head += f"; training seconds {job_status.training_seconds}, billable seconds {job_status.billable_seconds} (per instance)"
     lines = [head]
-    for item in transitions:
-        clock = datetime.fromtimestamp(item["start"]).strftime("%H:%M:%S") if item.get("start") else "--:--:--"
-        lines.append(f"  {clock} {item['status']:<20} {item.get('message') or ''}".rstrip())
+    for item in job_status.transitions:
+        clock = datetime.fromtimestamp(item.start).strftime("%H:%M:%S") if item.start else "--:--:--"
+        lines.append(f"  {clock} {item.status:<20} {item.message}".rstrip())
     return lines
 
 

@@ -1,4 +1,5 @@
-"""``stacks``: every rank's Python stack of a running local or docker job, to see where it hangs."""
+"""``stacks``: every rank's Python stack of a running job, to see where it hangs (schedulers with
+``capabilities.stacks``: local and docker)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,7 @@ import click
 
 from smddp_sdk.cli.cmd_jobs import JOB_HELP, job_argument, job_target, scheduler_option
 from smddp_sdk.cli.common import console
-from smddp_sdk.errors import SpecError, SpecIssue
-from smddp_sdk.schedulers.hosttree import stacks
-from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler
+from smddp_sdk.specs.contract import STACKS_SIGNAL
 
 
 @click.command("stacks", short_help="Print every rank's Python stack of a running job.", epilog=JOB_HELP)
@@ -23,13 +22,7 @@ def stacks_command(ctx: click.Context, job: str, options: list[tuple[str, str]],
     a collective or in native code; they are also kept in the job's tree (<host>/output/stacks/).
     """
     handle, scheduler, _ = job_target(job, options)
-    if not isinstance(scheduler, HostTreeScheduler):
-        raise SpecError(
-            SpecIssue("job", f"stacks works on local and docker jobs; {handle} runs on {handle.scheduler}", "on SageMaker, use py-spy dump --pid in the container (SSM) or the job's CloudWatch logs")
-        )
-    if scheduler.status(handle).state.is_terminal:
-        raise SpecError(SpecIssue("job", f"{handle} has ended: there are no stacks to show", f"see its logs: smddp-launch logs {handle}"))
-    collected = stacks.collect(scheduler.job_path(handle), timeout=timeout)
+    collected = scheduler.stacks(handle, timeout=timeout)
     silent = [stack for stack in collected if not stack.text]
     for stack in collected:
         if stack.text:
@@ -37,7 +30,7 @@ def stacks_command(ctx: click.Context, job: str, options: list[tuple[str, str]],
             click.echo(stack.text.rstrip("\n"))
     if silent:
         who = ", ".join(f"{stack.host}/rank{stack.rank}" for stack in silent)
-        console(ctx).say(f"no stacks within {timeout:g} s from {who} (ended, or blocking {stacks.SIGNAL_NAME})")
+        console(ctx).say(f"no stacks within {timeout:g} s from {who} (ended, or blocking {STACKS_SIGNAL.name})")
     if not collected:
         console(ctx).say(f"{handle}: no rank has started yet")
 

@@ -32,7 +32,7 @@ import torch
 
 from smddp_sdk.collectives import futex, native
 from smddp_sdk.collectives.calls import Call, describe
-from smddp_sdk.collectives.errors import CollectiveError
+from smddp_sdk.collectives.errors import CollectiveError, PeerRank
 from smddp_sdk.collectives.hangs import hang_warn_s, warn_hang
 from smddp_sdk.collectives.memory import allow_peer_reads, copy_bytes, read_process
 from smddp_sdk.specs.processes import pid_alive, runnable_tasks
@@ -436,10 +436,11 @@ class ShmArena:
         for i in pending:
             peer = self.peers[i]
             if not pid_alive(peer.pid):
-                raise CollectiveError(f"smddp {what} failed: peer rank {peer.group_rank} (pid {peer.pid}, same host) exited before completing it")
+                raise CollectiveError(f"smddp {what} failed: peer rank {peer.group_rank} (pid {peer.pid}, same host) exited before completing it", lost=[PeerRank(peer.group_rank)])
         if now >= deadline:
             missing = ", ".join(str(self.peers[i].group_rank) for i in pending)
-            raise CollectiveError(f"smddp {what} timed out: rank(s) {missing} on this host did not arrive within the process-group timeout (a peer is hung or took a different code path)")
+            raise CollectiveError(f"smddp {what} timed out: rank(s) {missing} on this host did not arrive within the process-group timeout (a peer is hung or took a different code path)",
+                                  awaited=[PeerRank(self.peers[i].group_rank) for i in pending])
 
     def close(self) -> None:
         try:

@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 
 from smddp_sdk.collectives import native
 from smddp_sdk.collectives.calls import Call, describe
-from smddp_sdk.collectives.errors import CollectiveError
+from smddp_sdk.collectives.errors import CollectiveError, PeerRank
 from smddp_sdk.collectives.hangs import hang_warn_s, this_rank, warn_hang
 
 NONCE_BYTES = 16
@@ -89,11 +89,11 @@ def _listen(address: str) -> socket.socket:
 class TcpMesh:
     """Full mesh between node leaders; node i dials every j < i and accepts every j > i."""
 
-    def __init__(self, node: int, token: str, describe: Mapping[int, str], address: str = "",
+    def __init__(self, node: int, token: str, describe: Mapping[int, PeerRank], address: str = "",
                  native_progress: bool = True) -> None:
         self.node = node
         self._token = token
-        self._describe = dict(describe)  # node index -> "rank R (host H)" for error messages
+        self._describe = dict(describe)  # node index -> its leader: "rank R (host H)" in messages, data in errors
         self._hang_warn_s, self._hang_warned = hang_warn_s(), False
         self._listener = _listen(address)
         self.port = self._listener.getsockname()[1]
@@ -168,15 +168,15 @@ class TcpMesh:
             _tune(sock)
             sock.settimeout(None)
             return sock
-        raise CollectiveError(f"smddp: cannot connect to {self._describe[peer]} at {address}: {last_error}")
+        raise CollectiveError(f"smddp: cannot connect to {self._describe[peer]} at {address}: {last_error}", lost=[self._describe[peer]])
 
     def _accept_one(self, expected: set[int], deadline: float) -> None:
         self._listener.settimeout(max(0.1, deadline - time.monotonic()))
         try:
             sock, _ = self._listener.accept()
         except socket.timeout as exc:
-            missing = ", ".join(self._describe[n] for n in sorted(expected - set(self._socks)))
-            raise CollectiveError(f"smddp: {missing} did not connect within the process-group timeout") from exc
+            missing = [self._describe[n] for n in sorted(expected - set(self._socks))]
+            raise CollectiveError(f"smddp: {', '.join(map(str, missing))} did not connect within the process-group timeout", awaited=missing) from exc
         try:
             sock.settimeout(5.0)
             nonce = os.urandom(NONCE_BYTES)
@@ -268,14 +268,14 @@ class TcpMesh:
 
     def _timed_out(self, what: str, peer: int, receiving: bool) -> CollectiveError:
         if receiving:
-            return CollectiveError(f"smddp {what} timed out waiting for {self._describe[peer]} (hung peer or different code path)")
-        return CollectiveError(f"smddp {what} timed out sending to {self._describe[peer]}")
+            return CollectiveError(f"smddp {what} timed out waiting for {self._describe[peer]} (hung peer or different code path)", awaited=[self._describe[peer]])
+        return CollectiveError(f"smddp {what} timed out sending to {self._describe[peer]}", awaited=[self._describe[peer]])
 
     def _lost(self, what: str, peer: int, error: OSError | None) -> CollectiveError:
         """The connection to peer closed by the peer (error None) or broken."""
         if error is None:
-            return CollectiveError(f"smddp {what} failed: {self._describe[peer]} closed the connection (the peer exited or failed)")
-        return CollectiveError(f"smddp {what} failed: connection to {self._describe[peer]} broke ({error})")
+            return CollectiveError(f"smddp {what} failed: {self._describe[peer]} closed the connection (the peer exited or failed)", lost=[self._describe[peer]])
+        return CollectiveError(f"smddp {what} failed: connection to {self._describe[peer]} broke ({error})", lost=[self._describe[peer]])
 
     def fds(self) -> list[int]:
         """The connections' file descriptors by node (-1 for this node), for the native core."""
@@ -331,7 +331,7 @@ class TcpMesh:
     def _remaining(self, peer: int, what: str, deadline: float) -> float:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise CollectiveError(f"smddp {what} timed out waiting for {self._describe[peer]}")
+            raise CollectiveError(f"smddp {what} timed out waiting for {self._describe[peer]}", awaited=[self._describe[peer]])
         return left
 
     def close(self, farewell: bool = False) -> None:

@@ -17,7 +17,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-from smddp_sdk.collectives.errors import CollectiveError
+from smddp_sdk.collectives.errors import CollectiveError, PeerRank
 from smddp_sdk.collectives.local import LocalComm
 from smddp_sdk.collectives.shm import (
     DEFAULT_SLOT_BYTES,
@@ -86,9 +86,9 @@ class Topology:
     def is_leader(self) -> bool:
         return self.local_ranks[0] == self.rank
 
-    def describe_node(self, node: int) -> str:
+    def describe_node(self, node: int) -> PeerRank:
         leader = self.nodes[node][0]
-        return f"rank {leader} (host {self.hosts[leader]})"
+        return PeerRank(leader, self.hosts[leader])  # "rank R (host H)" in messages, data in errors
 
 
 def _get_json(store: dist.Store, key: str) -> object:

@@ -6,7 +6,7 @@
 The script sees the same ``sys.argv``, ``sys.path[0]`` and ``__main__`` as under ``python train.py``.
 When it raises (or exits with a non-zero code) the bootstrap writes a JSON error file to the path in
 ``SMDDP_ERROR_FILE`` (keys: host, rank, local_rank, pid, exit_code, error_type, message, traceback,
-timestamp) and exits with the same code Python would have used, without the interpreter's slow module
+timestamp, and the peers a failed collective named: lost, awaited) and exits with the same code Python would have used, without the interpreter's slow module
 teardown (``exit_without_teardown``).
 """
 
@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -31,6 +32,7 @@ from typing import Any
 from smddp_sdk.runtime.procs import die_with_parent
 from smddp_sdk.runtime.stacks import register_stack_dump
 from smddp_sdk.specs.contract import ERROR_FILE_ENV, PARENT_PID_ENV, number_or_none
+from smddp_sdk.specs.failure import blame_of
 
 # Frames of ours to hide from user tracebacks (runpy is "<frozen runpy>" on Python 3.11+).
 _OWN_FILES = {os.path.abspath(__file__), os.path.abspath(runpy.__file__), "<frozen runpy>"}
@@ -53,7 +55,7 @@ def main(argv: list[str]) -> int:
         trace = "".join(traceback.format_exception(type(exc), exc, _user_frames(exc.__traceback__)))
         sys.stderr.write(trace)
         code = 130 if isinstance(exc, KeyboardInterrupt) else 1
-        _record(code, type(exc).__name__, str(exc), trace)
+        _record(code, type(exc).__name__, str(exc), trace, blame_of(exc))
         return code
     return 0
 
@@ -92,7 +94,7 @@ def _exit_code(code: Any) -> int:
     return 1
 
 
-def _record(exit_code: int, error_type: str, message: str, trace: str) -> None:
+def _record(exit_code: int, error_type: str, message: str, trace: str, blame: Mapping[str, Any] | None = None) -> None:
     path = os.environ.get(ERROR_FILE_ENV)
     if not path:
         return
@@ -106,6 +108,7 @@ def _record(exit_code: int, error_type: str, message: str, trace: str) -> None:
         "message": message,
         "traceback": trace,
         "timestamp": time.time(),
+        **(blame or {}),  # the peers a failed collective named: lost, awaited
     }
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)

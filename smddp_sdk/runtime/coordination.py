@@ -40,7 +40,7 @@ from contextlib import suppress
 from typing import Any
 
 from smddp_sdk.runtime.failures import root_cause
-from smddp_sdk.specs.failure import SETTLE_SECONDS, FailureRecord, must_stop
+from smddp_sdk.specs.failure import SETTLE_SECONDS, FailureRecord, is_early_exit, must_stop
 
 HANDSHAKE_TIMEOUT = 10.0
 MAX_LINE_BYTES = 64 * 1024 * 1024  # from a joined host: a final report of 512 ranks with long tracebacks
@@ -277,7 +277,7 @@ class Coordinator:
         """Stop every host at once on a culprit's failure; on a victim's, after the settle time."""
         with self._lock:
             self._failures.setdefault((failure.host, failure.rank), failure)
-            if self._stop_sent:
+            if self._stop_sent or is_early_exit(failure):  # an exit with 0: evidence for the verdict, no failure
                 return
             first = self._first_failure_at is None
             if first:

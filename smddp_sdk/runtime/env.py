@@ -52,10 +52,11 @@ def script_argv(environ: Mapping[str, str]) -> list[str]:
         return []
     try:
         args = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: "[[[[..." nested past the parser's depth
         args = None
     if not isinstance(args, list) or not all(isinstance(arg, str) for arg in args):
-        raise ContractError(f"{contract.SCRIPT_ARGS_ENV} must be a JSON list of strings, got {raw!r}")
+        shown = raw if len(raw) <= 80 else raw[:77] + "..."
+        raise ContractError(f'{contract.SCRIPT_ARGS_ENV} must be a JSON list of strings such as ["--epochs", "3"], got {shown!r}')
     return args
 
 

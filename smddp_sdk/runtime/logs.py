@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 import threading
 from collections import deque
-from pathlib import Path
 from typing import IO, BinaryIO
 
 from smddp_sdk.specs import contract
@@ -47,13 +46,12 @@ def rank_prefix(host: str, rank: int | str) -> str:
 class LogPump:
     """Reads one rank's combined stdout/stderr until EOF on a daemon thread."""
 
-    def __init__(self, source: BinaryIO, log_file: Path, prefix: str, console: Console) -> None:
+    def __init__(self, source: BinaryIO, log: BinaryIO, prefix: str, console: Console) -> None:
         self._source = source
         self._prefix = prefix.encode()
         self._console = console
         self._tail: deque[bytes] = deque(maxlen=TAIL_LINES)
-        log_file.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(log_file, "ab")  # noqa: SIM115 - closed by the pump thread at EOF
+        self._log = log  # the rank's log file, opened by the runtime; closed by the pump thread at EOF
         self._thread = threading.Thread(target=self._pump, name=f"log {prefix.strip()}", daemon=True)
         self._thread.start()
 

@@ -21,6 +21,7 @@ import traceback
 from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
+from typing import BinaryIO
 
 from smddp_sdk.errors import EXIT_JOB_FAILED, ContractError, SmddpError, UnavailableError
 from smddp_sdk.runtime import env as rank_env
@@ -33,7 +34,8 @@ from smddp_sdk.runtime.logs import Console
 from smddp_sdk.runtime.procs import RankProcess, die_with_parent, reap_groups, spawn_rank, stop_ranks
 from smddp_sdk.runtime.pythonpath import rank_python_path
 from smddp_sdk.runtime.training_env import TrainingEnv, number_env, read_training_env
-from smddp_sdk.specs import contract
+from smddp_sdk.specs import contract, limits
+from smddp_sdk.specs.archives import append_inside
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.failure import SOURCE_EARLY_EXIT, SOURCE_RUNTIME, SOURCE_STOPPED, FailureRecord, failure_reason, must_stop, render_summary
 from smddp_sdk.specs.processes import Wakeup, pid_alive
@@ -159,7 +161,7 @@ class NodeRuntime:
         per_host = planning.processes_per_host(shape, env.framework_params, env.gpus_for_planning, env.num_neurons)
         plan = planning.plan_ranks(env.ordered_hosts, env.current_host, shape, per_host, planning.total_processes(shape, env.framework_params))
         self.say(
-            f"job {env.job_name or '-'}: launch shape {plan.shape.value}, hosts {list(plan.hosts)}, "
+            f"job {env.job_name or '-'}: launch shape {plan.shape.value}, hosts {_listed(plan.hosts)}, "
             f"{plan.processes_per_host} processes per host, world size {plan.world_size}, "
             f"this host node rank {plan.node_rank}, ranks {[s.rank for s in plan.local_slots]}, "
             f"master {env.address_of(env.master_hostname)}:{env.ports.master}, SM_NUM_GPUS {env.num_gpus}"
@@ -207,14 +209,31 @@ class NodeRuntime:
         return usercode.user_command(env.user_entry_point, kind, env.rank_opt_ml.code_dir, args, self.interpreter.python)
 
     def _start_ranks(self, plan: planning.RankPlan, command: usercode.UserCommand, python_path: list[str]) -> None:
+        """Every rank's environment and log file are made and checked before the first rank starts: a job too
+        big to exec, or a log the job replaced with a FIFO or a link, fails here with no rank running."""
         opt_ml = self.env.opt_ml
+        launches = []
         for slot in plan.local_slots:
             error_file = opt_ml.rank_error_file(slot.rank)
             process_env = rank_env.process_env(self.environ, self.env, plan, slot, python_path=python_path, error_file=str(error_file))
             process_env.update(self.store_env)
             self.interpreter.apply(process_env)
-            self.procs.append(spawn_rank(slot, command.argv, process_env, command.cwd, opt_ml.rank_log_file(slot.rank), error_file, self.console))
+            if problem := limits.exec_text_problem(command.argv, process_env):
+                raise ContractError(f"rank {slot.rank} cannot be started: {problem}; remove it")
+            if problem := limits.exec_size_problem(command.argv, process_env):
+                raise ContractError(f"rank {slot.rank} cannot be started: {problem}; {_EXEC_HINT}")
+            launches.append((slot, process_env, error_file, self._open_log(slot.rank)))
+        for slot, process_env, error_file, log in launches:
+            self.procs.append(spawn_rank(slot, command.argv, process_env, command.cwd, log, error_file, self.console))
         self.say(f"started ranks {[p.slot.rank for p in self.procs]}: {shlex.join(command.argv)}")
+
+    def _open_log(self, rank: int) -> BinaryIO:
+        opt_ml = self.env.opt_ml
+        relative = opt_ml.rank_log_file(rank).relative_to(opt_ml.base).as_posix()
+        try:
+            return append_inside(opt_ml.base, relative)
+        except OSError as exc:
+            raise ContractError(f"{opt_ml.base / relative}: cannot be the rank's log ({exc.strerror or exc}): a link or a special file is in its place; remove it") from None
 
     # --- watching -----------------------------------------------------------------------------------
 
@@ -288,7 +307,7 @@ class NodeRuntime:
                 self.say(f"output/success not written: {exc.strerror} (a link in {self.env.opt_ml.output_dir}?)")
             self.say("all ranks on this host finished successfully")
             return 0
-        cause, others = verdict or (root_cause(local_failures) or self.remote_stop, local_failures)
+        cause, others = verdict or (root_cause([*local_failures, *self.early_exits]) or self.remote_stop, local_failures)
         assert cause is not None
         self._write_records([*local_failures, cause, *others])
         contract.write_failure(self.env.opt_ml, failure_reason(cause, others))
@@ -317,7 +336,7 @@ class NodeRuntime:
         """Report this host's result; when the job failed, learn the job-wide root cause."""
         if self.client is None:
             return None
-        self.client.report_final(status, failures)
+        self.client.report_final(status, [*failures, *self.early_exits])  # exits with 0 are the verdict's evidence
         verdict = None
         if status != "ok":
             verdict = self.client.wait_verdict(self.grace + 15.0)
@@ -423,6 +442,17 @@ class NodeRuntime:
                 message=f"the runtime received {self.signalled.name} and stopped its ranks", timestamp=time.time(),
             )
         return self._signal_record
+
+
+# What makes a rank's argv and environment big: every hyperparameter is in both (SM_HPS, SM_HP_*,
+# SM_TRAINING_ENV, SM_USER_ARGS and the argv), the host list and the channels are in several SM_* variables.
+_EXEC_HINT = "fewer or smaller hyperparameters (pass data as a file or channel), fewer hosts or channels, or a smaller inherited environment"
+
+def _listed(names: tuple[str, ...], shown: int = 8) -> str:
+    """A host list as one line shows it: all of a few, the first ones and the count of many."""
+    if len(names) <= shown:
+        return str(list(names))
+    return f"[{', '.join(map(repr, names[:shown]))}, ... ({len(names)} in all)]"
 
 
 _SCRATCH_PREFIX = "smddp-runtime-"

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from smddp_sdk.runtime.logs import Console, LogPump, rank_prefix
 from smddp_sdk.runtime.plan import RankSlot
@@ -49,7 +50,7 @@ class RankProcess:
         return True
 
 
-def spawn_rank(slot: RankSlot, argv: Sequence[str], env: Mapping[str, str], cwd: Path, log_file: Path, error_file: Path, console: Console) -> RankProcess:
+def spawn_rank(slot: RankSlot, argv: Sequence[str], env: Mapping[str, str], cwd: Path, log: BinaryIO, error_file: Path, console: Console) -> RankProcess:
     error_file.unlink(missing_ok=True)  # a stale record from an earlier run must not be mistaken for this one
     torchelastic_error_file(error_file).unlink(missing_ok=True)
     error_file.parent.mkdir(parents=True, exist_ok=True)  # torch's @record writes without creating it
@@ -63,7 +64,7 @@ def spawn_rank(slot: RankSlot, argv: Sequence[str], env: Mapping[str, str], cwd:
         start_new_session=True,  # a group to stop it by, and its own scheduler autogroup, as torchrun's workers
     )
     assert popen.stdout is not None
-    pump = LogPump(popen.stdout, log_file, rank_prefix(slot.host, slot.rank), console)
+    pump = LogPump(popen.stdout, log, rank_prefix(slot.host, slot.rank), console)
     return RankProcess(slot, popen, pump, error_file)
 
 

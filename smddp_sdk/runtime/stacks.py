@@ -10,6 +10,7 @@ from __future__ import annotations
 import faulthandler
 import os
 import signal
+import stat
 from collections.abc import Callable, Iterable
 from contextlib import suppress
 from pathlib import Path
@@ -28,9 +29,15 @@ def register_stack_dump(path: str | os.PathLike[str] | None = None) -> Path | No
         return None
     try:
         Path(target).parent.mkdir(parents=True, exist_ok=True)
-        handle = open(target, "a", encoding="utf-8")  # noqa: SIM115 - kept open for faulthandler
+        # Not blocking and not through a link: a FIFO left in its place would stop the rank before it ran.
+        fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError:
         return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    os.set_blocking(fd, True)
+    handle = os.fdopen(fd, "a", encoding="utf-8")
     _open_files.append(handle)
     faulthandler.register(STACKS_SIGNAL, file=handle, all_threads=True, chain=False)
     return Path(target)

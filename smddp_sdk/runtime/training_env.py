@@ -213,12 +213,17 @@ def _read_topology(opt_ml: OptMl, resource: Any) -> dict[str, Any]:
     _require_object(path, resource)
     hosts = resource.get("hosts")
     if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) and h for h in hosts):
-        raise ContractError(f"{path}: field 'hosts' must be a non-empty list of host names, got {hosts!r}")
+        raise ContractError(f"{path}: field 'hosts' must be a non-empty list of host names, got {_short(hosts)}")
+    if len(hosts) > limits.MAX_INSTANCE_COUNT:
+        raise ContractError(f"{path}: field 'hosts' lists {len(hosts)} hosts; a job has at most {limits.MAX_INSTANCE_COUNT} (split the work into several jobs)")
+    bad = next((host for host in hosts if not _HOST_NAME.fullmatch(host)), None)
+    if bad is not None:
+        raise ContractError(f"{path}: host name {bad[:80]!r} must be a DNS name such as algo-1: letters, digits, '-' and '_' in dot-separated labels of at most 63, 253 in all")
     if len(set(hosts)) != len(hosts):
-        raise ContractError(f"{path}: field 'hosts' lists a host twice: {hosts!r}")
+        raise ContractError(f"{path}: field 'hosts' lists a host twice: {_short(hosts)}")
     current = resource.get("current_host")
     if current not in hosts:
-        raise ContractError(f"{path}: field 'current_host' must be one of 'hosts' {hosts!r}, got {current!r}")
+        raise ContractError(f"{path}: field 'current_host' must be one of 'hosts' {_short(hosts)}, got {_short(current)}")
     raw_groups = resource.get("instance_groups") or []
     if not isinstance(raw_groups, list):
         raise ContractError(f"{path}: field 'instance_groups' must be a list of groups, got {raw_groups!r}")
@@ -229,9 +234,26 @@ def _read_topology(opt_ml: OptMl, resource: Any) -> dict[str, Any]:
         "current_instance_type": str(resource.get("current_instance_type") or "local"),
         "current_group_name": str(resource.get("current_group_name") or contract.DEFAULT_GROUP_NAME),
         "instance_groups": groups,
-        "network_interface_name": str(resource.get("network_interface_name") or contract.DEFAULT_NETWORK_INTERFACE),
+        "network_interface_name": _interface_name(path, resource.get("network_interface_name") or contract.DEFAULT_NETWORK_INTERFACE),
         "topology": resource.get("topology"),
     }
+
+
+# A DNS name (SageMaker's algo-N, Slurm's node names): labels of 1-63 characters, 253 in all.
+_HOST_NAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9_-]{1,63}(\.[A-Za-z0-9_-]{1,63})*")
+
+
+def _interface_name(path: Any, name: Any) -> str:
+    """Linux's rule for a network interface name (dev_valid_name): 1-15 bytes, no '/', ':' or whitespace."""
+    if not isinstance(name, str) or not 0 < len(name.encode()) < 16 or name in (".", "..") or any(c in "/:" or c.isspace() for c in name):
+        raise ContractError(f"{path}: field 'network_interface_name' must name a network interface (1-15 characters, no '/', ':' or spaces, as eth0), got {_short(name)}")
+    return name
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    """A value as a message shows it: its repr cut short (a list of a million hosts is not printed)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(value)} items)" if isinstance(value, (list, dict)) else text[:limit] + "..."
 
 
 def _instance_group(path: Any, index: int, raw: Any, hosts: list[str]) -> InstanceGroup:
@@ -287,25 +309,38 @@ _CHANNEL_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")  # SageMaker's ChannelName
 
 def _check_channel_names(path: Any, input_data: Mapping[str, Any]) -> None:
     """Channel names become directories under input/data: SageMaker's rule, and never '.' or '..'."""
+    if len(input_data) > limits.MAX_CHANNELS:
+        raise ContractError(f"{path}: {len(input_data)} channels; a job has at most {limits.MAX_CHANNELS} (SageMaker's limit): put related data under one channel")
     for name in input_data:
         if not _CHANNEL_NAME.fullmatch(name) or name in (".", ".."):
             raise ContractError(f"{path}: channel name {name[:80]!r} must be 1-64 letters, digits, '.', '-' or '_' (not '.' or '..')")
 
 
 def _check_hyperparameters(path: Any, raw: Mapping[str, Any]) -> None:
-    """What a rank's argv cannot carry: NUL, text that is not Unicode (lone surrogates), one argument over
-    Linux's 128 KiB (found here, not as a rank that fails to start)."""
+    """What a rank's argv and environment cannot carry, by the job file's own rules (specs/limits.py): a
+    name with NUL, '=' or whitespace, text that is not Unicode (lone surrogates), values nested deeper than
+    MAX_JSON_DEPTH, or more than MAX_HYPERPARAMETERS_BYTES in all (found here, not as a rank that fails to start)."""
+    total = 0
     for key, value in raw.items():
         text = value if isinstance(value, str) else json.dumps(value)
+        name = key.encode("utf-8", "replace")[:60].decode("utf-8", "replace")
         for what, item in (("name", key), ("value", text)):
             try:
-                size = len(item.encode("utf-8"))
+                item.encode("utf-8")
             except UnicodeEncodeError:
-                raise ContractError(f"{path}: hyperparameter {key.encode('utf-8', 'replace')[:60]!r}: its {what} is not valid Unicode (a lone surrogate)") from None
+                raise ContractError(f"{path}: hyperparameter {name!r}: its {what} is not valid Unicode (a lone surrogate)") from None
             if "\0" in item:
-                raise ContractError(f"{path}: hyperparameter {key[:60]!r}: its {what} holds a NUL character, which no argument can carry")
-            if size > limits.MAX_HYPERPARAMETERS_BYTES:
-                raise ContractError(f"{path}: hyperparameter {key[:60]!r}: its {what} takes {size} bytes; one argument holds at most {limits.MAX_HYPERPARAMETERS_BYTES}")
+                raise ContractError(f"{path}: hyperparameter {name!r}: its {what} holds a NUL character, which no argument can carry")
+        problem = limits.hyperparameter_name_problem(key)
+        if problem:
+            raise ContractError(f"{path}: hyperparameter name {name!r} {problem}; rename it (letters, digits, '_', '-', '.')")
+        decoded = contract.decode_hyperparameter(value) if isinstance(value, str) else value
+        if contract.json_depth(decoded, limits.MAX_JSON_DEPTH) > limits.MAX_JSON_DEPTH:
+            raise ContractError(f"{path}: hyperparameter {name!r}: its value nests deeper than {limits.MAX_JSON_DEPTH} levels; pass structured data as a file")
+        if not key.startswith("sagemaker_") and key not in contract.RESERVED_HYPERPARAMETERS:  # the job file's count: what reaches argv
+            total += len(key.encode()) + len(text.encode()) + 4  # "--key value" as two argv strings
+        if total > limits.MAX_HYPERPARAMETERS_BYTES:
+            raise ContractError(f"{path}: the script's hyperparameters take more than {limits.MAX_HYPERPARAMETERS_BYTES} bytes ({len(raw)} in the file); pass large data as an input channel or a file in the code")
 
 
 def _require_object(path: Any, value: Any) -> None:

@@ -13,7 +13,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from smddp_sdk.errors import ContractError, SmddpError, did_you_mean
-from smddp_sdk.specs.archives import safe_extract
+from smddp_sdk.specs.archives import code_tree_problems, is_archive, safe_extract
 from smddp_sdk.specs.json_files import locked
 
 BOOTSTRAP_MODULE = "smddp_sdk.runtime.bootstrap"
@@ -60,16 +59,27 @@ def fetch_code(submit_directory: str | None, code_dir: Path) -> bool:
         return True
     source = _local_path(submit_directory)
     if source.is_dir():
-        shutil.copytree(source, code_dir, dirs_exist_ok=True, symlinks=True)
-    elif source.is_file() and tarfile.is_tarfile(source):
+        _copy_tree(source, code_dir)
+    elif source.is_file() and is_archive(source):
         safe_extract(source, code_dir)
     elif source.is_file():
         shutil.copy2(source, code_dir / source.name)
+    elif source.exists():
+        raise ContractError(f"hyperparameters.json: field 'sagemaker_submit_directory' points to {str(source)!r}, which is not a directory, a file or an archive (a FIFO, socket or device)")
     else:
         raise ContractError(
             f"hyperparameters.json: field 'sagemaker_submit_directory' points to {str(source)!r}, which does not exist on this host; give a directory, a .tar.gz, a file:// URI or an s3:// URI"
         )
     return True
+
+
+def _copy_tree(source: Path, code_dir: Path) -> None:
+    """A code directory copied as the schedulers stage one: only after the same check (no FIFO to block
+    the copy, no link out of the tree), every problem named at once."""
+    problems = code_tree_problems(source)
+    if problems:
+        raise ContractError(f"sagemaker_submit_directory {str(source)!r} holds what a code directory cannot: {'; '.join(problems[:5])}" + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""))
+    shutil.copytree(source, code_dir, dirs_exist_ok=True, symlinks=True)
 
 
 def _local_path(uri: str) -> Path:

@@ -15,15 +15,20 @@ import itertools
 import json
 import textwrap
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
 from smddp_sdk.errors import SmddpError, SpecError, SpecIssue
 from smddp_sdk.schedulers.options import SchedulerOptions
+from smddp_sdk.specs.archives import code_ignore, code_tree_issues
 from smddp_sdk.specs.job import JobSpec
 from smddp_sdk.specs.status import JobHandle, JobState, JobStatus, LogLine
+
+if TYPE_CHECKING:  # the optional operations' types, defined where the jobs that have them live
+    from smddp_sdk.schedulers.hosttree.attempts import Interruption
+    from smddp_sdk.schedulers.hosttree.stacks import RankStack
 
 RECORD_FILE = "job.json"  # every job directory's record, written once when the job is submitted
 
@@ -71,7 +76,7 @@ class Listed:
     @classmethod
     def of(cls, job_status: JobStatus) -> Listed:
         """An entry already described (e.g. from a listing call that returns each job's state)."""
-        return cls(job_status.handle, job_status.details.get("submitted") or 0.0, lambda: job_status)
+        return cls(job_status.handle, job_status.submitted or 0.0, lambda: job_status)
 
 
 def newest(listed: Iterable[Listed], limit: int | None, states: Collection[JobState] = ()) -> list[JobStatus]:
@@ -104,12 +109,31 @@ def broken_record(directory: Path) -> str:
     return ""
 
 
+# The optional operations, each a capability of the same name and a method of ``Scheduler`` that only a
+# scheduler declaring it implements; what each does, for the message that refuses it.
+OPTIONAL_OPERATIONS = {
+    "interrupt": "interrupt a job as a spot reclaim would",
+    "stacks": "show the ranks' Python stacks",
+    "remove": "remove a finished job's directory",
+}
+
+
 @dataclass(frozen=True)
 class Capabilities:
-    """What a scheduler can do beyond the interface."""
+    """What a scheduler can do beyond the interface. The CLI and the estimator ask for a capability, never
+    for a name or a type; ``Scheduler.require`` refuses an operation a scheduler lacks, naming both, with
+    the scheduler's own advice (``instead``)."""
 
     bound_to_owner: bool = False  # schedule(owner_pid=...) ends the job when that process goes away
     cancel_on_interrupt: bool = False  # Ctrl-C while following cancels the job (it runs on this machine)
+    lists_locally: bool = False  # its listing reads only this machine's files: `list` includes it unasked
+    interrupt: bool = False  # Scheduler.interrupt: rehearse a spot reclaim of a running job
+    stacks: bool = False  # Scheduler.stacks: every rank's Python stack of a running job
+    remove: bool = False  # Scheduler.remove: delete a finished job's directory (`clean`)
+    instead: Mapping[str, str] = field(default_factory=dict)  # operation it lacks -> what to do instead
+
+    def has(self, operation: str) -> bool:
+        return bool(getattr(self, operation))
 
 
 class Scheduler(abc.ABC):
@@ -118,6 +142,17 @@ class Scheduler(abc.ABC):
     name: ClassVar[str]
     options: ClassVar[SchedulerOptions] = SchedulerOptions()
     capabilities: ClassVar[Capabilities] = Capabilities()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """The common rule, checked when a scheduler is defined: it implements an optional operation exactly
+        when it declares the capability (a declaration cannot promise what is not there, nor hide it)."""
+        super().__init_subclass__(**kwargs)
+        for operation in OPTIONAL_OPERATIONS:
+            implemented = getattr(cls, operation) is not getattr(Scheduler, operation)
+            if implemented != cls.capabilities.has(operation):
+                state = "implements" if implemented else "declares"
+                raise TypeError(f"{cls.__qualname__} {state} {operation!r} but {'does not declare' if implemented else 'does not implement'} it: "
+                                f"set capabilities = Capabilities({operation}=...) to match the method")
 
     def __init__(self, **options: Any) -> None:
         """Every option checked at once against its declaration; each becomes an attribute."""
@@ -182,16 +217,49 @@ class Scheduler(abc.ABC):
     def cancel(self, handle: JobHandle) -> None:
         """Stop the job. Cancelling a finished or already cancelled job does nothing."""
 
-    # --- listing ----------------------------------------------------------------------------------
+    # --- optional operations (``OPTIONAL_OPERATIONS``: each only where ``capabilities`` declares it) ------
 
-    def listed(self) -> list[Listed]:
-        """The jobs this target keeps a record of on this machine, newest first, each described only when
-        shown; none by default (SageMaker keeps its own list: ``list_jobs``)."""
+    def require(self, operation: str) -> None:
+        """Refuse ``operation`` unless this scheduler declares it: the error names both and what to do instead."""
+        if not self.capabilities.has(operation):
+            raise SpecError(SpecIssue("job", f"the {self.name} scheduler cannot {OPTIONAL_OPERATIONS[operation]}",
+                                      self.capabilities.instead.get(operation, "")))
+
+    def interrupt(self, handle: JobHandle, interruption: Interruption) -> None:
+        """Rehearse a managed spot interruption of a running spot job (``capabilities.interrupt``)."""
+        self.require("interrupt")
+
+    def stacks(self, handle: JobHandle, *, timeout: float) -> list[RankStack]:
+        """Every rank's Python stack, asked for now, rank by rank (``capabilities.stacks``)."""
+        self.require("stacks")
         return []
 
+    def remove(self, handle: JobHandle) -> None:
+        """Delete a finished job's directory; a running job is refused (``capabilities.remove``)."""
+        self.require("remove")
+
+    def job_path(self, handle: JobHandle) -> Path | None:
+        """The job's directory on this machine, or None where the target alone keeps the job."""
+        return None
+
+    def leftovers(self, removed: Collection[str]) -> dict[str, list[str]]:
+        """What this scheduler's jobs left outside their directories that no job needs any more (those gone,
+        or named in ``removed``, whose directories `clean` is removing), by kind; nothing by default."""
+        return {}
+
+    def remove_leftovers(self, found: Mapping[str, list[str]]) -> None:
+        """Remove what ``leftovers`` found."""
+
+    # --- listing ----------------------------------------------------------------------------------
+
+    @abc.abstractmethod
     def list_jobs(self, limit: int | None = None, states: Collection[JobState] = ()) -> list[JobStatus]:
         """This target's jobs, newest first: at most ``limit``, only those in ``states`` when given."""
-        return newest(self.listed(), limit, states)
+
+    def listed(self, limit: int | None = None, states: Collection[JobState] = ()) -> list[Listed]:
+        """What a listing across schedulers merges: this target's newest jobs (enough for ``limit`` of those
+        in ``states``), each described only when shown. By default ``list_jobs``' rows, described already."""
+        return [Listed.of(item) for item in self.list_jobs(limit, states)]
 
     def listed_status(self, handle: JobHandle, submitted: float | None = None, directory: Path | None = None) -> JobStatus:
         """``status`` for a listing: a job that cannot be described is one UNKNOWN row that says why in a few
@@ -200,9 +268,8 @@ class Scheduler(abc.ABC):
             job_status = self.status(handle)
         except Exception as err:  # noqa: BLE001 - a job's unreadable record costs its row, not the listing
             reason = (broken_record(directory) if directory else "") or self.undescribed(err)
-            job_status = JobStatus(handle, JobState.UNKNOWN, reason, details={"undescribed": True})
-        job_status.details.setdefault("submitted", submitted)
-        return job_status
+            job_status = JobStatus(handle, JobState.UNKNOWN, reason, undescribed=True)
+        return job_status.with_submitted(submitted)
 
     def undescribed(self, err: Exception) -> str:
         """Why ``status`` failed, in the few words a listing row has room for."""
@@ -236,17 +303,25 @@ class JobRootScheduler(Scheduler):
             issues.append(SpecIssue("output_path", f"{self.name} jobs write their archives on this machine's file system", "use a local path or file:// URI, or leave it unset"))
         if spec.job_name and (self.job_root / spec.job_name).exists():
             issues.append(self._name_taken(spec.job_name))
-        return issues
+        return [*issues, *code_tree_issues(spec.code_trees, code_ignore(self.job_root))]  # what the code's snapshot would refuse
 
     def _name_taken(self, job_name: str) -> SpecIssue:
         return SpecIssue("job_name", f"a {self.name} job named {job_name!r} already exists in {self.job_root}", "choose another job_name, or remove that job's directory")
+
+    def job_path(self, handle: JobHandle) -> Path:
+        """The job's directory (whether or not it exists)."""
+        return self.job_root / handle.job_id
 
     def _check_handle(self, handle: JobHandle) -> None:
         if handle.scheduler != self.name:
             raise SpecError(SpecIssue("handle", f"{handle} is not a {self.name} job", f"use get_scheduler({handle.scheduler!r})"))
 
-    def listed(self) -> list[Listed]:
-        """The job directories under the job root, newest record first."""
+    def list_jobs(self, limit: int | None = None, states: Collection[JobState] = ()) -> list[JobStatus]:
+        return newest(self.listed(), limit, states)
+
+    def listed(self, limit: int | None = None, states: Collection[JobState] = ()) -> list[Listed]:
+        """The job directories under the job root, newest record first (all of them: each is described only
+        when shown, so ``limit`` and ``states`` are the caller's to apply)."""
         found = []
         for path in self.job_root.iterdir() if self.job_root.is_dir() else ():
             try:

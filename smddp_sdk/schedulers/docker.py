@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -228,6 +229,15 @@ class DockerScheduler(HostTreeScheduler):
             + ("" if image == DEFAULT_IMAGE else f" --tag {image}")
             + ", or set image_uri to an image that has smddp-sdk installed"
         )
+
+    # --- cleaning up --------------------------------------------------------------------------------
+
+    def leftovers(self, removed: Collection[str]) -> dict[str, list[str]]:
+        """Stopped containers and unused networks of this job root's jobs that are gone or in ``removed``."""
+        return docker_cli.leftovers(self.docker, self.job_root, set(removed))
+
+    def remove_leftovers(self, found: Mapping[str, list[str]]) -> None:
+        docker_cli.remove_leftovers(self.docker, dict(found))
 
     def _has_image(self, image: str) -> bool:
         return bool(docker_cli.run(self.docker, "image", "ls", "-q", image, check=False).strip())

@@ -12,23 +12,21 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import smddp_sdk
-from smddp_sdk.errors import SpecError, SpecIssue
+from smddp_sdk.errors import SpecError
 from smddp_sdk.runtime import plan as rank_plan
 from smddp_sdk.specs import contract
+from smddp_sdk.specs.archives import code_ignore, code_tree_issues
 from smddp_sdk.specs.job import JobSpec, TrainingInput
 
 JOB_ROOT_ENV = "SMDDP_JOB_ROOT"
 DEFAULT_JOB_ROOT = "~/.smddp/jobs"
 JOB_FOLDERS = {"local": "", "docker": "docker", "slurm": "slurm"}  # each scheduler's folder under the job root
-# Never part of a code snapshot: they are large, machine-specific, or both.
-CODE_IGNORE = (".git", "__pycache__", "*.pyc", ".venv", ".mypy_cache", ".pytest_cache", ".ipynb_checkpoints")
 
 
 def default_job_root(scheduler: str = "local") -> Path:
@@ -143,11 +141,10 @@ def stage_code(spec: JobSpec, dest: Path) -> Path:
     """Copy the job's code into ``dest``: ``source_dir``'s contents (or the lone entry point) plus each
     ``dependencies`` directory under its own name, the layout of v2's sourcedir.tar.gz."""
     dest.mkdir(parents=True, exist_ok=True)
-    ignore = _code_ignore(dest)
-    trees = [Path(spec.source_dir)] if spec.source_dir else []
-    problems = [problem for tree in [*trees, *map(Path, spec.dependencies)] for problem in unsafe_code_entries(tree, ignore)]
-    if problems:
-        raise SpecError([SpecIssue("", problem, "code directories hold files, directories and relative links that stay inside them") for problem in problems])
+    ignore = code_ignore(dest)
+    issues = code_tree_issues(spec.code_trees, ignore)  # checked at validation too; again here, just before the copy
+    if issues:
+        raise SpecError(issues)
     if spec.source_dir:
         shutil.copytree(spec.source_dir, dest, symlinks=True, ignore=ignore, dirs_exist_ok=True)
     else:
@@ -155,45 +152,3 @@ def stage_code(spec: JobSpec, dest: Path) -> Path:
     for dependency in spec.dependencies:
         shutil.copytree(dependency, dest / Path(dependency).name, symlinks=True, ignore=ignore, dirs_exist_ok=True)
     return dest
-
-
-def unsafe_code_entries(tree: Path, ignore: Callable[[str, list[str]], set[str]]) -> list[str]:
-    """What a code directory must not hold, one line each: links that leave it, dangle or loop (copied as
-    they are they would read a file of the machine, or break the copy), FIFOs, sockets and devices."""
-    problems = []
-    real_tree = tree.resolve()
-    for directory, dirnames, filenames in os.walk(tree):
-        skipped = ignore(directory, [*dirnames, *filenames])
-        dirnames[:] = [name for name in dirnames if name not in skipped]
-        for name in [*dirnames, *filenames]:
-            path = Path(directory, name)
-            if name in skipped:
-                continue
-            mode = path.lstat().st_mode
-            if stat.S_ISLNK(mode):
-                try:
-                    target = path.resolve(strict=True)
-                except (OSError, RuntimeError):
-                    problems.append(f"{path}: a dangling or looping link ({os.readlink(path)!r})")
-                    continue
-                if os.path.isabs(os.readlink(path)) or (target != real_tree and real_tree not in target.parents):
-                    problems.append(f"{path}: a link to {os.readlink(path)!r}, outside {tree} or absolute")
-            elif not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-                problems.append(f"{path}: not a file, directory or link (a FIFO, socket or device)")
-    return problems
-
-
-def _code_ignore(dest: Path) -> Callable[[str, list[str]], set[str]]:
-    """CODE_IGNORE, and the directory holding ``dest`` when the code directory contains the job root
-    (``SMDDP_JOB_ROOT=./jobs`` with ``source_dir: .``): the snapshot must not copy itself without end."""
-    patterns = shutil.ignore_patterns(*CODE_IGNORE)
-    target = dest.resolve()
-
-    def ignore(directory: str, names: list[str]) -> set[str]:
-        skipped = set(patterns(directory, names))
-        here = Path(directory).resolve()
-        if here in target.parents:  # one resolve per directory; names only where the snapshot lies below
-            skipped |= {name for name in names if (here / name) == target or (here / name) in target.parents}
-        return skipped
-
-    return ignore

@@ -9,7 +9,11 @@ whole archive first, as a tree of names, before writing a byte:
 - no member lies beneath a symlink of the archive (a write through a link is how every escape works);
 - every symlink's target, resolved through the archive's own links (at most 40 hops, as the kernel
   allows), stays inside the destination; a hard link names a regular file of the archive;
-- member count and total size are bounded (a gzip bomb is a few KB).
+- member count and total size are bounded, and so is the decompressed stream itself while it is read:
+  at most MAX_EXTRACTED_BYTES, and past RATIO_GRACE at most MAX_RATIO times the compressed bytes read so
+  far (a gzip bomb is refused a few KB into it, before the header scan has skipped its first member);
+- the archive is opened without blocking and must be a regular file (a FIFO is refused, not waited on);
+  a truncated or damaged one is a ContractError saying so.
 
 Then it writes files and directories with ``O_NOFOLLOW``/``O_EXCL`` into a directory it checked is empty,
 copies hard links' contents, and makes the symlinks last, so no write ever passes through one.
@@ -24,19 +28,27 @@ Stdlib only: the runtime uses it inside any image.
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import io
 import itertools
+import lzma
 import os
+import shutil
 import stat
 import tarfile
-from collections.abc import Callable, Sequence
+import zlib
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
-from smddp_sdk.errors import ContractError
+from smddp_sdk.errors import ContractError, SpecIssue
 
 MAX_MEMBERS = 200_000
-MAX_EXTRACTED_BYTES = 16 * 1024**3
+MAX_EXTRACTED_BYTES = 4 * 1024**3  # a code tree past this is data: it belongs in an input channel
+MAX_RATIO = 100  # decompressed bytes per compressed byte (Apache POI's zip-bomb default); source code gives 3-10
+RATIO_GRACE = 64 * 1024**2  # the ratio is judged only past this much output: a small tar of empty files compresses well
 MAX_LINK_HOPS = 40  # the kernel's own limit on symlinks in one path resolution
 _READ_CHUNK = 1024 * 1024
 
@@ -50,22 +62,118 @@ class UnsafeArchiveError(ContractError):
 
 def safe_extract(archive: Path, destination: Path) -> None:
     """Extract ``archive`` into the empty (or new) directory ``destination``; nothing is written when
-    any member is unsafe. Raises ``UnsafeArchiveError`` naming the member, or ``ContractError`` when the
-    file is not a readable tar archive."""
+    any member is unsafe. Raises ``UnsafeArchiveError`` naming the member or the bound, or ``ContractError``
+    when the file is not a regular file holding a readable tar archive."""
     destination.mkdir(parents=True, exist_ok=True)
     if any(destination.iterdir()):
         raise ContractError(f"{destination}: the directory to extract {archive.name} into is not empty")
     try:
-        with tarfile.open(archive) as tar:
+        with open_regular(archive) as raw, _decompressed(raw, archive.name) as stream, tarfile.open(fileobj=stream, mode="r:") as tar:
             members = []
             for member in tar:  # headers only; counted as read so a flood of members stops early
                 members.append(member)
                 if len(members) > MAX_MEMBERS:
                     raise UnsafeArchiveError(f"{archive.name}: more than {MAX_MEMBERS} members")
             plan = check_members(members, archive.name)
+            while stream.read(_READ_CHUNK):  # to the end, so gzip's CRC and length are checked before a byte is written
+                pass
             _write(tar, plan, destination)
-    except (tarfile.TarError, EOFError, OSError) as exc:
-        raise ContractError(f"{archive}: cannot extract the archive: {exc}") from None
+    except UnsafeArchiveError:
+        raise
+    except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile) as exc:
+        raise ContractError(f"{archive}: damaged or truncated archive ({exc or type(exc).__name__}); make it again (tar czf) and resubmit") from None
+    except OSError as exc:
+        raise ContractError(f"{archive}: cannot extract the archive: {exc.strerror or exc}") from None
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """``path`` opened for reading only if it is a regular file: opened without blocking (a FIFO with no
+    writer would block ``open`` forever) and checked with ``fstat`` before a byte is read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise ContractError(f"{path}: not a regular file ({_kind(mode)}); give a file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def _kind(mode: int) -> str:
+    kinds = {stat.S_ISDIR: "a directory", stat.S_ISFIFO: "a FIFO", stat.S_ISSOCK: "a socket", stat.S_ISCHR: "a device", stat.S_ISBLK: "a device"}
+    return next((word for test, word in kinds.items() if test(mode)), "not a file")
+
+
+_COMPRESSIONS: dict[bytes, Callable[[BinaryIO], BinaryIO]] = {  # by magic number
+    b"\x1f\x8b": lambda raw: gzip.GzipFile(fileobj=raw, mode="rb"),
+    b"BZh": lambda raw: bz2.BZ2File(raw),
+    b"\xfd7zXZ\x00": lambda raw: lzma.LZMAFile(raw),  # noqa: SIM115 - _BoundedStream.close closes it
+}
+
+
+def is_archive(path: Path) -> bool:
+    """Whether the regular file ``path`` is a tar archive by its first bytes: compressed (gzip, bzip2, xz),
+    or a plain tar's "ustar" magic. Decides nothing by decompressing: a damaged archive is still one."""
+    with open_regular(path) as handle:
+        head = handle.read(512)
+    return any(head.startswith(magic) for magic in _COMPRESSIONS) or head[257:262] == b"ustar"
+
+
+def _decompressed(raw: BinaryIO, label: str) -> _BoundedStream:
+    head = raw.read(8)
+    raw.seek(0)
+    opener = next((make for magic, make in _COMPRESSIONS.items() if head.startswith(magic)), None)
+    return _BoundedStream(opener(raw) if opener else raw, raw, label)
+
+
+class _BoundedStream(io.RawIOBase):
+    """The decompressed bytes of an archive, read (and skipped) in chunks, each checked as it comes:
+    refused past MAX_EXTRACTED_BYTES, or past RATIO_GRACE when more than MAX_RATIO times the compressed
+    bytes consumed to make them. Positions are compared, so tarfile's two passes count once."""
+
+    def __init__(self, inner: BinaryIO, raw: BinaryIO, label: str) -> None:
+        super().__init__()
+        self.inner, self.raw, self.label = inner, raw, label
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        if self.inner is not self.raw:
+            self.inner.close()  # the decompressor; the caller closes the file
+        super().close()
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.inner.tell()
+
+    def read(self, size: int | None = -1) -> bytes:
+        wanted = size if size is not None and size >= 0 else MAX_EXTRACTED_BYTES + 1
+        parts = []
+        while wanted > 0 and (chunk := self.inner.read(min(wanted, _READ_CHUNK))):
+            self._check()
+            parts.append(chunk)
+            wanted -= len(chunk)
+        return b"".join(parts)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence not in (io.SEEK_SET, io.SEEK_CUR):
+            raise io.UnsupportedOperation("seek from the end of a compressed stream")
+        target = offset if whence == io.SEEK_SET else self.tell() + offset
+        if target <= self.tell():
+            return self.inner.seek(target)  # back over what was already checked
+        while self.tell() < target and self.inner.read(min(target - self.tell(), _READ_CHUNK)):
+            self._check()  # skipping a member's data decompresses it: checked like a read
+        return self.tell()
+
+    def _check(self) -> None:
+        produced, consumed = self.inner.tell(), max(self.raw.tell(), 1)
+        if produced > MAX_EXTRACTED_BYTES:
+            raise UnsafeArchiveError(f"{self.label}: decompresses to more than {MAX_EXTRACTED_BYTES} bytes; the limit is {MAX_EXTRACTED_BYTES} for a code archive: keep data out of source_dir and read it from an input channel")
+        if produced > RATIO_GRACE and produced > MAX_RATIO * consumed:
+            raise UnsafeArchiveError(f"{self.label}: {consumed} compressed bytes expand to {produced} (over {MAX_RATIO}:1): a decompression bomb, refused; "
+                                     "a code archive that compresses this well holds padding, not code")
 
 
 def check_members(members: Sequence[tarfile.TarInfo], label: str) -> list[tuple[tarfile.TarInfo, tuple[str, ...]]]:
@@ -226,6 +334,65 @@ def _mode(mode: int, *, directory: bool) -> int:
     return (mode & 0o755) | (0o700 if directory else 0o600)
 
 
+# --- code directories ---------------------------------------------------------------------------------
+
+
+# Never part of a code snapshot: they are large, machine-specific, or both.
+CODE_IGNORE = (".git", "__pycache__", "*.pyc", ".venv", ".mypy_cache", ".pytest_cache", ".ipynb_checkpoints")
+
+
+def code_ignore(dest: Path) -> Callable[[str, list[str]], set[str]]:
+    """CODE_IGNORE, and the directory holding ``dest`` when the code directory contains it (a snapshot in
+    ``SMDDP_JOB_ROOT=./jobs`` with ``source_dir: .``): the snapshot must not copy itself without end, nor
+    the check walk other jobs' directories."""
+    patterns = shutil.ignore_patterns(*CODE_IGNORE)
+    target = dest.resolve()
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        skipped = set(patterns(directory, names))
+        here = Path(directory).resolve()
+        if here in target.parents:  # one resolve per directory; names only where the snapshot lies below
+            skipped |= {name for name in names if (here / name) == target or (here / name) in target.parents}
+        return skipped
+
+    return ignore
+
+
+def code_tree_issues(trees: Mapping[str, Path], ignore: Callable[[str, list[str]], set[str]]) -> list[SpecIssue]:
+    """``code_tree_problems`` of each tree, as problems of the field that names it (``source_dir``,
+    ``dependencies[0]``): what validation, the dry run and the snapshot report alike."""
+    hint = "code directories hold files, directories and relative links that stay inside them"
+    return [SpecIssue(where, problem, hint) for where, tree in trees.items() if tree.is_dir() for problem in code_tree_problems(tree, ignore)]
+
+
+def code_tree_problems(tree: Path, ignore: Callable[[str, list[str]], set[str]] | None = None) -> list[str]:
+    """What a code directory must not hold, one line each: links that leave it, dangle or loop (copied as
+    they are they would read a file of the machine, or break the copy), FIFOs (a copy would block on
+    one), sockets and devices. The one check of a code tree: validation, the dry run, the schedulers'
+    snapshot and the runtime's copy all call it. ``ignore`` is shutil.copytree's (names not copied)."""
+    problems = []
+    real_tree = tree.resolve()
+    for directory, dirnames, filenames in os.walk(tree):
+        skipped = ignore(directory, [*dirnames, *filenames]) if ignore else set()
+        dirnames[:] = [name for name in dirnames if name not in skipped]
+        for name in [*dirnames, *filenames]:
+            path = Path(directory, name)
+            if name in skipped:
+                continue
+            mode = path.lstat().st_mode
+            if stat.S_ISLNK(mode):
+                try:
+                    target = path.resolve(strict=True)
+                except (OSError, RuntimeError):
+                    problems.append(f"{path}: a dangling or looping link ({os.readlink(path)!r})")
+                    continue
+                if os.path.isabs(os.readlink(path)) or (target != real_tree and real_tree not in target.parents):
+                    problems.append(f"{path}: a link to {os.readlink(path)!r}, outside {tree} or absolute")
+            elif not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                problems.append(f"{path}: not a file, directory or link (a FIFO, socket or device)")
+    return problems
+
+
 # --- reading one file a job wrote ------------------------------------------------------------------------
 
 
@@ -266,6 +433,18 @@ def write_inside(root: Path, relative: str, data: bytes, *, exclusive: bool = Fa
     flags = os.O_WRONLY | os.O_CREAT | (os.O_EXCL if exclusive else os.O_TRUNC)
     with os.fdopen(_open_leaf(root, relative, flags, make_dirs=True), "wb") as handle:
         handle.write(data)
+
+
+def append_inside(root: Path, relative: str) -> BinaryIO:
+    """``root/relative`` opened to append (made, with its directories, if missing), following no symlink on
+    the way and only if it is a regular file: a log the job replaced with a FIFO would block the open, a
+    link would point the runtime's writes at a file of the machine. OSError otherwise."""
+    fd = _open_leaf(root, relative, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, make_dirs=True)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise IsADirectoryError(f"{root / relative}: not a regular file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "ab")
 
 
 def read_inside(root: Path, relative: str, limit: int) -> bytes | None:

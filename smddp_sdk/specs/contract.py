@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from smddp_sdk.errors import ContractError
-from smddp_sdk.specs.archives import read_inside, write_inside
+from smddp_sdk.specs.archives import open_regular, read_inside, write_inside
 from smddp_sdk.specs.json_files import read_json_object
 
 DEFAULT_BASE_DIR = "/opt/ml"
@@ -28,6 +28,8 @@ DEFAULT_NETWORK_INTERFACE = "eth0"
 N = TypeVar("N", int, float)
 # SageMaker keeps the first 1024 characters of output/failure as the job's FailureReason.
 FAILURE_REASON_LIMIT = 1024
+MAX_CONTRACT_FILE_BYTES = 16 * 1024**2  # one /opt/ml/input/config file, read whole
+MAX_CONTRACT_JSON_DEPTH = 64  # nesting in a contract file (SageMaker's are 4 deep)
 
 # Knobs a scheduler hands the runtime beyond what SageMaker gives a container. On SageMaker none is
 # set and the defaults apply (each host is its own machine, so fixed ports are safe).
@@ -55,6 +57,31 @@ SCRIPT_ARGS_ENV = "SMDDP_SCRIPT_ARGS"  # JSON list: arguments given after the sc
 DEFAULT_MASTER_PORT = 7777
 DEFAULT_SERVER_PORT = 7592
 DEFAULT_AGENT_PORT = 7778
+
+# What the node runtime sets in every rank's environment (runtime/env.py), replacing any value a job gives:
+# the toolkit's SM_* table, the launcher variables, torchrun's, and the runtime's own. tests/unit checks
+# that every variable process_env sets is here, so a job's `environment` cannot silently lose one.
+RUNTIME_VARIABLES = frozenset({
+    "SM_HOSTS", "SM_NETWORK_INTERFACE_NAME", "SM_RESOURCE_CONFIG", "SM_INPUT_DATA_CONFIG", "SM_OUTPUT_DATA_DIR",
+    "SM_CURRENT_HOST", "SM_CURRENT_INSTANCE_TYPE", "SM_CURRENT_INSTANCE_GROUP", "SM_CURRENT_INSTANCE_GROUP_HOSTS",
+    "SM_INSTANCE_GROUPS", "SM_INSTANCE_GROUPS_DICT", "SM_DISTRIBUTION_INSTANCE_GROUPS", "SM_IS_HETERO", "SM_MODULE_NAME",
+    "SM_LOG_LEVEL", "SM_FRAMEWORK_MODULE", "SM_INPUT_DIR", "SM_INPUT_CONFIG_DIR", "SM_OUTPUT_DIR", "SM_NUM_CPUS", "SM_NUM_GPUS",
+    "SM_NUM_NEURONS", "SM_MODEL_DIR", "SM_MODULE_DIR", "SM_OUTPUT_INTERMEDIATE_DIR", "SM_USER_ENTRY_POINT",
+    "SM_HPS", "SM_FRAMEWORK_PARAMS", "SM_CHANNELS", "SM_TRAINING_ENV", "SM_USER_ARGS", "SM_TOPOLOGY",
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+    "SMDATAPARALLEL_LOCAL_RANK", "SMDATAPARALLEL_SERVER_ADDR", "SMDATAPARALLEL_SERVER_PORT", "SAGEMAKER_INSTANCE_TYPE",
+    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_ERROR_FILE",
+    "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "TORCHELASTIC_USE_AGENT_STORE",
+    MESH_SECRET_ENV, ERROR_FILE_ENV, STACKS_FILE_ENV, PARENT_PID_ENV, HOST_SESSION_ENV, LIFELINE_ENV,
+})
+RUNTIME_VARIABLE_PREFIXES = ("SM_HP_", "SM_CHANNEL_")  # one per hyperparameter and per channel
+
+
+def runtime_owned(name: str) -> bool:
+    """Whether the node runtime sets ``name`` for every rank (so a value from the job would be replaced)."""
+    return name in RUNTIME_VARIABLES or name.startswith(RUNTIME_VARIABLE_PREFIXES)
+
 
 # Hyperparameters the toolkit consumes itself and never passes to the user script.
 RESERVED_HYPERPARAMETERS = frozenset(
@@ -202,23 +229,75 @@ def write_config_files(opt_ml: OptMl, *, resource: Mapping[str, Any], hyperparam
 
 
 def read_json_file(path: Path, *, default: Any = None, required: bool = False) -> Any:
-    """Read one contract file; a missing optional file gives ``default``, anything broken a ContractError."""
+    """Read one contract file; a missing optional file gives ``default``, anything broken a ContractError:
+    not a regular file (a FIFO is refused, never waited on), over MAX_CONTRACT_FILE_BYTES, not UTF-8 JSON,
+    nested deeper than MAX_CONTRACT_JSON_DEPTH, or holding a NUL or a lone surrogate anywhere."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with open_regular(path) as handle:
+            raw = handle.read(MAX_CONTRACT_FILE_BYTES + 1)
     except FileNotFoundError:
         if required:
             raise ContractError(f"{path}: file is missing; the scheduler must write it before the runtime starts") from None
         return default
     except OSError as exc:
         raise ContractError(f"{path}: cannot be read: {exc.strerror}") from None
+    if len(raw) > MAX_CONTRACT_FILE_BYTES:
+        raise ContractError(f"{path}: over {MAX_CONTRACT_FILE_BYTES} bytes, the limit for a contract file; pass large values as files in the code or an input channel")
+    try:
+        value = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise ContractError(f"{path}: not UTF-8 (byte {exc.start}); contract files are UTF-8 JSON") from None
-    try:
-        return json.loads(text)
     except ValueError as exc:
         raise ContractError(f"{path}: not valid JSON: {exc}") from None
     except RecursionError:
         raise ContractError(f"{path}: JSON nested too deeply for the parser") from None
+    if json_depth(value, MAX_CONTRACT_JSON_DEPTH) > MAX_CONTRACT_JSON_DEPTH:
+        raise ContractError(f"{path}: JSON nested deeper than {MAX_CONTRACT_JSON_DEPTH} levels; contract files are a few levels deep")
+    problem = text_problem_at(value)
+    if problem is not None:
+        raise ContractError(f"{path}: {problem}, which no host name, path, argument or variable can carry; remove it")
+    return value
+
+
+def json_depth(value: Any, limit: int) -> int:
+    """Nesting depth of decoded JSON, counted without recursion and stopping just past ``limit``."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack and deepest <= limit:
+        item, depth = stack.pop()
+        if isinstance(item, (Mapping, list, tuple)):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, Mapping) else item))
+    return deepest
+
+
+def text_problem_at(value: Any) -> str | None:
+    """Where in decoded JSON a key or string holds what no name, path, argument or variable can carry, and
+    what: a NUL character, or a lone surrogate (JSON's ``\\ud800``, not Unicode), e.g. "hosts[2] holds a NUL
+    character"; None when there is none."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if problem := _text_problem(key):
+                    return f"{where}.{key.encode('utf-8', 'backslashreplace').decode()!r}".lstrip(".") + problem
+                stack.append((f"{where}.{key}".lstrip("."), child))
+        elif isinstance(item, list):
+            stack += [(f"{where}[{index}]", child) for index, child in enumerate(item)]
+        elif isinstance(item, str) and (problem := _text_problem(item)):
+            return (where or "the document") + problem
+    return None
+
+
+def _text_problem(text: str) -> str:
+    if "\0" in text:
+        return " holds a NUL character"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return " holds a lone surrogate (text that is not Unicode)"
+    return ""
 
 
 def _write_json(path: Path, obj: Any) -> None:

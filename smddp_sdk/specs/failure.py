@@ -59,12 +59,29 @@ _VICTIM_TEXT = re.compile(
     r"Connection closed by peer|NCCL communicator was aborted|socket timed out",
     re.IGNORECASE,
 )
-# How a victim names the peer it blames: "rank 3 (host algo-2)", "peer rank 3 (pid 9, same host)",
-# "rank(s) 1, 2 on this host".
-_BLAME_REMOTE = re.compile(r"\brank (\d+) \(host ([^)\s]+)\)")
-_BLAME_LOCAL = re.compile(r"\bpeer rank (\d+) \(pid \d+, same host\)|\brank\(s\) ([\d, ]+) on this host")
-_HANG_TEXT = re.compile(r"timed out|did not arrive", re.IGNORECASE)
 SETTLE_SECONDS = 2.0  # longer than the spread of peers' process-group timeouts around one collective
+
+
+@dataclass(frozen=True)
+class PeerRank:
+    """A rank a failed collective names as data: its rank and its host ("" for the reporting rank's own
+    host). Its text is how collectives name a peer in their messages."""
+
+    rank: int
+    host: str = ""
+
+    def __str__(self) -> str:
+        return f"rank {self.rank} (host {self.host})" if self.host else f"rank {self.rank} (same host)"
+
+    @classmethod
+    def from_json(cls, data: Any) -> PeerRank | None:
+        """A peer from its JSON object; None for anything else (records cross processes and versions)."""
+        rank = number_or_none(int, data.get("rank")) if isinstance(data, Mapping) else None
+        return None if rank is None else cls(rank, str(data.get("host") or ""))
+
+
+def peers_from_json(items: Any) -> tuple[PeerRank, ...]:
+    return tuple(peer for peer in map(PeerRank.from_json, items if isinstance(items, (list, tuple)) else ()) if peer is not None)
 
 
 @dataclass(frozen=True)
@@ -85,6 +102,10 @@ class FailureRecord:
     log_tail: str = ""
     error_file: str = ""
     log_file: str = ""
+    # The peers the failure names, as the collective that raised it knew them: ranks whose connection or
+    # process went away (``lost``) and ranks it waited for in vain (``awaited``: a hang).
+    lost: tuple[PeerRank, ...] = ()
+    awaited: tuple[PeerRank, ...] = ()
 
     @property
     def who(self) -> str:
@@ -122,7 +143,8 @@ class FailureRecord:
     def from_json(cls, data: Mapping[str, Any]) -> FailureRecord:
         """Tolerant of extra and missing keys: records cross processes and versions."""
         known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
-        return cls(**{"host": "", "rank": None, "exit_code": 1, "message": "", **known})
+        peers = {name: peers_from_json(data.get(name)) for name in ("lost", "awaited")}
+        return cls(**{"host": "", "rank": None, "exit_code": 1, "message": "", **known, **peers})
 
 
 def exit_code_of(returncode: int) -> int:
@@ -151,6 +173,8 @@ def from_error_file(data: Mapping[str, Any], *, host: str, path: str = "", exit_
         local_rank=number_or_none(int, data.get("local_rank")),
         pid=number_or_none(int, data.get("pid")),
         error_file=path,
+        lost=peers_from_json(data.get("lost")),
+        awaited=peers_from_json(data.get("awaited")),
     )
 
 
@@ -166,6 +190,35 @@ def from_death(*, host: str, rank: int | None, returncode: int, observed_at: flo
     return FailureRecord(host, rank, exit_code_of(returncode), message, timestamp=observed_at or time.time(), error_type=error_type, signal=name, **{"source": SOURCE_EXIT, **extra})
 
 
+# --- a rank's failed collective, carried to its error file --------------------------------------------
+
+_FIRST_FAILED_COLLECTIVE: list[BaseException] = []  # this process's first failed collective that named peers
+
+
+def remember_failed_collective(error: BaseException) -> None:
+    """Keep the first failed collective of this process that names peers (``lost``/``awaited``): torch
+    re-raises an error that crossed its C++ (a DDP hook's future) as a bare RuntimeError of the same text,
+    and later calls fail as "unusable after an earlier failure: <its text>"; both lose the peers."""
+    if not _FIRST_FAILED_COLLECTIVE:
+        _FIRST_FAILED_COLLECTIVE.append(error)
+
+
+def blame_of(exc: BaseException) -> dict[str, list[dict[str, Any]]]:
+    """The peers a rank's fatal exception names, as its error file keeps them (``lost``, ``awaited``): those of
+    the first exception in its chain that carries peers, else those of this process's first failed collective
+    when ``exc`` carries that failure's text; {} when it names none."""
+    chain: list[BaseException] = []
+    link: BaseException | None = exc
+    while link is not None and link not in chain:
+        chain.append(link)
+        link = link.__cause__ or link.__context__
+    named = [item for item in chain if getattr(item, "lost", ()) or getattr(item, "awaited", ())]
+    named += [first for first in _FIRST_FAILED_COLLECTIVE if str(first) and str(first) in str(exc)]
+    if not named:
+        return {}
+    return {name: [dataclasses.asdict(peer) for peer in getattr(named[0], name, ())] for name in ("lost", "awaited")}
+
+
 # --- the rule ---------------------------------------------------------------------------------------
 
 
@@ -175,22 +228,24 @@ def is_victim(record: FailureRecord) -> bool:
         return True
     if record.source in (SOURCE_SUPERVISOR, SOURCE_HANG, SOURCE_TIMEOUT):
         return False
-    return bool(_VICTIM_TEXT.search(f"{record.error_type}: {record.message}"))
+    return bool(record.lost or record.awaited or _VICTIM_TEXT.search(f"{record.error_type}: {record.message}"))
 
 
 def must_stop(records: Sequence[FailureRecord], first_seen: float, now: float) -> bool:
-    """Whether failures first seen at ``first_seen`` (monotonic) should stop the job by ``now``."""
+    """Whether failures first seen at ``first_seen`` (monotonic) should stop the job by ``now`` (an exit with
+    code 0 among them is evidence for ``decide``, no failure)."""
+    records = [r for r in records if not is_early_exit(r)]
     return bool(records) and (any(not is_victim(r) for r in records) or now - first_seen >= SETTLE_SECONDS)
 
 
-def blamed_by(record: FailureRecord) -> list[tuple[str, int]]:
-    """The (host, rank) pairs a victim's message names as the peer it lost or waited for."""
-    text = record.message
-    blamed = [(host, int(rank)) for rank, host in _BLAME_REMOTE.findall(text)]
-    for single, several in _BLAME_LOCAL.findall(text):
-        for rank in filter(None, [single, *several.replace(" ", "").split(",")]):
-            blamed.append((record.host, int(rank)))
-    return blamed
+def is_early_exit(record: FailureRecord) -> bool:
+    """A rank that ended with code 0 while its peers ran: the culprit only when they blame it."""
+    return record.source == SOURCE_EARLY_EXIT
+
+
+def blamed_by(record: FailureRecord) -> list[tuple[str, int, bool]]:
+    """(host, rank, hung) of every peer a victim's record names: lost, or awaited in vain (hung)."""
+    return [(peer.host or record.host, peer.rank, hung) for peers, hung in ((record.lost, False), (record.awaited, True)) for peer in peers]
 
 
 @dataclass(frozen=True)
@@ -204,16 +259,17 @@ class Verdict:
 def decide(records: Iterable[FailureRecord], *, early_exits: Iterable[FailureRecord] = ()) -> Verdict | None:
     """The job's root cause among ``records`` (see the module docstring), or None when there are none.
 
-    ``early_exits`` are ranks that ended with code 0 while peers still ran: not failures by themselves,
-    but the culprit when the victims blame them.
+    ``early_exits`` are ranks that ended with code 0 while peers still ran (also taken from ``records``, where
+    the runtimes pass them on): not failures by themselves, but the culprit when the victims blame them.
     """
+    records = list(records)
+    exits = {(r.host, r.rank): r for r in [*early_exits, *filter(is_early_exit, records)]}
     # Early exits are evidence only; a hang named by an earlier decide (a runtime's, written to its
     # failures.json) is a conclusion drawn from fewer records: both are drawn again from the victims here.
     records = [r for r in records if r.source not in (SOURCE_EARLY_EXIT, SOURCE_HANG)]
     # A runtime that saw a host vanish says less than the supervisor that saw how it ended.
     seen_dying = {r.host for r in records if r.source == SOURCE_SUPERVISOR and r.rank is None}
     records = [r for r in records if not (r.error_type in _OBSERVED_LOSS and r.host in seen_dying)]
-    exits = {(r.host, r.rank): r for r in early_exits}
     if not records:
         return None
     culprits = [r for r in records if not is_victim(r)]
@@ -229,12 +285,13 @@ def _blamed(records: Sequence[FailureRecord], early_exits: Mapping[tuple[str, in
     hung: set[tuple[str, int]] = set()
     first_seen: dict[tuple[str, int], float] = {}
     for record in records:
-        for peer in blamed_by(record):
+        for host, rank, waited in blamed_by(record):
+            peer = (host, rank)
             if peer in failed:
                 continue  # it failed too; its own record says more
             votes[peer] += 1
             first_seen[peer] = min(first_seen.get(peer, float("inf")), _time(record))
-            if _HANG_TEXT.search(record.message):
+            if waited:
                 hung.add(peer)
     if not votes:
         return None
@@ -242,7 +299,7 @@ def _blamed(records: Sequence[FailureRecord], early_exits: Mapping[tuple[str, in
     if (host, rank) in early_exits:
         early = early_exits[(host, rank)]
         return early.replace(message=f"the rank exited with code 0 while its peers still needed it ({early.message})" if early.message else
-                             "the rank exited with code 0 while its peers were still in a collective with it")
+                             "the rank exited with code 0 while its peers were still in a collective with it", error_type="EarlyExit")
     if (host, rank) in hung:
         return FailureRecord(host, rank, 1, "the rank stopped making progress: its peers timed out waiting for it in a collective "
                              "(hung inside or outside a collective, or on another code path)", timestamp=first_seen[(host, rank)],
@@ -278,11 +335,11 @@ def failure_reason(root: FailureRecord, others: Sequence[FailureRecord] = ()) ->
     lines = [
         root.cause.line,
         f"{EXIT_CODE_LABEL} {root.exit_code}",
-        f"{ERROR_MESSAGE_LABEL} {root.error_type}: {root.message[:_MESSAGE_LIMIT]}".rstrip(": "),
+        f"{ERROR_MESSAGE_LABEL} {root.error}".rstrip(),
     ]
     if details:
         lines += ["", _last_chars(details, FAILURE_REASON_LIMIT // 2)]
-    others = [f for f in others if f != root]
+    others = [f for f in others if f != root and not is_early_exit(f)]
     if others:
         lines += ["", f"{OTHER_FAILURES_LABEL} ({len(others)}):"] + [f"  {f.headline}" for f in others]
     return "\n".join(lines) + "\n"
@@ -331,7 +388,7 @@ def _last_chars(text: str, limit: int) -> str:
 def render_summary(root: FailureRecord, others: Sequence[FailureRecord] = (), *, title: str = "Job failed", hints: Sequence[str] = ()) -> str:
     """torchrun's layout: other failures first, the root cause last (it is what the eye finds at the end)."""
     blocks = [BORDER, title, BORDER]
-    others = [f for f in others if f != root]
+    others = [f for f in others if f != root and not is_early_exit(f)]
     if others:
         blocks.append("Other failures:")
         blocks += [f"  {f.summary()}" for f in others[-20:]]
@@ -342,7 +399,8 @@ def render_summary(root: FailureRecord, others: Sequence[FailureRecord] = (), *,
 
 def _describe(failure: FailureRecord) -> list[str]:
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(failure.timestamp)) if failure.timestamp else "<unknown>"
-    rank = f"{failure.rank} (local_rank: {failure.local_rank})" if failure.rank is not None else "<runtime, no rank>"
+    local = f" (local_rank: {failure.local_rank})" if failure.local_rank is not None else ""  # unknown for a rank named only by its peers
+    rank = f"{failure.rank}{local}" if failure.rank is not None else "<runtime, no rank>"
     rows = [
         f"  time      : {when}",
         f"  host      : {failure.host}",

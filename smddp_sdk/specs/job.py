@@ -138,6 +138,12 @@ class JobSpec:
         return instance_types.lookup(self.instance_type)
 
     @property
+    def code_trees(self) -> dict[str, Path]:
+        """The local directories the job's code comes from, by the field that names them."""
+        named = {"source_dir": self.source_dir, **{f"dependencies[{index}]": dep for index, dep in enumerate(self.dependencies)}}
+        return {where: Path(tree.removeprefix("file://")) for where, tree in named.items() if tree and not tree.startswith("s3://")}
+
+    @property
     def program(self) -> str:
         """``sagemaker_program``: the entry point relative to the code directory."""
         return self.entry_point if self.source_dir else Path(self.entry_point).name
@@ -344,6 +350,7 @@ class _Builder:
         if self.values.get("use_spot_instances") and self.values.get("max_wait") is None:
             self.issue("use_spot_instances", "needs max_wait", "set max_wait to at least max_run")
         self.issues += limits.spec_issues(self.values)
+        self.issues += metric_definition_issues(self.values.get("metric_definitions", ()))
         distribution = self.values.get("distribution")
         if distribution is not None:
             self.issues += limits.processes_per_host_issues(distribution.mpi_processes_per_host, "distribution.mpi.processes_per_host")
@@ -400,6 +407,25 @@ class _Builder:
             self.issue(path, f"directory {value!r} does not exist")
             return None
         return local.resolve()
+
+
+def metric_definition_issues(definitions: Sequence[Any]) -> list[SpecIssue]:
+    """Each ``{Name, Regex}`` whose Regex does not compile or has no group (the metric's value is the
+    first group): found when the job is checked, not when its metrics are read after it ran."""
+    issues = []
+    for index, item in enumerate(definitions):
+        name, regex = (item.get("Name"), item.get("Regex")) if isinstance(item, Mapping) else (None, None)
+        if not isinstance(name, str) or not isinstance(regex, str):
+            continue  # the shape is the type check's
+        try:
+            groups = re.compile(regex).groups
+        except (re.error, RecursionError, OverflowError) as err:
+            issues.append(SpecIssue(f"metric_definitions[{index}].Regex", f"{regex!r} is not a regular expression: {err}", "escape literal characters such as [ ( . with a backslash"))
+            continue
+        if not groups:
+            issues.append(SpecIssue(f"metric_definitions[{index}].Regex", f"{regex!r} has no capture group: the value is the first group",
+                                    f"put parentheses around the number, e.g. {name}=([0-9.eE+-]+)"))
+    return issues
 
 
 def script_hint(missing: Path) -> str:

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+import resource
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from smddp_sdk.errors import SpecIssue
+from smddp_sdk.specs import contract
 
 # --- the numbers (docs/job-file.md lists the same) ---------------------------------------------------
 MAX_INSTANCE_COUNT = 1000  # hosts per job; one runtime, one coordinator peer per host
@@ -32,6 +34,12 @@ MAX_YAML_DEPTH = 64
 MAX_YAML_NODES = 100_000  # with aliases expanded
 MAX_INT_DIGITS = 1000  # integers written in a job file (Python reads at most 4300 digits at all)
 MAX_JSON_DEPTH = 32  # hyperparameter values
+MAX_CHANNELS = 20  # SageMaker's bound on InputDataConfig
+# What the kernel accepts at execve (fs/exec.c): one argument or "NAME=value" of at most MAX_ARG_STRLEN
+# bytes with its NUL, and all of them with their pointers within a quarter of the stack limit, capped at
+# 6 MiB (3/4 of _STK_LIM) and never below 128 KiB.
+MAX_ARG_STRLEN = 32 * 4096
+_EXEC_CEILING, _EXEC_FLOOR = 6 * 1024**2, 128 * 1024
 
 # SageMaker's job-name rule; base_job_name follows it too, so it can never be a path.
 JOB_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
@@ -54,6 +62,8 @@ def spec_issues(values: Mapping[str, Any]) -> list[SpecIssue]:
     issues += name_issues(values.get("base_job_name"), "base_job_name")
     issues += hyperparameter_issues(values.get("hyperparameters") or {})
     issues += environment_issues(values.get("environment") or {})
+    if len(values.get("inputs") or {}) > MAX_CHANNELS:
+        issues.append(SpecIssue("inputs", f"{len(values['inputs'])} channels; the limit is {MAX_CHANNELS} (SageMaker's)", "put related data under one channel, in folders"))
     checked = ("hyperparameters", "environment", "job_name", "base_job_name")  # their own rules cover NUL
     issues += nul_issues({k: v for k, v in values.items() if k not in checked})
     return issues
@@ -133,8 +143,9 @@ def hyperparameter_issues(hyperparameters: Mapping[Any, Any]) -> list[SpecIssue]
         if not isinstance(key, str):
             continue  # reported by the type check
         path = f"hyperparameters.{key.encode('utf-8', 'backslashreplace').decode()}"  # printable even with surrogates
-        if not key or "\0" in key or not _is_unicode(key):
-            issues.append(SpecIssue(path, f"name {key!r} must be non-empty Unicode text without NUL characters"))
+        problem = hyperparameter_name_problem(key) or ("" if _is_unicode(key) else "is not valid Unicode (it holds a lone surrogate)")
+        if problem:
+            issues.append(SpecIssue(path, f"name {key[:60]!r} {problem}", "use letters, digits, '_', '-' and '.'"))
             continue
         encoded, problem = encode_hyperparameter(value)
         if not problem and not _is_unicode(json.dumps(value, ensure_ascii=False)):
@@ -178,6 +189,68 @@ def encode_hyperparameter(value: Any) -> tuple[str, str]:
         return "", f"a value of type {type(_unencodable(value)).__name__} is not JSON"
 
 
+def hyperparameter_name_problem(name: str) -> str:
+    """Why a hyperparameter name cannot be passed on, or "": it becomes an option (``--name``) and an
+    environment variable (``SM_HP_NAME``), where '=' ends the name, NUL ends the string and whitespace
+    makes an option no argument parser reads."""
+    if not name:
+        return "is empty"
+    if "\0" in name:
+        return "holds a NUL character"
+    if "=" in name:
+        return "holds '=', which would end the name of its environment variable SM_HP_..."
+    if any(char.isspace() for char in name):
+        return "holds whitespace, which no command-line option can hold"
+    return ""
+
+
+def exec_limit() -> int:
+    """Bytes of arguments and environment (strings with their NULs, and one pointer each) a process
+    started from here may be given: the kernel's own rule from the stack limit (``getrlimit``)."""
+    stack, _ = resource.getrlimit(resource.RLIMIT_STACK)
+    quarter = _EXEC_CEILING if stack == resource.RLIM_INFINITY else stack // 4
+    return max(min(quarter, _EXEC_CEILING), _EXEC_FLOOR)
+
+
+def exec_text_problem(argv: Sequence[str], environ: Mapping[str, str]) -> str:
+    """Why Python or the kernel would refuse the text of ``argv`` or ``environ`` at exec, or "": an
+    environment name that is empty or holds '=' or NUL, a string with NUL or a lone surrogate."""
+    for name in environ:
+        if not name or "=" in name or "\0" in name:
+            return f"environment variable name {name[:60]!r} is empty or holds '=' or NUL"
+    for what, text in _exec_strings(argv, environ):
+        if "\0" in text:
+            return f"{what} holds a NUL character, which no argument or variable can carry"
+        try:
+            text.encode("utf-8", "surrogateescape")  # as os.fsencode, which Popen uses
+        except UnicodeEncodeError:
+            return f"{what} holds a lone surrogate (text that is not Unicode), which no argument or variable can carry"
+    return ""
+
+
+def exec_size_problem(argv: Sequence[str], environ: Mapping[str, str], limit: int | None = None) -> str:
+    """Why the kernel would refuse ``argv`` and ``environ`` as too big (E2BIG), naming what is too big,
+    or "". Only for text ``exec_text_problem`` accepts."""
+    strings = _exec_strings(argv, environ)
+    total = 0
+    for what, text in strings:
+        size = len(text.encode("utf-8", "surrogateescape")) + 1
+        if size > MAX_ARG_STRLEN:
+            return f"{what} takes {size} bytes; Linux passes at most {MAX_ARG_STRLEN} in one argument or variable"
+        total += size + 8  # and its pointer
+    limit = exec_limit() if limit is None else limit
+    if total > limit:
+        largest = sorted(strings, key=lambda item: -len(item[1]))[:3]
+        named = ", ".join(f"{what} ({len(text)} bytes)" for what, text in largest)
+        return f"arguments and environment take {total} bytes; Linux passes at most {limit} here (a quarter of the stack limit, ulimit -s); largest: {named}"
+    return ""
+
+
+def _exec_strings(argv: Sequence[str], environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """Each string execve copies, with what the message calls it."""
+    return [(f"argument {index}", arg) for index, arg in enumerate(argv)] + [(f"environment variable {name[:60]}", f"{name}={value}") for name, value in environ.items()]
+
+
 def environment_issues(environment: Mapping[Any, Any]) -> list[SpecIssue]:
     """Names as in a shell (no '=', no NUL), values without NUL, none reserved, a bounded total."""
     issues = []
@@ -190,6 +263,8 @@ def environment_issues(environment: Mapping[Any, Any]) -> list[SpecIssue]:
             issues.append(SpecIssue(path, f"{short_repr(key)} is not a valid variable name", "use letters, digits and '_', not starting with a digit; no '=', spaces or NUL"))
         elif key in RESERVED_ENVIRONMENT:
             issues.append(SpecIssue(path, "is set by smddp-sdk and cannot be overridden", RESERVED_ENVIRONMENT[key]))
+        elif contract.runtime_owned(key):
+            issues.append(SpecIssue(path, "is set by the node runtime for every rank, so this value would be replaced", _owned_hint(key)))
         if isinstance(value, str):
             if "\0" in value:
                 issues.append(SpecIssue(path, "contains a NUL character, which cannot be passed to a process", "remove it"))
@@ -197,6 +272,14 @@ def environment_issues(environment: Mapping[Any, Any]) -> list[SpecIssue]:
     if total > MAX_ENVIRONMENT_BYTES:
         issues.append(SpecIssue("environment", f"takes {total} bytes; the limit is {MAX_ENVIRONMENT_BYTES}", "pass large values in a file in source_dir"))
     return issues
+
+
+def _owned_hint(name: str) -> str:
+    if name.startswith("SM_HP_"):
+        return f"set the hyperparameter {name.removeprefix('SM_HP_').lower()!r} instead"
+    if name.startswith("SM_CHANNEL_"):
+        return "add the channel to inputs instead"
+    return "the runtime sets it from the job's hosts, ranks, paths and secrets; read it in the script, or use another name"
 
 
 def _json_shape(value: Any) -> tuple[int, int]:

@@ -116,7 +116,7 @@ def test_list_shows_every_scheduler_newest_first_filters_and_forgets(invoke, job
         as_json = json.loads(invoke("list", "--json", "--scheduler", "local", "--state", "succeeded").stdout)
         assert [item["handle"] for item in as_json] == ["local://done"]
         assert as_json[0].keys() == json.loads(invoke("status", "done", "--json").stdout).keys()
-        assert isinstance(as_json[0]["duration"], float) and as_json[0]["details"]["started"] <= as_json[0]["details"]["ended"]
+        assert isinstance(as_json[0]["duration"], float) and as_json[0]["started"] <= as_json[0]["ended"]
         status = invoke("status", "done").stdout.splitlines()
         assert re.fullmatch(r"  started \d{4}-\d\d-\d\d \d\d:\d\d:\d\d, ran (\d+m)?\d+s", status[1]), status
 
@@ -161,4 +161,4 @@ def test_a_sagemaker_job_that_cannot_be_described_says_why_in_a_few_words(error,
 def test_durations_read_at_a_glance(started, ended, shown: str) -> None:
     from smddp_sdk.cli.cmd_jobs import _duration
 
-    assert _duration(JobStatus(JobHandle("local", "x"), JobState.SUCCEEDED, details={"started": started, "ended": ended})) == shown
+    assert _duration(JobStatus(JobHandle("local", "x"), JobState.SUCCEEDED, started=started, ended=ended)) == shown

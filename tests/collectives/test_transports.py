@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("torch")
 from smddp_sdk.collectives import native  # noqa: E402
-from smddp_sdk.collectives.errors import CollectiveError  # noqa: E402
+from smddp_sdk.collectives.errors import CollectiveError, PeerRank  # noqa: E402
 from smddp_sdk.collectives.local import plan_chunks  # noqa: E402
 from smddp_sdk.collectives.shm import ShmUnavailable, arena_bytes, create_arena_file, shm_dir  # noqa: E402
 from smddp_sdk.collectives.tcp import TcpMesh, new_token  # noqa: E402
@@ -55,7 +55,7 @@ def test_too_small_shm_gives_a_clear_error_before_anything_is_mapped(tiny_tmpfs)
 
 
 def _connect_pair(token_a: str, token_b: str, deadline_s: float = 5.0, native_progress: bool = True):
-    describe = {0: "rank 0 (host a)", 1: "rank 1 (host b)"}
+    describe = {0: PeerRank(0, "a"), 1: PeerRank(1, "b")}
     a, b = (TcpMesh(node, token, describe, "127.0.0.1", native_progress) for node, token in ((0, token_a), (1, token_b)))
     errors: list[BaseException] = []
 
@@ -90,7 +90,7 @@ def test_mesh_rejects_a_stranger_and_accepts_the_real_peer():
 
 
 def test_mesh_listens_on_the_hosts_own_address_only():
-    mesh = TcpMesh(0, new_token(), {0: "rank 0 (host a)"}, "127.0.0.2")
+    mesh = TcpMesh(0, new_token(), {0: PeerRank(0, "a")}, "127.0.0.2")
     try:
         assert mesh._listener.getsockname()[0] == "127.0.0.2"
         with pytest.raises(OSError):

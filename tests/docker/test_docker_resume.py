@@ -24,7 +24,7 @@ def test_containers_killed_and_interrupted_resume_bitwise_equal(smddp_image: str
     interrupted = run_interrupted(tmp_path, scheduler=scheduler())
     assert straight.status.state is JobState.SUCCEEDED, straight.status
     assert interrupted.status.state is JobState.SUCCEEDED, interrupted.status
-    assert [item["outcome"] for item in interrupted.status.details["attempts"]] == ["Restarting", "Interrupted", "Completed"]
+    assert [item.outcome for item in interrupted.status.attempts] == ["Restarting", "Interrupted", "Completed"]
     expected, got = load_params(straight.params), load_params(interrupted.params)
     assert all(tensor.numpy().tobytes() == got[name].numpy().tobytes() for name, tensor in expected.items())
     assert leftovers(interrupted.status.handle.job_id) == ([], [])

@@ -208,7 +208,7 @@ def job_processes(job_dir: Path) -> list[int]:
 
 def missing_archives(status: JobStatus) -> list[str]:
     """The archives a job that ended lacks: SageMaker uploads what a failed or stopped job wrote."""
-    archives = {"model.tar.gz": status.model_data, "output.tar.gz": status.details.get("output_data")}
+    archives = {"model.tar.gz": status.model_data, "output.tar.gz": status.output_data}
     return [name for name, path in archives.items() if not path or not Path(path).is_file()]
 
 

@@ -20,9 +20,8 @@ def test_a_job_interrupted_twice_ends_bitwise_equal_to_one_that_ran_straight(tmp
     interrupted = run_interrupted(tmp_path)
     assert straight.status.state is JobState.SUCCEEDED, straight.status
     assert interrupted.status.state is JobState.SUCCEEDED, interrupted.status
-    details = interrupted.status.details
-    assert [item["outcome"] for item in details["attempts"]] == ["Restarting", "Interrupted", "Completed"]
-    statuses = [item["status"] for item in details["transitions"]]
+    assert [item.outcome for item in interrupted.status.attempts] == ["Restarting", "Interrupted", "Completed"]
+    statuses = [item.status for item in interrupted.status.transitions]
     assert statuses[statuses.index("Interrupted") :] == ["Interrupted", "Starting", "Downloading", "Training", "Uploading", "Completed"]
     assert len(interrupted.resumed_at) == 2 and all(epoch > 2 for epoch in interrupted.resumed_at), interrupted.resumed_at
     expected, got = load_params(straight.params), load_params(interrupted.params)

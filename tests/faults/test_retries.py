@@ -39,7 +39,7 @@ def wait(scheduler: LocalScheduler, handle: JobHandle, until: Any, timeout: floa
 
 
 def statuses(status: JobStatus) -> list[str]:
-    return [item["status"] for item in status.details["transitions"]]
+    return [item.status for item in status.transitions]
 
 
 def test_a_killed_runtime_is_retried_and_a_script_without_checkpoints_is_warned(tmp_path: Path) -> None:
@@ -49,11 +49,11 @@ def test_a_killed_runtime_is_retried_and_a_script_without_checkpoints_is_warned(
     pid = __import__("json").loads(state)["hosts"]["algo-2"]["pid"]
     os.kill(pid, signal.SIGKILL)
     status = wait(scheduler, handle, lambda s: s.state.is_terminal)
-    assert running.details["attempt"] == 1
+    assert running.attempt == 1
     assert status.state is JobState.SUCCEEDED, status
-    assert status.details["attempt"] == 2
-    assert [a["outcome"] for a in status.details["attempts"]] == ["Restarting", "Completed"]
-    assert "SIGKILL" in status.details["attempts"][0]["reason"]
+    assert status.attempt == 2
+    assert [a.outcome for a in status.attempts] == ["Restarting", "Completed"]
+    assert "SIGKILL" in status.attempts[0].reason
     assert statuses(status) == ["Starting", "Training", "Restarting", "Starting", "Training", "Uploading", "Completed"]
     log = "\n".join(line.text for line in scheduler.logs(handle))
     assert "attempt 2 starts the script from scratch" in log
@@ -66,7 +66,7 @@ def test_a_failing_script_is_not_retried(tmp_path: Path) -> None:
     scheduler, handle = submit(tmp_path, max_retry_attempts=2, hyperparameters={"seconds": 0, "fail": 1})
     status = wait(scheduler, handle, lambda s: s.state.is_terminal)
     assert status.state is JobState.FAILED
-    assert status.details["attempt"] == 1
+    assert status.attempt == 1
     assert "ValueError" in status.message
     with pytest.raises(SpecError, match="does not use spot instances"):
         scheduler.interrupt(handle, Interruption("algo-2"))
@@ -76,7 +76,7 @@ def test_retry_script_errors_retries_a_failing_script_up_to_max_retry_attempts(t
     scheduler, handle = submit(tmp_path, retry_script_errors=True, max_retry_attempts=1, hyperparameters={"seconds": 0, "fail": 1})
     status = wait(scheduler, handle, lambda s: s.state.is_terminal)
     assert status.state is JobState.FAILED
-    assert [a["outcome"] for a in status.details["attempts"]] == ["Restarting", "Failed"]
+    assert [a.outcome for a in status.attempts] == ["Restarting", "Failed"]
     assert (tmp_path / "jobs" / handle.job_id / "attempt-1" / "algo-1" / "output").is_dir()  # the first attempt's records kept
 
 
@@ -98,5 +98,5 @@ def test_interrupt_after_reclaims_every_instance_at_the_planned_time_and_the_job
     handle = scheduler.submit(spec)
     status = wait(scheduler, handle, lambda s: s.state.is_terminal)
     assert status.state is JobState.SUCCEEDED, status
-    assert [a["outcome"] for a in status.details["attempts"]] == ["Interrupted", "Completed"]
+    assert [a.outcome for a in status.attempts] == ["Interrupted", "Completed"]
     assert statuses(status)[:4] == ["Starting", "Training", "Interrupted", "Starting"]

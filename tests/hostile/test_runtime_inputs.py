@@ -45,7 +45,7 @@ CASES: dict[str, tuple[Callable[[Path], None], dict[str, str], str]] = {
     "NUL in a hyperparameter": (lambda b: _tree(b, hyperparameters=_raw_hps('"lr": "\\"a\\u0000b\\""')), {}, "NUL"),
     "surrogate in a hyperparameter name": (lambda b: _tree(b, hyperparameters=_raw_hps('"\\ud800": "1"')), {}, "lone surrogate"),
     "surrogate in a hyperparameter value": (lambda b: _tree(b, hyperparameters=_raw_hps('"x": "\\"\\udc00\\""')), {}, "lone surrogate"),
-    "hyperparameter over 128 KiB": (lambda b: _tree(b, hyperparameters=_raw_hps('"big": "' + "x" * 140_000 + '"')), {}, "one argument holds at most"),
+    "hyperparameter over 128 KiB": (lambda b: _tree(b, hyperparameters=_raw_hps('"big": "' + "x" * 140_000 + '"')), {}, "hyperparameters take more than 131072 bytes"),
     "SMDDP_STOP_GRACE=nan": (_tree, {contract.STOP_GRACE_ENV: "nan"}, "SMDDP_STOP_GRACE='nan' must be a number of seconds"),
     "SMDDP_STOP_GRACE=inf": (_tree, {contract.STOP_GRACE_ENV: "inf"}, "SMDDP_STOP_GRACE"),
     "SMDDP_AGENT_TIMEOUT=-1": (_tree, {contract.AGENT_TIMEOUT_ENV: "-1"}, "SMDDP_AGENT_TIMEOUT"),

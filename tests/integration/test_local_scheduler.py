@@ -166,8 +166,8 @@ def test_a_failing_rank_raises_an_error_naming_host_and_rank(workdir, capsys, fa
     assert summary.rstrip().endswith(f"Logs: smddp-launch logs {estimator.latest_training_job.handle} --rank 3")
     status = estimator.latest_training_job.status()
     assert status.state is JobState.FAILED and (status.failure.host, status.failure.rank) == ("algo-2", 3)
-    assert Path(status.details["rank_log"]).is_file()
-    no_processes_left(Path(status.details["job_dir"]))
+    assert Path(status.failure.log_file).is_file()
+    no_processes_left(Path(status.job_dir))
 
 
 def test_channels_output_path_and_merged_model_dirs_without_distribution(workdir):
@@ -209,7 +209,7 @@ print(estimator.latest_training_job.handle)
     described = attached.latest_training_job.describe()
     assert described["TrainingJobStatus"] == "Stopped"
     assert described["ResourceConfig"] == {"InstanceType": "local", "InstanceCount": 2, "VolumeSizeInGB": 30}
-    no_processes_left(Path(status.details["job_dir"]))
+    no_processes_left(Path(status.job_dir))
     scheduler.cancel(handle)  # idempotent
 
 
@@ -260,8 +260,8 @@ def test_max_run_stops_a_job_that_runs_too_long(workdir):
     with pytest.raises(JobFailedError, match="MaxRuntimeExceeded"):
         estimator.fit(logs=False)
     status = estimator.latest_training_job.status()
-    assert status.state is JobState.FAILED and status.details["ended"] - status.details["started"] < 15
-    no_processes_left(Path(status.details["job_dir"]))
+    assert status.state is JobState.FAILED and status.ended - status.started < 15
+    no_processes_left(Path(status.job_dir))
 
 
 def test_two_jobs_at_once_get_their_own_ports_and_directories(workdir):

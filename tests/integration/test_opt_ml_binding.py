@@ -74,7 +74,7 @@ def test_two_hosts_two_ranks_use_literal_opt_ml_paths(workdir):
     with tarfile.open(Path(estimator.model_data).with_name("output.tar.gz")) as archive:
         assert sorted(archive.getnames()) == [f"rank{rank}.txt" for rank in range(4)]
         assert archive.extractfile("rank3.txt").read() == b"algo-2"
-    job_dir = Path(estimator.latest_training_job.status().details["job_dir"])
+    job_dir = Path(estimator.latest_training_job.status().job_dir)
     for host, ranks in (("algo-1", (0, 1)), ("algo-2", (2, 3))):  # each host wrote into its own tree only
         checkpoints = job_dir / host / "checkpoints"
         assert sorted(p.name for p in checkpoints.iterdir()) == [f"rank{rank}.ckpt" for rank in ranks]

@@ -69,7 +69,7 @@ def run_job(workdir: Path, wheelhouse: Path) -> tuple[PyTorch, str]:
         environment={"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse)},  # offline: the wheelhouse only
     )
     estimator.fit()
-    console = Path(estimator.latest_training_job.status().details["console_log"]).read_text()
+    console = Path(estimator.latest_training_job.status().logs).read_text()
     return estimator, console
 
 

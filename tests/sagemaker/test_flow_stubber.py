@@ -224,8 +224,8 @@ def test_status_shows_attempts_and_interruptions_from_describe_training_job() ->
     )
     stub.add_response("describe_training_job", spot, {"TrainingJobName": JOB})
     with stub:
-        details = scheduler(sagemaker).status(HANDLE).details
-    assert (details["attempt"], details["interruptions"]) == (3, 1)
-    assert [item["status"] for item in details["transitions"]] == steps
-    assert details["transitions"][2]["start"] == (T0 + timedelta(minutes=2)).timestamp()
-    assert (details["training_seconds"], details["billable_seconds"]) == (500, 100)
+        status = scheduler(sagemaker).status(HANDLE)
+    assert (status.attempt, status.interruptions) == (3, 1)
+    assert [item.status for item in status.transitions] == steps
+    assert status.transitions[2].start == (T0 + timedelta(minutes=2)).timestamp()
+    assert (status.training_seconds, status.billable_seconds) == (500, 100)

@@ -105,7 +105,7 @@ def test_aws_style_script_on_three_nodes_matches_local_mode(tmp_path: Path) -> N
     with tarfile.open(status.model_data) as archive:
         slurm_members = sorted(archive.getnames())
     assert "model.pth" in slurm_members
-    with tarfile.open(status.details["output_data"]) as archive:
+    with tarfile.open(status.output_data) as archive:
         assert archive.extractfile("hosts.json").read() == b'["n1", "n2", "n3"]'
 
     local = get_scheduler("local", job_root=str(tmp_path / "local"), processes_per_host=2)
@@ -127,7 +127,7 @@ def test_failing_rank_is_the_root_cause_by_host_and_rank(tmp_path: Path) -> None
     assert status.failure is not None and (status.failure.host, status.failure.rank) == ("n2", 3), status.failure
     assert status.message == "rank 3 on host n2 failed with exit code 1: ValueError: rank 3 gave up on purpose"
     assert "raise ValueError" in status.failure.traceback
-    assert all(other.rank != 3 for other in [*map(type(status.failure).from_json, status.details["other_failures"])])
+    assert all(other.rank != 3 for other in status.other_failures)
 
 
 def test_cancel_stops_every_node(tmp_path: Path) -> None:
@@ -165,7 +165,7 @@ def test_the_retry_policy_requeues_a_failed_step_which_resumes_from_its_checkpoi
     scheduler = slurm(tmp_path, retry_script_errors=True, processes_per_host=1)
     handle = scheduler.submit(spec_for(tmp_path, RESUMING, 2, "requeued", max_retry_attempts=1))
     status = scheduler.wait(handle, poll=0.5, timeout=JOB_TIMEOUT)
-    assert status.state is JobState.SUCCEEDED and status.details["restarts"] == 1, status
+    assert status.state is JobState.SUCCEEDED and status.attempt == 2, status
     texts = [line.text for line in scheduler.logs(handle, ranks=[0])]
     assert texts[:1] == ["attempt 0 resumed from None"] and "attempt 1 resumed from step-5" in texts, texts
     assert any("requeueing (restart 0 of 1)" in line.text for line in scheduler.logs(handle, hosts=["batch"]))

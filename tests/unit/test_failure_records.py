@@ -10,6 +10,7 @@ from smddp_sdk.specs.failure import (
     SOURCE_STOPPED,
     SOURCE_SUPERVISOR,
     FailureRecord,
+    PeerRank,
     blamed_by,
     decide,
     from_death,
@@ -20,8 +21,8 @@ from smddp_sdk.specs.failure import (
 )
 
 
-def victim(host: str, rank: int, t: float, message: str) -> FailureRecord:
-    return FailureRecord(host, rank, 1, message, timestamp=t, error_type="CollectiveError", source=SOURCE_ERROR_FILE)
+def victim(host: str, rank: int, t: float, message: str, *, lost: tuple[PeerRank, ...] = (), awaited: tuple[PeerRank, ...] = ()) -> FailureRecord:
+    return FailureRecord(host, rank, 1, message, timestamp=t, error_type="CollectiveError", source=SOURCE_ERROR_FILE, lost=lost, awaited=awaited)
 
 
 def test_no_records_no_verdict() -> None:
@@ -31,8 +32,8 @@ def test_no_records_no_verdict() -> None:
 def test_a_sigkilled_rank_beats_victims_whose_error_files_are_older() -> None:
     killed = from_death(host="algo-2", rank=3, returncode=-9, observed_at=100.30)
     records = [
-        victim("algo-1", 0, 100.01, "smddp allreduce failed: rank 3 (host algo-2) closed the connection (the peer exited or failed)"),
-        victim("algo-2", 2, 100.02, "smddp allreduce failed: peer rank 3 (pid 77, same host) exited before completing it"),
+        victim("algo-1", 0, 100.01, "smddp allreduce failed: rank 3 (host algo-2) closed the connection (the peer exited or failed)", lost=(PeerRank(3, "algo-2"),)),
+        victim("algo-2", 2, 100.02, "smddp allreduce failed: peer rank 3 (pid 77, same host) exited before completing it", lost=(PeerRank(3),)),
         killed,
     ]
     verdict = decide(records)
@@ -60,9 +61,9 @@ def test_a_dead_master_runtime_is_blamed_not_the_hosts_that_lost_it() -> None:
 
 def test_a_hung_rank_is_named_although_it_left_no_record() -> None:
     records = [
-        victim("algo-1", 0, 50.0, "smddp broadcast timed out: rank(s) 1 on this host did not arrive within the process-group timeout"),
-        victim("algo-2", 2, 50.1, "smddp broadcast timed out waiting for rank 1 (host algo-1) (hung peer or different code path)"),
-        victim("algo-2", 3, 50.2, "smddp broadcast timed out waiting for rank 2 (host algo-2)"),
+        victim("algo-1", 0, 50.0, "smddp broadcast timed out: rank(s) 1 on this host did not arrive within the process-group timeout", awaited=(PeerRank(1),)),
+        victim("algo-2", 2, 50.1, "smddp broadcast timed out waiting for rank 1 (host algo-1) (hung peer or different code path)", awaited=(PeerRank(1, "algo-1"),)),
+        victim("algo-2", 3, 50.2, "smddp broadcast timed out waiting for rank 2 (host algo-2)", awaited=(PeerRank(2, "algo-2"),)),
         FailureRecord("algo-1", None, 143, "the runtime received SIGTERM", timestamp=51.0, source=SOURCE_STOPPED),
     ]
     root = decide(records).root
@@ -71,7 +72,7 @@ def test_a_hung_rank_is_named_although_it_left_no_record() -> None:
 
 
 def test_victims_alone_stop_the_job_only_after_the_settle_time_a_culprit_at_once() -> None:
-    waiting = victim("algo-2", 2, 50.0, "smddp all_reduce timed out waiting for rank 0 (host algo-1)")
+    waiting = victim("algo-2", 2, 50.0, "smddp all_reduce timed out waiting for rank 0 (host algo-1)", awaited=(PeerRank(0, "algo-1"),))
     raised = FailureRecord("algo-1", 1, 1, "bad batch", timestamp=50.1, error_type="ValueError", source=SOURCE_ERROR_FILE)
     assert not must_stop([], 0.0, 100.0)
     assert not must_stop([waiting], 10.0, 10.0 + SETTLE_SECONDS - 0.1)
@@ -83,8 +84,8 @@ def test_a_leader_that_outlived_the_settle_time_points_past_itself_to_the_hung_r
     """The record the settle time preserves: algo-1's first rank waited for rank 1, so the other host's
     blame of rank 0 (which failed too) does not make rank 0 the culprit."""
     records = [
-        victim("algo-2", 2, 50.0, "smddp all_reduce timed out waiting for rank 0 (host algo-1)"),
-        victim("algo-1", 0, 50.2, "smddp all_reduce timed out: rank(s) 1 on this host did not arrive within the process-group timeout"),
+        victim("algo-2", 2, 50.0, "smddp all_reduce timed out waiting for rank 0 (host algo-1)", awaited=(PeerRank(0, "algo-1"),)),
+        victim("algo-1", 0, 50.2, "smddp all_reduce timed out: rank(s) 1 on this host did not arrive within the process-group timeout", awaited=(PeerRank(1),)),
     ]
     root = decide(records).root
     assert (root.host, root.rank, root.error_type) == ("algo-1", 1, "Hang")
@@ -99,7 +100,7 @@ def test_a_leader_that_outlived_the_settle_time_points_past_itself_to_the_hung_r
 
 def test_a_rank_that_exited_0_early_is_the_culprit_when_its_peers_blame_it() -> None:
     early = FailureRecord("algo-1", 1, 0, "", timestamp=20.0, source=SOURCE_EARLY_EXIT)
-    records = [victim("algo-1", 0, 20.1, "smddp allreduce failed: peer rank 1 (pid 5, same host) exited before completing it")]
+    records = [victim("algo-1", 0, 20.1, "smddp allreduce failed: peer rank 1 (pid 5, same host) exited before completing it", lost=(PeerRank(1),))]
     root = decide(records, early_exits=[early]).root
     assert (root.host, root.rank, root.exit_code) == ("algo-1", 1, 0)
     assert "exited with code 0" in root.message
@@ -111,10 +112,12 @@ def test_victims_alone_give_the_earliest() -> None:
     assert decide([a, b]).root is b
 
 
-def test_victim_and_blame_parsing() -> None:
+def test_victims_and_the_peers_they_blame_as_data() -> None:
     assert is_victim(victim("a", 0, 0, "smddp x failed: the connections to the other hosts are closed"))
     assert not is_victim(FailureRecord("a", 0, 1, "bad", error_type="ValueError"))
-    assert blamed_by(victim("algo-2", 0, 0, "rank(s) 1, 3 on this host did not arrive")) == [("algo-2", 1), ("algo-2", 3)]
+    assert blamed_by(victim("algo-2", 0, 0, "", awaited=(PeerRank(1), PeerRank(3, "algo-1")), lost=(PeerRank(2),))) == [
+        ("algo-2", 2, False), ("algo-2", 1, True), ("algo-1", 3, True)]
+    assert blamed_by(victim("algo-2", 0, 0, "rank(s) 1, 3 on this host did not arrive")) == []  # prose is not parsed
 
 
 def test_records_cross_processes_as_json_and_from_error_files() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from smddp_sdk.runtime.coordination import Coordinator, CoordinatorClient
 from smddp_sdk.schedulers.hosttree.job_dir import pick_free_ports
-from smddp_sdk.specs.failure import SETTLE_SECONDS, FailureRecord
+from smddp_sdk.specs.failure import SETTLE_SECONDS, FailureRecord, PeerRank
 
 HOSTS = ("algo-1", "algo-2", "algo-3")
 
@@ -68,9 +68,9 @@ def test_a_victims_failure_stops_the_job_only_after_the_settle_time(coordinator)
     rank beside it: stopping at once would kill it before its own timeout names the culprit."""
     peers = {host: Peer(host, coordinator.port) for host in HOSTS}
     now = time.time()
-    peers["algo-2"].client.report_failure(failure("algo-2", 2, now, "smddp all_reduce timed out waiting for rank 0 (host algo-1)"))
+    peers["algo-2"].client.report_failure(failure("algo-2", 2, now, "smddp all_reduce timed out waiting for rank 0 (host algo-1)").replace(awaited=(PeerRank(0, "algo-1"),)))
     assert not peers["algo-1"].stopped.wait(SETTLE_SECONDS / 2)
-    peers["algo-1"].client.report_failure(failure("algo-1", 0, now + 0.1, "smddp all_reduce timed out: rank(s) 1 on this host did not arrive"))
+    peers["algo-1"].client.report_failure(failure("algo-1", 0, now + 0.1, "smddp all_reduce timed out: rank(s) 1 on this host did not arrive").replace(awaited=(PeerRank(1),)))
     assert peers["algo-1"].stopped.wait(SETTLE_SECONDS + 3)
     assert (peers["algo-1"].stops[0].host, peers["algo-1"].stops[0].rank, peers["algo-1"].stops[0].error_type) == ("algo-1", 1, "Hang")
 

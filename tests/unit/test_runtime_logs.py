@@ -15,7 +15,7 @@ class ClosedStream(io.BytesIO):
 
 def pump(tmp_path, payload: bytes, console: Console) -> LogPump:
     read_fd, write_fd = os.pipe()
-    log = LogPump(os.fdopen(read_fd, "rb"), tmp_path / "rank-3.log", rank_prefix("algo-2", 3), console)
+    log = LogPump(os.fdopen(read_fd, "rb"), open(tmp_path / "rank-3.log", "ab"), rank_prefix("algo-2", 3), console)  # noqa: SIM115 - the pump closes it
     with os.fdopen(write_fd, "wb") as writer:  # the pump reads while we write: payloads may exceed the pipe
         writer.write(payload)
     log.join(5)

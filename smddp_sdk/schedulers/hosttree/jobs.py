@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 from smddp_sdk.errors import SpecError, SpecIssue
 from smddp_sdk.schedulers.base import Capabilities, DryRun, JobRootScheduler
 from smddp_sdk.schedulers.hosttree import fidelity
+from smddp_sdk.schedulers.hosttree import stacks as rank_stacks
 from smddp_sdk.schedulers.hosttree.attempts import Interruption, request_interrupt
 from smddp_sdk.schedulers.hosttree.console_log import follow_stamped
 from smddp_sdk.schedulers.hosttree.host_trees import HostTree, host_names, prepare_host_trees
@@ -35,7 +36,7 @@ from smddp_sdk.schedulers.job_files import Artifacts, ConfigFiles, output_root, 
 from smddp_sdk.specs import contract, processes
 from smddp_sdk.specs.failure import FailureRecord
 from smddp_sdk.specs.job import JobSpec, RetryPolicy
-from smddp_sdk.specs.status import HostStatus, JobHandle, JobState, JobStatus, LogLine
+from smddp_sdk.specs.status import HostStatus, JobHandle, JobState, JobStatus, LogLine, attempts_of, settled, transitions_of
 
 SUPERVISOR_MODULE = "smddp_sdk.schedulers.hosttree.supervisor"
 # A supervisor that neither answers a SIGTERM nor touches its heartbeat for this long is taken to be
@@ -45,14 +46,12 @@ FROZEN_AFTER = 3.0
 # stopped before its archives are made; later, only the archives (its pids may have been reused).
 ORPHAN_SWEEP_WITHIN = 300.0
 _NAME_ATTEMPTS = 20
-# What state.json says of attempts (``hosttree.attempts``), passed on in ``status`` details as recorded.
-ATTEMPT_KEYS = ("attempt", "attempts", "retries_left", "interruptions", "transitions", "training_seconds", "billable_seconds")
 
 
 class HostTreeScheduler(JobRootScheduler):
     """Jobs of N host trees on this machine, whose state lives in ``<job_root>/<job>/`` (``hosttree.job_dir``)."""
 
-    capabilities: ClassVar[Capabilities] = Capabilities(bound_to_owner=True, cancel_on_interrupt=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(bound_to_owner=True, cancel_on_interrupt=True, lists_locally=True, interrupt=True, stacks=True, remove=True)
     backend: ClassVar[str]  # the host backend the supervisor runs the hosts with: "process" or "container"
     link_inputs: ClassVar[bool] = True  # input channels linked into the trees (docker mounts them instead)
     job_root: Path
@@ -180,20 +179,26 @@ class HostTreeScheduler(JobRootScheduler):
         state = self._settled_state(job_dir)
         _reap_finished_children()
         failure = FailureRecord.from_json(state["failure"]) if state.get("failure") else None
+        if failure is not None:  # where the supervisor found the root cause's error file and log (``Supervisor.note``)
+            failure = failure.replace(error_file=failure.error_file or state.get("error_file") or "", log_file=failure.log_file or state.get("rank_log") or "")
         hosts = tuple(HostStatus(name, JobState(host.get("state", "UNKNOWN")), host.get("exit_code")) for name, host in (state.get("hosts") or {}).items())
-        details = {
-            "job_dir": str(job_dir.path),
-            "console_log": str(job_dir.console_log),
-            "started": state.get("started"),
-            "ended": state.get("ended"),
-            "output_data": state.get("output_data"),
-            "archive_skipped": state.get("archive_skipped", []),  # files left out of the archives, one line each
-            "other_failures": state.get("other_failures", []),
-            "rank_log": state.get("rank_log"),
-            "error_file": state.get("error_file"),
-            **{key: state[key] for key in ATTEMPT_KEYS if key in state},
-        }
-        return JobStatus(handle, JobState(state.get("state", "UNKNOWN")), state.get("message", ""), failure, hosts, state.get("model_data"), details)
+        return settled(JobStatus(
+            handle, JobState(state.get("state", "UNKNOWN")), state.get("message", ""), failure, hosts, state.get("model_data"),
+            output_data=state.get("output_data"),
+            archive_skipped=tuple(state.get("archive_skipped") or ()),
+            other_failures=tuple(FailureRecord.from_json(item) for item in state.get("other_failures") or () if isinstance(item, dict)),
+            started=state.get("started"),
+            ended=state.get("ended"),
+            attempt=int(state.get("attempt", 1)),
+            attempts=attempts_of(state.get("attempts") or ()),
+            retries_left=state.get("retries_left"),
+            interruptions=int(state.get("interruptions", 0)),
+            transitions=transitions_of(state.get("transitions") or ()),
+            training_seconds=state.get("training_seconds"),
+            billable_seconds=state.get("billable_seconds"),
+            job_dir=str(job_dir.path),
+            logs=str(job_dir.console_log),
+        ))
 
     def _settled_state(self, job_dir: JobDir) -> dict[str, Any]:
         """state.json, with a job whose supervisor died marked FAILED for good (it never stays RUNNING)."""
@@ -324,6 +329,13 @@ class HostTreeScheduler(JobRootScheduler):
             raise SpecError(SpecIssue("job", f"{handle} is not running (it is {state})", "interrupt a job while its hosts train"))
         request_interrupt(job_dir.path, interruption)
 
+    def stacks(self, handle: JobHandle, *, timeout: float) -> list[rank_stacks.RankStack]:
+        """Every rank's stacks, through the supervisor (``hosttree.stacks``); an ended job has none."""
+        job_dir = self._job_dir(handle)
+        if self.status(handle).state.is_terminal:
+            raise SpecError(SpecIssue("job", f"{handle} has ended: there are no stacks to show", f"see its logs: smddp-launch logs {handle}"))
+        return rank_stacks.collect(job_dir.path, timeout=timeout)
+
     # --- lookups ----------------------------------------------------------------------------------
 
     def _job_dir(self, handle: JobHandle) -> JobDir:
@@ -334,9 +346,6 @@ class HostTreeScheduler(JobRootScheduler):
         if job_dir.record is not None:  # one it cannot read is not refused here: status says why
             job_dir.plan  # noqa: B018 - read once for this call; a job an older version wrote says so
         return job_dir
-
-    def job_path(self, handle: JobHandle) -> Path:
-        return self.job_root / handle.job_id
 
     def remove(self, handle: JobHandle) -> None:
         """Delete a finished job's directory (``smddp-launch clean``); a running job is refused."""

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from smddp_sdk.errors import SpecError, SpecIssue, UnavailableError
-from smddp_sdk.schedulers.base import DryRun, Listed, Scheduler, newest
+from smddp_sdk.schedulers.base import Capabilities, DryRun, Listed, Scheduler, newest
 from smddp_sdk.schedulers.options import Option, SchedulerOptions, is_text, matching, seconds
 from smddp_sdk.schedulers.sagemaker import request as req
 from smddp_sdk.schedulers.sagemaker import states, validation
@@ -53,6 +53,11 @@ class SageMakerScheduler(Scheduler):
     sagemaker``). Python callers may also inject boto3 clients or a session, and callbacks."""
 
     name: ClassVar[str] = "sagemaker"
+    capabilities: ClassVar[Capabilities] = Capabilities(instead={
+        "interrupt": "SageMaker interrupts spot jobs itself; `interrupt` rehearses that on a local or docker job",
+        "stacks": "use py-spy dump --pid in the container (SSM) or the job's CloudWatch logs",
+        "remove": "SageMaker keeps its jobs: `smddp-launch clean JOB` forgets it here",
+    })
     options: ClassVar[SchedulerOptions] = SchedulerOptions.of(
         "sagemaker",
         _text("region", "AWS region (default AWS_REGION or ~/.aws/config)"),
@@ -330,13 +335,7 @@ def _parse(handle: JobHandle) -> tuple[str, str]:
 def _job_status(handle: JobHandle, description: dict[str, Any]) -> JobStatus:
     state = states.job_state(description)
     count = int(description.get("ResourceConfig", {}).get("InstanceCount", 0))
-    details = {
-        key: description[key]
-        for key in ("TrainingJobArn", "TrainingJobStatus", "SecondaryStatus", "FailureReason", "TrainingTimeInSeconds", "BillableTimeInSeconds", "CreationTime")
-        if key in description
-    }
-    details.update(states.attempt_details(description))
-    details.update(_times(description))
+    details = {key: description[key] for key in ("TrainingJobStatus", "SecondaryStatus", "FailureReason", "CreationTime") if key in description}
     return JobStatus(
         handle=handle,
         state=state,
@@ -344,7 +343,10 @@ def _job_status(handle: JobHandle, description: dict[str, Any]) -> JobStatus:
         failure=states.failure(description),
         hosts=tuple(HostStatus(f"algo-{i}", state) for i in range(1, count + 1)),
         model_data=description.get("ModelArtifacts", {}).get("S3ModelArtifacts"),
+        scheduler_job_id=description.get("TrainingJobArn"),
         details=details,
+        **states.attempt_fields(description),
+        **_times(description),
     )
 
 

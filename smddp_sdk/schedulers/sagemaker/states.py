@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from smddp_sdk.specs.failure import FailureRecord, parse_failure_reason
-from smddp_sdk.specs.status import JobState
+from smddp_sdk.specs.status import JobState, Transition
 from smddp_sdk.specs.status import billing_lines as billing_lines_of
 
 # TrainingJobStatus -> JobState; "InProgress" is refined by the secondary status below.
@@ -60,19 +60,21 @@ def _transition_line(transition: dict[str, Any]) -> str:
 _NEW_ATTEMPT = frozenset({"Interrupted", "Restarting"})
 
 
-def attempt_details(description: dict[str, Any]) -> dict[str, Any]:
-    """Attempts, transitions and seconds in the shape local and docker jobs record them (``hosttree.attempts``):
-    the attempt number counts the Interrupted and Restarting transitions, as DescribeTrainingJob has no field for it."""
-    transitions = [
-        {"status": item.get("Status", ""), "start": _epoch(item.get("StartTime")), "end": _epoch(item.get("EndTime")), "message": item.get("StatusMessage", "")}
+def attempt_fields(description: dict[str, Any]) -> dict[str, Any]:
+    """``JobStatus``' attempt, interruptions, transitions and seconds, in the shape local and docker jobs record
+    them (``hosttree.attempts``): the attempt counts the Interrupted and Restarting transitions, as
+    DescribeTrainingJob has no field for it."""
+    transitions = tuple(
+        Transition(item.get("Status", ""), _epoch(item.get("StartTime")), _epoch(item.get("EndTime")), item.get("StatusMessage", ""))
         for item in description.get("SecondaryStatusTransitions") or []
-    ]
-    details: dict[str, Any] = {"attempt": 1 + sum(item["status"] in _NEW_ATTEMPT for item in transitions), "transitions": transitions}
-    details["interruptions"] = sum(item["status"] == "Interrupted" for item in transitions)
-    for key, name in (("training_seconds", "TrainingTimeInSeconds"), ("billable_seconds", "BillableTimeInSeconds")):
-        if description.get(name) is not None:
-            details[key] = description[name]
-    return details
+    )
+    return {
+        "attempt": 1 + sum(item.status in _NEW_ATTEMPT for item in transitions),
+        "interruptions": sum(item.status == "Interrupted" for item in transitions),
+        "transitions": transitions,
+        "training_seconds": description.get("TrainingTimeInSeconds"),
+        "billable_seconds": description.get("BillableTimeInSeconds"),
+    }
 
 
 def billing_lines(description: dict[str, Any]) -> list[str]:

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 from smddp_sdk.errors import SpecError, SpecIssue
 from smddp_sdk.schedulers import channels
-from smddp_sdk.schedulers.base import DryRun, JobRootScheduler
+from smddp_sdk.schedulers.base import Capabilities, DryRun, JobRootScheduler
 from smddp_sdk.schedulers.job_files import Artifacts, ConfigFiles, default_job_root, package_parent, simulated_gpus, stage_code
 from smddp_sdk.schedulers.options import PROCESSES_PER_HOST, RETRY_SCRIPT_ERRORS, Option, SchedulerOptions, job_root, with_default
 from smddp_sdk.schedulers.slurm.client import JobInfo, SlurmClient
@@ -71,6 +71,11 @@ class SlurmScheduler(JobRootScheduler):
     """Runs a job on a Slurm cluster; its options are declared below (``smddp-launch options slurm``)."""
 
     name: ClassVar[str] = "slurm"
+    capabilities: ClassVar[Capabilities] = Capabilities(lists_locally=True, instead={
+        "interrupt": "Slurm has no spot capacity; to rehearse a restart, requeue the job: scontrol requeue <its slurm_job_id>",
+        "stacks": "on a node of the job: srun --jobid <its slurm_job_id> --overlap py-spy dump --pid <a rank's pid>",
+        "remove": "the cluster keeps its jobs: `smddp-launch clean JOB` forgets it here; its directory stays under job_root",
+    })
     options: ClassVar[SchedulerOptions] = SchedulerOptions.of(
         "slurm",
         job_root("folder for job directories on a file system every node shares (FSx on HyperPod); default $SMDDP_JOB_ROOT/slurm", lambda: default_job_root("slurm")),
@@ -224,23 +229,22 @@ class SlurmScheduler(JobRootScheduler):
         elif state is JobState.FAILED:
             message = f"{message}; no node left a failure record: see {job_dir.batch_log} and {job_dir.logs_dir}"
         artifacts = plan.artifacts.to_json()
-        details = {
-            "slurm_job_id": record["slurm_job_id"],
-            "slurm_state": info.state if info else None,
-            "nodes": info.nodes if info else None,
-            "restarts": info.restarts if info else (result or {}).get("restart_count"),
-            "job_dir": str(job_dir.path),
-            "logs": str(job_dir.logs_dir),
-            "checkpoints": str(job_dir.checkpoint_dir),
-            "submitted": record.get("submitted"),
-            "started": record.get("submitted"),
-            "ended": (result or {}).get("ended"),
-            "output_data": artifacts["output_data"],
-            "other_failures": [other.to_json() for other in others],
-        }
+        restarts = info.restarts if info else (result or {}).get("restart_count")
         # Where the archive is (after the step) or will be (before it); nowhere when the job ended without one.
         model_data = (result or {}).get("model_data") if state.is_terminal else artifacts["model_data"]
-        return JobStatus(handle, state, message, failure, self._hosts(job_dir, state), model_data, details)
+        return JobStatus(
+            handle, state, message, failure, self._hosts(job_dir, state), model_data,
+            output_data=artifacts["output_data"],
+            other_failures=tuple(others),
+            submitted=record.get("submitted"),
+            started=record.get("submitted"),
+            ended=(result or {}).get("ended"),
+            attempt=1 + int(restarts or 0),
+            scheduler_job_id=str(record["slurm_job_id"]),
+            job_dir=str(job_dir.path),
+            logs=str(job_dir.logs_dir),
+            details={"slurm_state": info.state if info else None, "nodes": info.nodes if info else None, "checkpoints": str(job_dir.checkpoint_dir)},
+        )
 
     def _root_cause(self, job_dir: SlurmJobDir, info: JobInfo | None) -> tuple[FailureRecord | None, list[FailureRecord]]:
         """The first failure by host and rank, from every node's records (the runtime wrote them)."""
