@@ -49,9 +49,9 @@ def test_a_killed_runtime_is_retried_and_a_script_without_checkpoints_is_warned(
     pid = __import__("json").loads(state)["hosts"]["algo-2"]["pid"]
     os.kill(pid, signal.SIGKILL)
     status = wait(scheduler, handle, lambda s: s.state.is_terminal)
-    assert running.attempt == 1
+    assert running.attempt == 1 and running.retries_left == 1
     assert status.state is JobState.SUCCEEDED, status
-    assert status.attempt == 2
+    assert status.attempt == 2 and status.retries_left == 0
     assert [a.outcome for a in status.attempts] == ["Restarting", "Completed"]
     assert "SIGKILL" in status.attempts[0].reason
     assert statuses(status) == ["Starting", "Training", "Restarting", "Starting", "Training", "Uploading", "Completed"]
