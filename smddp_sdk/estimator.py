@@ -144,8 +144,7 @@ class Estimator:
             if issues:
                 raise SpecError(issues)
             return image
-        request = self.dryrun().request
-        return str(request["image"]) if isinstance(request, Mapping) and "image" in request else None
+        return getattr(self.dryrun().request, "image", None) or None  # a docker plan's image; local runs none
 
     @property
     def training_job_analytics(self) -> Any:
@@ -466,13 +465,11 @@ def _experiment_config(config: Mapping[str, str] | None) -> dict[str, str]:
 
 
 def _with_experiment(dryrun: DryRun, experiment: Mapping[str, str]) -> DryRun:
-    """SageMaker gets ``ExperimentConfig`` as v2 sends it; local and docker jobs keep it in their record."""
-    if not isinstance(dryrun.request, Mapping):
-        return dryrun
-    if dryrun.scheduler == "sagemaker":
+    """SageMaker gets ``ExperimentConfig`` as v2 sends it; local, docker and Slurm jobs keep it in their plan."""
+    if isinstance(dryrun.request, Mapping):
         return dataclasses.replace(dryrun, request={**dryrun.request, "ExperimentConfig": dict(experiment)})
     note = "experiment_config is recorded with the job; SageMaker Experiments is not emulated off SageMaker"
-    return dataclasses.replace(dryrun, request={**dryrun.request, "experiment_config": dict(experiment)}, notes=(*dryrun.notes, note))
+    return dataclasses.replace(dryrun, request=dataclasses.replace(dryrun.request, experiment_config=dict(experiment)), notes=(*dryrun.notes, note))
 
 
 def _log_choice(logs: bool | str) -> bool:
@@ -482,9 +479,10 @@ def _log_choice(logs: bool | str) -> bool:
 
 
 def _shape(dryrun: DryRun | None) -> str:
-    if dryrun is None or not isinstance(dryrun.request, Mapping) or "ranks" not in dryrun.request:
+    ranks = getattr(dryrun.request, "ranks", None) if dryrun is not None else None
+    if dryrun is None or ranks is None:
         return ""
-    per_host = dryrun.request["ranks"].get("processes_per_host")
+    per_host = ranks.processes_per_host or "one per GPU found"
     hosts = dryrun.spec.instance_count
     return f" ({hosts} host{'s' if hosts != 1 else ''} x {per_host} rank{'s' if per_host != 1 else ''}, {dryrun.scheduler} scheduler)"
 

@@ -1,9 +1,9 @@
 """The jobs submitted from this machine, so that a job can be named by the name ``run`` printed.
 
 Every ``launcher.schedule`` appends one JSON line to ``<job root>/index.jsonl`` (``$SMDDP_JOB_ROOT`` or
-``~/.smddp/jobs``): the job name, its handle, where its scheduler keeps it (``job_root`` for local and
-docker jobs; the region is in a SageMaker handle) and its ``metric_definitions``. ``resolve`` turns a name
-back into a handle: the index first (newest match wins), then the local job root, then a did-you-mean
+``~/.smddp/jobs``): the job name, its handle, where its scheduler keeps it (``job_root`` for local,
+docker and slurm jobs; the region is in a SageMaker handle) and its ``metric_definitions``. ``resolve`` turns a name
+back into a handle: the index first (newest match wins), then the job root (``job_files.JOB_FOLDERS``), then a did-you-mean
 hint. One line written with one ``write`` call under ``O_APPEND``, so concurrent submits never interleave.
 """
 
@@ -18,12 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from smddp_sdk.errors import SpecError, SpecIssue, did_you_mean
+from smddp_sdk.schedulers.job_files import JOB_FOLDERS, default_job_root
 from smddp_sdk.specs.status import JobHandle
 
 INDEX_FILE = "index.jsonl"
-JOB_ROOT_ENV = "SMDDP_JOB_ROOT"
-DEFAULT_JOB_ROOT = "~/.smddp/jobs"
-_JOB_FOLDERS = (("local", ""), ("docker", "docker"))  # where each scheduler keeps its job directories under the job root
 
 
 @dataclass(frozen=True)
@@ -43,13 +41,9 @@ class IndexEntry:
         return JobHandle.parse(self.handle)
 
 
-def job_root() -> Path:
-    """Where local jobs and the index live (the local scheduler's default job root)."""
-    return Path(os.environ.get(JOB_ROOT_ENV) or DEFAULT_JOB_ROOT).expanduser()
-
-
 def index_path(root: Path | None = None) -> Path:
-    return (root or job_root()) / INDEX_FILE
+    """The index lives in the job root (the local scheduler's)."""
+    return (root or default_job_root()) / INDEX_FILE
 
 
 def record(handle: JobHandle, *, name: str, options: Mapping[str, Any] | None = None,
@@ -105,19 +99,19 @@ def resolve(name_or_handle: str, *, scheduler: str | None = None, root: Path | N
         return handle, entry
     if entry is not None:
         return entry.job_handle, entry
-    base = root or job_root()
-    for kind, folder in _JOB_FOLDERS:
+    base = root or default_job_root()
+    for kind, folder in JOB_FOLDERS.items():
         if scheduler in (None, kind) and (base / folder / name_or_handle / "job.json").is_file():
             return JobHandle(kind, name_or_handle), None
     known = known_names(root)
-    hint = did_you_mean(name_or_handle, known) or ("pass the handle run printed (local://<job>, docker://<job>, sagemaker://<region>/<job>); `smddp-launch list` shows known jobs")
+    hint = did_you_mean(name_or_handle, known) or ("pass the handle run printed (local://<job>, docker://<job>, slurm://<job>, sagemaker://<region>/<job>); `smddp-launch list` shows known jobs")
     raise SpecError(SpecIssue("job", f"no job named {name_or_handle!r} was submitted from this machine", hint))
 
 
 def known_names(root: Path | None = None) -> list[str]:
     names = {entry.name for entry in entries(root)}
-    base = root or job_root()
-    for folder in (base / sub for _, sub in _JOB_FOLDERS):
+    base = root or default_job_root()
+    for folder in (base / sub for sub in JOB_FOLDERS.values()):
         if folder.is_dir():
             names.update(path.name for path in folder.iterdir() if (path / "job.json").is_file())
     return sorted(names)
@@ -142,4 +136,4 @@ def plain_options(options: Mapping[str, Any]) -> dict[str, Any]:
     return {key: str(value) for key, value in options.items() if key in wanted and value is not None}
 
 
-__all__ = ["IndexEntry", "INDEX_FILE", "job_root", "index_path", "record", "entries", "find", "resolve", "known_names", "forget", "plain_options"]
+__all__ = ["IndexEntry", "INDEX_FILE", "index_path", "record", "entries", "find", "resolve", "known_names", "forget", "plain_options"]

@@ -68,9 +68,10 @@ def status(ctx: click.Context, job: str, options: list[tuple[str, str]], as_json
 
     --json prints every field of the status: handle, state, message, failure, other_failures, hosts,
     model_data, output_data, archive_skipped, submitted, started, ended (seconds since the epoch), duration,
-    attempt, attempts, interruptions, transitions, training_seconds, billable_seconds, scheduler_job_id
-    (Slurm's job id, SageMaker's ARN), job_dir, logs, undescribed, and details: what only that scheduler
-    reports (Slurm's slurm_state and nodes; SageMaker's TrainingJobStatus and SecondaryStatus)."""
+    attempt, attempts, retries_left (local and docker jobs), interruptions, transitions, training_seconds,
+    billable_seconds, scheduler_job_id (Slurm's job id, SageMaker's ARN), job_dir, logs, undescribed, and
+    details: what only that scheduler reports (Slurm's slurm_state and nodes; SageMaker's TrainingJobStatus
+    and SecondaryStatus)."""
     handle, scheduler, _ = job_target(job, options)
     job_status = scheduler.status(handle)
     if as_json:

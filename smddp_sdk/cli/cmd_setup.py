@@ -14,7 +14,7 @@ from smddp_sdk.cli.common import console, load_scheduler_class
 from smddp_sdk.cli.params import DISTRIBUTIONS
 from smddp_sdk.config.schema import SCHEMA_FILE_NAME, job_schema
 from smddp_sdk.config.template import JobTemplate
-from smddp_sdk.specs import instance_types
+from smddp_sdk.specs import instance_types, limits
 from smddp_sdk.specs.status import SCHEDULER_NAMES
 
 COMPLETE_VAR = "_SMDDP_LAUNCH_COMPLETE"
@@ -26,7 +26,7 @@ SHELLS = ("bash", "zsh", "fish")
 @click.option("--entry-point", help="Training script. [default: train.py]")
 @click.option("--source-dir", help="Directory shipped as the job's code.")
 @click.option("--instance-type", type=click.Choice(sorted(instance_types.CATALOG)), metavar="TYPE", help="Host type. [default: ml.g5.2xlarge]")
-@click.option("--instance-count", type=click.IntRange(min=1), help="Number of hosts. [default: 2]")
+@click.option("--instance-count", type=click.IntRange(*limits.BOUNDS["instance_count"][:2]), help="Number of hosts. [default: 2]")
 @click.option("--distribution", type=click.Choice(list(DISTRIBUTIONS)), help="How ranks launch. [default: smddp]")
 @click.option("--scheduler", type=click.Choice(SCHEDULER_NAMES), help="Where it runs. [default: local]")
 @click.option("-y", "--yes", "--non-interactive", "non_interactive", is_flag=True, help="Ask nothing; use flags and defaults (automatic without a terminal).")
@@ -71,7 +71,7 @@ def _ask(template: JobTemplate, given: dict[str, object]) -> JobTemplate:
         "scheduler": ("Scheduler", {"type": click.Choice(SCHEDULER_NAMES)}),
         "entry_point": ("Training script", {}),
         "instance_type": ("Instance type", {"type": click.Choice(sorted(instance_types.CATALOG)), "show_choices": False}),
-        "instance_count": ("Number of hosts", {"type": click.IntRange(min=1)}),
+        "instance_count": ("Number of hosts", {"type": click.IntRange(*limits.BOUNDS["instance_count"][:2])}),
         "distribution": ("Distribution", {"type": click.Choice(list(DISTRIBUTIONS))}),
     }
     answers = {key: click.prompt(text, default=getattr(template, key), **kind) for key, (text, kind) in prompts.items() if given.get(key) is None}

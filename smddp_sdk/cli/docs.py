@@ -54,7 +54,9 @@ options go before the script; everything after it reaches the script untouched, 
 without values, positionals, even `--dryrun`). After a job file, `run job.yaml -- --lr 0.1` sets
 hyperparameters instead (`--name value` pairs, as SageMaker passes them). torchrun's own launcher
 options work there too: `--nnodes`/`--hosts`, `--nproc-per-node`/`--nproc-per-host` and
-`--max-restarts N` (retries after any failure: `max_retry_attempts=N`, `retry_script_errors`).
+`--max-restarts N` (the job's retry policy, the same on local, docker and Slurm: `max_retry_attempts=N`
+and `retry_script_errors`, so the script's own failures are retried too; `--max-restarts 0` sets none;
+SageMaker refuses it, as it retries only its own failures).
 
 Hyperparameter values follow one typing rule however they are given (job file, `-H`, after a job
 file's `--`, `{ENV_PREFIX}HYPERPARAMETERS`): read as YAML, so `3` is a number, `0.1` a float, `true` a

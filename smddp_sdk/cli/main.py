@@ -48,9 +48,11 @@ class LaunchGroup(click.Group):
 
 # torchrun's spellings, accepted before a script: smddp-launch --nnodes 2 --nproc-per-node 4 train.py ...
 # Each becomes these run arguments, the flag's value put in for {}. torchrun restarts its workers after
-# any failure, so --max-restarts retries the script's own failures too.
+# any failure, so --max-restarts is the job's retry policy with the script's own failures retried too, the
+# same on local, docker and Slurm (SageMaker refuses retry_script_errors: it retries only its own failures).
 _PER_HOST = ["-o", "processes_per_host={}"]
 _RESTARTS = ["--set", "max_retry_attempts={}", "-o", "retry_script_errors=true"]
+_NO_RESTARTS = {"--max-restarts": "0", "--max_restarts": "0"}  # torchrun's default: no retry policy at all
 _SCRIPT_FLAGS = {"--hosts": ["--instance-count", "{}"], "--nnodes": ["--instance-count", "{}"], "--nproc-per-host": _PER_HOST,
                  "--nproc-per-node": _PER_HOST, "--nproc_per_node": _PER_HOST, "--max-restarts": _RESTARTS, "--max_restarts": _RESTARTS}
 
@@ -74,7 +76,8 @@ def script_mode(args: list[str], commands: dict[str, click.Command]) -> list[str
         elif name in _SCRIPT_FLAGS:
             if not has_value and (value := next(words, None)) is None:
                 raise click.UsageError(f"{arg} needs a number, e.g. {arg} 2")
-            flags += [part.format(value) for part in _SCRIPT_FLAGS[name]]
+            if _NO_RESTARTS.get(name) != value.strip():
+                flags += [part.format(value) for part in _SCRIPT_FLAGS[name]]
         else:
             flags.append(arg)
     return [*leading, "run", *flags, script, "--", *after]

@@ -30,13 +30,13 @@ FIELD_FLAGS: dict[str, tuple[Any, str]] = {
     "entry_point": (str, "Training script (relative to --source-dir when set)."),
     "source_dir": (str, "Directory packaged as the job's code."),
     "instance_type": (str, "local, local_gpu or an ml.* type."),
-    "instance_count": (click.IntRange(min=1), "Number of hosts."),
+    "instance_count": (int, "Number of hosts."),  # bounds: the spec's (limits.BOUNDS), reported with the rest
     "role": (str, "IAM role ARN (SageMaker)."),
     "image_uri": (str, "Training image."),
     "output_path": (str, "Where model and output archives go."),
     "job_name": (str, "Exact job name."),
     "base_job_name": (str, "Prefix of generated job names."),
-    "max_run": (click.IntRange(min=1), "Seconds the job may run."),
+    "max_run": (int, "Seconds the job may run."),
 }
 
 

@@ -204,7 +204,7 @@ def _limits_section() -> str:
     rows = [
         ("`instance_count`", f"at most {limits.MAX_INSTANCE_COUNT} hosts"),
         ("`scheduler_options.processes_per_host`, `distribution.mpi.processes_per_host`", f"1 to {limits.MAX_PROCESSES_PER_HOST} ranks per host"),
-        ("hosts x ranks per host of a local job", f"at most {limits.MAX_LOCAL_PROCESSES} processes in all (every simulated host runs on this machine)"),
+        ("hosts x (1 runtime + ranks per host) of a local job", f"at most {limits.MAX_LOCAL_PROCESSES} processes in all (every simulated host runs on this machine)"),
         ("`max_run`, `max_wait`", f"at most {limits.MAX_RUN_SECONDS} seconds (28 days, SageMaker's ceiling)"),
         ("`volume_size`", f"at most {limits.MAX_VOLUME_SIZE_GB} GB"),
         ("`job_name`, `base_job_name`", f"1 to {limits.MAX_NAME_LENGTH} letters, digits and hyphens, starting and ending with a letter or digit (so never a path)"),

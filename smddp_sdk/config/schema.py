@@ -51,7 +51,7 @@ FIELD_DOCS: dict[str, str] = {
     "use_spot_instances": "Train on SageMaker managed spot capacity (needs max_wait).",
     "checkpoint_s3_uri": "S3 URI kept in sync with checkpoint_local_path on SageMaker.",
     "checkpoint_local_path": "Directory in the container synced to checkpoint_s3_uri (default `/opt/ml/checkpoints`).",
-    "max_retry_attempts": "How many times SageMaker retries the job after an internal failure.",
+    "max_retry_attempts": "How many times the job is retried after the platform's failure (SageMaker's RetryStrategy); every scheduler obeys it.",
     "keep_alive_period_in_seconds": "Seconds SageMaker keeps warm-pool instances after the job.",
     "container_log_level": "Python logging level of the in-container toolkit (`sagemaker_container_log_level`).",
     "tags": "Tags on the SageMaker job: a list of `{Key, Value}` or a mapping.",
@@ -203,12 +203,7 @@ _SPECIAL_FIELDS = {
     "metric_definitions": lambda: _key_value_list("Name", "Regex", allow_mapping=False),
 }
 _CONSTRAINTS: dict[str, dict[str, Any]] = {
-    "instance_count": {"minimum": 1, "maximum": limits.MAX_INSTANCE_COUNT},
-    "max_run": {"minimum": 1, "maximum": limits.MAX_RUN_SECONDS},
-    "volume_size": {"minimum": 1, "maximum": limits.MAX_VOLUME_SIZE_GB},
-    "max_wait": {"minimum": 0, "maximum": limits.MAX_RUN_SECONDS},
-    "max_retry_attempts": {"minimum": 0},
-    "keep_alive_period_in_seconds": {"minimum": 0},
+    **{name: {"minimum": least, **({"maximum": most} if most is not None else {})} for name, (least, most, _) in limits.BOUNDS.items()},
     "input_mode": {"enum": list(job_module._INPUT_MODES)},
     "job_name": {"pattern": limits.JOB_NAME.pattern},
     "base_job_name": {"pattern": limits.JOB_NAME.pattern},

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
 from smddp_sdk.errors import SmddpError, SpecError, SpecIssue
 from smddp_sdk.schedulers.options import SchedulerOptions
@@ -33,19 +33,35 @@ if TYPE_CHECKING:  # the optional operations' types, defined where the jobs that
 RECORD_FILE = "job.json"  # every job directory's record, written once when the job is submitted
 
 
+Request = TypeVar("Request")
+
+
+@runtime_checkable
+class Shown(Protocol):
+    """A typed request that says how the dry run shows it (e.g. summarised when it is large)."""
+
+    def shown(self) -> Any: ...
+
+
 @dataclass(frozen=True)
-class DryRun:
-    """What ``schedule`` would do, computed without side effects: the exact request and where it goes."""
+class DryRun(Generic[Request]):
+    """What ``schedule`` would do, computed without side effects: the exact request and where it goes.
+
+    The request is the scheduler's own type (torchx's ``AppDryRunInfo[Request]``): a host-tree job's
+    ``HostTreePlan``, a Slurm job's ``BatchPlan``, SageMaker's CreateTrainingJob mapping; ``schedule`` runs
+    that very value, and the job's record keeps it.
+    """
 
     scheduler: str
     spec: JobSpec
     job_name: str
-    request: Any
+    request: Request
     notes: tuple[str, ...] = field(default=())
 
     def render(self) -> str:
         """The request as indented JSON, the form ``--dryrun`` prints."""
-        return json.dumps(self.request, indent=2, sort_keys=False, default=str)
+        shown = self.request.shown() if isinstance(self.request, Shown) else self.request
+        return json.dumps(shown, indent=2, sort_keys=False, default=str)
 
 
 @dataclass(frozen=True)

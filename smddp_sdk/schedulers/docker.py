@@ -15,19 +15,22 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Collection, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 import smddp_sdk
 from smddp_sdk.errors import SpecIssue, UnavailableError
+from smddp_sdk.schedulers import channels
 from smddp_sdk.schedulers.base import DryRun
-from smddp_sdk.schedulers.hosttree import channels, docker_cli, fidelity
+from smddp_sdk.schedulers.hosttree import docker_cli
 from smddp_sdk.schedulers.hosttree.docker_cli import ENGINE_HINT, LABEL_HOST, LABEL_JOB, LABEL_JOB_DIR, remove_job
-from smddp_sdk.schedulers.hosttree.host_trees import HostTree, host_names
-from smddp_sdk.schedulers.hosttree.job_dir import JobDir, default_job_root
+from smddp_sdk.schedulers.hosttree.host_trees import HostTree
+from smddp_sdk.schedulers.hosttree.job_dir import JobDir
 from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler
-from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
+from smddp_sdk.schedulers.hosttree.plan import HostPlan, HostTreePlan
 from smddp_sdk.schedulers.hosttree.supervisor import LIFELINE
+from smddp_sdk.schedulers.job_files import default_job_root, ranks_per_host
 from smddp_sdk.schedulers.options import (
     INTERRUPT_AFTER,
     PROCESSES_PER_HOST,
@@ -55,6 +58,10 @@ LIFELINE_MOUNT = "/opt/smddp/lifeline"  # the supervisor's FIFO: the runtime sto
 WHEELHOUSE_MOUNT = "/opt/smddp/wheelhouse"  # the `wheelhouse` option's folder, read-only: pip's only source
 
 
+def _network(job_name: str) -> str:
+    return f"smddp-{job_name}"
+
+
 def _wheelhouse_issues(folder: Any, path: str) -> list[SpecIssue]:
     if not isinstance(folder, (str, os.PathLike)) or not Path(folder).expanduser().is_dir():
         shown = str(Path(folder).expanduser().absolute()) if isinstance(folder, (str, os.PathLike)) else folder
@@ -73,13 +80,14 @@ class DockerScheduler(HostTreeScheduler):
 
     name: ClassVar[str] = "docker"
     backend: ClassVar[str] = "container"
+    link_inputs: ClassVar[bool] = False  # data is mounted, not linked
     options: ClassVar[SchedulerOptions] = SchedulerOptions.of(
         "docker",
         Option("image", "str", None, "image when the job has no image_uri (default smddp-sdk:<version>)", check=is_text),
         Option("keep_containers", "bool", False, "leave containers and network after the job, for debugging", check=boolean),
         Option("shm_size", "str", "2g", "--shm-size of every container (the shared-memory transport lives in /dev/shm)", check=is_text),
         Option("gpus", "str", "auto", "auto: --gpus all for GPU instance types; all: always; none: never", check=one_of("auto", "all", "none")),
-        job_root("where job directories go (default $SMDDP_JOB_ROOT/docker)", lambda: default_job_root() / "docker"),
+        job_root("where job directories go (default $SMDDP_JOB_ROOT/docker)", lambda: default_job_root("docker")),
         with_default(PROCESSES_PER_HOST, None, "ranks per container (default: the instance type's GPU count)"),
         Option("user", "str", None, "uid:gid the containers run as (default the caller's)", check=matching(r"\d+(:\d+)?", "uid or uid:gid (numbers)"),
                convert=lambda user: str(user) if user else f"{os.getuid()}:{os.getgid()}"),
@@ -100,34 +108,41 @@ class DockerScheduler(HostTreeScheduler):
 
     # --- planning (pure) ------------------------------------------------------------------------
 
-    def plan(self, spec: JobSpec) -> DryRun:
+    def plan(self, spec: JobSpec) -> DryRun[HostTreePlan]:
         """The network, every container's exact ``docker create`` argv and the config files; touches nothing."""
         job_name = spec.job_name or make_job_name(spec.base_job_name)
-        job_dir = JobDir(self.job_root / job_name)
-        hosts = host_names(spec.instance_count)
-        image = spec.image_uri or self.image or DEFAULT_IMAGE
-        gpu_flag, notes = self._gpu_plan(spec)
-        network = f"smddp-{job_name}"
-        request = self._request(
+        notes = self._gpu_plan(spec)[1]
+        plan = self._plan(
             spec, job_name,
-            image=image,
-            network=["network", "create", "--driver", "bridge", "--label", f"{LABEL_JOB}={job_name}", network],
-            hosts=self._hosts_request(spec, job_name, {host: self._container(spec, job_name, job_dir, host, image, network, gpu_flag) for host in hosts}),
+            image=self._image(spec),
+            network=("network", "create", "--driver", "bridge", "--label", f"{LABEL_JOB}={job_name}", _network(job_name)),
+            docker_cli=self.docker,
+            keep_containers=self.keep_containers,
         )
-        request["code"]["mounted_at"] = CODE_MOUNT
-        request.update(docker_cli=self.docker, keep_containers=self.keep_containers)
-        return DryRun(self.name, spec, job_name, request, (*notes, *fidelity.notes(spec, self.name, len(hosts))))
+        plan = replace(plan, code={**plan.code, "mounted_at": CODE_MOUNT})
+        return self._dryrun(spec, plan, notes)
+
+    def _image(self, spec: JobSpec) -> str:
+        return spec.image_uri or self.image or DEFAULT_IMAGE
+
+    def _submit_directory(self, job_dir: JobDir) -> str:
+        return f"file://{CODE_MOUNT}"
+
+    def _host(self, spec: JobSpec, job_dir: JobDir, host: str) -> HostPlan:
+        """How one host starts: its container's name and the exact ``docker create`` argv."""
+        name, argv = self._container(spec, job_dir.path.name, job_dir, host, self._image(spec), _network(job_dir.path.name), self._gpu_plan(spec)[0])
+        return HostPlan(host, job_dir.host_dir(host), name, tuple(argv))
 
     def _gpu_plan(self, spec: JobSpec) -> tuple[str | None, list[str]]:
         """``--gpus`` value (or None) and notes; whether the engine can is checked at schedule time."""
         wants = spec.instance_type == "local_gpu" or bool(spec.instance and spec.instance.gpus)
         if self.gpus == "none" or (self.gpus == "auto" and not wants):
-            notes = [f"{spec.instance_type} rehearsed on CPU: {self._simulated_gpus(spec, gpus_passed=False)} ranks per host"] if wants else []
+            notes = [f"{spec.instance_type} rehearsed on CPU: {ranks_per_host(spec, self._simulated_gpus(spec, gpus_passed=False))} ranks per host"] if wants else []
             return None, notes
         return "all", ["GPUs passed with --gpus all: the engine needs the NVIDIA Container Toolkit (gpus: none rehearses on CPU)"]
 
-    def _container(self, spec: JobSpec, job_name: str, job_dir: JobDir, host: str, image: str, network: str, gpu_flag: str | None) -> dict[str, Any]:
-        """How one host starts: its container's name and the exact ``docker create`` argv."""
+    def _container(self, spec: JobSpec, job_name: str, job_dir: JobDir, host: str, image: str, network: str, gpu_flag: str | None) -> tuple[str, list[str]]:
+        """One container's name and its exact ``docker create`` argv."""
         opt_ml = job_dir.host_dir(host)
         name = f"{job_name}-{host}"
         argv: list[str] = [
@@ -153,7 +168,7 @@ class DockerScheduler(HostTreeScheduler):
         for key, value in self._environment(spec, job_name, gpu_flag).items():
             argv += ["-e", f"{key}={value}"]
         argv += [image, "train"]
-        return {"name": name, "argv": argv}
+        return name, argv
 
     def _environment(self, spec: JobSpec, job_name: str, gpu_flag: str | None) -> dict[str, str]:
         env = {"TRAINING_JOB_NAME": job_name, contract.LIFELINE_ENV: LIFELINE_MOUNT}
@@ -169,21 +184,17 @@ class DockerScheduler(HostTreeScheduler):
 
     # --- running --------------------------------------------------------------------------------
 
-    def run(self, dryrun: DryRun, *, owner_pid: int | None) -> JobHandle:
+    def run(self, dryrun: DryRun[HostTreePlan], *, owner_pid: int | None) -> JobHandle:
         """Check the engine and image, write the job directory and start its supervisor (which creates
         and starts the containers). Returns at once."""
-        request = dryrun.request
         self._check_engine()
-        self._check_image(request["image"])
-        if any("--gpus" in host.create for host in HostTreePlan.from_request(request).hosts):
+        self._check_image(dryrun.request.image)
+        if any("--gpus" in host.create for host in dryrun.request.hosts):
             self._check_gpu_support(dryrun.spec)
         remove_job(self.docker, dryrun.job_name)  # leftovers of an earlier job of the same name (keep_containers)
         return super().run(dryrun, owner_pid=owner_pid)
 
-    def _tree_options(self, job_dir: JobDir) -> dict[str, Any]:
-        return {"submit_directory": f"file://{CODE_MOUNT}", "link_inputs": False}  # data is mounted, not linked
-
-    def _write_job_dir(self, dryrun: DryRun, job_dir: JobDir) -> list[HostTree]:
+    def _write_job_dir(self, dryrun: DryRun[HostTreePlan], job_dir: JobDir) -> list[HostTree]:
         trees = super()._write_job_dir(dryrun, job_dir)
         for tree in trees:
             # Mount points made now, by the caller: the engine would otherwise create them as root.

@@ -11,15 +11,16 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from smddp_sdk.errors import SpecIssue
 from smddp_sdk.schedulers.base import DryRun
-from smddp_sdk.schedulers.hosttree import fidelity
 from smddp_sdk.schedulers.hosttree.host_trees import HostTree, host_names, largest_entries
-from smddp_sdk.schedulers.hosttree.job_dir import JobDir, default_job_root
-from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler, package_parent
+from smddp_sdk.schedulers.hosttree.job_dir import JobDir
+from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler
+from smddp_sdk.schedulers.hosttree.plan import HostTreePlan, Process, Ranks
 from smddp_sdk.schedulers.hosttree.process_backend import PORT_PLACEHOLDER, TOKEN_PLACEHOLDER
+from smddp_sdk.schedulers.job_files import default_job_root, package_parent, ranks_per_host
 from smddp_sdk.schedulers.options import INTERRUPT_AFTER, PROCESSES_PER_HOST, RETRY_SCRIPT_ERRORS, STOP_GRACE_PERIOD, Option, SchedulerOptions, boolean, job_root, with_default
 from smddp_sdk.specs import contract, limits
 from smddp_sdk.specs.job import JobSpec, TrainingInput, make_job_name
@@ -49,27 +50,30 @@ class LocalScheduler(HostTreeScheduler):
         issues = []
         if spec.distribution.modelparallel is not None:
             issues.append(SpecIssue("distribution.smdistributed.modelparallel", "the bundled runtime cannot run SageMaker model parallelism (it needs AWS's SMP containers)", "use scheduler='sagemaker' with an AWS image"))
-        per_host = spec.distribution.mpi_processes_per_host or self._simulated_gpus(spec, gpus_passed=spec.instance_type == "local_gpu") or 1
+        per_host = ranks_per_host(spec, self._num_gpus(spec)) or 1  # GPUs found: at least one rank
         return [*issues, *limits.local_processes_issues(spec.instance_count, per_host)]
 
-    def plan(self, spec: JobSpec) -> DryRun:
+    def _num_gpus(self, spec: JobSpec) -> int | None:
+        return self._simulated_gpus(spec, gpus_passed=spec.instance_type == "local_gpu")
+
+    def plan(self, spec: JobSpec) -> DryRun[HostTreePlan]:
         """Everything ``schedule`` will write and start; ports and the job token are made at start."""
         job_name = spec.job_name or make_job_name(spec.base_job_name)
-        job_dir = JobDir(self.job_root / job_name)
-        hosts = host_names(spec.instance_count)
-        num_gpus = self._simulated_gpus(spec, gpus_passed=spec.instance_type == "local_gpu")
-        request = self._request(
+        num_gpus = self._num_gpus(spec)
+        per_host = ranks_per_host(spec, num_gpus)
+        plan = self._plan(
             spec, job_name,
-            hosts=self._hosts_request(spec, job_name, {host: self._process(spec, job_dir, job_name, hosts, host, num_gpus) for host in hosts}),
-            ranks=_rank_summary(spec, len(hosts), num_gpus),
+            process=self._process(spec, job_name, num_gpus),
+            ranks=Ranks(spec.distribution.launcher, per_host, per_host and per_host * spec.instance_count),
             inputs={name: _input_request(channel, name) for name, channel in spec.inputs.items()},
+            keep_job_dir=self.keep_job_dir,
         )
-        return DryRun(self.name, spec, job_name, {**request, "keep_job_dir": self.keep_job_dir}, (*_notes(spec, num_gpus), *fidelity.notes(spec, self.name, len(hosts))))
+        return self._dryrun(spec, plan, _notes(spec, per_host))
 
-    def _process(self, spec: JobSpec, job_dir: JobDir, job_name: str, hosts: list[str], host: str, num_gpus: int | None) -> dict[str, Any]:
-        """How one host starts: the runtime's command and environment."""
+    def _process(self, spec: JobSpec, job_name: str, num_gpus: int | None) -> Process:
+        """How every host starts: the runtime's command and environment (each host adds its own tree)."""
+        hosts = host_names(spec.instance_count)
         environment = {
-            contract.BASE_DIR_ENV: str(job_dir.host_dir(host)),
             "TRAINING_JOB_NAME": job_name,
             contract.HOST_ADDRESSES_ENV: json.dumps(dict.fromkeys(hosts, LOOPBACK), separators=(",", ":")),
             contract.MASTER_PORT_ENV: PORT_PLACEHOLDER,
@@ -83,11 +87,11 @@ class LocalScheduler(HostTreeScheduler):
         }
         # The runtime must import smddp_sdk; the user's own PYTHONPATH (if any) comes after it.
         environment["PYTHONPATH"] = os.pathsep.join(filter(None, [package_parent(), spec.environment.get("PYTHONPATH")]))
-        return {"command": [sys.executable, "-m", "smddp_sdk.runtime"], "environment": environment}
+        return Process((sys.executable, "-m", "smddp_sdk.runtime"), environment)
 
     # --- running ----------------------------------------------------------------------------------
 
-    def _write_job_dir(self, dryrun: DryRun, job_dir: JobDir) -> list[HostTree]:
+    def _write_job_dir(self, dryrun: DryRun[HostTreePlan], job_dir: JobDir) -> list[HostTree]:
         trees = super()._write_job_dir(dryrun, job_dir)
         _warn_if_large(job_dir.code_dir)
         return trees
@@ -105,15 +109,7 @@ def _warn_if_large(code_dir: Path) -> None:
         )
 
 
-def _rank_summary(spec: JobSpec, host_count: int, num_gpus: int | None) -> dict[str, Any]:
-    if spec.distribution.launcher == "none":
-        return {"launcher": "none", "processes_per_host": 1, "world_size": host_count}
-    per_host: Any = spec.distribution.mpi_processes_per_host or num_gpus or (1 if num_gpus == 0 else "one per GPU found")
-    world: Any = per_host * host_count if isinstance(per_host, int) else "hosts x GPUs found"
-    return {"launcher": spec.distribution.launcher, "processes_per_host": per_host, "world_size": world}
-
-
-def _notes(spec: JobSpec, num_gpus: int | None) -> tuple[str, ...]:
+def _notes(spec: JobSpec, per_host: int | None) -> tuple[str, ...]:
     checks: list[tuple[bool, str]] = [
         (bool(spec.image_uri), f"image_uri {spec.image_uri!r} is not used locally: the runtime runs on this machine's Python (use scheduler='docker' to run the image)"),
         (bool(spec.role), "role is not needed locally and is ignored"),
@@ -123,7 +119,7 @@ def _notes(spec: JobSpec, num_gpus: int | None) -> tuple[str, ...]:
     notes = [line for applies, line in checks if applies]
     instance = spec.instance
     if instance is not None and instance.gpus:
-        ranks = "each host plans that many ranks" if num_gpus in (None, instance.gpus) else f"each host runs {num_gpus} ranks (processes_per_host)"
+        ranks = f"each host runs {per_host} rank{'s' if per_host != 1 else ''}" if per_host else "each host runs one rank per GPU it finds"
         notes.append(f"{spec.instance_type} has {instance.gpus} GPUs: {ranks}; on a CPU machine they run on CPU")
     return tuple(notes)
 

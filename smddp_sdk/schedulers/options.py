@@ -52,10 +52,11 @@ class SchedulerOptions:
 
     scheduler: str = ""
     declared: tuple[Option, ...] = field(default=())
+    not_taken: Mapping[str, str] = field(default_factory=dict)  # names it refuses with what to do: retired, or only other schedulers'
 
     @classmethod
-    def of(cls, scheduler: str, *declared: Option) -> SchedulerOptions:
-        return cls(scheduler, declared)
+    def of(cls, scheduler: str, *declared: Option, not_taken: Mapping[str, str] | None = None) -> SchedulerOptions:
+        return cls(scheduler, declared, dict(not_taken or {}))
 
     def __iter__(self) -> Iterator[Option]:
         return iter(self.declared)
@@ -82,7 +83,11 @@ class SchedulerOptions:
         """Names not declared, each with a did-you-mean among ``expected`` (what the caller can give) or their list."""
         declared = self.names()
         listed = f"expected one of {', '.join(expected)}" if expected else f"the {self.scheduler} scheduler takes no options"
-        return [SpecIssue(f"scheduler_options.{key}", f"unknown option of the {self.scheduler} scheduler", did_you_mean(key, expected) or listed) for key in given if key not in declared]
+        return [
+            SpecIssue(f"scheduler_options.{key}", f"is not an option of the {self.scheduler} scheduler", self.not_taken[key]) if key in self.not_taken
+            else SpecIssue(f"scheduler_options.{key}", f"unknown option of the {self.scheduler} scheduler", did_you_mean(key, expected) or listed)
+            for key in given if key not in declared
+        ]
 
     def _value_issues(self, given: Mapping[str, Any]) -> list[SpecIssue]:
         return [issue for option in self.declared if option.name in given for issue in option.issues(given[option.name])]
@@ -140,7 +145,7 @@ def absolute_path(default: Callable[[], Path]) -> Callable[[Any], Path]:
 # --- options several schedulers share ------------------------------------------------------------
 
 PROCESSES_PER_HOST = Option("processes_per_host", "int", None, "ranks per host (default: the instance type's GPU count, else 1)", check=limits.processes_per_host_issues)
-RETRY_SCRIPT_ERRORS = Option("retry_script_errors", "bool", False, "with max_retry_attempts, also retry a job whose script failed (SageMaker retries only its own failures)", check=boolean)
+RETRY_SCRIPT_ERRORS = Option("retry_script_errors", "bool", False, "with max_retry_attempts, also retry a job whose script failed (SageMaker retries only its own failures; torchrun's --max-restarts)", check=boolean)
 STOP_GRACE_PERIOD = Option("stop_grace_period", "float", 10.0, "seconds between SIGTERM and SIGKILL on cancel", check=seconds, convert=float)
 
 

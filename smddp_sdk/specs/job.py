@@ -33,6 +33,33 @@ _INPUT_MODES = ("File", "Pipe", "FastFile")
 
 
 @dataclass(frozen=True)
+class RetryPolicy:
+    """Retries, the one job-level policy local, docker and Slurm jobs obey (SageMaker's RetryStrategy).
+
+    After a failed attempt the job starts again, at most ``max_retry_attempts`` times (1 to 30:
+    ``limits.BOUNDS``, checked once with the spec), when the platform
+    failed it (a host lost, a runtime or container killed); when the script itself failed, only with
+    ``script_errors`` (torchrun's ``--max-restarts``, for rehearsing a flaky script). A spot interruption
+    is not a retry: it restarts the job whatever this says, until ``max_wait``.
+    """
+
+    max_retry_attempts: int = 0
+    script_errors: bool = False
+
+    @classmethod
+    def of(cls, spec: JobSpec, *, script_errors: bool = False) -> RetryPolicy:
+        return cls(spec.max_retry_attempts or 0, script_errors)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> RetryPolicy:
+        data = data or {}
+        return cls(int(data.get("max_retry_attempts") or 0), bool(data.get("retry_script_errors", False)))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"max_retry_attempts": self.max_retry_attempts, "retry_script_errors": self.script_errors}
+
+
+@dataclass(frozen=True)
 class TrainingInput:
     """One input channel, as v2's ``sagemaker.inputs.TrainingInput``: an S3 URI, ``file://`` URI or local path."""
 
@@ -222,12 +249,6 @@ class _Builder:
                 self.issue(name, f"must be {expected}, got {value!r}", "put it in quotes so YAML reads it as text" if quote else "")
                 continue
             self.values[name] = value
-        for name in ("instance_count", "max_run", "volume_size"):
-            if isinstance(self.values.get(name), int) and self.values[name] < 1:
-                self.issue(name, f"must be at least 1, got {self.values[name]}")
-        for name in ("max_wait", "max_retry_attempts", "keep_alive_period_in_seconds"):
-            if isinstance(self.values.get(name), int) and self.values[name] < 0:
-                self.issue(name, f"must not be negative, got {self.values[name]}")
 
     def collections(self) -> None:
         self.values["hyperparameters"] = self.mapping("hyperparameters", value_check=None)

@@ -22,9 +22,10 @@ from smddp_sdk.specs import contract
 # --- the numbers (docs/job-file.md lists the same) ---------------------------------------------------
 MAX_INSTANCE_COUNT = 1000  # hosts per job; one runtime, one coordinator peer per host
 MAX_PROCESSES_PER_HOST = 512  # ranks per host
-MAX_LOCAL_PROCESSES = 1024  # ranks of a local job in all: every simulated host runs on this one machine
+MAX_LOCAL_PROCESSES = 1024  # a local job's processes in all (a runtime per host, its ranks): one machine runs them
 MAX_RUN_SECONDS = 28 * 24 * 3600  # SageMaker's own ceiling for MaxRuntimeInSeconds
 MAX_VOLUME_SIZE_GB = 16384
+MAX_RETRY_ATTEMPTS = 30  # SageMaker's RetryStrategy.MaximumRetryAttempts: 1 to 30
 MAX_HYPERPARAMETERS_BYTES = 128 * 1024  # a rank's argv: Linux refuses one argument above 128 KiB
 MAX_ENVIRONMENT_BYTES = 128 * 1024
 MAX_NAME_LENGTH = 63
@@ -89,18 +90,28 @@ def nul_issues(values: Mapping[str, Any]) -> list[SpecIssue]:
     return sorted(issues, key=lambda issue: issue.path)
 
 
+# The whole-number fields' bounds, each stated once: the spec's checks, its JSON schema and the CLI read them.
+# field -> (least, most or None, what to do about a value above the most)
+BOUNDS: dict[str, tuple[int, int | None, str]] = {
+    "instance_count": (1, MAX_INSTANCE_COUNT, "split the work into several jobs"),
+    "max_run": (1, MAX_RUN_SECONDS, "28 days is SageMaker's maximum"),
+    "max_wait": (0, MAX_RUN_SECONDS, "28 days is SageMaker's maximum"),
+    "volume_size": (1, MAX_VOLUME_SIZE_GB, "SageMaker volumes hold at most 16384 GB"),
+    "max_retry_attempts": (1, MAX_RETRY_ATTEMPTS, "SageMaker's RetryStrategy allows 30; leave it unset for no retries"),
+    "keep_alive_period_in_seconds": (0, None, ""),
+}
+
+
 def _number_issues(values: Mapping[str, Any]) -> list[SpecIssue]:
-    bounds = {
-        "instance_count": (MAX_INSTANCE_COUNT, "split the work into several jobs"),
-        "max_run": (MAX_RUN_SECONDS, "28 days is SageMaker's maximum"),
-        "max_wait": (MAX_RUN_SECONDS, "28 days is SageMaker's maximum"),
-        "volume_size": (MAX_VOLUME_SIZE_GB, "SageMaker volumes hold at most 16384 GB"),
-    }
     issues = []
-    for name, (bound, hint) in bounds.items():
+    for name, (least, most, hint) in BOUNDS.items():
         value = values.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and value > bound:
-            issues.append(SpecIssue(name, f"must be at most {bound}, got {short_repr(value)}", hint))
+        if not isinstance(value, int) or isinstance(value, bool):
+            continue
+        if value < least:
+            issues.append(SpecIssue(name, f"must be at least {least}, got {short_repr(value)}" if least else f"must not be negative, got {short_repr(value)}"))
+        elif most is not None and value > most:
+            issues.append(SpecIssue(name, f"must be at most {most}, got {short_repr(value)}", hint))
     return issues
 
 
@@ -323,9 +334,11 @@ def short_repr(value: Any, limit: int = 40) -> str:
 
 
 def local_processes_issues(hosts: int, per_host: int) -> list[SpecIssue]:
-    """A local job's ranks in all (hosts x ranks per host) up to MAX_LOCAL_PROCESSES: they share one machine."""
-    total = hosts * per_host
+    """A local job's processes in all, each host's runtime and its ranks, up to MAX_LOCAL_PROCESSES: every
+    simulated host runs on this one machine."""
+    total = hosts * (1 + per_host)
     if total <= MAX_LOCAL_PROCESSES:
         return []
-    return [SpecIssue("instance_count", f"{hosts} hosts x {per_host} ranks per host plan {total} processes on this machine; "
-                      f"the limit is {MAX_LOCAL_PROCESSES}", "use fewer hosts or ranks per host, or scheduler='sagemaker'")]
+    ranks = f"{per_host} rank{'s' if per_host != 1 else ''}"
+    return [SpecIssue("instance_count", f"{hosts} hosts x (1 runtime + {ranks}) plan {total} processes, and every simulated host runs "
+                      f"on this machine; the limit is {MAX_LOCAL_PROCESSES}", "use fewer hosts or ranks per host, or scheduler='sagemaker'")]

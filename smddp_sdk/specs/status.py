@@ -97,6 +97,7 @@ class JobStatus:
     ended: float | None = None
     attempt: int = 1  # the attempt running or last run: 1 + retries, requeues and interruptions
     attempts: tuple[Attempt, ...] = ()  # the ended ones, oldest first, where the scheduler records them
+    retries_left: int | None = None  # of the job's RetryPolicy, where the scheduler counts them (local, docker)
     interruptions: int = 0
     transitions: tuple[Transition, ...] = ()
     training_seconds: int | None = None  # per instance, as SageMaker bills

@@ -49,9 +49,9 @@ def test_a_killed_runtime_is_retried_and_a_script_without_checkpoints_is_warned(
     pid = __import__("json").loads(state)["hosts"]["algo-2"]["pid"]
     os.kill(pid, signal.SIGKILL)
     status = wait(scheduler, handle, lambda s: s.state.is_terminal)
-    assert running.attempt == 1
+    assert running.attempt == 1 and running.retries_left == 1
     assert status.state is JobState.SUCCEEDED, status
-    assert status.attempt == 2
+    assert status.attempt == 2 and status.retries_left == 0
     assert [a.outcome for a in status.attempts] == ["Restarting", "Completed"]
     assert "SIGKILL" in status.attempts[0].reason
     assert statuses(status) == ["Starting", "Training", "Restarting", "Starting", "Training", "Uploading", "Completed"]
@@ -94,7 +94,7 @@ def test_interrupt_after_reclaims_every_instance_at_the_planned_time_and_the_job
     scheduler = LocalScheduler(job_root=tmp_path / "jobs", processes_per_host=1, stop_grace_period=3, interrupt_after=[2])
     base = {"entry_point": "no_checkpoints.py", "source_dir": str(SCRIPTS), "instance_type": "local", "instance_count": 2}
     spec = JobSpec.from_mapping({**base, "use_spot_instances": True, "max_run": 120, "max_wait": 240, "hyperparameters": {"seconds": 4}})
-    assert scheduler.dryrun(spec).request["interrupt_after"] == [2.0]
+    assert scheduler.dryrun(spec).request.spot.interrupt_after == (2.0,)
     handle = scheduler.submit(spec)
     status = wait(scheduler, handle, lambda s: s.state.is_terminal)
     assert status.state is JobState.SUCCEEDED, status

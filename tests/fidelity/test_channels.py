@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from smddp_sdk.errors import UnavailableError
-from smddp_sdk.schedulers.hosttree import channels
+from smddp_sdk.schedulers import channels
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.job import JobSpec
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from smddp_sdk.schedulers.hosttree import checkpoints
+from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
 from smddp_sdk.specs.job import JobSpec
 
 # A "rank" that resumes from the newest checkpoint it finds and writes one per step, slowly enough
@@ -145,11 +146,11 @@ def test_default_checkpoint_path_is_accepted_and_noted(tmp_path: Path) -> None:
     assert "restored into each host's /opt/ml/checkpoints" in checkpoints.notes(spec)[0]
 
 
-def test_for_record_finds_the_host_trees_of_local_and_docker_jobs(tmp_path: Path) -> None:
-    spec = {"checkpoint_s3_uri": f"file://{tmp_path / 'store'}", "checkpoint_local_path": None}
-    local = {"spec": spec, "request": {"hosts": [{"host": "algo-1", "opt_ml": str(tmp_path / "algo-1"), "process": {"command": ["python3"]}}]}}
-    docker = {"spec": spec, "request": {"hosts": [{"host": "algo-1", "opt_ml": str(tmp_path / "algo-1"), "container": {"name": "c", "argv": []}}]}}
-    for record in (local, docker):
-        sync = checkpoints.for_record(record)
+def test_for_plan_finds_the_host_trees_of_local_and_docker_jobs(tmp_path: Path) -> None:
+    saved = {"s3_uri": f"file://{tmp_path / 'store'}", "local_path": None}
+    local = {"hosts": [{"host": "algo-1", "opt_ml": str(tmp_path / "algo-1")}], "process": {"command": ["python3"]}}
+    docker = {"hosts": [{"host": "algo-1", "opt_ml": str(tmp_path / "algo-1"), "container": {"name": "c", "argv": []}}], "backend": "container"}
+    for plan in (local, docker):
+        sync = checkpoints.for_plan(HostTreePlan.from_json({**plan, "checkpoints": saved}))
         assert sync is not None and sync.host_dirs == [tmp_path / "algo-1" / "checkpoints"]
-    assert checkpoints.for_record({"spec": {}, "request": local["request"]}) is None
+    assert checkpoints.for_plan(HostTreePlan.from_json(local)) is None

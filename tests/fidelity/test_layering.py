@@ -11,8 +11,8 @@ import pytest
 BLOCKED = ("torch", "boto3", "botocore", "click", "yaml", "docker")
 
 
-@pytest.mark.parametrize("module", ["smddp_sdk.schedulers.hosttree.channels", "smddp_sdk.schedulers.hosttree.checkpoints",
-                                    "smddp_sdk.schedulers.hosttree.fidelity", "smddp_sdk.schedulers.hosttree.stores",
+@pytest.mark.parametrize("module", ["smddp_sdk.schedulers.channels", "smddp_sdk.schedulers.hosttree.checkpoints",
+                                    "smddp_sdk.schedulers.hosttree.fidelity", "smddp_sdk.schedulers.stores",
                                     "smddp_sdk.specs.smddp_support", "smddp_sdk.schedulers.sagemaker.validation"])
 def test_imports_without_heavy_modules(module: str) -> None:
     code = f"import sys\nfor name in {BLOCKED!r}: sys.modules[name] = None\nimport {module}\n"

@@ -82,7 +82,7 @@ def test_checkpoints_are_restored_into_every_host_before_the_script(workdir: Pat
 
 
 def _supervisor_syncs_checkpoints() -> bool:
-    """The periodic/final sync runs in the host supervisor; true once that calls checkpoints.for_record."""
+    """The periodic/final sync runs in the host supervisor; true once that calls checkpoints.for_plan."""
     import importlib
 
     for name in ("smddp_sdk.schedulers.hosttree.supervisor", "smddp_sdk.schedulers.local_supervisor"):
@@ -90,7 +90,7 @@ def _supervisor_syncs_checkpoints() -> bool:
             module = importlib.import_module(name)
         except ImportError:
             continue
-        if "checkpoints.for_record" in inspect.getsource(module) or "checkpoints.for_job" in inspect.getsource(module):
+        if "checkpoints.for_plan" in inspect.getsource(module) or "checkpoints.for_job" in inspect.getsource(module):
             return True
     return False
 

@@ -117,9 +117,9 @@ CASES: list[Case] = [
     ("processes_per_host 100000", HEAD + "scheduler_options:\n  processes_per_host: 100000\n", [f"job.yaml:4:23: {PPH} at most 512, got 100000 (use more hosts (instance_count) instead)"]),
     (
         "1000 hosts x 512 ranks in local mode",
-        HEAD + "instance_count: 1000\nscheduler_options:\n  processes_per_host: 512\n",
-        ["job.yaml:3:17: instance_count: 1000 hosts x 512 ranks per host plan 512000 processes on this machine; the limit is 1024 "
-         "(use fewer hosts or ranks per host, or scheduler='sagemaker')"],
+        HEAD + "instance_count: 1000\nscheduler_options:\n  processes_per_host: 512\ndistribution:\n  torch_distributed:\n    enabled: true\n",
+        ["job.yaml:3:17: instance_count: 1000 hosts x (1 runtime + 512 ranks) plan 513000 processes, and every simulated host runs on this "
+         "machine; the limit is 1024 (use fewer hosts or ranks per host, or scheduler='sagemaker')"],
     ),
     ("hyperparameter name with a lone surrogate", HEAD + 'hyperparameters:\n  "a\\ud800": 1\n', ["job.yaml:3:1: hyperparameters.a\\ud800: name 'a\\ud800' is not valid Unicode (it holds a lone surrogate) (use letters, digits, '_', '-' and '.')"]),
     ("processes_per_host text", HEAD + "scheduler_options:\n  processes_per_host: '8'\n", [f"job.yaml:4:23: {PPH} a positive integer, got '8'"]),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from smddp_sdk.errors import SpecError
-from smddp_sdk.schedulers.hosttree.host_trees import stage_code
+from smddp_sdk.schedulers.job_files import stage_code
 from smddp_sdk.specs.job import JobSpec
 
 

@@ -77,7 +77,7 @@ def test_an_endless_file_is_read_only_up_to_the_limit(workdir: Path) -> None:
 def test_a_code_directory_holding_the_job_root_is_snapshotted_without_it(workdir: Path) -> None:
     """``SMDDP_JOB_ROOT=./jobs`` with ``source_dir: .`` used to copy the snapshot into itself until the
     path was too long (a traceback); the snapshot now leaves the job root out."""
-    from smddp_sdk.schedulers.hosttree.host_trees import stage_code
+    from smddp_sdk.schedulers.job_files import stage_code
     from smddp_sdk.specs.job import JobSpec
 
     (workdir / "job.yaml").write_text("entry_point: train.py\nsource_dir: .\ninstance_type: local\n")

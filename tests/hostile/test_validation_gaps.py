@@ -18,7 +18,7 @@ from smddp_sdk.runtime import env as rank_env
 from smddp_sdk.runtime import plan as planning
 from smddp_sdk.runtime import store
 from smddp_sdk.runtime.training_env import read_training_env
-from smddp_sdk.schedulers.hosttree.host_trees import stage_code
+from smddp_sdk.schedulers.job_files import stage_code
 from smddp_sdk.specs import contract, limits
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.job import JobSpec

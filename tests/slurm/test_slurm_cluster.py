@@ -85,7 +85,7 @@ def wait_until_running(scheduler: SlurmScheduler, handle: JobHandle, text: str) 
         status = scheduler.status(handle)
         assert not status.state.is_terminal, status
         hosts = {line.host for line in scheduler.logs(handle) if line.text == text}
-        if status.state is JobState.RUNNING and len(hosts) == scheduler.job_record(handle)["request"]["nodes"]["count"]:
+        if status.state is JobState.RUNNING and len(hosts) == scheduler.job_record(handle)["plan"]["nodes"]:
             return
         time.sleep(0.5)
     pytest.fail(f"{handle} did not start its ranks within {JOB_TIMEOUT} s")
@@ -156,14 +156,14 @@ def test_a_node_taken_down_mid_job_fails_the_job_and_is_named(tmp_path: Path) ->
         subprocess.run(["scontrol", "update", "nodename=n2", "state=resume"], capture_output=True, check=False)
     assert status.state is JobState.FAILED and status.details["slurm_state"] == "NODE_FAIL", status
     assert status.message.startswith("node n2 failed: a node of the job failed and Slurm ended the job"), status.message
-    assert status.message.endswith("not requeued (max_retries 0)")
+    assert status.message.endswith("not requeued (no max_retry_attempts)")
     assert status.failure is not None and status.failure.host == "n2" and status.failure.error_type == "NodeFailure"
     _wait_nodes_idle()
 
 
-def test_max_retries_requeues_a_failed_step_which_resumes_from_its_checkpoint(tmp_path: Path) -> None:
-    scheduler = slurm(tmp_path, max_retries=1, processes_per_host=1)
-    handle = scheduler.submit(spec_for(tmp_path, RESUMING, 2, "requeued"))
+def test_the_retry_policy_requeues_a_failed_step_which_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+    scheduler = slurm(tmp_path, retry_script_errors=True, processes_per_host=1)
+    handle = scheduler.submit(spec_for(tmp_path, RESUMING, 2, "requeued", max_retry_attempts=1))
     status = scheduler.wait(handle, poll=0.5, timeout=JOB_TIMEOUT)
     assert status.state is JobState.SUCCEEDED and status.attempt == 2, status
     texts = [line.text for line in scheduler.logs(handle, ranks=[0])]

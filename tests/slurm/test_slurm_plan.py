@@ -19,7 +19,7 @@ from smddp_sdk.schedulers.slurm.client import JobInfo
 from smddp_sdk.schedulers.slurm.script import BatchPlan, render, time_limit
 from smddp_sdk.schedulers.slurm.states import job_state
 from smddp_sdk.specs import contract
-from smddp_sdk.specs.job import JobSpec
+from smddp_sdk.specs.job import JobSpec, RetryPolicy
 from smddp_sdk.specs.slurm_job import JOB_DIR_ENV, SlurmJobDir
 from smddp_sdk.specs.status import JobHandle, JobState
 
@@ -107,7 +107,7 @@ def test_script_renders_every_option(tmp_path: Path) -> None:
         partition="gpu",
         account="ml",
         extra_sbatch=("--exclusive", "--gres=gpu:8"),
-        max_retries=3,
+        retry=RetryPolicy(3, script_errors=True),
         auto_resume=True,
         container_image="nvcr.io#nvidia/pytorch:24.01-py3",
         environment={"A": "x y"},
@@ -140,9 +140,9 @@ def test_dryrun_is_the_script_and_touches_nothing(tmp_path: Path, code: Path) ->
     plan = scheduler.dryrun(spec_for(code))
     assert not (tmp_path / "jobs").exists() and not fake.submitted
     rendered = plan.render()
-    assert rendered.endswith(plan.request["script"]) and "#SBATCH --partition=debug" in rendered
-    assert plan.request["handle"] == "slurm://job-1"
-    assert plan.request["artifacts"]["model_data"] == str(tmp_path / "jobs" / "job-1" / "output" / "model.tar.gz")
+    assert rendered.endswith(render(plan.request)) and "#SBATCH --partition=debug" in rendered
+    assert plan.request.handle == "slurm://job-1"
+    assert plan.request.artifacts.model_data == tmp_path / "jobs" / "job-1" / "output" / "model.tar.gz"
 
 
 def test_schedule_stages_code_trees_and_channels_then_submits(tmp_path: Path, code: Path) -> None:
@@ -175,9 +175,9 @@ def test_a_job_slurm_cannot_run_is_refused_and_leaves_nothing(tmp_path: Path, co
 
 def test_every_wrong_option_at_once() -> None:
     with pytest.raises(SpecError) as caught:
-        get_scheduler("slurm", partiton="x", max_retries=-1, extra_sbatch=["exclusive"], auto_resume="yes")
+        get_scheduler("slurm", partiton="x", retry_script_errors="yes", extra_sbatch=["exclusive"], auto_resume="yes")
     text = str(caught.value)
-    for part in ("did you mean 'partition'", "max_retries", "extra_sbatch", "auto_resume"):
+    for part in ("did you mean 'partition'", "retry_script_errors", "extra_sbatch", "auto_resume"):
         assert part in text
 
 
@@ -191,9 +191,9 @@ def test_a_name_taken_after_the_plan_is_refused_and_the_other_job_kept(tmp_path:
 
 
 def test_a_job_file_gets_the_declared_checks() -> None:
-    issues = check_scheduler_options("slurm", {"max_retries": 99, "auto_resume": "yes", "client": "sbatch", "partition": ""})
+    issues = check_scheduler_options("slurm", {"retry_script_errors": 99, "auto_resume": "yes", "client": "sbatch", "partition": ""})
     # names first (client is an object, given only from Python), then values, in the file's order
-    assert [issue.path for issue in issues] == [f"scheduler_options.{name}" for name in ("client", "partition", "max_retries", "auto_resume")]
+    assert [issue.path for issue in issues] == [f"scheduler_options.{name}" for name in ("client", "partition", "retry_script_errors", "auto_resume")]
 
 
 def test_dryrun_validates_once_and_reports_every_problem(tmp_path: Path, code: Path) -> None:
@@ -225,7 +225,7 @@ def test_s3_output_and_spot_are_refused(tmp_path: Path, code: Path) -> None:
         (JobInfo("PENDING", "PartitionNodeLimit"), None, JobState.PENDING, "never start"),
         (JobInfo("RUNNING"), None, JobState.RUNNING, ""),
         (JobInfo("COMPLETED", exit_code=0), None, JobState.SUCCEEDED, ""),
-        (JobInfo("NODE_FAIL", "NodeDown"), None, JobState.FAILED, "not requeued (max_retries 0)"),
+        (JobInfo("NODE_FAIL", "NodeDown"), None, JobState.FAILED, "not requeued (no max_retry_attempts)"),
         (JobInfo("TIMEOUT"), None, JobState.FAILED, "time limit"),
         (JobInfo("FAILED", exit_code=127), None, JobState.FAILED, "exit code 127"),
         (JobInfo("CANCELLED"), None, JobState.CANCELLED, "scancel"),
@@ -235,7 +235,7 @@ def test_s3_output_and_spot_are_refused(tmp_path: Path, code: Path) -> None:
     ],
 )
 def test_slurm_states(info, result, state, words) -> None:
-    got, message = job_state(info, result, cancel_requested=False, max_retries=0)
+    got, message = job_state(info, result, cancel_requested=False, retry=RetryPolicy())
     assert got is state and words in message
 
 

@@ -11,7 +11,7 @@ from smddp_sdk.schedulers.hosttree.attempts import INTERRUPT_FILE, Interruption,
 from smddp_sdk.schedulers.local import LocalScheduler
 from smddp_sdk.schedulers.options import interrupt_times
 from smddp_sdk.specs.failure import SOURCE_ERROR_FILE, SOURCE_RUNTIME, SOURCE_SUPERVISOR, FailureRecord
-from smddp_sdk.specs.job import JobSpec
+from smddp_sdk.specs.job import JobSpec, RetryPolicy
 
 KILLED_RUNTIME = FailureRecord("algo-2", None, 137, "the runtime was killed by SIGKILL", error_type="Signal", source=SOURCE_SUPERVISOR, signal="SIGKILL")
 LOST_HOST = FailureRecord("algo-2", None, 1, "algo-2 stopped answering", error_type="LostPeer", source=SOURCE_RUNTIME)
@@ -31,12 +31,12 @@ BAD_SETUP = FailureRecord("algo-1", None, 2, "requirements.txt failed", error_ty
     ],
 )
 def test_the_platforms_failures_are_retried_not_the_scripts(root: FailureRecord | None, script_errors: bool, retried: bool) -> None:
-    assert bool(retry_reason(root, retries_left=1, script_errors=script_errors)) is retried
+    assert bool(retry_reason(root, RetryPolicy(1, script_errors), retries_left=1)) is retried
 
 
 def test_no_retry_is_left_after_max_retry_attempts() -> None:
-    assert retry_reason(KILLED_RUNTIME, retries_left=0, script_errors=True) == ""
-    assert "algo-2 exited with code 137" in retry_reason(KILLED_RUNTIME, retries_left=1, script_errors=False)
+    assert retry_reason(KILLED_RUNTIME, RetryPolicy(1, script_errors=True), retries_left=0) == ""
+    assert "algo-2 exited with code 137" in retry_reason(KILLED_RUNTIME, RetryPolicy(1), retries_left=1)
 
 
 def test_training_seconds_span_the_job_and_billable_seconds_leave_out_the_wait_for_capacity() -> None:

@@ -45,7 +45,7 @@ def make_spec(code_dir: Path, **overrides) -> JobSpec:
 
 
 def argv_of(dryrun, host_index: int = 0) -> list[str]:
-    return dryrun.request["hosts"][host_index]["container"]["argv"]
+    return list(dryrun.request.hosts[host_index].create)
 
 
 def option_values(argv: list[str], option: str) -> list[str]:
@@ -60,10 +60,10 @@ def test_registry_builds_the_docker_scheduler(tmp_path):
 def test_dryrun_plans_one_labelled_container_per_host_on_a_job_network(code_dir, tmp_path):
     dryrun = DockerScheduler(job_root=tmp_path / "jobs").dryrun(make_spec(code_dir))
     request = dryrun.request
-    assert request["image"] == DEFAULT_IMAGE
-    assert request["network"][-1] == "smddp-unit-job"
-    assert f"{LABEL_JOB}=unit-job" in request["network"]
-    hosts = [c["host"] for c in request["hosts"]]
+    assert request.image == DEFAULT_IMAGE
+    assert request.network[-1] == "smddp-unit-job"
+    assert f"{LABEL_JOB}=unit-job" in request.network
+    hosts = [item.host for item in request.hosts]
     assert hosts == ["algo-1", "algo-2"]
     for index, host in enumerate(hosts):
         argv = argv_of(dryrun, index)
@@ -85,7 +85,7 @@ def test_dryrun_plans_one_labelled_container_per_host_on_a_job_network(code_dir,
 
 def test_dryrun_hyperparameters_point_at_the_code_in_the_container(code_dir, tmp_path):
     dryrun = DockerScheduler(job_root=tmp_path).dryrun(make_spec(code_dir))
-    decoded = contract.decode_hyperparameters(dryrun.request["hosts"][0]["config_files"]["hyperparameters"])
+    decoded = contract.decode_hyperparameters(dryrun.request.config_files.hyperparameters)
     assert decoded["sagemaker_submit_directory"] == "file:///opt/smddp/code"
     assert decoded["sagemaker_program"] == "train.py"
     assert decoded["epochs"] == 3 and decoded["model-name"] == "cnn"
@@ -157,7 +157,7 @@ def test_bad_options_are_all_reported_with_suggestions(tmp_path):
 
 def test_processes_per_host_sets_the_ranks_of_every_host(code_dir, tmp_path):
     dryrun = DockerScheduler(job_root=tmp_path, processes_per_host=2).dryrun(make_spec(code_dir))
-    assert all("SMDDP_NUM_GPUS=2" in option_values(host["container"]["argv"], "-e") for host in dryrun.request["hosts"])
+    assert all("SMDDP_NUM_GPUS=2" in option_values(list(host.create), "-e") for host in dryrun.request.hosts)
 
 
 def test_job_tree_has_every_host_config_code_and_mount_points(code_dir, tmp_path):
@@ -165,19 +165,19 @@ def test_job_tree_has_every_host_config_code_and_mount_points(code_dir, tmp_path
     scheduler = DockerScheduler(job_root=tmp_path)
     dryrun = scheduler.dryrun(spec)
     dryrun, job_dir = scheduler._claim_job_dir(dryrun)
-    assert job_dir == JobDir(Path(dryrun.request["job_dir"]))
+    assert job_dir == JobDir(dryrun.request.job_dir)
     assert job_dir.path.stat().st_mode & 0o777 == 0o700  # the job's files are the caller's alone
     scheduler._write_job_dir(dryrun, job_dir)
     assert (job_dir.code_dir / "train.py").read_text() == "print('hello')\n"
     assert not (job_dir.code_dir / "__pycache__").exists()
     assert (job_dir.path / "lifeline").is_fifo()
-    for host, planned in zip(("algo-1", "algo-2"), dryrun.request["hosts"]):
+    for host, planned in zip(("algo-1", "algo-2"), dryrun.request.hosts):
         opt_ml = contract.OptMl(job_dir.host_dir(host))
-        assert planned["opt_ml"] == str(opt_ml.base)  # the dry run shows the trees that are written
+        assert planned.opt_ml == opt_ml.base  # the dry run shows the trees that are written
         resource = json.loads(opt_ml.resource_config_file.read_text())
         assert resource["current_host"] == host and resource["hosts"] == ["algo-1", "algo-2"]
-        assert resource == planned["config_files"]["resource"]
-        assert json.loads(opt_ml.hyperparameters_file.read_text()) == planned["config_files"]["hyperparameters"]
+        assert resource == dryrun.request.config_files.for_host(host)["resource"]
+        assert json.loads(opt_ml.hyperparameters_file.read_text()) == dryrun.request.config_files.hyperparameters
         assert json.loads(opt_ml.input_data_config_file.read_text())["train"]["TrainingInputMode"] == "File"
         # Mount points exist and are plain directories (the data is mounted, not linked).
         assert opt_ml.channel_dir("train").is_dir() and not opt_ml.channel_dir("train").is_symlink()

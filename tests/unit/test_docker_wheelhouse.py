@@ -22,8 +22,8 @@ def test_wheelhouse_is_mounted_read_only_and_pip_uses_only_it(tmp_path):
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     request = DockerScheduler(job_root=tmp_path / "jobs", wheelhouse=str(wheels)).dryrun(spec(tmp_path)).request
-    for host in request["hosts"]:
-        argv = host["container"]["argv"]
+    for host in request.hosts:
+        argv = host.create
         assert f"{wheels}:{WHEELHOUSE_MOUNT}:ro" in argv
         assert "PIP_NO_INDEX=1" in argv and f"PIP_FIND_LINKS={WHEELHOUSE_MOUNT}" in argv
 
@@ -32,12 +32,12 @@ def test_the_jobs_environment_overrides_the_wheelhouse_settings(tmp_path):
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     job = spec(tmp_path, environment={"PIP_NO_INDEX": "0"})
-    argv = DockerScheduler(job_root=tmp_path / "jobs", wheelhouse=str(wheels)).dryrun(job).request["hosts"][0]["container"]["argv"]
+    argv = DockerScheduler(job_root=tmp_path / "jobs", wheelhouse=str(wheels)).dryrun(job).request.hosts[0].create
     assert "PIP_NO_INDEX=0" in argv and "PIP_NO_INDEX=1" not in argv
 
 
 def test_without_a_wheelhouse_nothing_changes(tmp_path):
-    argv = DockerScheduler(job_root=tmp_path / "jobs").dryrun(spec(tmp_path)).request["hosts"][0]["container"]["argv"]
+    argv = DockerScheduler(job_root=tmp_path / "jobs").dryrun(spec(tmp_path)).request.hosts[0].create
     assert not [arg for arg in argv if "PIP_" in arg or WHEELHOUSE_MOUNT in arg]
 
 

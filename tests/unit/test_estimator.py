@@ -108,20 +108,21 @@ def test_dryrun_is_pure_and_shows_the_exact_per_host_files(project):
     dryrun = job.dryrun(inputs={"train": "data"}, job_name="my-job")
     assert not (project / "jobs").exists()
     request = dryrun.request
-    assert dryrun.scheduler == "local" and dryrun.job_name == "my-job" and request["handle"] == "local://my-job"
-    assert request["ranks"] == {"launcher": "smddp", "processes_per_host": 2, "world_size": 4}
-    assert [host["host"] for host in request["hosts"]] == ["algo-1", "algo-2"]
-    second = request["hosts"][1]
-    assert second["opt_ml"] == str(project / "jobs" / "my-job" / "algo-2")
-    assert second["process"]["command"][1:] == ["-m", "smddp_sdk.runtime"]
-    environment = second["process"]["environment"]
-    assert environment["SAGEMAKER_BASE_DIR"] == second["opt_ml"]
+    assert dryrun.scheduler == "local" and dryrun.job_name == "my-job" and request.handle == "local://my-job"
+    assert request.ranks.to_json() == {"launcher": "smddp", "processes_per_host": 2, "world_size": 4}
+    assert [host.host for host in request.hosts] == ["algo-1", "algo-2"]
+    second = request.hosts[1]
+    assert second.opt_ml == project / "jobs" / "my-job" / "algo-2"
+    assert request.process.command[1:] == ("-m", "smddp_sdk.runtime")
+    environment = request.environment("algo-2")
+    assert environment["SAGEMAKER_BASE_DIR"] == str(second.opt_ml)
     assert json.loads(environment["SMDDP_HOST_ADDRESSES"]) == {"algo-1": "127.0.0.1", "algo-2": "127.0.0.1"}
     assert environment["SMDDP_NUM_GPUS"] == "2"
-    assert second["config_files"]["resource"]["current_host"] == "algo-2"
-    assert second["config_files"]["resource"]["hosts"] == ["algo-1", "algo-2"]
-    assert second["config_files"]["input_data"] == {"train": {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated", "RecordWrapperType": "None"}}
-    hyperparameters = second["config_files"]["hyperparameters"]
+    config = request.config_files.for_host("algo-2")
+    assert config["resource"]["current_host"] == "algo-2"
+    assert config["resource"]["hosts"] == ["algo-1", "algo-2"]
+    assert config["input_data"] == {"train": {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated", "RecordWrapperType": "None"}}
+    hyperparameters = config["hyperparameters"]
     assert list(hyperparameters) == [
         "epochs", "lr", "sagemaker_submit_directory", "sagemaker_program", "sagemaker_container_log_level",
         "sagemaker_job_name", "sagemaker_distributed_dataparallel_enabled", "sagemaker_instance_type",
@@ -129,21 +130,21 @@ def test_dryrun_is_pure_and_shows_the_exact_per_host_files(project):
     ]
     assert hyperparameters["sagemaker_program"] == '"train.py"'
     assert decode_hyperparameters(hyperparameters)["sagemaker_submit_directory"] == f"file://{project / 'jobs' / 'my-job' / 'code'}"
-    assert request["inputs"]["train"] == {"source": str(project / "data"), "target": "input/data/train"}
-    assert request["artifacts"]["model_data"] == str(project / "jobs" / "my-job" / "output" / "model.tar.gz")
+    assert request.inputs["train"] == {"source": str(project / "data"), "target": "input/data/train"}
+    assert request.artifacts.model_data == project / "jobs" / "my-job" / "output" / "model.tar.gz"
     assert json.loads(dryrun.render())["job_name"] == "my-job"
 
 
 def test_dryrun_output_path_and_instance_catalogue(project):
     dryrun = estimator(instance_type="ml.p4d.24xlarge", scheduler="local", output_path=f"file://{project}/out").dryrun(job_name="j")
-    assert dryrun.request["ranks"]["processes_per_host"] == 8 and dryrun.request["ranks"]["world_size"] == 16
-    assert dryrun.request["artifacts"]["model_data"] == f"{project}/out/j/output/model.tar.gz"
+    assert dryrun.request.ranks.processes_per_host == 8 and dryrun.request.ranks.world_size == 16
+    assert dryrun.request.artifacts.model_data == project / "out" / "j" / "output" / "model.tar.gz"
     assert any("8 GPUs" in note for note in dryrun.notes)
 
 
 def test_dryrun_without_distribution_runs_one_process_per_host(project):
     dryrun = estimator(distribution=None, instance_type="ml.g5.12xlarge", scheduler="local").dryrun()
-    assert dryrun.request["ranks"] == {"launcher": "none", "processes_per_host": 1, "world_size": 2}
+    assert dryrun.request.ranks.to_json() == {"launcher": "none", "processes_per_host": 1, "world_size": 2}
     assert dryrun.job_name.startswith("pytorch-training-")
 
 

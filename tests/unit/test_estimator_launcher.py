@@ -31,7 +31,7 @@ FAILURE = {
 def finished_job(tmp_path):
     job = JobDir(tmp_path / "j")
     job.path.mkdir()
-    job.write_record({"handle": "local://j", "request": {"stop_grace_period": 1, "artifacts": {"model_data": str(job.path / "model.tar.gz"), "output_data": str(job.path / "output.tar.gz")}}})
+    job.write_record({"handle": "local://j", "plan": {"stop_grace_period": 1, "artifacts": {"model_data": str(job.path / "model.tar.gz"), "output_data": str(job.path / "output.tar.gz")}}})
     job.console_log.write_text(CONSOLE)
     job.write_state(
         {

@@ -9,9 +9,10 @@ import pytest
 
 from smddp_sdk.errors import SpecError
 from smddp_sdk.schedulers import get_scheduler
-from smddp_sdk.schedulers.hosttree.host_trees import collect_artifacts, host_names, largest_entries, prepare_host_trees, stage_code
+from smddp_sdk.schedulers.hosttree.host_trees import collect_artifacts, host_names, largest_entries, prepare_host_trees
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir, pick_free_ports, ports_of_live_jobs
 from smddp_sdk.schedulers.hosttree.process_backend import inherited_env
+from smddp_sdk.schedulers.job_files import ConfigFiles, stage_code
 from smddp_sdk.specs.contract import OptMl, decode_hyperparameters, parse_console_line
 from smddp_sdk.specs.job import JobSpec
 from smddp_sdk.specs.status import JobHandle, JobState
@@ -47,7 +48,7 @@ def spec(tmp_path):
 
 def test_host_trees_hold_the_config_files_sagemaker_writes(spec, tmp_path):
     job_dir = tmp_path / "job"
-    trees = prepare_host_trees(spec, job_dir, "job-1", host_names(2), submit_directory="file:///code")
+    trees = prepare_host_trees(spec, job_dir, ConfigFiles.of(spec, job_name="job-1", hosts=host_names(2), submit_directory="file:///code"))
     assert [tree.host for tree in trees] == ["algo-1", "algo-2"]
     second = OptMl(job_dir / "algo-2")
     resource = json.loads(second.resource_config_file.read_text())
@@ -66,7 +67,7 @@ def test_host_trees_hold_the_config_files_sagemaker_writes(spec, tmp_path):
 
 
 def test_inputs_can_be_left_to_the_caller(spec, tmp_path):
-    (tree,) = prepare_host_trees(spec, tmp_path / "job", "j", ["algo-1"], submit_directory="/opt/ml/code", link_inputs=False)
+    (tree,) = prepare_host_trees(spec, tmp_path / "job", ConfigFiles.of(spec, job_name="j", hosts=["algo-1"], submit_directory="/opt/ml/code"), link_inputs=False)
     assert not tree.opt_ml.channel_dir("train").exists()
 
 
@@ -156,7 +157,7 @@ def test_a_job_whose_supervisor_vanished_reads_as_failed(tmp_path):
     scheduler = get_scheduler("local", job_root=str(tmp_path))
     job = JobDir(tmp_path / "ghost")
     job.path.mkdir()
-    job.write_record({"handle": "local://ghost", "request": {"stop_grace_period": 1, "artifacts": {"model_data": str(job.path / "model.tar.gz"), "output_data": str(job.path / "output.tar.gz")}}})
+    job.write_record({"handle": "local://ghost", "plan": {"stop_grace_period": 1, "artifacts": {"model_data": str(job.path / "model.tar.gz"), "output_data": str(job.path / "output.tar.gz")}}})
     job.write_state({"state": "RUNNING", "supervisor_pid": 2**22 + 12345, "hosts": {}})
     status = scheduler.status(JobHandle("local", "ghost"))
     assert status.state is JobState.FAILED and "supervisor" in status.message

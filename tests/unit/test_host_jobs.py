@@ -21,7 +21,7 @@ def test_two_jobs_in_the_same_millisecond_get_different_names(tmp_path: Path) ->
     first, first_dir = scheduler._claim_job_dir(dryrun)
     second, second_dir = scheduler._claim_job_dir(dryrun)  # the same generated name: taken, so renamed
     assert first.job_name != second.job_name and first_dir != second_dir
-    assert second.request["job_dir"] == str(second_dir.path) and second.request["handle"].endswith(second.job_name)
+    assert second.request.job_dir == second_dir.path and second.request.handle.endswith(second.job_name)
     for job_dir in (first_dir, second_dir):
         assert job_dir.path.stat().st_mode & 0o777 == 0o700
     assert (tmp_path / "jobs").stat().st_mode & 0o077 == 0

@@ -17,6 +17,7 @@ from typing import Any
 
 from smddp_sdk.schedulers.hosttree.backend import HostBackend, HostExit, Output
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir
+from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
 from smddp_sdk.schedulers.hosttree.supervisor import Supervisor
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.failure import SOURCE_ERROR_FILE, FailureRecord, signal_name
@@ -38,8 +39,8 @@ class FakeBackend(HostBackend):
 
     name = "fake"
 
-    def __init__(self, job_dir: JobDir, request: Mapping[str, Any], hosts: dict[str, FakeHost]) -> None:
-        super().__init__(job_dir, request)
+    def __init__(self, job_dir: JobDir, plan: HostTreePlan, hosts: dict[str, FakeHost]) -> None:
+        super().__init__(job_dir, plan)
         self.hosts = hosts
         self.started: dict[str, float] = {}
         self.exits: dict[str, HostExit] = {}
@@ -72,7 +73,7 @@ class FakeBackend(HostBackend):
         self.exits[host] = HostExit(128 + sig if sig else code, signal_name(sig) if sig else None, time.time())
 
 
-def make_job(tmp_path: Path, **request: Any) -> JobDir:
+def make_job(tmp_path: Path, **plan: Any) -> JobDir:
     job_dir = JobDir(tmp_path / "job")
     job_dir.path.mkdir(parents=True)
     for host in HOSTS:
@@ -81,11 +82,11 @@ def make_job(tmp_path: Path, **request: Any) -> JobDir:
     job_dir.write_record(
         {
             "handle": "local://job",
-            "request": {
+            "plan": {
                 "hosts": [{"host": host} for host in HOSTS],
                 "stop_grace_period": 1,
                 "artifacts": {"model_data": str(artifacts / "model.tar.gz"), "output_data": str(artifacts / "output.tar.gz")},
-                **request,
+                **plan,
             },
         }
     )
@@ -93,7 +94,7 @@ def make_job(tmp_path: Path, **request: Any) -> JobDir:
 
 
 def supervise(job_dir: JobDir, hosts: dict[str, FakeHost], **attributes: Any) -> tuple[dict[str, Any], FakeBackend]:
-    backend = FakeBackend(job_dir, job_dir.read_record()["request"], hosts)
+    backend = FakeBackend(job_dir, job_dir.plan, hosts)
     supervisor = Supervisor(job_dir, backend)
     supervisor.peer_failure_grace = 0.3
     for name, value in attributes.items():
@@ -153,7 +154,7 @@ def test_cancel_stops_every_host_and_ends_cancelled(tmp_path: Path) -> None:
     model.mkdir(parents=True, exist_ok=True)
     (model / "weights.bin").write_bytes(b"w")  # what the job wrote before it was stopped
     (model / "leak").symlink_to("/etc/hostname")
-    backend2 = FakeBackend(job_dir2, job_dir2.read_record()["request"], {host: FakeHost() for host in HOSTS})
+    backend2 = FakeBackend(job_dir2, job_dir2.plan, {host: FakeHost() for host in HOSTS})
     supervisor = Supervisor(job_dir2, backend2)
     supervisor.peer_failure_grace = 0.3
     original = supervisor.tick
@@ -235,11 +236,10 @@ def test_a_long_dead_supervisors_job_gets_its_archives_and_no_process_is_signall
 
 
 def test_a_record_without_archive_paths_collects_nothing_into_the_current_directory(tmp_path: Path, monkeypatch) -> None:
-    from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
     from smddp_sdk.schedulers.hosttree.supervisor import collect_job_artifacts
 
     monkeypatch.chdir(tmp_path)
-    plan = HostTreePlan.from_request({"hosts": [{"host": "algo-1", "opt_ml": str(tmp_path / "algo-1"), "process": {"command": ["python3"]}}]})
+    plan = HostTreePlan.from_json({"hosts": [{"host": "algo-1", "opt_ml": str(tmp_path / "algo-1")}], "process": {"command": ["python3"]}})
     entries, problem = collect_job_artifacts(JobDir(tmp_path / "job"), plan)
     assert entries == {} and problem.startswith("ArtifactCollectionFailed: the job's record names no place")
     assert list(tmp_path.iterdir()) == []

@@ -1,8 +1,10 @@
 """Attempts of a host-tree job: which failures are retried, spot interruptions, and what ``status`` shows.
 
-SageMaker's rule ("Retry a training job", RetryStrategy): a job is retried, up to ``max_retry_attempts``
-times, when the platform failed it -- an instance lost, a container or runtime killed -- never when the
-script raised (``retry_script_errors`` widens that here, for rehearsing a flaky script). A managed spot
+SageMaker's rule ("Retry a training job", RetryStrategy), the job's ``RetryPolicy`` in its plan: a job is
+retried, up to ``max_retry_attempts`` times, when the platform failed it -- an instance lost, a container or
+runtime killed -- never when the script raised (``retry_script_errors`` widens that, for rehearsing a flaky
+script, and is what torchrun's ``--max-restarts`` asks for). The supervisor counts the retries left down
+from the policy's bound, as torch elastic's agent keeps ``_remaining_restarts``. A managed spot
 interruption restarts the job whatever ``max_retry_attempts`` says, until ``max_wait`` (all attempts
 together) passes: MaxWaitTimeExceeded. Each attempt keeps the job's name and restores the checkpoints
 synced so far on every host.
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from smddp_sdk.specs.failure import SOURCE_SUPERVISOR, FailureRecord
+from smddp_sdk.specs.job import RetryPolicy
 
 INTERRUPT_FILE = "interrupt-requested"  # written by ``smddp-launch interrupt``, taken by the supervisor
 # What a runtime reports when a host went away: the platform's failure, not the script's.
@@ -76,13 +79,14 @@ def is_platform_failure(root: FailureRecord) -> bool:
     return root.rank is None and (root.source == SOURCE_SUPERVISOR or root.error_type in _LOST_HOST)
 
 
-def retry_reason(root: FailureRecord | None, *, retries_left: int, script_errors: bool) -> str:
-    """Why the failed attempt is retried, or "" when it is not (the job then fails with ``root``)."""
+def retry_reason(root: FailureRecord | None, policy: RetryPolicy, *, retries_left: int) -> str:
+    """Why the failed attempt is retried under ``policy``, with ``retries_left`` of its retries left, or ""
+    when it is not (the job then fails with ``root``)."""
     if root is None or retries_left <= 0:
         return ""
     if is_platform_failure(root):
         return f"the platform failed it ({root.summary()})"
-    if script_errors:
+    if policy.script_errors:
         return f"the script failed and retry_script_errors is set ({root.summary()})"
     return ""
 

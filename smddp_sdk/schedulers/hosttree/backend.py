@@ -32,11 +32,11 @@ class HostExit:
 
 
 class HostBackend(abc.ABC):
-    """Runs the hosts of one job. Built by the supervisor from the job record (``backend`` key)."""
+    """Runs the hosts of one job. Built by the supervisor from the job's plan (its ``backend``)."""
 
-    def __init__(self, job_dir: JobDir, request: Mapping[str, Any]) -> None:
+    def __init__(self, job_dir: JobDir, plan: HostTreePlan) -> None:
         self.job_dir = job_dir
-        self.plan = HostTreePlan.from_request(request)
+        self.plan = plan
         self.readers: list[threading.Thread] = []
         self.exits: dict[str, HostExit] = {}  # the hosts seen to end, kept: each ends once
 
@@ -72,8 +72,8 @@ class HostBackend(abc.ABC):
         """After the job: sweep what is left (stray processes, containers, the network)."""
 
     @classmethod
-    def stop_orphans(cls, job_dir: JobDir, record: Mapping[str, Any], state: Mapping[str, Any], grace: float) -> None:
-        """Stop a job whose supervisor is gone or frozen, from what the job directory recorded."""
+    def stop_orphans(cls, job_dir: JobDir, state: Mapping[str, Any]) -> None:
+        """Stop a job whose supervisor is gone or frozen, from what the job directory recorded (its plan, its state)."""
 
 
 def _copy(host: str, stream: IO[bytes], output: Output) -> None:

@@ -26,14 +26,17 @@ from __future__ import annotations
 import shutil
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import suppress
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from smddp_sdk.errors import SmddpError, SpecIssue
-from smddp_sdk.schedulers.hosttree import stores
+from smddp_sdk.schedulers import stores
 from smddp_sdk.specs.job import JobSpec
+
+if TYPE_CHECKING:
+    from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
 
 DEFAULT_LOCAL_PATH = "/opt/ml/checkpoints"
 OPT_ML = PurePosixPath("/opt/ml")
@@ -164,14 +167,10 @@ def for_job(checkpoint_s3_uri: str | None, checkpoint_local_path: str | None, ho
     return CheckpointSync(checkpoint_s3_uri, [host_dir(Path(root), checkpoint_local_path) for root in host_roots], **options)
 
 
-def for_record(record: Mapping[str, Any], **options: Any) -> CheckpointSync | None:
-    """The sync of a local or docker job from its ``job.json`` record (spec and request), for the
-    process that watches the hosts: ``sync = checkpoints.for_record(record)``; ``sync.start()`` once
-    the hosts run, ``sync.stop()`` after they end (restoring happened when the trees were written)."""
-    from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
-
-    spec = record.get("spec") or {}
-    if not spec.get("checkpoint_s3_uri"):
-        return None  # most jobs: nothing to read from the request
-    roots = [host.opt_ml for host in HostTreePlan.from_request(record.get("request") or {}).hosts]
-    return for_job(spec.get("checkpoint_s3_uri"), spec.get("checkpoint_local_path"), roots, **options)
+def for_plan(plan: HostTreePlan, **options: Any) -> CheckpointSync | None:
+    """The sync of a local or docker job from its plan, for the process that watches the hosts:
+    ``sync = checkpoints.for_plan(plan)``; ``sync.start()`` once the hosts run, ``sync.stop()`` after they
+    end (restoring happened when the trees were written). None without ``checkpoint_s3_uri``."""
+    if plan.checkpoints is None:
+        return None
+    return for_job(plan.checkpoints.s3_uri, plan.checkpoints.local_path, [host.opt_ml for host in plan.hosts], **options)

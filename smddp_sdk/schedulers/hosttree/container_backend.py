@@ -25,8 +25,8 @@ _INSPECT_EVERY = 1.0  # seconds between inspections of a container whose attach 
 
 
 class ContainerBackend(HostBackend):
-    def __init__(self, job_dir: JobDir, request: Mapping[str, Any]) -> None:
-        super().__init__(job_dir, request)
+    def __init__(self, job_dir: JobDir, plan: HostTreePlan) -> None:
+        super().__init__(job_dir, plan)
         self.docker = self.plan.docker_cli
         self.attached: dict[str, subprocess.Popen[bytes]] = {}
         self.inspected_at: dict[str, float] = {}
@@ -78,9 +78,9 @@ class ContainerBackend(HostBackend):
             docker_cli.remove_job(self.docker, self.plan.job_name)
 
     @classmethod
-    def stop_orphans(cls, job_dir: JobDir, record: Mapping[str, Any], state: Mapping[str, Any], grace: float) -> None:
-        plan = HostTreePlan.from_request(record["request"])
-        docker, job = plan.docker_cli, plan.job_name
+    def stop_orphans(cls, job_dir: JobDir, state: Mapping[str, Any]) -> None:
+        plan = job_dir.plan
+        docker, job, grace = plan.docker_cli, plan.job_name, plan.grace
         names = docker_cli.run(docker, "ps", "-q", "--filter", f"label={docker_cli.LABEL_JOB}={job}", check=False).split()
         if names:
             docker_cli.run(docker, "stop", "-t", str(int(grace)), *names, check=False, timeout=grace + 60)

@@ -22,8 +22,9 @@ import sys
 from typing import Any
 
 from smddp_sdk.errors import SpecIssue
+from smddp_sdk.schedulers import channels
 from smddp_sdk.schedulers.base import DryRun
-from smddp_sdk.schedulers.hosttree import channels, checkpoints
+from smddp_sdk.schedulers.hosttree import checkpoints
 from smddp_sdk.specs.job import JobSpec
 
 _SAID: set[str] = set()

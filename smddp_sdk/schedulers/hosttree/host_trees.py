@@ -7,7 +7,9 @@ bind-mounted at ``/opt/ml`` in its container), so both hand the runtime the same
   ``smddp_sdk.specs.contract``;
 - ``input/data/<channel>`` for every input channel, as ``channels`` delivers it (FullyReplicated or
   ShardedByS3Key; local, ``file://`` or ``s3://``), and the restored checkpoints (``checkpoints``);
-- the job's code, staged once as a snapshot (``stage_code``) and named by ``sagemaker_submit_directory``.
+- the job's code, staged once as a snapshot (``job_files.stage_code``) and named by ``sagemaker_submit_directory``.
+
+The config files come from the plan (``job_files.ConfigFiles``), computed once when the job was planned.
 
 After the job, ``collect_artifacts`` merges every host's ``model`` and ``output/data`` directories into
 ``model.tar.gz`` and ``output.tar.gz`` as SageMaker local mode does (later hosts win on equal names).
@@ -15,47 +17,21 @@ After the job, ``collect_artifacts`` merges every host's ``model`` and ``output/
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from smddp_sdk.errors import SpecError
-from smddp_sdk.schedulers.hosttree import channels, checkpoints
-from smddp_sdk.specs import contract
-from smddp_sdk.specs.archives import code_ignore, code_tree_issues, write_archive
+from smddp_sdk.schedulers import channels
+from smddp_sdk.schedulers.hosttree import checkpoints
+from smddp_sdk.schedulers.job_files import ConfigFiles
+from smddp_sdk.specs.archives import write_archive
 from smddp_sdk.specs.contract import OptMl
-from smddp_sdk.specs.job import JobSpec, TrainingInput
+from smddp_sdk.specs.job import JobSpec
 
 
 def host_names(count: int) -> list[str]:
     """``algo-1`` .. ``algo-N``: the host names SageMaker gives the instances of a homogeneous cluster."""
     return [f"algo-{index}" for index in range(1, count + 1)]
-
-
-def channel_config(channel: TrainingInput, default_mode: str) -> dict[str, Any]:
-    """A channel's entry in inputdataconfig.json (the platform fills the remaining defaults)."""
-    options: dict[str, Any] = {"TrainingInputMode": channel.input_mode or default_mode, "S3DistributionType": channel.distribution}
-    if channel.content_type:
-        options["ContentType"] = channel.content_type
-    if channel.record_wrapping:
-        options["RecordWrapperType"] = channel.record_wrapping
-    if channel.compression:
-        options["CompressionType"] = channel.compression
-    return options
-
-
-def config_files(spec: JobSpec, *, job_name: str, hosts: Sequence[str], current_host: str, submit_directory: str, region: str | None = None) -> dict[str, Any]:
-    """The three config files of one host, keyed as ``contract.write_config_files`` takes them
-    (``resource``, ``hyperparameters`` encoded as v2 does, ``input_data``). Pure."""
-    hyperparameters = spec.training_hyperparameters(job_name=job_name, submit_directory=submit_directory, region=region)
-    channels = {name: channel_config(channel, spec.input_mode) for name, channel in spec.inputs.items()}
-    return {
-        "resource": contract.resource_config(current_host, hosts, spec.instance_type),
-        "hyperparameters": contract.encode_hyperparameters(hyperparameters),
-        "input_data": contract.input_data_config(channels),
-    }
 
 
 @dataclass(frozen=True)
@@ -66,42 +42,22 @@ class HostTree:
     opt_ml: OptMl
 
 
-def prepare_host_trees(spec: JobSpec, job_dir: Path, job_name: str, hosts: Sequence[str], *, submit_directory: str, region: str | None = None, link_inputs: bool = True) -> list[HostTree]:
-    """Create ``job_dir/<host>`` for every host, with its config files and (optionally) input links.
+def prepare_host_trees(spec: JobSpec, job_dir: Path, config: ConfigFiles, *, link_inputs: bool = True) -> list[HostTree]:
+    """Create ``job_dir/<host>`` for every host of ``config``, with its config files and (optionally) input links.
 
-    ``submit_directory`` is what the runtime reads as ``sagemaker_submit_directory``: a ``file://`` URI
-    of a staged code snapshot here, ``/opt/ml/code`` where the code is mounted into a container.
     Input channels are delivered by ``channels.deliver`` (links with ``link_inputs``; otherwise real
     files, except local data every host sees whole, which the caller mounts: see
     ``channels.bind_mount_source``), and ``checkpoint_s3_uri`` is restored into every host.
     """
-    trees = [HostTree(host, OptMl(job_dir / host)) for host in hosts]
+    trees = [HostTree(host, OptMl(job_dir / host)) for host in config.hosts]
     for tree in trees:
-        files = config_files(spec, job_name=job_name, hosts=hosts, current_host=tree.host, submit_directory=submit_directory, region=region)
-        contract.write_config_files(tree.opt_ml, **files)
+        config.write(tree.opt_ml, tree.host)
     # Channels (sharded, downloaded from S3) and checkpoints restored before any host starts, as SageMaker does.
     opt_mls = [tree.opt_ml for tree in trees]
     channels.deliver(spec.inputs, opt_mls, job_dir / "inputs", style="symlink" if link_inputs else "copy", skip_mountable=not link_inputs)
     if sync := checkpoints.for_job(spec.checkpoint_s3_uri, spec.checkpoint_local_path, [o.base for o in opt_mls]):
         sync.restore()
     return trees
-
-
-def stage_code(spec: JobSpec, dest: Path) -> Path:
-    """Copy the job's code into ``dest``: ``source_dir``'s contents (or the lone entry point) plus each
-    ``dependencies`` directory under its own name, the layout of v2's sourcedir.tar.gz."""
-    dest.mkdir(parents=True, exist_ok=True)
-    ignore = code_ignore(dest)
-    issues = code_tree_issues(spec.code_trees, ignore)  # checked at validation too; again here, just before the copy
-    if issues:
-        raise SpecError(issues)
-    if spec.source_dir:
-        shutil.copytree(spec.source_dir, dest, symlinks=True, ignore=ignore, dirs_exist_ok=True)
-    else:
-        shutil.copy2(spec.entry_point, dest / Path(spec.entry_point).name)
-    for dependency in spec.dependencies:
-        shutil.copytree(dependency, dest / Path(dependency).name, symlinks=True, ignore=ignore, dirs_exist_ok=True)
-    return dest
 
 
 def largest_entries(root: Path, count: int = 3) -> tuple[int, list[tuple[str, int]]]:

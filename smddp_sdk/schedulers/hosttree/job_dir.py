@@ -8,26 +8,20 @@ watched or stopped from any other.
 from __future__ import annotations
 
 import json
-import os
 import random
 import socket
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
 from smddp_sdk.specs import processes
 from smddp_sdk.specs.contract import Below
-from smddp_sdk.specs.json_files import write_json_atomic
+from smddp_sdk.specs.json_files import read_json_object, write_json_atomic
 from smddp_sdk.specs.status import JobState
-
-DEFAULT_JOB_ROOT = "~/.smddp/jobs"
-JOB_ROOT_ENV = "SMDDP_JOB_ROOT"
-
-
-def default_job_root() -> Path:
-    return Path(os.environ.get(JOB_ROOT_ENV) or DEFAULT_JOB_ROOT).expanduser()
 
 
 @dataclass(frozen=True)
@@ -51,6 +45,17 @@ class JobDir:
 
     def read_record(self) -> dict[str, Any]:
         return json.loads(self.record_file.read_text(encoding="utf-8"))
+
+    @cached_property
+    def record(self) -> dict[str, Any] | None:
+        """``job.json``, read once per ``JobDir`` (None when it cannot be read)."""
+        return read_json_object(self.record_file)
+
+    @cached_property
+    def plan(self) -> HostTreePlan:
+        """The job's plan from its record, read once per ``JobDir``: once per process for the supervisor,
+        once per call for the scheduler's ``status``, ``cancel`` and ``interrupt``."""
+        return HostTreePlan.from_record(self.record or {})
 
     def write_record(self, record: Mapping[str, Any]) -> None:
         write_json_atomic(self.record_file, record)

@@ -1,6 +1,6 @@
 """The scheduler side of host-tree jobs, shared by the local and docker schedulers.
 
-A subclass plans (``plan``: its hosts' commands or containers, inside ``_request``) and adds what its
+A subclass plans (``plan``: its hosts' commands or containers, given to ``_plan``) and adds what its
 trees need; this base validates what a machine cannot run, writes the job directory and its record,
 starts the one supervisor (``hosttree.supervisor``) and answers ``status``, ``logs``, ``cancel``,
 ``list_jobs`` and ``remove`` from the job directory, so they work from any process, later -- and
@@ -17,26 +17,25 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import suppress
 from pathlib import Path
 from typing import Any, ClassVar
 
-import smddp_sdk
 from smddp_sdk.errors import SpecError, SpecIssue
 from smddp_sdk.schedulers.base import Capabilities, DryRun, JobRootScheduler
 from smddp_sdk.schedulers.hosttree import fidelity
 from smddp_sdk.schedulers.hosttree import stacks as rank_stacks
 from smddp_sdk.schedulers.hosttree.attempts import Interruption, request_interrupt
 from smddp_sdk.schedulers.hosttree.console_log import follow_stamped
-from smddp_sdk.schedulers.hosttree.host_trees import HostTree, config_files, prepare_host_trees, stage_code
+from smddp_sdk.schedulers.hosttree.host_trees import HostTree, host_names, prepare_host_trees
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir, is_supervisor_of
-from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
+from smddp_sdk.schedulers.hosttree.plan import SHOWN_HOSTS, Checkpoints, HostPlan, HostTreePlan, Spot
 from smddp_sdk.schedulers.hosttree.supervisor import HEARTBEAT, LIFELINE, SCRATCH, backend_for, collect_job_artifacts
-from smddp_sdk.specs import contract, instance_types, processes
+from smddp_sdk.schedulers.job_files import Artifacts, ConfigFiles, output_root, package_parent, simulated_gpus, stage_code
+from smddp_sdk.specs import contract, processes
 from smddp_sdk.specs.failure import FailureRecord
-from smddp_sdk.specs.job import JobSpec
-from smddp_sdk.specs.json_files import read_json_object
+from smddp_sdk.specs.job import JobSpec, RetryPolicy
 from smddp_sdk.specs.status import HostStatus, JobHandle, JobState, JobStatus, LogLine, attempts_of, settled, transitions_of
 
 SUPERVISOR_MODULE = "smddp_sdk.schedulers.hosttree.supervisor"
@@ -54,6 +53,7 @@ class HostTreeScheduler(JobRootScheduler):
 
     capabilities: ClassVar[Capabilities] = Capabilities(bound_to_owner=True, cancel_on_interrupt=True, lists_locally=True, interrupt=True, stacks=True, remove=True)
     backend: ClassVar[str]  # the host backend the supervisor runs the hosts with: "process" or "container"
+    link_inputs: ClassVar[bool] = True  # input channels linked into the trees (docker mounts them instead)
     job_root: Path
     processes_per_host: int | None
     stop_grace_period: float
@@ -75,78 +75,68 @@ class HostTreeScheduler(JobRootScheduler):
         """What this scheduler cannot run of what SageMaker can (beyond the fidelity checks)."""
         return []
 
-    def _request(self, spec: JobSpec, job_name: str, **planned: Any) -> dict[str, Any]:
-        """The job record's request: what every host-tree job has around what its scheduler ``planned``."""
+    def _plan(self, spec: JobSpec, job_name: str, **planned: Any) -> HostTreePlan:
+        """The plan of every host-tree job around what this scheduler ``planned`` (its launch), built once:
+        the dry run shows it, ``run`` writes it to job.json, the supervisor runs it."""
         job_dir = JobDir(self.job_root / job_name)
-        return {
-            "job_name": job_name,
-            "handle": str(JobHandle(self.name, job_name)),
-            "job_dir": str(job_dir.path),
-            "code": {"source": spec.source_dir or spec.entry_point, "dependencies": list(spec.dependencies), "snapshot": str(job_dir.code_dir)},
+        hosts = host_names(spec.instance_count)
+        return HostTreePlan(
+            job_name=job_name,
+            handle=str(JobHandle(self.name, job_name)),
+            job_dir=job_dir.path,
+            code={"source": spec.source_dir or spec.entry_point, "dependencies": list(spec.dependencies), "snapshot": str(job_dir.code_dir)},
+            hosts=tuple(self._host(spec, job_dir, host) for host in hosts),
+            config_files=ConfigFiles.of(spec, job_name=job_name, hosts=hosts, submit_directory=self._submit_directory(job_dir)),
+            artifacts=Artifacts.of(spec, self.job_root, job_name),
+            backend=self.backend,
+            max_run=spec.max_run,
+            grace=self.stop_grace_period,
+            retry=RetryPolicy.of(spec, script_errors=self.retry_script_errors),
+            spot=Spot(int(spec.max_wait or spec.max_run), self.interrupt_after) if spec.use_spot_instances else None,
+            checkpoints=Checkpoints(spec.checkpoint_s3_uri, spec.checkpoint_local_path) if spec.checkpoint_s3_uri else None,
             **planned,
-            "artifacts": artifacts(spec, self.job_root, job_name),
-            "backend": self.backend,
-            "max_run": spec.max_run,
-            "stop_grace_period": self.stop_grace_period,
-            "retry_script_errors": self.retry_script_errors,
-            "max_wait": spec.max_wait if spec.use_spot_instances else None,
-            "interrupt_after": list(self.interrupt_after),
-        }
+        )
 
-    def _hosts_request(self, spec: JobSpec, job_name: str, launches: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
-        """Every host as job.json records it, the same for every backend: its /opt/ml tree, the config
-        files written there, and how it starts under the backend's name (``process``: command and
-        environment; ``container``: name and ``docker create`` argv)."""
-        job_dir = JobDir(self.job_root / job_name)
-        hosts = list(launches)
-        submit_directory = self._tree_options(job_dir)["submit_directory"]
-        return [
-            {
-                "host": host,
-                "opt_ml": str(job_dir.host_dir(host)),
-                "config_files": config_files(spec, job_name=job_name, hosts=hosts, current_host=host, submit_directory=submit_directory),
-                self.backend: dict(launch),
-            }
-            for host, launch in launches.items()
-        ]
+    def _dryrun(self, spec: JobSpec, plan: HostTreePlan, notes: Sequence[str]) -> DryRun[HostTreePlan]:
+        """The dry run of ``plan``: this scheduler's ``notes``, the fidelity notes, and how it is shown."""
+        shown = [f"{len(plan.hosts)} hosts: the dry run shows the first and last ones; the job's record keeps every one"] if len(plan.hosts) > SHOWN_HOSTS else []
+        return DryRun(self.name, spec, plan.job_name, plan, (*notes, *fidelity.notes(spec, self.name, len(plan.hosts)), *shown))
+
+    def _host(self, spec: JobSpec, job_dir: JobDir, host: str) -> HostPlan:
+        """One host of the plan: its tree (and how a container starts, for the docker scheduler)."""
+        return HostPlan(host, job_dir.host_dir(host))
+
+    def _submit_directory(self, job_dir: JobDir) -> str:
+        """``sagemaker_submit_directory`` as the hosts see the code snapshot."""
+        return f"file://{job_dir.code_dir}"
 
     def _simulated_gpus(self, spec: JobSpec, *, gpus_passed: bool) -> int | None:
-        """SMDDP_NUM_GPUS for every host; None lets the runtime count the GPUs it is given."""
-        if self.processes_per_host is not None:
-            return self.processes_per_host
-        if gpus_passed:
-            return None
-        instance = instance_types.lookup(spec.instance_type)
-        return instance.gpus if instance is not None else 0
+        return simulated_gpus(spec, self.processes_per_host, gpus_passed=gpus_passed)
 
     # --- starting ---------------------------------------------------------------------------------
 
     def warn(self, dryrun: DryRun) -> None:
         fidelity.report(dryrun)  # warnings for what a rehearsal cannot emulate, a count of the rest
 
-    def _write_job_dir(self, dryrun: DryRun, job_dir: JobDir) -> list[HostTree]:
-        """Fill the (new, empty) job directory: the code snapshot and one /opt/ml tree per host."""
+    def _write_job_dir(self, dryrun: DryRun[HostTreePlan], job_dir: JobDir) -> list[HostTree]:
+        """Fill the (new, empty) job directory: the code snapshot and one /opt/ml tree per host, with the
+        config files the plan holds."""
         stage_code(dryrun.spec, job_dir.code_dir)
-        hosts = [item.host for item in HostTreePlan.from_request(dryrun.request).hosts]
-        return prepare_host_trees(dryrun.spec, job_dir.path, dryrun.job_name, hosts, **self._tree_options(job_dir))
+        return prepare_host_trees(dryrun.spec, job_dir.path, dryrun.request.config_files, link_inputs=self.link_inputs)
 
-    def _tree_options(self, job_dir: JobDir) -> dict[str, Any]:
-        """How this scheduler's hosts see their trees (``prepare_host_trees``' options)."""
-        return {"submit_directory": f"file://{job_dir.code_dir}"}
-
-    def run(self, dryrun: DryRun, *, owner_pid: int | None) -> JobHandle:
+    def run(self, dryrun: DryRun[HostTreePlan], *, owner_pid: int | None) -> JobHandle:
         """Create the job directory under a unique name, fill it, record the job, start its supervisor."""
         dryrun, job_dir = self._claim_job_dir(dryrun)
         try:
             self._write_job_dir(dryrun, job_dir)
             job_dir.write_record({
-                "handle": dryrun.request["handle"],
+                "handle": dryrun.request.handle,
                 "job_name": dryrun.job_name,
                 "created": time.time(),
                 "owner_pid": owner_pid,
                 "job_root": str(self.job_root),
                 "spec": dryrun.spec.as_dict(),
-                "request": dryrun.request,
+                "plan": dryrun.request.to_json(),
             })
             job_dir.write_state({"state": JobState.PENDING.value, "message": "starting the supervisor"})
         except BaseException:
@@ -154,13 +144,13 @@ class HostTreeScheduler(JobRootScheduler):
             raise
         _make_private(job_dir.path)
         self._start_supervisor(job_dir)
-        return JobHandle.parse(dryrun.request["handle"])
+        return JobHandle.parse(dryrun.request.handle)
 
-    def _claim_job_dir(self, dryrun: DryRun) -> tuple[DryRun, JobDir]:
+    def _claim_job_dir(self, dryrun: DryRun[HostTreePlan]) -> tuple[DryRun[HostTreePlan], JobDir]:
         """mkdir is the lock: two jobs started in the same millisecond get different generated names."""
         self.job_root.mkdir(parents=True, exist_ok=True, mode=0o700)
         for _ in range(_NAME_ATTEMPTS):
-            job_dir = JobDir(Path(dryrun.request["job_dir"]))
+            job_dir = JobDir(dryrun.request.job_dir)
             try:
                 job_dir.path.mkdir(mode=0o700)
                 return dryrun, job_dir
@@ -201,6 +191,7 @@ class HostTreeScheduler(JobRootScheduler):
             ended=state.get("ended"),
             attempt=int(state.get("attempt", 1)),
             attempts=attempts_of(state.get("attempts") or ()),
+            retries_left=state.get("retries_left"),
             interruptions=int(state.get("interruptions", 0)),
             transitions=transitions_of(state.get("transitions") or ()),
             training_seconds=state.get("training_seconds"),
@@ -237,7 +228,7 @@ class HostTreeScheduler(JobRootScheduler):
         if recent:
             self._sweep(job_dir, state)  # the hosts stop on the broken lifeline: wait for them, then archive
         else:  # long dead: its hosts stopped long ago, and its pids may be other processes' by now
-            self._archive(job_dir, _plan_of(job_dir))
+            self._archive(job_dir)
         return job_dir.read_state()
 
     def logs(self, handle: JobHandle, *, hosts: Sequence[str] | None = None, ranks: Sequence[int] | None = None, follow: bool = False) -> Iterator[LogLine]:
@@ -270,7 +261,7 @@ class HostTreeScheduler(JobRootScheduler):
         self._take_over(job_dir)
 
     def _cancel_through_supervisor(self, job_dir: JobDir) -> bool:
-        grace = _plan_of(job_dir).grace
+        grace = job_dir.plan.grace
         deadline = time.monotonic() + grace + 15
         signalled_at: float | None = None
         while time.monotonic() < deadline:
@@ -309,17 +300,15 @@ class HostTreeScheduler(JobRootScheduler):
         """Stop and remove what a job without a supervisor left (processes, containers, its network), and
         make its archives once the hosts are gone, as its supervisor would have (SageMaker uploads what a
         stopped job wrote)."""
-        record = job_dir.read_record()
-        plan = HostTreePlan.from_request(record["request"])
-        backend_for(job_dir, record).stop_orphans(job_dir, record, state, plan.grace)
+        backend_for(job_dir).stop_orphans(job_dir, state)
         for name in (LIFELINE, HEARTBEAT):
             (job_dir.path / name).unlink(missing_ok=True)
         shutil.rmtree(job_dir.path / SCRATCH, ignore_errors=True)
-        self._archive(job_dir, plan)
+        self._archive(job_dir)
 
-    def _archive(self, job_dir: JobDir, plan: HostTreePlan) -> None:
+    def _archive(self, job_dir: JobDir) -> None:
         """The archives a job without a supervisor never got, from what its hosts wrote."""
-        archives, problem = collect_job_artifacts(job_dir, plan)
+        archives, problem = collect_job_artifacts(job_dir, job_dir.plan)
         state = job_dir.read_state()
         message = state.get("message", "") + (f"; also {problem}" if problem else "")
         job_dir.write_state({**state, **archives, "message": message, "swept": True})
@@ -328,12 +317,11 @@ class HostTreeScheduler(JobRootScheduler):
         """Rehearse a managed spot interruption of a running spot job: its supervisor stops every host,
         syncs the checkpoints, and starts the job again with them (``hosttree.attempts``)."""
         job_dir = self._job_dir(handle)
-        record = job_dir.read_record()
-        if not (record.get("spec") or {}).get("use_spot_instances"):
+        if job_dir.plan.spot is None:
             raise SpecError(SpecIssue("job", f"{handle} does not use spot instances: only spot capacity is interrupted",
                                       "run the job with use_spot_instances: true and max_wait; a lost on-demand host is rehearsed by "
                                       "killing a host's runtime (max_retry_attempts retries it)"))
-        hosts = [item.host for item in HostTreePlan.from_request(record["request"]).hosts]
+        hosts = [item.host for item in job_dir.plan.hosts]
         if interruption.host is not None and interruption.host not in hosts:
             raise SpecError(SpecIssue("--host", f"{handle} has no host {interruption.host!r}", f"one of {', '.join(hosts)}"))
         state = self._settled_state(job_dir).get("state")
@@ -355,8 +343,8 @@ class HostTreeScheduler(JobRootScheduler):
         job_dir = JobDir(self.job_root / handle.job_id)
         if not job_dir.exists():
             raise SpecError(SpecIssue("handle", f"no {self.name} job {handle.job_id!r} in {self.job_root}", f"list jobs with `smddp-launch list --scheduler {self.name}`; set job_root or SMDDP_JOB_ROOT if they live elsewhere"))
-        record = read_json_object(job_dir.record_file) or {}  # one it cannot read is not refused here
-        HostTreePlan.from_request(record.get("request") or {})  # a job an older version wrote says so
+        if job_dir.record is not None:  # one it cannot read is not refused here: status says why
+            job_dir.plan  # noqa: B018 - read once for this call; a job an older version wrote says so
         return job_dir
 
     def remove(self, handle: JobHandle) -> None:
@@ -366,7 +354,7 @@ class HostTreeScheduler(JobRootScheduler):
         shutil.rmtree(self.job_path(handle), ignore_errors=True)
 
     def job_record(self, handle: JobHandle) -> dict[str, Any]:
-        """What ``schedule`` wrote to ``job.json``: handle, spec (``JobSpec.as_dict()``), request, owner."""
+        """What ``schedule`` wrote to ``job.json``: handle, spec (``JobSpec.as_dict()``), plan, owner."""
         return self._job_dir(handle).read_record()
 
 
@@ -376,22 +364,6 @@ _CHILDREN: list[subprocess.Popen[bytes]] = []
 
 def _reap_finished_children() -> None:
     _CHILDREN[:] = [child for child in _CHILDREN if child.poll() is None]
-
-
-def output_root(spec: JobSpec, job_root: Path) -> Path:
-    """Where jobs on this machine (or its shared file system) put ``<job>/output/``: ``output_path``, else the job root."""
-    return Path(spec.output_path.removeprefix("file://")).expanduser().absolute() if spec.output_path else job_root
-
-
-def artifacts(spec: JobSpec, job_root: Path, job_name: str) -> dict[str, str]:
-    """The job's two archives, as the request records them (``model_data`` and ``output_data``)."""
-    folder = output_root(spec, job_root) / job_name / "output"
-    return {"model_data": str(folder / "model.tar.gz"), "output_data": str(folder / "output.tar.gz")}
-
-
-def package_parent() -> str:
-    """The directory holding the ``smddp_sdk`` package, for the supervisor's and runtimes' PYTHONPATH."""
-    return str(Path(smddp_sdk.__file__).resolve().parent.parent)
 
 
 def _unwritable(path: Path) -> str:
@@ -412,10 +384,6 @@ def _stale(job_dir: JobDir, limit: float = 60.0) -> bool:
         return time.time() - job_dir.state_file.stat().st_mtime > limit
     except FileNotFoundError:
         return False
-
-
-def _plan_of(job_dir: JobDir) -> HostTreePlan:
-    return HostTreePlan.from_request(job_dir.read_record()["request"])
 
 
 def _last_sign_of_life(job_dir: JobDir) -> float:

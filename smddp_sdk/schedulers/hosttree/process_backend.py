@@ -17,6 +17,7 @@ from typing import Any
 
 from smddp_sdk.schedulers.hosttree.backend import HostBackend, HostExit, Output
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir, pick_free_ports, ports_of_live_jobs
+from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.failure import exit_code_of, signal_name
 from smddp_sdk.specs.json_files import locked
@@ -42,8 +43,8 @@ def inherited_env(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 class ProcessBackend(HostBackend):
-    def __init__(self, job_dir: JobDir, request: Mapping[str, Any]) -> None:
-        super().__init__(job_dir, request)
+    def __init__(self, job_dir: JobDir, plan: HostTreePlan) -> None:
+        super().__init__(job_dir, plan)
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.ports: dict[str, int] = {}
         self.token = secrets.token_hex(16)
@@ -59,14 +60,15 @@ class ProcessBackend(HostBackend):
         return {"ports": self.ports}
 
     def start(self, host: str, extra_env: Mapping[str, str], output: Output) -> dict[str, Any]:
-        planned = self.plan.host(host)
+        assert self.plan.process is not None, "a process job's plan says how its hosts start"
+        planned = self.plan.environment(host)
         env = inherited_env(os.environ)
-        env.update({key: str(self.ports[key]) if value == PORT_PLACEHOLDER else value for key, value in planned.environment.items()})
+        env.update({key: str(self.ports[key]) if value == PORT_PLACEHOLDER else value for key, value in planned.items()})
         env[contract.JOB_TOKEN_ENV] = self.token
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [planned.environment.get("PYTHONPATH"), os.environ.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [planned.get("PYTHONPATH"), os.environ.get("PYTHONPATH")]))
         env.update(extra_env)
         env[contract.PARENT_PID_ENV] = str(os.getpid())  # the runtime dies with us (PR_SET_PDEATHSIG)
-        process = subprocess.Popen(list(planned.command), env=env, cwd=planned.opt_ml, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(list(self.plan.process.command), env=env, cwd=self.plan.host(host).opt_ml, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         self.processes[host] = process
         self._copy_output(host, process, output)
         return {"pid": process.pid}
@@ -102,7 +104,8 @@ class ProcessBackend(HostBackend):
             signal_session(process.pid, signal.SIGKILL)
 
     @classmethod
-    def stop_orphans(cls, job_dir: JobDir, record: Mapping[str, Any], state: Mapping[str, Any], grace: float) -> None:
+    def stop_orphans(cls, job_dir: JobDir, state: Mapping[str, Any]) -> None:
+        grace = job_dir.plan.grace
         sessions = [int(host["pid"]) for host in (state.get("hosts") or {}).values() if host.get("pid")]
         # A session id outlives its leader while members remain, so the sweep also finds the ranks of
         # a runtime that was itself killed. SIGTERM first: runtimes stop their ranks and write why.

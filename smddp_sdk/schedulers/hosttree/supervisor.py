@@ -54,15 +54,15 @@ SCRATCH = "scratch"  # the runtimes' scratch files, removed when the job ends
 SUPERVISOR_HOST = "supervisor"  # the console prefix of the supervisor's own lines (attempts, interruptions)
 
 
-def backend_for(job_dir: JobDir, record: dict[str, Any]) -> HostBackend:
-    """The backend a job record names (``process`` for local jobs, ``container`` for docker jobs)."""
-    if HostTreePlan.from_request(record["request"]).backend == "container":
+def backend_for(job_dir: JobDir) -> HostBackend:
+    """The backend a job's plan names (``process`` for local jobs, ``container`` for docker jobs)."""
+    if job_dir.plan.backend == "container":
         from smddp_sdk.schedulers.hosttree.container_backend import ContainerBackend
 
-        return ContainerBackend(job_dir, record["request"])
+        return ContainerBackend(job_dir, job_dir.plan)
     from smddp_sdk.schedulers.hosttree.process_backend import ProcessBackend
 
-    return ProcessBackend(job_dir, record["request"])
+    return ProcessBackend(job_dir, job_dir.plan)
 
 
 class Supervisor:
@@ -71,9 +71,10 @@ class Supervisor:
 
     def __init__(self, job_dir: JobDir, backend: HostBackend | None = None) -> None:
         self.job_dir = job_dir
-        self.record = job_dir.read_record()
-        self.plan = HostTreePlan.from_request(self.record["request"])
-        self.new_backend = (lambda: backend) if backend is not None else (lambda: backend_for(job_dir, self.record))
+        self.owner_pid: int | None = (job_dir.record or {}).get("owner_pid")
+        self.plan = job_dir.plan  # job.json, read once
+        self.retries_left = self.plan.retry.max_retry_attempts  # as torch elastic's _remaining_restarts
+        self.new_backend = (lambda: backend) if backend is not None else (lambda: backend_for(job_dir))
         self.backend = self.new_backend()
         self.hosts: list[str] = [item.host for item in self.plan.hosts]
         self.console_lock = threading.Lock()
@@ -99,13 +100,13 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self.on_stop_signal)
         signal.signal(signal.SIGCHLD, lambda *_: self.wake.set())  # a runtime ended: look now, not at the next poll
-        self.state = {"state": JobState.STARTING.value, "message": "", "supervisor_pid": os.getpid(), "started": time.time(), "hosts": {}}
+        self.state = {"state": JobState.STARTING.value, "message": "", "supervisor_pid": os.getpid(), "started": time.time(), "hosts": {}, "retries_left": self.retries_left}
         self.timeline = Timeline(self.state)
         self.timeline.enter(attempts.STARTING, "launching the hosts")
         self.save()
         if self.cancel_wanted():
             return self.finish(JobState.CANCELLED, "cancelled before it started")
-        sync = checkpoints.for_record(self.record, stream=self)  # checkpoint_s3_uri: copied out while the hosts run
+        sync = checkpoints.for_plan(self.plan, stream=self)  # checkpoint_s3_uri: copied out while the hosts run
         while True:
             self.run_attempt(sync)
             retry = self.retry_reason()
@@ -143,8 +144,7 @@ class Supervisor:
     # --- attempts (max_retry_attempts, spot interruptions) ---------------------------------------
 
     def retry_reason(self) -> str:
-        """Why the attempt that just ended is followed by another, or "" (SageMaker's rule: ``attempts``)."""
-        spec = self.record.get("spec") or {}
+        """Why the attempt that just ended is followed by another, or "" (the plan's retry policy: ``attempts``)."""
         if self.interruption is not None:
             if not self.stop_reason or self.stop_reason[0] is not JobState.CANCELLED:
                 return f"{self.interruption.what} was reclaimed"
@@ -153,15 +153,16 @@ class Supervisor:
         if not failed or (self.stop_reason is not None and self.stop_reason[1]):  # success, cancel, max_run, max_wait
             return ""
         verdict = self.verdict()
-        retried = sum(1 for item in self.state["attempts"] if item["outcome"] == attempts.RESTARTING)
-        retries_left = int(spec.get("max_retry_attempts") or 0) - retried
-        return attempts.retry_reason(verdict.root if verdict else None, retries_left=retries_left, script_errors=self.plan.retry_script_errors)
+        return attempts.retry_reason(verdict.root if verdict else None, self.plan.retry, retries_left=self.retries_left)
 
     def restart(self, sync: checkpoints.CheckpointSync | None, reason: str) -> checkpoints.CheckpointSync | None:
         """End the attempt (SageMaker's Interrupted or Restarting), give every host a fresh tree with the
         checkpoints synced so far, and reset what the supervisor knows of the hosts."""
         interrupted = self.interruption is not None
         outcome = attempts.INTERRUPTED if interrupted else attempts.RESTARTING
+        if not interrupted:
+            self.retries_left -= 1  # an interruption is not a retry (docs/resuming.md)
+            self.state["retries_left"] = self.retries_left
         self.timeline.end_attempt(outcome, reason, self.attempt_started)
         self.timeline.enter(outcome, reason)
         self.backend.release()
@@ -177,7 +178,7 @@ class Supervisor:
         self.state["hosts"] = {}
         self.backend = self.new_backend()
         self.save()
-        sync = checkpoints.for_record(self.record, stream=self)
+        sync = checkpoints.for_plan(self.plan, stream=self)
         if sync is None:
             self.say(f"warning: attempt {attempt} starts the script from scratch: the job has no checkpoint_s3_uri to restore from")
             return None
@@ -189,7 +190,7 @@ class Supervisor:
     def archive_attempt(self, attempt: int) -> None:
         """Move what an ended attempt left in each host's tree (failure records, model, output) to
         ``attempt-N/<host>/``, and empty its checkpoint directory: the next attempt starts on fresh hosts."""
-        spec = self.record.get("spec") or {}
+        local_path = self.plan.checkpoints.local_path if self.plan.checkpoints else None
         for item in self.plan.hosts:
             opt_ml = OptMl(item.opt_ml)
             kept = self.job_dir.path / f"attempt-{attempt}" / item.host
@@ -198,7 +199,7 @@ class Supervisor:
                 if path.exists():
                     shutil.move(str(path), str(kept / path.name))
                 path.mkdir(parents=True, exist_ok=True)
-            shutil.rmtree(checkpoints.host_dir(item.opt_ml, spec.get("checkpoint_local_path")), ignore_errors=True)
+            shutil.rmtree(checkpoints.host_dir(item.opt_ml, local_path), ignore_errors=True)
 
     def check_interruption(self) -> None:
         """A spot interruption asked for (``smddp-launch interrupt``): every host is stopped (SIGTERM, then
@@ -213,7 +214,7 @@ class Supervisor:
     def planned_interruption(self) -> Interruption | None:
         """``interrupt_after``: the next planned interruption, once its time since the job's start has come."""
         fired = int(self.state.get("planned_interruptions", 0))
-        planned = self.plan.interrupt_after
+        planned = self.plan.spot.interrupt_after if self.plan.spot else ()
         if fired >= len(planned) or time.time() - self.state["started"] < planned[fired]:
             return None
         self.state["planned_interruptions"] = fired + 1
@@ -285,14 +286,14 @@ class Supervisor:
         self.check_interruption()
 
     def check_stop_conditions(self, deadline: float) -> None:
-        owner = self.record.get("owner_pid")
+        owner = self.owner_pid
         first_failure = min((e.ended for e in self.exits.values() if e.code != 0), default=None)
         if self.cancel_wanted():
             self.stop(JobState.CANCELLED, "cancelled")
         elif owner and self.owner_gone(owner):
             self.stop(JobState.CANCELLED, f"cancelled: the process that started it (pid {owner}) exited")
-        elif self.plan.max_wait is not None and time.time() > self.state["started"] + self.plan.max_wait:
-            self.stop(JobState.FAILED, f"MaxWaitTimeExceeded: the attempts together took longer than max_wait={self.plan.max_wait} seconds")
+        elif self.plan.spot is not None and time.time() > self.state["started"] + self.plan.spot.max_wait:
+            self.stop(JobState.FAILED, f"MaxWaitTimeExceeded: the attempts together took longer than max_wait={self.plan.spot.max_wait} seconds")
         elif time.time() > deadline:
             self.hanging = self.still_running()
             self.stop(JobState.FAILED, f"MaxRuntimeExceeded: the job ran longer than max_run={self.plan.max_run} seconds" + hanging.describe(self.hanging))
@@ -458,8 +459,7 @@ class Supervisor:
         self.timeline.end_attempt(final, message, self.attempt_started)
         self.timeline.enter(final, message)
         self.timeline.close()
-        spot = bool((self.record.get("spec") or {}).get("use_spot_instances"))
-        for line in billing_lines(self.state["training_seconds"], self.state["billable_seconds"], instances=len(self.hosts), spot=spot):
+        for line in billing_lines(self.state["training_seconds"], self.state["billable_seconds"], instances=len(self.hosts), spot=self.plan.spot is not None):
             self.say(line)
 
     def update(self, **changes: Any) -> None:
@@ -474,9 +474,9 @@ def collect_job_artifacts(job_dir: JobDir, plan: HostTreePlan) -> tuple[dict[str
     """Every host's model and output into the job's archives; returns the state's new entries and ""
     or what went wrong. Run by the supervisor as the job ends, or by whoever finds the job without one
     (its supervisor was killed: ``HostTreeScheduler._sweep``), once the hosts are gone."""
-    target = plan.model_data.parent
-    if not plan.model_data.is_absolute():  # a damaged record (planners write absolute paths): not into the cwd
-        return {}, f"ArtifactCollectionFailed: the job's record names no place for its archives (model_data {str(plan.model_data)!r})"
+    target = plan.artifacts.model_data.parent
+    if not plan.artifacts.model_data.is_absolute():  # a damaged record (planners write absolute paths): not into the cwd
+        return {}, f"ArtifactCollectionFailed: the job's record names no place for its archives (model_data {str(plan.artifacts.model_data)!r})"
     trees = [OptMl(job_dir.host_dir(item.host)) for item in plan.hosts]
     skipped: list[str] = []
     try:

@@ -77,6 +77,8 @@ class SageMakerScheduler(Scheduler):
         _python("echo", "called with upload progress and submit messages (default: stderr)", lambda text: print(text, file=sys.stderr, flush=True)),
         _python("log_sink", "called with the lines wait(logs=True) prints (default: stdout)", functools.partial(print, flush=True)),
         _python("sleep", "how to wait between polls", time.sleep),
+        not_taken={"retry_script_errors": "SageMaker retries only its own failures (RetryStrategy), never the script's: "
+                                          "drop it (torchrun's --max-restarts asks for it); max_retry_attempts alone is SageMaker's retry"},
     )
     region: str | None
     role: str | None

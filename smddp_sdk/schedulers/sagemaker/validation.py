@@ -19,7 +19,6 @@ _MAX_HYPERPARAMETER_VALUE = 2500
 _MAX_ENVIRONMENT_VALUE = 512
 _MAX_TAGS = 50
 _MAX_KEEP_ALIVE = 3600
-_MAX_RETRIES = 30
 
 
 def spec_issues(spec: JobSpec) -> list[SpecIssue]:
@@ -166,6 +165,4 @@ def _range_issues(spec: JobSpec) -> list[SpecIssue]:
         issues.append(SpecIssue("max_wait", f"must be at least max_run ({spec.max_run}), got {spec.max_wait}", "it bounds the spot wait plus the run"))
     if spec.keep_alive_period_in_seconds is not None and spec.keep_alive_period_in_seconds > _MAX_KEEP_ALIVE:
         issues.append(SpecIssue("keep_alive_period_in_seconds", f"SageMaker keeps warm pools at most {_MAX_KEEP_ALIVE} s, got {spec.keep_alive_period_in_seconds}"))
-    if spec.max_retry_attempts is not None and not 1 <= spec.max_retry_attempts <= _MAX_RETRIES:
-        issues.append(SpecIssue("max_retry_attempts", f"must be between 1 and {_MAX_RETRIES}, got {spec.max_retry_attempts}"))
     return issues

@@ -26,12 +26,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from smddp_sdk.errors import SpecError, SpecIssue
+from smddp_sdk.schedulers import channels
 from smddp_sdk.schedulers.base import Capabilities, DryRun, JobRootScheduler
-from smddp_sdk.schedulers.hosttree import channels
-from smddp_sdk.schedulers.hosttree.host_trees import config_files, stage_code
-from smddp_sdk.schedulers.hosttree.job_dir import default_job_root
-from smddp_sdk.schedulers.hosttree.jobs import artifacts, package_parent
-from smddp_sdk.schedulers.options import PROCESSES_PER_HOST, Option, SchedulerOptions, job_root, with_default
+from smddp_sdk.schedulers.job_files import Artifacts, ConfigFiles, default_job_root, package_parent, simulated_gpus, stage_code
+from smddp_sdk.schedulers.options import PROCESSES_PER_HOST, RETRY_SCRIPT_ERRORS, Option, SchedulerOptions, job_root, with_default
 from smddp_sdk.schedulers.slurm.client import JobInfo, SlurmClient
 from smddp_sdk.schedulers.slurm.logs import job_lines
 from smddp_sdk.schedulers.slurm.script import BatchPlan, render
@@ -39,13 +37,12 @@ from smddp_sdk.schedulers.slurm.states import ENDINGS, job_state
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.failure import FailureRecord, decide
-from smddp_sdk.specs.job import JobSpec, make_job_name
+from smddp_sdk.specs.job import JobSpec, RetryPolicy, make_job_name
 from smddp_sdk.specs.json_files import read_json_object, write_json_atomic
 from smddp_sdk.specs.slurm_job import SlurmJobDir
 from smddp_sdk.specs.status import HostStatus, JobHandle, JobState, JobStatus, LogLine
 
 NODE_FAILURE = "NodeFailure"
-MAX_RETRIES = 30
 
 
 def _named(value: Any, path: str) -> list[SpecIssue]:
@@ -59,22 +56,15 @@ def _sbatch_options(value: Any, path: str) -> list[SpecIssue]:
     return [SpecIssue(path, f"must be a list of sbatch options starting with '-', got {value!r}", "e.g. ['--exclusive', '--gres=gpu:8']")]
 
 
-def _retries(value: Any, path: str) -> list[SpecIssue]:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_RETRIES:
-        return [SpecIssue(path, f"must be a whole number from 0 to {MAX_RETRIES}, got {value!r}")]
-    return []
-
-
 def _auto_resume_setting(value: Any, path: str) -> list[SpecIssue]:
     return [] if value == "auto" or isinstance(value, bool) else [SpecIssue(path, f"must be auto, true or false, got {value!r}")]
 
 
 @dataclass(frozen=True)
-class SlurmDryRun(DryRun):
+class SlurmDryRun(DryRun[BatchPlan]):
     def render(self) -> str:
-        """The request as JSON, then the batch script exactly as sbatch will get it."""
-        request = {key: value for key, value in self.request.items() if key != "script"}
-        return json.dumps(request, indent=2, default=str) + f"\n--- {request['script_file']} ---\n{self.request['script']}"
+        """The plan as JSON, then the batch script exactly as sbatch will get it."""
+        return json.dumps(self.request.shown(), indent=2, default=str) + f"\n--- {self.request.script_file} ---\n{render(self.request)}"
 
 
 class SlurmScheduler(JobRootScheduler):
@@ -88,7 +78,7 @@ class SlurmScheduler(JobRootScheduler):
     })
     options: ClassVar[SchedulerOptions] = SchedulerOptions.of(
         "slurm",
-        job_root("folder for job directories on a file system every node shares (FSx on HyperPod); default $SMDDP_JOB_ROOT/slurm", lambda: default_job_root() / "slurm"),
+        job_root("folder for job directories on a file system every node shares (FSx on HyperPod); default $SMDDP_JOB_ROOT/slurm", lambda: default_job_root("slurm")),
         Option("partition", "str", None, "sbatch --partition (default: the cluster's default partition)", check=_named),
         Option("account", "str", None, "sbatch --account", check=_named),
         Option(
@@ -100,7 +90,7 @@ class SlurmScheduler(JobRootScheduler):
             convert=lambda lines: (lines,) if isinstance(lines, str) else tuple(lines),
         ),
         Option("container_image", "str", None, "an enroot image for every node: srun --container-image (clusters with pyxis); the image needs smddp-sdk", check=_named),
-        Option("max_retries", "int", 0, "requeue the job up to this many times when a node fails or the step fails (sbatch --requeue; Slurm holds a requeued job ~2 min)", check=_retries),
+        RETRY_SCRIPT_ERRORS,
         Option(
             "auto_resume",
             "bool or 'auto'",
@@ -112,13 +102,15 @@ class SlurmScheduler(JobRootScheduler):
         Option("python", "str", None, "the Python on the nodes that has smddp-sdk (default: this one, the usual case with a shared file system; python3 with container_image)", check=_named),
         Option("client", "object", None, "the SlurmClient that runs sbatch, scontrol, sacct and scancel (tests give a fake)", code_only=True,
                convert=lambda client: client or SlurmClient()),
+        not_taken={"max_retries": "set max_retry_attempts (the job's retry policy, 1 to 30: a failed node requeues the job), "
+                                "and retry_script_errors: true to requeue a failed step too (--max-restarts sets both)"},
     )
     job_root: Path
     partition: str | None
     account: str | None
     extra_sbatch: tuple[str, ...]
     container_image: str | None
-    max_retries: int
+    retry_script_errors: bool
     auto_resume: str | bool
     processes_per_host: int | None
     python: str | None
@@ -129,39 +121,17 @@ class SlurmScheduler(JobRootScheduler):
     def validate(self, spec: JobSpec) -> list[SpecIssue]:
         issues = [*channels.issues(spec), *self._local_issues(spec)]
         if spec.use_spot_instances:
-            issues.append(SpecIssue("use_spot_instances", "spot training is a SageMaker feature", "drop it; on Slurm use scheduler_options max_retries (requeue) or auto_resume on HyperPod"))
+            issues.append(SpecIssue("use_spot_instances", "spot training is a SageMaker feature", "drop it; on Slurm use max_retry_attempts (requeue) or auto_resume on HyperPod"))
         if spec.distribution.modelparallel is not None:
             issues.append(SpecIssue("distribution.smdistributed.modelparallel", "the bundled runtime cannot run SageMaker model parallelism", "use scheduler='sagemaker' with an AWS image"))
         return issues
 
-    def plan(self, spec: JobSpec) -> DryRun:
-        """The batch script and everything ``run`` stages; touches no file and no Slurm command."""
+    def plan(self, spec: JobSpec) -> SlurmDryRun:
+        """The batch plan and script, and everything ``run`` stages; touches no file and no Slurm command."""
         job_name = spec.job_name or make_job_name(spec.base_job_name)
         job_dir = SlurmJobDir(self.job_root / job_name)
-        plan = self._batch_plan(spec, job_name, job_dir)
-        request = {
-            "job_name": job_name,
-            "handle": str(JobHandle(self.name, job_name)),
-            "job_dir": str(job_dir.path),
-            "script_file": str(job_dir.script_file),
-            "sbatch": ["sbatch", "--parsable", str(job_dir.script_file)],
-            "code": {"source": spec.source_dir or spec.entry_point, "dependencies": list(spec.dependencies), "snapshot": str(job_dir.code_dir)},
-            "nodes": {"count": spec.instance_count, "trees": str(job_dir.nodes_dir / "<SLURM_NODEID>"), "logs": str(job_dir.logs_dir / "<node>.log")},
-            "inputs": {name: {"source": str(ch.local_path) if ch.local_path is not None else ch.s3_data, "distribution": ch.distribution} for name, ch in spec.inputs.items()},
-            "hyperparameters": contract.encode_hyperparameters(spec.training_hyperparameters(job_name=job_name, submit_directory=f"file://{job_dir.code_dir}", region=None)),
-            "checkpoints": str(job_dir.checkpoint_dir),
-            "artifacts": artifacts(spec, self.job_root, job_name),
-            "max_run": spec.max_run,
-            "max_retries": self.max_retries,
-            "auto_resume": self.auto_resume,
-            "script": render(plan),
-        }
-        return SlurmDryRun(self.name, spec, job_name, request, tuple(self._notes(spec)))
-
-    def _batch_plan(self, spec: JobSpec, job_name: str, job_dir: SlurmJobDir) -> BatchPlan:
         image = self.container_image
-        environment = {contract.ENV_CACHE_ENV: str(self.job_root / ".envs"), **spec.environment}
-        return BatchPlan(
+        plan = BatchPlan(
             job_name=job_name,
             job_dir=job_dir.path,
             nodes=spec.instance_count,
@@ -171,11 +141,18 @@ class SlurmScheduler(JobRootScheduler):
             partition=self.partition,
             account=self.account,
             extra_sbatch=self.extra_sbatch,
-            max_retries=self.max_retries,
+            retry=RetryPolicy.of(spec, script_errors=self.retry_script_errors),
             auto_resume=self._auto_resume(),
             container_image=image,
-            environment=environment,
+            environment={contract.ENV_CACHE_ENV: str(self.job_root / ".envs"), **spec.environment},
+            handle=str(JobHandle(self.name, job_name)),
+            code={"source": spec.source_dir or spec.entry_point, "dependencies": list(spec.dependencies), "snapshot": str(job_dir.code_dir)},
+            config_files=ConfigFiles.of(spec, job_name=job_name, hosts=_placeholders(spec.instance_count), submit_directory=f"file://{job_dir.code_dir}"),
+            processes_per_host=simulated_gpus(spec, self.processes_per_host, gpus_passed=False) or None,  # 0: the GPUs found
+            inputs={name: {"source": str(ch.local_path) if ch.local_path is not None else ch.s3_data, "distribution": ch.distribution} for name, ch in spec.inputs.items()},
+            artifacts=Artifacts.of(spec, self.job_root, job_name),
         )
+        return SlurmDryRun(self.name, spec, job_name, plan, tuple(self._notes(spec)))
 
     def _auto_resume(self) -> bool | None:
         return None if self.auto_resume == "auto" else bool(self.auto_resume)  # auto: the batch script looks on the node
@@ -193,11 +170,10 @@ class SlurmScheduler(JobRootScheduler):
 
     # --- submitting -----------------------------------------------------------------------------
 
-    def run(self, dryrun: DryRun, *, owner_pid: int | None) -> JobHandle:
+    def run(self, dryrun: DryRun[BatchPlan], *, owner_pid: int | None) -> JobHandle:
         """Stage the job directory, check the job can run at all, submit it; returns at once (the job
         outlives its caller: Slurm owns it)."""
-        request = dryrun.request
-        job_dir = SlurmJobDir(Path(request["job_dir"]))
+        job_dir = SlurmJobDir(dryrun.request.job_dir)
         job_dir.path.parent.mkdir(parents=True, exist_ok=True)
         try:  # the caller's alone (environment, token); outside the cleanup: one that exists is another job's
             job_dir.path.mkdir(mode=0o700)
@@ -211,17 +187,15 @@ class SlurmScheduler(JobRootScheduler):
             shutil.rmtree(job_dir.path, ignore_errors=True)  # nothing was submitted: leave no half job
             raise
         handle = JobHandle(self.name, dryrun.job_name)
-        write_json_atomic(job_dir.record_file, {"handle": str(handle), "spec": dryrun.spec.as_dict(), "request": request, "slurm_job_id": slurm_id, "submitted": time.time()})
+        write_json_atomic(job_dir.record_file, {"handle": str(handle), "spec": dryrun.spec.as_dict(), "plan": dryrun.request.to_json(), "slurm_job_id": slurm_id, "submitted": time.time()})
         return handle
 
-    def _stage(self, dryrun: DryRun, job_dir: SlurmJobDir) -> None:
-        spec, request = dryrun.spec, dryrun.request
+    def _stage(self, dryrun: DryRun[BatchPlan], job_dir: SlurmJobDir) -> None:
+        spec, plan = dryrun.spec, dryrun.request
         stage_code(spec, job_dir.code_dir)
-        placeholders = [f"node-{index}" for index in range(spec.instance_count)]  # the nodes write the real names
-        trees = [OptMl(job_dir.node_tree(index)) for index in range(spec.instance_count)]
-        for tree, host in zip(trees, placeholders):
-            files = config_files(spec, job_name=dryrun.job_name, hosts=placeholders, current_host=host, submit_directory=f"file://{job_dir.code_dir}")
-            contract.write_config_files(tree, **files)
+        trees = [OptMl(job_dir.node_tree(index)) for index in range(plan.nodes)]
+        for tree, host in zip(trees, plan.config_files.hosts):
+            plan.config_files.write(tree, host)
             tree.output_data_dir.mkdir(parents=True, exist_ok=True)
             (tree.base / "checkpoints").symlink_to(job_dir.checkpoint_dir, target_is_directory=True)
         channels.deliver(spec.inputs, trees, job_dir.path / "inputs", style="copy")
@@ -233,25 +207,20 @@ class SlurmScheduler(JobRootScheduler):
                 "job_name": dryrun.job_name,
                 "instance_type": spec.instance_type,
                 "job_token": secrets.token_hex(16),
-                "processes_per_host": self._processes_per_host(spec),
-                "artifacts": request["artifacts"],
+                "processes_per_host": plan.processes_per_host,
+                "artifacts": plan.artifacts.to_json(),
             },
         )
-        job_dir.script_file.write_text(request["script"], encoding="utf-8")
-
-    def _processes_per_host(self, spec: JobSpec) -> int | None:
-        if self.processes_per_host is not None:
-            return int(self.processes_per_host)
-        instance = spec.instance
-        return instance.gpus if instance is not None and instance.gpus else None
+        job_dir.script_file.write_text(render(plan), encoding="utf-8")
 
     # --- watching -------------------------------------------------------------------------------
 
     def status(self, handle: JobHandle) -> JobStatus:
         job_dir, record = self._job(handle)
+        plan = BatchPlan.from_json(record["plan"])  # job.json, read once
         info = self.client.job_info(record["slurm_job_id"])
         result = read_json_object(job_dir.result_file)
-        state, message = job_state(info, result, cancel_requested=job_dir.cancel_file.exists(), max_retries=int(record["request"]["max_retries"]))
+        state, message = job_state(info, result, cancel_requested=job_dir.cancel_file.exists(), retry=plan.retry)
         failure, others = self._root_cause(job_dir, info) if state is JobState.FAILED else (None, [])
         if failure is not None and (info is None or info.state not in ENDINGS):
             message = failure.headline  # the script's failure; Slurm's own endings (node, time) say more
@@ -259,7 +228,7 @@ class SlurmScheduler(JobRootScheduler):
             message = f"node {failure.host} failed: {message}"
         elif state is JobState.FAILED:
             message = f"{message}; no node left a failure record: see {job_dir.batch_log} and {job_dir.logs_dir}"
-        artifacts = record["request"]["artifacts"]
+        artifacts = plan.artifacts.to_json()
         restarts = info.restarts if info else (result or {}).get("restart_count")
         # Where the archive is (after the step) or will be (before it); nowhere when the job ended without one.
         model_data = (result or {}).get("model_data") if state.is_terminal else artifacts["model_data"]
@@ -333,6 +302,11 @@ class SlurmScheduler(JobRootScheduler):
     def job_record(self, handle: JobHandle) -> dict[str, Any]:
         """What ``schedule`` wrote to ``job.json``: handle, spec, request, Slurm job id."""
         return self._job(handle)[1]
+
+
+def _placeholders(nodes: int) -> list[str]:
+    """The nodes' names until each node writes its own (``runtime.slurm_node``)."""
+    return [f"node-{index}" for index in range(nodes)]
 
 
 _NODE_FAILURE = re.compile(r"srun: error: Node failure on (\S+)")

@@ -1,17 +1,25 @@
-"""The batch script of a Slurm job: what ``--dryrun`` prints and ``sbatch`` runs. Pure.
+"""The plan of a Slurm job, typed (``BatchPlan``), and its batch script: what ``--dryrun`` prints, what
+``job.json`` keeps, what ``sbatch`` runs. Pure.
 
 One allocation of ``instance_count`` nodes; one job step with one task per node, each running the node
 runtime (``python -m smddp_sdk.runtime``), which builds that node's ``/opt/ml`` from Slurm's environment
 and starts the ranks; then, on the first node, the archives and the result (``slurm_node finish``).
+
+Retries follow the job's ``RetryPolicy``: with ``max_retry_attempts`` the job is ``--requeue``-able, so Slurm
+requeues it when a node fails (the platform's failure), and the script requeues a failed step only with
+``retry_script_errors``; a run past the policy's bound (``SLURM_RESTART_COUNT``) stops before its step.
 """
 
 from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
+from smddp_sdk.schedulers.job_files import Artifacts, ConfigFiles
+from smddp_sdk.specs.job import RetryPolicy
 from smddp_sdk.specs.slurm_job import JOB_DIR_ENV, SlurmJobDir
 
 
@@ -26,10 +34,42 @@ class BatchPlan:
     partition: str | None = None
     account: str | None = None
     extra_sbatch: tuple[str, ...] = ()
-    max_retries: int = 0
+    retry: RetryPolicy = RetryPolicy()
     auto_resume: bool | None = None  # None: on HyperPod's nodes (/opt/sagemaker_cluster), decided on the node
     container_image: str | None = None
     environment: Mapping[str, str] = field(default_factory=dict)
+    # What ``run`` stages: the code, the nodes' config files (node-0..N-1 until each node writes its name),
+    # ranks per node, the channels, and where the archives go.
+    handle: str = ""
+    code: Mapping[str, Any] = field(default_factory=dict)
+    config_files: ConfigFiles = field(default_factory=lambda: ConfigFiles((), ""))
+    processes_per_host: int | None = None  # None: the GPUs each node finds
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+    artifacts: Artifacts = field(default_factory=lambda: Artifacts(Path(), Path()))
+    experiment_config: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def script_file(self) -> Path:
+        return SlurmJobDir(self.job_dir).script_file
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan as ``job.json`` keeps it and the dry run prints it (the script follows it there)."""
+        typed = {"job_dir": str(self.job_dir), "retry": self.retry.to_json(), "config_files": self.config_files.to_json(),
+                 "artifacts": self.artifacts.to_json(), "extra_sbatch": list(self.extra_sbatch)}
+        return {item.name: typed.get(item.name, getattr(self, item.name)) for item in fields(self)} | {"script_file": str(self.script_file)}
+
+    def shown(self) -> dict[str, Any]:
+        """What the dry run prints before the script: the plan, its node list cut beyond a few nodes."""
+        whole = self.to_json()
+        hosts = whole["config_files"]["hosts"]
+        if len(hosts) > 8:
+            whole["config_files"]["hosts"] = [*hosts[:2], f"... {len(hosts) - 3} more nodes ...", hosts[-1]]
+        return whole
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> BatchPlan:
+        parsers = {"job_dir": Path, "retry": RetryPolicy.from_json, "config_files": ConfigFiles.from_json, "artifacts": Artifacts.from_json, "extra_sbatch": tuple}
+        return cls(**{item.name: parsers.get(item.name, lambda value: value)(data[item.name]) for item in fields(cls) if item.name in data})
 
 
 # As AWS's HyperPod samples decide it: HyperPod replaces a faulty node and restarts the step from there.
@@ -57,7 +97,7 @@ def render(plan: BatchPlan) -> str:
         f"--chdir={plan.job_dir}",
         f"--output={job_dir.batch_log}",
         "--open-mode=append",  # a requeued job adds to its logs
-        "--requeue" if plan.max_retries else "--no-requeue",
+        "--requeue" if plan.retry.max_retry_attempts else "--no-requeue",
         *([f"--partition={plan.partition}"] if plan.partition else []),
         *([f"--account={plan.account}"] if plan.account else []),
         *plan.extra_sbatch,
@@ -75,6 +115,7 @@ def render(plan: BatchPlan) -> str:
         f"# smddp-sdk job {plan.job_name}: one task per node runs the node runtime (docs/slurm.md)",
         *(f"#SBATCH {directive}" for directive in directives),  # sbatch reads these itself, not a shell
         "",
+        *_retry_bound(plan.retry),
         *(f"export {key}={shlex.quote(value)}" for key, value in exports.items()),
         "",
         *(AUTO_RESUME_ON_HYPERPOD if plan.auto_resume is None else []),
@@ -84,12 +125,27 @@ def render(plan: BatchPlan) -> str:
         "# The nodes' model/ and output/data/ merged into the archives, and the result for `status`.",
         shlex.join([*finish, plan.python, "-m", "smddp_sdk.runtime.slurm_node", "finish"]) + ' "$code"',
     ]
-    if plan.max_retries:
+    bound = plan.retry.max_retry_attempts
+    if bound and plan.retry.script_errors:
         lines += [
-            f'if [ "$code" -ne 0 ] && [ "${{SLURM_RESTART_COUNT:-0}}" -lt {plan.max_retries} ]; then',
-            '  echo "smddp: the job step failed with code $code; requeueing (restart ${SLURM_RESTART_COUNT:-0} of ' + str(plan.max_retries) + ')"',
+            f'if [ "$code" -ne 0 ] && [ "${{SLURM_RESTART_COUNT:-0}}" -lt {bound} ]; then',
+            '  echo "smddp: the job step failed with code $code; requeueing (restart ${SLURM_RESTART_COUNT:-0} of ' + str(bound) + ')"',
             '  scontrol requeue "$SLURM_JOB_ID" && exit 0',
             "fi",
         ]
     lines.append('exit "$code"')
     return "\n".join(lines) + "\n"
+
+
+def _retry_bound(retry: RetryPolicy) -> list[str]:
+    """Slurm requeues a job whose node failed however often it fails: the policy's bound stops it here."""
+    if not retry.max_retry_attempts:
+        return []
+    bound = retry.max_retry_attempts
+    return [
+        f'if [ "${{SLURM_RESTART_COUNT:-0}}" -gt {bound} ]; then',
+        f'  echo "smddp: requeued ${{SLURM_RESTART_COUNT}} times, more than max_retry_attempts ({bound}): not running again"',
+        "  exit 1",
+        "fi",
+        "",
+    ]

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from smddp_sdk.schedulers.slurm.client import NEVER_STARTS, JobInfo
+from smddp_sdk.specs.job import RetryPolicy
 from smddp_sdk.specs.status import JobState
 
 _STATES = {
@@ -26,7 +27,7 @@ ENDINGS = {
 }
 
 
-def job_state(info: JobInfo | None, result: Mapping[str, Any] | None, *, cancel_requested: bool, max_retries: int) -> tuple[JobState, str]:
+def job_state(info: JobInfo | None, result: Mapping[str, Any] | None, *, cancel_requested: bool, retry: RetryPolicy) -> tuple[JobState, str]:
     """The job's state and a one-line message, from Slurm (when it still knows the job) and result.json."""
     if info is None:
         if result is not None:
@@ -39,7 +40,7 @@ def job_state(info: JobInfo | None, result: Mapping[str, Any] | None, *, cancel_
     if state is JobState.PENDING:
         return state, _pending_message(info)
     if state is JobState.FAILED and info.state in ENDINGS:
-        requeue = f"; not requeued (max_retries {max_retries})" if max_retries == 0 else f" after {info.restarts} restarts"
+        requeue = "; not requeued (no max_retry_attempts)" if not retry.max_retry_attempts else f" after {info.restarts} restarts"
         return state, f"{ENDINGS[info.state]} (Slurm {info.state}{', ' + info.reason if info.reason not in ('', 'None') else ''}){requeue}"
     if state is JobState.FAILED:
         return state, f"the job failed (Slurm {info.state}, exit code {info.exit_code})"

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from smddp_sdk.errors import SpecIssue, UnavailableError
-from smddp_sdk.schedulers.hosttree import stores
+from smddp_sdk.schedulers import stores
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.job import JobSpec, TrainingInput
 
