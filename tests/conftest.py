@@ -33,7 +33,7 @@ KEEP = (
     "tests/collectives/test_native.py::test_reduce_matches_torch",
     "tests/collectives/test_native.py::test_half_types_are_summed_in_fp32_and_rounded_once",
     "tests/collectives/test_native.py::test_core_chooses_the_algorithms_of_algorithms_py",
-    "tests/collectives/test_native.py::test_core_runs_small_collectives_and_leaves_a_late_peer_to_python",  # 2 ranks
+    "tests/collectives/test_native.py::test_core_runs_small_collectives_and_leaves_a_late_peer_to_python[native]",  # 2 ranks
     "tests/integration/test_runtime_single_host.py::test_an_unsafe_tarball_is_refused_with_exit_2",
     "tests/integration/test_runtime_single_host.py::test_unknown_entry_point_exits_2_with_a_suggestion",
     "tests/integration/test_runtime_single_host.py::test_missing_resource_config_exits_2_and_says_so_in_the_failure_file",
