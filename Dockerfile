@@ -16,7 +16,8 @@
 ARG BASE_IMAGE=python:3.11-slim-bookworm
 
 # Stage 1 installs the third-party wheels into the venv; the final image copies only the venv, so the
-# wheel files themselves (over 200 MB) never become a layer of it.
+# wheel files themselves (over 200 MB) never become a layer of it. Each stage's layers are cached: only
+# what changed since the last build is redone (scripts/build-image.sh prints each step).
 FROM ${BASE_IMAGE} AS deps
 ARG WHEELS=.build/wheels
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -25,6 +26,17 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python3 -m venv /opt/smddp/venv
 COPY ${WHEELS}/deps /tmp/wheels/deps
 RUN /opt/smddp/venv/bin/pip install --no-index --find-links /tmp/wheels/deps -r /tmp/wheels/deps/requirements.txt
+
+# Stage 2: smddp's native kernels (C) and core (C++ against the installed torch), built from their sources
+# alone (the builder is stdlib plus torch), so this slow layer (a minute or more) is reused until they or
+# the wheels change, not rebuilt by every change to smddp-sdk. Where the base image has no compilers or
+# Python headers, nothing is prebuilt: the backend builds them on first use if it can, else runs its
+# Python path and says so once.
+FROM deps AS native
+COPY smddp_sdk/collectives/native/__init__.py smddp_sdk/collectives/native/smddp_native.c smddp_sdk/collectives/native/smddp_core.cpp /tmp/native/
+RUN mkdir -p /opt/smddp/native \
+    && { /opt/smddp/venv/bin/python /tmp/native/__init__.py --into /opt/smddp/native \
+         || echo "no C/C++ toolchain in the base image: smddp's collectives build their native code on first use or use the Python path"; }
 
 FROM ${BASE_IMAGE}
 ARG WHEELS=.build/wheels
@@ -42,16 +54,14 @@ ENV VIRTUAL_ENV=/opt/smddp/venv \
 
 # Third-party packages in their own layer: it stays cached while only smddp-sdk changes.
 COPY --from=deps /opt/smddp/venv /opt/smddp/venv
+COPY --from=native /opt/smddp/native /tmp/native
+# smddp-sdk itself, with the prebuilt native code placed next to its sources (where the backend looks first).
 COPY ${WHEELS}/project /tmp/wheels/project
 RUN pip install --no-index --no-deps /tmp/wheels/project/*.whl \
-    && rm -rf /tmp/wheels \
+    && native=$(python -c 'import importlib.util as u, os; print(os.path.dirname(u.find_spec("smddp_sdk").origin))')/collectives/native \
+    && cp -r /tmp/native/. "$native"/ \
+    && rm -rf /tmp/wheels /tmp/native \
     && python -c "import torch, boto3, smddp_sdk, smddp_sdk.specs.contract; print('torch', torch.__version__, '| smddp-sdk', smddp_sdk.__version__)"
-
-# smddp's native kernels (C) and core (C++ against the installed torch), prebuilt into the package where
-# the base image has the compilers and Python headers (the bootstrapped base does); without them the
-# backend builds them on first use if it can, else runs its Python path and says so once.
-RUN python -m smddp_sdk.collectives.native --into "$(python -c 'import smddp_sdk.collectives.native as n, os; print(os.path.dirname(n.__file__))')" \
-    || echo "no C/C++ toolchain in the base image: smddp's collectives build their native code on first use or use the Python path"
 
 # `train` is the command SageMaker runs; it execs the node runtime (python -m smddp_sdk.runtime).
 COPY container/train /usr/local/bin/train

@@ -6,8 +6,9 @@
 #   scripts/build-image.sh --base-image python:3.11-slim-bookworm --tag my/repo:1
 #   scripts/build-image.sh --gpu                 # GPU variant: CUDA torch wheels (bundle CUDA and NCCL)
 #
-# The wheels are resolved and downloaded on the host (where pip trusts the network's certificates) into
-# .build/wheels, and the build installs them offline: nothing inside the build needs the network, so the
+# The wheels are resolved and downloaded on the host (where pip trusts the network's certificates), once
+# per set into ~/.cache/smddp-sdk/wheels [SMDDP_WHEEL_CACHE], linked into .build/wheels, and the build
+# installs them offline: nothing inside the build needs the network, so the
 # build runs with --network none. When the base image is neither present nor pullable (no registry
 # reachable), a Debian bookworm base with Python is bootstrapped with debootstrap from the Debian mirror.
 #
@@ -42,6 +43,7 @@ GPU=0
 QUIET=0
 BOOTSTRAP_IMAGE=smddp-sdk-base:bookworm-python3-toolchain
 WHEELS=.build/wheels
+WHEEL_CACHE=${SMDDP_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/smddp-sdk/wheels}
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
@@ -161,31 +163,55 @@ with zipfile.ZipFile(sys.argv[1]) as wheel:
 PY
 }
 
+wheelhouse_key() {
+  # What decides the third-party wheels: Python, torch, the requirement files, the extra wheels and
+  # smddp-sdk's own dependencies (not its code), so a change to smddp-sdk alone reuses the wheelhouse.
+  local pyver=$1 torch_req=$2 project_wheel=$3
+  {
+    echo "$pyver $torch_req $GPU $TORCH_INDEX"
+    write_requirements "$torch_req" "$project_wheel"
+    [[ -z $EXTRA_WHEELS ]] || (cd "$EXTRA_WHEELS" && sha256sum ./*.whl)
+  } | sha256sum | cut -c1-16
+}
+
 build_wheelhouse() {
   local pyver=$1
-  # deps/ is kept between builds: unchanged wheels keep the image's big torch layer cached.
-  rm -rf "$WHEELS/project"; mkdir -p "$WHEELS/deps" "$WHEELS/project"
+  rm -rf "$WHEELS/project" "$WHEELS/deps"; mkdir -p "$WHEELS/deps" "$WHEELS/project"
   step "building the smddp-sdk wheel"
   python3 -m pip wheel -q --no-deps --no-build-isolation -w "$WHEELS/project" . >/dev/null 2>&1 ||
     python3 -m pip wheel -q --no-deps -w "$WHEELS/project" . >/dev/null
   local torch_req="torch==$TORCH_VERSION"
   [[ $GPU == 0 ]] && torch_req="torch==$TORCH_VERSION+cpu"
-  local extra=() project_wheel
+  local extra=() project_wheel key cached
   project_wheel=$(ls "$WHEELS"/project/*.whl)
-  [[ -n $TORCH_INDEX ]] && extra=(--extra-index-url "$TORCH_INDEX")
-  step "downloading wheels for Python $pyver: $torch_req, numpy, $IMAGE_REQUIREMENTS${EXTRA_REQUIREMENTS:+, $EXTRA_REQUIREMENTS}${EXTRA_WHEELS:+, $EXTRA_WHEELS} and smddp-sdk's dependencies"
-  if ! download_deps "$pyver" "$torch_req" "$project_wheel" ${extra[@]+"${extra[@]}"}; then
-    # Plain PyPI serves only the CUDA build on Linux; the CPU build lives on PyTorch's own index.
-    [[ $GPU == 0 && -z $TORCH_INDEX ]] || die "pip could not download the wheels (see above)"
-    step "no $torch_req on the configured indexes; trying PyTorch's CPU index"
-    download_deps "$pyver" "$torch_req" "$project_wheel" --extra-index-url https://download.pytorch.org/whl/cpu ||
-      die "pip could not download the wheels (see above); set SMDDP_TORCH_INDEX to an index with $torch_req"
+  # The wheels are resolved and downloaded once per key into the user's cache, outside the checkout, and
+  # linked into the build context: a fresh clone reuses them, and identical files keep the image's big
+  # layers cached.
+  key=$(wheelhouse_key "$pyver" "$torch_req" "$project_wheel")
+  cached=$WHEEL_CACHE/$(basename "$WHEELS")-$key
+  if [[ ! -f $cached/requirements.txt ]]; then
+    [[ -n $TORCH_INDEX ]] && extra=(--extra-index-url "$TORCH_INDEX")
+    step "downloading wheels for Python $pyver: $torch_req, numpy, $IMAGE_REQUIREMENTS${EXTRA_REQUIREMENTS:+, $EXTRA_REQUIREMENTS}${EXTRA_WHEELS:+, $EXTRA_WHEELS} and smddp-sdk's dependencies (once; kept in $WHEEL_CACHE)"
+    if ! download_deps "$pyver" "$torch_req" "$project_wheel" ${extra[@]+"${extra[@]}"}; then
+      # Plain PyPI serves only the CUDA build on Linux; the CPU build lives on PyTorch's own index.
+      [[ $GPU == 0 && -z $TORCH_INDEX ]] || die "pip could not download the wheels (see above)"
+      step "no $torch_req on the configured indexes; trying PyTorch's CPU index"
+      download_deps "$pyver" "$torch_req" "$project_wheel" --extra-index-url https://download.pytorch.org/whl/cpu ||
+        die "pip could not download the wheels (see above); set SMDDP_TORCH_INDEX to an index with $torch_req"
+    fi
+    rm -f "$WHEELS"/deps/smddp_sdk-*.whl
+    if [[ $GPU == 1 ]] && ls "$WHEELS"/deps/torch-*+cpu-*.whl >/dev/null 2>&1; then
+      die "the configured package indexes gave the CPU build of torch for --gpu; set SMDDP_TORCH_INDEX to a CUDA wheel index (for example https://download.pytorch.org/whl/cu126)"
+    fi
+    write_requirements "$torch_req" "$project_wheel" >"$WHEELS/deps/requirements.txt"
+    # Kept under its key (requirements.txt last: it marks a complete set); older sets of this kind go.
+    rm -rf "$WHEEL_CACHE/$(basename "$WHEELS")"-*; mkdir -p "$cached.part"
+    cp -al "$WHEELS"/deps/. "$cached.part"/ 2>/dev/null || cp -a "$WHEELS"/deps/. "$cached.part"/
+    mv "$cached.part" "$cached"
+  else
+    step "reusing the wheels in $cached"
+    cp -al "$cached"/. "$WHEELS"/deps/ 2>/dev/null || cp -a "$cached"/. "$WHEELS"/deps/
   fi
-  rm -f "$WHEELS"/deps/smddp_sdk-*.whl
-  if [[ $GPU == 1 ]] && ls "$WHEELS"/deps/torch-*+cpu-*.whl >/dev/null 2>&1; then
-    die "the configured package indexes gave the CPU build of torch for --gpu; set SMDDP_TORCH_INDEX to a CUDA wheel index (for example https://download.pytorch.org/whl/cu126)"
-  fi
-  write_requirements "$torch_req" "$project_wheel" >"$WHEELS/deps/requirements.txt"
   step "wheelhouse ready: $(ls "$WHEELS/deps" | wc -l) wheels, $(du -sh "$WHEELS" | cut -f1)"
 }
 

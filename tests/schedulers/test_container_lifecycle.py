@@ -1,5 +1,5 @@
 """The docker scheduler's whole lifecycle -- supervisor, container backend, status, cancel -- against a
-fake docker CLI (tests/unit/fake_docker.py), so it runs in the default suite without an engine."""
+fake docker CLI (tests/schedulers/fake_docker.py), so it runs in the default suite without an engine."""
 
 from __future__ import annotations
 

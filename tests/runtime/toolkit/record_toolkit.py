@@ -3,7 +3,7 @@
 Not run by the tests (the toolkit is not a dependency). To re-record, as root on Linux:
 
     pip download --no-deps sagemaker-training==5.1.4 && tar xzf sagemaker_training-5.1.4.tar.gz
-    PYTHONPATH=sagemaker_training-5.1.4/src:. python3 tests/unit/toolkit/record_toolkit.py
+    PYTHONPATH=sagemaker_training-5.1.4/src:. python3 tests/runtime/toolkit/record_toolkit.py
 
 (it needs boto3 and six). The job's tree is bound on a private /opt/ml (the runtime's own
 ``optml_mount``), so the toolkit reads and reports the literal /opt/ml paths it has on SageMaker.

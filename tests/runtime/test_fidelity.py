@@ -15,7 +15,7 @@ from smddp_sdk.runtime.failures import rank_failure
 from smddp_sdk.runtime.plan import LaunchShape, plan_ranks
 from smddp_sdk.runtime.training_env import probe_gpu_count, read_training_env
 from smddp_sdk.specs import contract
-from tests.unit.test_runtime_env import write_tree
+from tests.runtime.test_env import write_tree
 
 
 def _rank_env(tmp_path: Path, shape: LaunchShape, **extra: str) -> dict[str, str]:

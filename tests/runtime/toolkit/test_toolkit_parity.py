@@ -15,7 +15,7 @@ from smddp_sdk._compat.sagemaker_training.environment import Environment
 from smddp_sdk.runtime import env as rank_env
 from smddp_sdk.runtime import plan as planning
 from smddp_sdk.runtime.training_env import read_training_env
-from tests.unit.toolkit.record_toolkit import write_tree
+from tests.runtime.toolkit.record_toolkit import write_tree
 
 HERE = Path(__file__).resolve().parent
 JOB = json.loads((HERE / "job.json").read_text())
