@@ -59,7 +59,7 @@ DEFAULT_SERVER_PORT = 7592
 DEFAULT_AGENT_PORT = 7778
 
 # What the node runtime sets in every rank's environment (runtime/env.py), replacing any value a job gives:
-# the toolkit's SM_* table, the launcher variables, torchrun's, and the runtime's own. tests/unit checks
+# the toolkit's SM_* table, the launcher variables, torchrun's, and the runtime's own. tests/hostile/test_validation_gaps.py checks
 # that every variable process_env sets is here, so a job's `environment` cannot silently lose one.
 RUNTIME_VARIABLES = frozenset({
     "SM_HOSTS", "SM_NETWORK_INTERFACE_NAME", "SM_RESOURCE_CONFIG", "SM_INPUT_DATA_CONFIG", "SM_OUTPUT_DATA_DIR",
