@@ -24,6 +24,7 @@ from smddp_sdk.errors import SpecIssue, UnavailableError
 from smddp_sdk.schedulers import channels
 from smddp_sdk.schedulers.base import DryRun
 from smddp_sdk.schedulers.hosttree import docker_cli
+from smddp_sdk.schedulers.hosttree.backend import TOKEN_PLACEHOLDER
 from smddp_sdk.schedulers.hosttree.docker_cli import ENGINE_HINT, LABEL_HOST, LABEL_JOB, LABEL_JOB_DIR, remove_job
 from smddp_sdk.schedulers.hosttree.host_trees import HostTree
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir
@@ -111,7 +112,7 @@ class DockerScheduler(HostTreeScheduler):
     def plan(self, spec: JobSpec) -> DryRun[HostTreePlan]:
         """The network, every container's exact ``docker create`` argv and the config files; touches nothing."""
         job_name = spec.job_name or make_job_name(spec.base_job_name)
-        notes = self._gpu_plan(spec)[1]
+        notes = [*self._gpu_plan(spec)[1], f"{contract.JOB_TOKEN_ENV}: {TOKEN_PLACEHOLDER}, given to `docker create` through its environment (-e {contract.JOB_TOKEN_ENV}), never on its command line"]
         plan = self._plan(
             spec, job_name,
             image=self._image(spec),
@@ -167,7 +168,9 @@ class DockerScheduler(HostTreeScheduler):
             argv += ["--gpus", gpu_flag]
         for key, value in self._environment(spec, job_name, gpu_flag).items():
             argv += ["-e", f"{key}={value}"]
-        argv += [image, "train"]
+        # No value: docker takes it from the client's environment, where the backend puts the attempt's
+        # random token; a value here would be in every local user's view (/proc/*/cmdline).
+        argv += ["-e", contract.JOB_TOKEN_ENV, image, "train"]
         return name, argv
 
     def _environment(self, spec: JobSpec, job_name: str, gpu_flag: str | None) -> dict[str, str]:

@@ -15,11 +15,12 @@ from typing import ClassVar
 
 from smddp_sdk.errors import SpecIssue
 from smddp_sdk.schedulers.base import DryRun
+from smddp_sdk.schedulers.hosttree.backend import TOKEN_PLACEHOLDER
 from smddp_sdk.schedulers.hosttree.host_trees import HostTree, host_names, largest_entries
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir
 from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler
 from smddp_sdk.schedulers.hosttree.plan import HostTreePlan, Process, Ranks
-from smddp_sdk.schedulers.hosttree.process_backend import PORT_PLACEHOLDER, TOKEN_PLACEHOLDER
+from smddp_sdk.schedulers.hosttree.process_backend import PORT_PLACEHOLDER
 from smddp_sdk.schedulers.job_files import default_job_root, package_parent, ranks_per_host
 from smddp_sdk.schedulers.options import INTERRUPT_AFTER, PROCESSES_PER_HOST, RETRY_SCRIPT_ERRORS, STOP_GRACE_PERIOD, Option, SchedulerOptions, boolean, job_root, with_default
 from smddp_sdk.specs import contract, limits

@@ -4,7 +4,10 @@
 State lives in $FAKE_DOCKER_STATE (one JSON file per container or network). A "container" runs as the
 ``start -a`` process itself; what it does comes from its FAKE_RUN environment variable:
 ``exit:<code>:<seconds>`` (print a line, wait, exit), ``sleep`` (until signalled; SIGTERM exits 143),
-``die:<seconds>`` (as if the engine killed it: exit 137).
+``die:<seconds>`` (as if the engine killed it: exit 137), ``die-once:<seconds>`` (``die`` at the
+container name's first start, ``exit:0:0.1`` after). Every command line it was given is appended to
+``argv.log`` there, one JSON list a line, as anyone could read it in /proc/*/cmdline; every container
+created, with its environment, to ``created.log`` (kept after ``rm``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ STATE = Path(os.environ["FAKE_DOCKER_STATE"])
 
 def main(argv: list[str]) -> int:
     STATE.mkdir(parents=True, exist_ok=True)
+    with open(STATE / "argv.log", "a") as log:
+        log.write(json.dumps(argv) + "\n")
     command, args = argv[0], argv[1:]
     if command == "version" or command == "info":
         print("28.0.0-fake")
@@ -75,10 +80,23 @@ def network(args: list[str]) -> int:
 def create(args: list[str]) -> int:
     name = args[args.index("--name") + 1]
     labels = [args[i + 1] for i, word in enumerate(args) if word == "--label"]
-    env = dict(args[i + 1].split("=", 1) for i, word in enumerate(args) if word == "-e")
+    env = environment([args[i + 1] for i, word in enumerate(args) if word == "-e"])
     save("container", name, {"Name": name, "Labels": labels, "Env": env,
                              "State": {"Running": False, "Status": "created", "ExitCode": 0, "OOMKilled": False, "FinishedAt": "", "Pid": 0}})
+    with open(STATE / "created.log", "a") as log:
+        log.write(json.dumps({"Name": name, "Env": env}) + "\n")
     return 0
+
+
+def environment(entries: list[str]) -> dict[str, str]:
+    """As docker reads ``-e``: ``NAME=value``, or ``NAME`` alone for the value of NAME in the client's own
+    environment (left out when the client has none)."""
+    env = {}
+    for entry in entries:
+        name, has_value, value = entry.partition("=")
+        if has_value or name in os.environ:
+            env[name] = value if has_value else os.environ[name]
+    return env
 
 
 def start(args: list[str]) -> int:
@@ -89,6 +107,10 @@ def start(args: list[str]) -> int:
     host = "algo-" + name.rsplit("-", 1)[-1]
     env = record["Env"]
     behaviour = env.get(f"FAKE_RUN_{host.replace('-', '_').upper()}") or env.get("FAKE_RUN", "exit:0:0.1")
+    if behaviour.startswith("die-once:"):
+        first = STATE / f"started-{name}"
+        behaviour = "exit:0:0.1" if first.exists() else behaviour.replace("die-once:", "die:", 1)
+        first.touch()
     code = run(behaviour, env.get("TRAINING_JOB_NAME", ""), host)
     record = load("container", name)
     record["State"].update(Running=False, Status="exited", ExitCode=code, FinishedAt="2026-01-01T00:00:00.5Z")

@@ -7,6 +7,7 @@ else -- when to stop, who is to blame, artifacts, the job's state -- is the supe
 from __future__ import annotations
 
 import abc
+import secrets
 import subprocess
 import threading
 import time
@@ -19,6 +20,8 @@ from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
 
 # Called with (host, one raw output line) from the backend's reader threads.
 Output = Callable[[str, bytes], None]
+
+TOKEN_PLACEHOLDER = "<random, made at start>"
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,10 @@ class HostBackend(abc.ABC):
         self.plan = plan
         self.readers: list[threading.Thread] = []
         self.exits: dict[str, HostExit] = {}  # the hosts seen to end, kept: each ends once
+        # The job's secret (SMDDP_JOB_TOKEN), random and shared by every host of one attempt: each attempt
+        # builds a new backend and starts every host afresh, so hosts of different attempts never meet.
+        # Never on a command line (other users read /proc/*/cmdline) and never written down.
+        self.token = secrets.token_hex(16)
 
     def prepare(self) -> None:
         """Whatever must exist before the first host starts (a network, the containers)."""

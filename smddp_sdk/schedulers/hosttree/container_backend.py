@@ -19,6 +19,7 @@ from smddp_sdk.schedulers.hosttree import docker_cli
 from smddp_sdk.schedulers.hosttree.backend import HostBackend, HostExit, Output
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir
 from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
+from smddp_sdk.specs import contract
 from smddp_sdk.specs.failure import signal_name
 
 _INSPECT_EVERY = 1.0  # seconds between inspections of a container whose attach ended early
@@ -33,8 +34,8 @@ class ContainerBackend(HostBackend):
 
     def prepare(self) -> dict[str, Any]:
         docker_cli.run(self.docker, *self.plan.network)
-        for item in self.plan.hosts:
-            docker_cli.run(self.docker, *item.create)
+        for item in self.plan.hosts:  # the plan's ``-e SMDDP_JOB_TOKEN`` takes this attempt's token from the client's environment
+            docker_cli.run(self.docker, *item.create, env={contract.JOB_TOKEN_ENV: self.token})
         return {"containers": [item.container for item in self.plan.hosts]}
 
     def start(self, host: str, extra_env: Mapping[str, str], output: Output) -> dict[str, Any]:

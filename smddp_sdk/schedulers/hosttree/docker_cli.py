@@ -3,8 +3,10 @@ docker jobs carry, so status, cancel and cleanup find their containers and netwo
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 from smddp_sdk.errors import UnavailableError
@@ -15,11 +17,14 @@ LABEL_JOB_DIR = "ai.smddp.job-dir"
 ENGINE_HINT = 'start Docker (sudo systemctl start docker), or as root in a smddp-sdk checkout: eval "$(scripts/docker-engine.sh start)"; point DOCKER_HOST at a running engine otherwise'
 
 
-def run(docker: str, *args: str, check: bool = True, timeout: float = 120) -> str:
+def run(docker: str, *args: str, check: bool = True, timeout: float = 120, env: Mapping[str, str] | None = None) -> str:
     """One docker CLI command's output. With ``check``, trouble becomes an UnavailableError that says
-    what failed and how to fix the engine; without, a failed or silent command gives what it printed."""
+    what failed and how to fix the engine; without, a failed or silent command gives what it printed.
+    ``env`` is added to the client's environment: secrets go there (``-e NAME`` takes its value from
+    it), never into ``args``, which every local user can read in /proc/*/cmdline."""
+    client_env = {**os.environ, **env} if env is not None else None
     try:
-        proc = subprocess.run([docker, *args], capture_output=True, text=True, errors="replace", timeout=timeout, check=False)
+        proc = subprocess.run([docker, *args], capture_output=True, text=True, errors="replace", timeout=timeout, check=False, env=client_env)
     except FileNotFoundError:
         raise UnavailableError(f"the docker CLI ({docker!r}) is not installed; install Docker, then {ENGINE_HINT}") from None
     except subprocess.TimeoutExpired:

@@ -8,7 +8,6 @@ also by a ``cancel`` that runs after the supervisor died.
 from __future__ import annotations
 
 import os
-import secrets
 import signal
 import subprocess
 import time
@@ -24,7 +23,6 @@ from smddp_sdk.specs.json_files import locked
 from smddp_sdk.specs.processes import session_alive, signal_session
 
 PORT_PLACEHOLDER = "<free port, picked at start>"
-TOKEN_PLACEHOLDER = "<random, made at start>"
 _PORT_ENVS = (contract.MASTER_PORT_ENV, contract.SERVER_PORT_ENV, contract.AGENT_PORT_ENV)
 
 # Variables that say which job and rank a process belongs to. A job launched from inside another one
@@ -47,7 +45,6 @@ class ProcessBackend(HostBackend):
         super().__init__(job_dir, plan)
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.ports: dict[str, int] = {}
-        self.token = secrets.token_hex(16)
 
     def prepare(self) -> dict[str, Any]:
         job_root = self.job_dir.path.parent
