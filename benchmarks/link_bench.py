@@ -2,12 +2,16 @@
 
     sudo python3 benchmarks/link_bench.py --hosts 2 --rate-mbit 800
     sudo python3 benchmarks/link_bench.py --hosts 8 --rate-mbit 1000 --delay-ms 0.5
+    sudo python3 benchmarks/link_bench.py --hosts 3 --rate-mbit 4000 --link encrypt --sizes 64K,1M,64M
 
 Each host is a network namespace (benchmarks/simhosts.py) whose link is a token bucket of ``--rate-mbit``
 in both directions, slow enough that the link and not the CPUs is the limit; ``--delay-ms`` adds a one-way
 delay between hosts (a delaylink process per host, which costs CPU: docs/planning.md). One rank runs per host
 (``--ranks-per-host`` for more); every rank joins the default group with smddp and a second group with gloo
 (GLOO_SOCKET_IFNAME=eth0), so both backends move the same data over the same links in one run.
+``--link`` chooses how smddp protects its frames between hosts (docs/security.md, "Links between hosts"):
+plain, integrity (the default) or encrypt; gloo's frames are plain whatever it says, so it stays the
+anchor across runs with different settings.
 
 Every op is checked against a locally computed reference before and after timing. Timing is a loop of
 back-to-back calls (no barrier in between, as nccl-tests does) long enough that the token bucket's burst
@@ -42,6 +46,7 @@ from benchmarks.collectives_bench import human, make_case, rank_sweep  # noqa: E
 
 SIZES = "64K,256K,1M,4M,16M,64M"
 MAX_CALLS = 1000  # per timed loop: bounds the time slow backends take at small sizes
+LINKS = {"plain": {"SMDDP_LINK_INTEGRITY": "0", "SMDDP_LINK_ENCRYPT": "0"}, "integrity": {"SMDDP_LINK_INTEGRITY": "1", "SMDDP_LINK_ENCRYPT": "0"}, "encrypt": {"SMDDP_LINK_ENCRYPT": "1"}}
 PER_LINK_FACTOR = {"allreduce": lambda h: 2 * (h - 1) / h, "allgather": lambda h: (h - 1) / h, "broadcast": lambda h: 1.0}
 
 
@@ -57,6 +62,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=0.6, help="rough length of one timed loop")
     parser.add_argument("--repeats", type=int, default=3, help="timed loops per op, size and backend (median reported)")
     parser.add_argument("--backends", default="smddp,gloo")
+    parser.add_argument("--link", choices=LINKS, default="integrity", help="smddp's protection of frames between hosts")
     parser.add_argument("--timeout", type=float, default=900, help="the whole run is killed after this many seconds")
     parser.add_argument("--json", help="append results to this file")
     parser.add_argument("--rank-process", action="store_true", help=argparse.SUPPRESS)
@@ -78,6 +84,7 @@ def rank_main(args: argparse.Namespace) -> None:
         hosts=args.hosts,
         rate_mbit=args.rate_mbit,
         delay_ms=args.delay_ms,
+        link=args.link,
     )
 
 
@@ -115,7 +122,7 @@ def print_row(row: dict, backends: list[str], first: bool) -> None:
     if first:
         head = (
             f"\n{row['op']}: {row['hosts']} hosts x {row['n'] // row['hosts']} rank(s), links {row['rate_mbit']:g} mbit, "
-            f"{row['delay_ms']:g} ms one way "
+            f"{row['delay_ms']:g} ms one way, smddp frames {row['link']} "
             f"(time per call, median of loops; util = per-link bytes/s / link rate)\n{'size':>6}"
         )
         for name in backends:
@@ -151,6 +158,7 @@ def rank_env(rank: int, args: argparse.Namespace, names: list[str], addresses: d
             "GLOO_SOCKET_IFNAME": "eth0",
             "OMP_NUM_THREADS": "1",
             "PYTHONPATH": os.pathsep.join(filter(None, [project_root, os.environ.get("PYTHONPATH")])),
+            **LINKS[args.link],
         }
     )
     return env

@@ -426,9 +426,7 @@ class TcpMesh:
         words, own = struct.unpack("=8I", theirs), struct.unpack("=8I", mine)
         me, other = self._describe[self.node], self._describe[peer]
         if words[0] == ALERT_MAGIC:
-            return LinkIntegrityError(
-                f"smddp {what}: data from {me} failed its integrity check at {other}: something between the hosts "
-                "altered, replayed or cut the link's frames (the link is tampered with, or the network corrupts data)")
+            return self._alerted_error(what, peer)
         if words[0] != HEADER_MAGIC:
             return CollectiveError(
                 f"smddp {what}: {other} sent bytes where a call header belongs: the hosts' collectives are out of "
@@ -601,8 +599,39 @@ class TcpMesh:
             return CollectiveError(f"smddp {what} timed out waiting for {self._describe[peer]} (hung peer or different code path)")
         return CollectiveError(f"smddp {what} timed out sending to {self._describe[peer]}")
 
+    def _alerted_error(self, what: str, peer: int) -> LinkIntegrityError:
+        return LinkIntegrityError(
+            f"smddp {what}: data from {self._describe[self.node]} failed its integrity check at {self._describe[peer]}: "
+            "something between the hosts altered, replayed or cut the link's frames (the link is tampered with, or the "
+            "network corrupts data)")
+
+    def _alerted(self, peer: int) -> bool:
+        """Whether peer, whose connection broke while this end sent, said first that our data failed its
+        check: an alert header, read for _HEADER_WAIT_S (our receiving side is between messages)."""
+        if not self.header[0] or peer not in self._socks:
+            return False
+        header = memoryview(bytearray(HEADER_BYTES))
+        sock, records = self._socks[peer], self._records.get(peer)
+        try:
+            if self._native is not None:
+                transfer = native.Transfer(sock.fileno(), 1, ctypes.addressof(ctypes.c_char.from_buffer(header)), HEADER_BYTES, 0, 0)
+                if self._native.smddp_exchange(ctypes.byref(transfer), 1, int(_HEADER_WAIT_S * 1e9)) != -1:
+                    return False
+            else:  # straight from the socket: its errors must not come back here
+                sock.settimeout(_HEADER_WAIT_S)
+                wire = _recv_exact(sock, HEADER_BYTES + (TAG_BYTES if records else 0))
+                header[:] = wire[:HEADER_BYTES]
+                if records is not None and not records.open([header], wire[HEADER_BYTES:]):
+                    return False
+        except OSError:
+            return False
+        return struct.unpack_from("=I", header)[0] == ALERT_MAGIC
+
     def _lost(self, what: str, peer: int, error: OSError | None) -> CollectiveError:
-        """The connection to peer closed by the peer (error None) or broken."""
+        """The connection to peer closed by the peer (error None) or broken (then the peer may have
+        alerted us first)."""
+        if error is not None and self._alerted(peer):
+            return self._alerted_error(what, peer)
         if error is None:
             return CollectiveError(f"smddp {what} failed: {self._describe[peer]} closed the connection (the peer exited or failed)")
         return CollectiveError(f"smddp {what} failed: connection to {self._describe[peer]} broke ({error})")

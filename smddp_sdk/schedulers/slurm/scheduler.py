@@ -228,6 +228,7 @@ class SlurmScheduler(JobRootScheduler):
                 "job_name": dryrun.job_name,
                 "instance_type": spec.instance_type,
                 "job_token": secrets.token_hex(16),
+                "encrypt_links": spec.encrypt_inter_container_traffic,
                 "processes_per_host": self._processes_per_host(spec),
                 "artifacts": request["artifacts"],
             },
