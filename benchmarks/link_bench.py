@@ -3,6 +3,7 @@
     sudo python3 benchmarks/link_bench.py --hosts 2 --rate-mbit 800
     sudo python3 benchmarks/link_bench.py --hosts 8 --rate-mbit 1000 --delay-ms 0.5
     sudo python3 benchmarks/link_bench.py --hosts 3 --rate-mbit 4000 --link encrypt --sizes 64K,1M,64M
+    python3 benchmarks/link_bench.py --cpu-cost --sizes 64K,1M,64M   # no root: what each protection costs in CPU
 
 Each host is a network namespace (benchmarks/simhosts.py) whose link is a token bucket of ``--rate-mbit``
 in both directions, slow enough that the link and not the CPUs is the limit; ``--delay-ms`` adds a one-way
@@ -65,6 +66,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--link", choices=LINKS, default="integrity", help="smddp's protection of frames between hosts")
     parser.add_argument("--timeout", type=float, default=900, help="the whole run is killed after this many seconds")
     parser.add_argument("--json", help="append results to this file")
+    parser.add_argument("--cpu-cost", action="store_true", help="instead: CPU per byte of each --link setting, two mesh ends in this process over loopback")
     parser.add_argument("--rank-process", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     unknown = set(args.ops.split(",")) - set(PER_LINK_FACTOR)
@@ -164,8 +166,64 @@ def rank_env(rank: int, args: argparse.Namespace, names: list[str], addresses: d
     return env
 
 
+def cpu_cost(args: argparse.Namespace) -> None:
+    """Both ends of one link in this process (native loop) exchange size bytes each way, for each
+    protection in turn (plain first: the anchor), checked before and after timing; CPU seconds of the
+    process (both ends) per exchanged byte and wall time, median of --repeats loops."""
+    import threading
+
+    from benchmarks.collectives_bench import parse_size
+    from smddp_sdk.collectives.calls import Call
+    from smddp_sdk.collectives.tcp import TcpMesh
+
+    describe = {0: "rank 0 (host a)", 1: "rank 1 (host b)"}
+    print(f"load before: {os.getloadavg()[0]:.1f}\n{'size':>6} | {'link':>9} | {'CPU ns/byte':>11} | {'x plain':>7} | {'wall ms':>8}", flush=True)
+    for size in map(parse_size, args.sizes.split(",")):
+        data = [os.urandom(size), os.urandom(size)]
+        anchor = None
+        for link in LINKS:
+            ends = [TcpMesh(node, "bench " + str(size), describe, "127.0.0.1", True, link) for node in (0, 1)]
+            thread = threading.Thread(target=ends[0].connect, args=({1: ("127.0.0.1", 0)}, time.monotonic() + 30))
+            thread.start()
+            ends[1].connect({0: ("127.0.0.1", ends[0].port)}, time.monotonic() + 30)
+            thread.join()
+            into = [bytearray(size), bytearray(size)]
+
+            def exchange(node: int) -> None:
+                ends[node].begin(Call("all_gather"))
+                ends[node].exchange({1 - node: [memoryview(data[node])]}, {1 - node: [memoryview(into[node])]}, "bench", time.monotonic() + 60)
+
+            def both() -> None:
+                other = threading.Thread(target=exchange, args=(1,))
+                other.start()
+                exchange(0)
+                other.join()
+
+            both()
+            assert into == [data[1], data[0]], "the link corrupted the data"
+            calls = max(3, min(200, (64 << 20) // size))
+            samples = []
+            for _ in range(args.repeats):
+                cpu, wall = time.process_time(), time.perf_counter()
+                for _ in range(calls):
+                    both()
+                samples.append(((time.process_time() - cpu) / (calls * 2 * size), (time.perf_counter() - wall) / calls))
+            into = [bytearray(size), bytearray(size)]
+            both()
+            assert into == [data[1], data[0]], "the link corrupted the data"
+            for end in ends:
+                end.close()
+            cpu_s, wall_s = statistics.median(s[0] for s in samples), statistics.median(s[1] for s in samples)
+            anchor = anchor or cpu_s
+            print(f"{human(size):>6} | {link:>9} | {cpu_s * 1e9:11.3f} | {cpu_s / anchor:7.2f} | {wall_s * 1e3:8.2f}", flush=True)
+    print(f"load after: {os.getloadavg()[0]:.1f}", flush=True)
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    if args.cpu_cost:
+        cpu_cost(args)
+        return 0
     if args.rank_process:
         rank_main(args)
         return 0

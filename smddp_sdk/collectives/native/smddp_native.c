@@ -316,8 +316,19 @@ static struct link *link_of(int fd) {
 /* Register the connection fd (tcp.py, after the handshake): mode, the header's bytes and its keys
  * (send key 32, send nonce base 12, receive key 32, receive nonce base 12). 0 when registered, 1 when
  * a protected mode needs libcrypto and it is not loaded, 2 when out of memory or slots. */
+static char links_lock; /* held while a slot is chosen and filled: meshes may connect from several threads */
+
+static int link_open(int fd, int mode, long header, const unsigned char *keys);
 int smddp_link_open(int fd, int mode, long header, const unsigned char *keys) {
     if (mode != LINK_PLAIN && !crypto_loaded) return 1;
+    while (__atomic_test_and_set(&links_lock, __ATOMIC_ACQUIRE)) {
+    }
+    int status = link_open(fd, mode, header, keys);
+    __atomic_clear(&links_lock, __ATOMIC_RELEASE);
+    return status;
+}
+
+static int link_open(int fd, int mode, long header, const unsigned char *keys) {
     int slot = 0;
     while (slot < MAX_LINKS && links[slot] && links[slot]->fd != fd && links[slot]->fd != -1) slot++;
     if (slot == MAX_LINKS) return 2;
