@@ -2,12 +2,17 @@
 
     sudo python3 benchmarks/link_bench.py --hosts 2 --rate-mbit 800
     sudo python3 benchmarks/link_bench.py --hosts 8 --rate-mbit 1000 --delay-ms 0.5
+    sudo python3 benchmarks/link_bench.py --hosts 3 --rate-mbit 4000 --link encrypt --sizes 64K,1M,64M
+    python3 benchmarks/link_bench.py --cpu-cost --sizes 64K,1M,64M   # no root: what each protection costs in CPU
 
 Each host is a network namespace (benchmarks/simhosts.py) whose link is a token bucket of ``--rate-mbit``
 in both directions, slow enough that the link and not the CPUs is the limit; ``--delay-ms`` adds a one-way
 delay between hosts (a delaylink process per host, which costs CPU: docs/planning.md). One rank runs per host
 (``--ranks-per-host`` for more); every rank joins the default group with smddp and a second group with gloo
 (GLOO_SOCKET_IFNAME=eth0), so both backends move the same data over the same links in one run.
+``--link`` chooses how smddp protects its frames between hosts (docs/security.md, "Links between hosts"):
+plain, integrity (the default) or encrypt; gloo's frames are plain whatever it says, so it stays the
+anchor across runs with different settings.
 
 Every op is checked against a locally computed reference before and after timing. Timing is a loop of
 back-to-back calls (no barrier in between, as nccl-tests does) long enough that the token bucket's burst
@@ -42,6 +47,7 @@ from benchmarks.collectives_bench import human, make_case, rank_sweep  # noqa: E
 
 SIZES = "64K,256K,1M,4M,16M,64M"
 MAX_CALLS = 1000  # per timed loop: bounds the time slow backends take at small sizes
+LINKS = {"plain": {"SMDDP_LINK_INTEGRITY": "0", "SMDDP_LINK_ENCRYPT": "0"}, "integrity": {"SMDDP_LINK_INTEGRITY": "1", "SMDDP_LINK_ENCRYPT": "0"}, "encrypt": {"SMDDP_LINK_ENCRYPT": "1"}}
 PER_LINK_FACTOR = {"allreduce": lambda h: 2 * (h - 1) / h, "allgather": lambda h: (h - 1) / h, "broadcast": lambda h: 1.0}
 
 
@@ -57,8 +63,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=0.6, help="rough length of one timed loop")
     parser.add_argument("--repeats", type=int, default=3, help="timed loops per op, size and backend (median reported)")
     parser.add_argument("--backends", default="smddp,gloo")
+    parser.add_argument("--link", choices=LINKS, default="integrity", help="smddp's protection of frames between hosts")
     parser.add_argument("--timeout", type=float, default=900, help="the whole run is killed after this many seconds")
     parser.add_argument("--json", help="append results to this file")
+    parser.add_argument("--cpu-cost", action="store_true", help="instead: CPU per byte of each --link setting, two mesh ends in this process over loopback")
     parser.add_argument("--rank-process", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     unknown = set(args.ops.split(",")) - set(PER_LINK_FACTOR)
@@ -78,6 +86,7 @@ def rank_main(args: argparse.Namespace) -> None:
         hosts=args.hosts,
         rate_mbit=args.rate_mbit,
         delay_ms=args.delay_ms,
+        link=args.link,
     )
 
 
@@ -115,7 +124,7 @@ def print_row(row: dict, backends: list[str], first: bool) -> None:
     if first:
         head = (
             f"\n{row['op']}: {row['hosts']} hosts x {row['n'] // row['hosts']} rank(s), links {row['rate_mbit']:g} mbit, "
-            f"{row['delay_ms']:g} ms one way "
+            f"{row['delay_ms']:g} ms one way, smddp frames {row['link']} "
             f"(time per call, median of loops; util = per-link bytes/s / link rate)\n{'size':>6}"
         )
         for name in backends:
@@ -151,13 +160,70 @@ def rank_env(rank: int, args: argparse.Namespace, names: list[str], addresses: d
             "GLOO_SOCKET_IFNAME": "eth0",
             "OMP_NUM_THREADS": "1",
             "PYTHONPATH": os.pathsep.join(filter(None, [project_root, os.environ.get("PYTHONPATH")])),
+            **LINKS[args.link],
         }
     )
     return env
 
 
+def cpu_cost(args: argparse.Namespace) -> None:
+    """Both ends of one link in this process (native loop) exchange size bytes each way, for each
+    protection in turn (plain first: the anchor), checked before and after timing; CPU seconds of the
+    process (both ends) per exchanged byte and wall time, median of --repeats loops."""
+    import threading
+
+    from benchmarks.collectives_bench import parse_size
+    from smddp_sdk.collectives.calls import Call
+    from smddp_sdk.collectives.tcp import TcpMesh
+
+    describe = {0: "rank 0 (host a)", 1: "rank 1 (host b)"}
+    print(f"load before: {os.getloadavg()[0]:.1f}\n{'size':>6} | {'link':>9} | {'CPU ns/byte':>11} | {'x plain':>7} | {'wall ms':>8}", flush=True)
+    for size in map(parse_size, args.sizes.split(",")):
+        data = [os.urandom(size), os.urandom(size)]
+        anchor = None
+        for link in LINKS:
+            ends = [TcpMesh(node, "bench " + str(size), describe, "127.0.0.1", True, link) for node in (0, 1)]
+            thread = threading.Thread(target=ends[0].connect, args=({1: ("127.0.0.1", 0)}, time.monotonic() + 30))
+            thread.start()
+            ends[1].connect({0: ("127.0.0.1", ends[0].port)}, time.monotonic() + 30)
+            thread.join()
+            into = [bytearray(size), bytearray(size)]
+
+            def exchange(node: int) -> None:
+                ends[node].begin(Call("all_gather"))
+                ends[node].exchange({1 - node: [memoryview(data[node])]}, {1 - node: [memoryview(into[node])]}, "bench", time.monotonic() + 60)
+
+            def both() -> None:
+                other = threading.Thread(target=exchange, args=(1,))
+                other.start()
+                exchange(0)
+                other.join()
+
+            both()
+            assert into == [data[1], data[0]], "the link corrupted the data"
+            calls = max(3, min(200, (64 << 20) // size))
+            samples = []
+            for _ in range(args.repeats):
+                cpu, wall = time.process_time(), time.perf_counter()
+                for _ in range(calls):
+                    both()
+                samples.append(((time.process_time() - cpu) / (calls * 2 * size), (time.perf_counter() - wall) / calls))
+            into = [bytearray(size), bytearray(size)]
+            both()
+            assert into == [data[1], data[0]], "the link corrupted the data"
+            for end in ends:
+                end.close()
+            cpu_s, wall_s = statistics.median(s[0] for s in samples), statistics.median(s[1] for s in samples)
+            anchor = anchor or cpu_s
+            print(f"{human(size):>6} | {link:>9} | {cpu_s * 1e9:11.3f} | {cpu_s / anchor:7.2f} | {wall_s * 1e3:8.2f}", flush=True)
+    print(f"load after: {os.getloadavg()[0]:.1f}", flush=True)
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    if args.cpu_cost:
+        cpu_cost(args)
+        return 0
     if args.rank_process:
         rank_main(args)
         return 0

@@ -154,7 +154,7 @@ def build(store: dist.Store, rank: int, size: int, timeout: timedelta) -> tuple[
     topo = Topology(rank=rank, size=size, hosts=hosts, nodes=nodes)
     if len(nodes) > 1 and rank == 0 and not os.environ.get(MESH_SECRET_ENV):
         _warn_store_token()
-    mesh = _connect_mesh(values, topo, secret, deadline) if len(nodes) > 1 and topo.is_leader else None
+    mesh = _connect_mesh(values, topo, deadline) if len(nodes) > 1 and topo.is_leader else None
     return topo, LocalComm(arena), mesh
 
 
@@ -275,10 +275,12 @@ def _warn_store_token() -> None:
         RuntimeWarning, stacklevel=3)
 
 
-def _connect_mesh(values: StoreValues, topo: Topology, secret: str, deadline: float) -> TcpMesh:
+def _connect_mesh(values: StoreValues, topo: Topology, deadline: float) -> TcpMesh:
     describe = {n: topo.describe_node(n) for n in range(len(topo.nodes))}
     address = advertised_address(topo.hosts[topo.rank])
-    mesh = TcpMesh(topo.node, secret, describe, address)
+    # The links prove a secret of this rendezvous (keyed with the job's secret), not the job's own, so a relay
+    # cannot splice a connection of one process group into another group of the same job.
+    mesh = TcpMesh(topo.node, values.derive_name("mesh links"), describe, address)
     values.set(f"tcp/{topo.node}", [address, mesh.port])
     addresses = {n: tuple(values.get(f"tcp/{n}")) for n in range(len(topo.nodes)) if n != topo.node}
     mesh.connect(addresses, deadline)

@@ -82,6 +82,8 @@ def node_environ(environ: Mapping[str, str]) -> dict[str, str]:
             contract.JOB_TOKEN_ENV: node["job_token"],
         }
     )
+    if node.get("encrypt_links"):  # the job's encrypt_inter_container_traffic, over its environment
+        env[contract.LINK_ENCRYPT_ENV] = "1"
     # The job's own settings win (environment: in the job spec reaches here through the batch script).
     env.setdefault(contract.MASTER_PORT_ENV, str(master))
     env.setdefault(contract.SERVER_PORT_ENV, str(server))

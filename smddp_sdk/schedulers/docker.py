@@ -183,6 +183,8 @@ class DockerScheduler(HostTreeScheduler):
         if self.wheelhouse is not None:  # pip's own variables: requirements.txt installs offline
             env.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=WHEELHOUSE_MOUNT)
         env.update(spec.environment)  # the user's settings win
+        if spec.encrypt_inter_container_traffic:  # except over this one: never clear text by mistake
+            env[contract.LINK_ENCRYPT_ENV] = "1"
         return env
 
     # --- running --------------------------------------------------------------------------------

@@ -85,6 +85,7 @@ class LocalScheduler(HostTreeScheduler):
             contract.ENV_CACHE_ENV: os.environ.get(contract.ENV_CACHE_ENV) or str(self.job_root / ".envs"),  # requirements.txt venvs
             **({contract.NUM_GPUS_ENV: str(num_gpus)} if num_gpus is not None else {}),  # simulated GPUs: ranks per host
             **dict(spec.environment),
+            **({contract.LINK_ENCRYPT_ENV: "1"} if spec.encrypt_inter_container_traffic else {}),  # the spec wins: never clear text by mistake
         }
         # The runtime must import smddp_sdk; the user's own PYTHONPATH (if any) comes after it.
         environment["PYTHONPATH"] = os.pathsep.join(filter(None, [package_parent(), spec.environment.get("PYTHONPATH")]))

@@ -188,11 +188,13 @@ def test_exchange_warns_within_the_hang_time_naming_the_late_peer(progress, monk
 
 @pytest.mark.parametrize("progress", ["native", "python"])
 def test_with_the_call_check_off_exchanges_carry_only_the_data(progress, monkeypatch):
-    """SMDDP_CHECK_CALLS=0 (benchmarks/call_check_cost.py): no header on the wire, so the peer's raw bytes
-    are the data, and a different call on the other end goes unnoticed."""
+    """SMDDP_CHECK_CALLS=0 (benchmarks/call_check_cost.py): no header on the wire, so with plain frames
+    (SMDDP_LINK_INTEGRITY=0) the peer's raw bytes are the data, and a different call on the other end goes
+    unnoticed."""
     if progress == "native" and native.library() is None:
         pytest.skip("the native kernels are not available here")
     monkeypatch.setenv("SMDDP_CHECK_CALLS", "0")
+    monkeypatch.setenv("SMDDP_LINK_INTEGRITY", "0")
     token = new_token()
     a, b, thread, errors = _connect_pair(token, token, native_progress=progress == "native")
     b.connect({0: ("127.0.0.1", a.port)}, time.monotonic() + 5)

@@ -10,11 +10,18 @@ why one is missing); "0" loads neither. Builds are cached per user under $XDG_CA
 Python versions, so a change rebuilds and concurrent ranks never load a half-written file (write, then
 rename; the core, about a minute to compile, is built by one process while the others wait). Files
 prebuilt next to this one (the Docker image does it) are used before the cache.
+
+The kernels protect the links between hosts with OpenSSL's libcrypto, opened when they load: the one
+Python's own hashlib uses, else the system's libcrypto.so.3 or .1.1. Building needs no OpenSSL headers.
+Without libcrypto the kernels still load and move plain frames only; a protected link (the default) then
+fails with the reason (``crypto_unavailable``), and SMDDP_NATIVE=0 moves the bytes in Python instead,
+with the ``cryptography`` package.
 """
 
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import fcntl
 import hashlib
 import importlib.util
@@ -40,6 +47,7 @@ _CORE_FLAGS = ["-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-std=c++20", "
 _lib: ctypes.CDLL | None = None
 _loaded = False
 _why_not = ""
+_crypto_why_not = "the native kernels are not loaded"
 _core: type | None = None
 _core_loaded = False
 
@@ -120,7 +128,7 @@ def build(directory: Path | None = None) -> Path:
     target = (directory or cache_dir()) / library_name()
     if not target.exists():
         compiler = _compiler("CC", ("cc", "gcc", "clang"), "gcc")
-        _compile(target, lambda output: [compiler, *_flags(), "-o", output, str(SOURCE)], SOURCE)
+        _compile(target, lambda output: [compiler, *_flags(), "-o", output, str(SOURCE), "-ldl"], SOURCE)  # dlopen: libcrypto
     return target
 
 
@@ -211,8 +219,42 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.smddp_allreduce_small.argtypes = barrier_args + [c.c_void_p, c.c_long, c.c_void_p, c.c_int, c.c_int, c.c_long]
     lib.smddp_reduce_shard.argtypes = [c.c_int, c.c_int, c.c_void_p, c.c_int, c.c_int, c.c_void_p, c.c_long, c.c_long, c.c_long]
     lib.smddp_exchange.argtypes = [c.POINTER(Transfer), c.c_int, c.c_long]
-    for fn in (lib.smddp_wait, lib.smddp_barrier, lib.smddp_reduce, lib.smddp_reduce_shard, lib.smddp_allreduce_small, lib.smddp_exchange):
+    lib.smddp_crypto_load.argtypes = [c.c_char_p]
+    lib.smddp_link_open.argtypes = [c.c_int, c.c_int, c.c_long, c.c_char_p]
+    lib.smddp_link_close.argtypes = [c.c_int]
+    lib.smddp_link_close.restype = None
+    for fn in (lib.smddp_wait, lib.smddp_barrier, lib.smddp_reduce, lib.smddp_reduce_shard, lib.smddp_allreduce_small, lib.smddp_exchange,
+               lib.smddp_crypto_load, lib.smddp_link_open):
         fn.restype = c.c_int
+
+
+def _libcrypto_candidates() -> list[str]:
+    """The libcrypto this process's hashlib maps (the same library twice would be two copies), then the system's."""
+    try:
+        import _hashlib  # noqa: F401 - maps OpenSSL's libcrypto into the process, where it can be found
+    except ImportError:
+        pass
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            mapped = [line.split()[-1] for line in maps if "/libcrypto.so" in line]
+    except OSError:
+        mapped = []
+    return list(dict.fromkeys([*mapped, *filter(None, [ctypes.util.find_library("crypto")]), "libcrypto.so.3", "libcrypto.so.1.1"]))
+
+
+def _load_crypto(lib: ctypes.CDLL) -> None:
+    global _crypto_why_not
+    candidates = _libcrypto_candidates()
+    for path in candidates:
+        if lib.smddp_crypto_load(path.encode()) == 0:
+            _crypto_why_not = ""
+            return
+    _crypto_why_not = f"no OpenSSL libcrypto with AES-GCM could be opened (tried {', '.join(candidates)}; install libssl3 or OpenSSL 1.1)"
+
+
+def crypto_unavailable() -> str:
+    """Why the kernels cannot protect links between hosts ("" when they can)."""
+    return _crypto_why_not
 
 
 def _load() -> ctypes.CDLL:
@@ -220,6 +262,7 @@ def _load() -> ctypes.CDLL:
     path = prebuilt if prebuilt.exists() else build()
     lib = ctypes.CDLL(str(path))
     _declare(lib)
+    _load_crypto(lib)
     return lib
 
 

@@ -8,11 +8,18 @@
  *   [8..13] call record for odd generations
  * A call record is (seq, op, dtype, count low, count high, root). A peer that has reached generation g
  * cannot be past g+1 (that needs us), so the record slot of g's parity still holds its record for g.
+ *
+ * Links between hosts are protected as tcp.py's docstring lays out (records with an AES-256-GCM tag);
+ * the cipher comes from OpenSSL's libcrypto, opened at run time (smddp_crypto_load) with the few EVP
+ * calls declared below, so building needs no OpenSSL headers and loading no libcrypto: without it only
+ * plain links work, and tcp.py refuses a protected one with the reason.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <linux/futex.h>
 #include <poll.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -207,7 +214,7 @@ static int is_next(const struct smddp_transfer *t, int i) {
  * in one segment and arrive in one wake-up). 0 when it would block or they are done, 1 on failure
  * (t[i].error says why). */
 #define GATHER_MAX 16
-static int advance(struct smddp_transfer *t, int count, int i) {
+static int advance_plain(struct smddp_transfer *t, int count, int i) {
     for (;;) {
         struct iovec iov[GATHER_MAX];
         int index[GATHER_MAX], n = 0;
@@ -236,6 +243,267 @@ static int advance(struct smddp_transfer *t, int count, int i) {
             return 1;
         }
     }
+}
+
+
+/* --- links: one registered per connection (smddp_link_open), found by fd ----------------------------- */
+#define RECORD_BYTES (64L << 10) /* tcp.py's RECORD_BYTES */
+#define TAG_BYTES 16
+#define INTEGRITY_FAILED -2 /* a transfer's error: a record failed its check */
+enum { LINK_PLAIN = 0, LINK_INTEGRITY = 1, LINK_ENCRYPT = 2 };
+
+typedef struct evp_cipher_ctx_st EVP_CIPHER_CTX;
+typedef struct evp_cipher_st EVP_CIPHER;
+#define EVP_CTRL_GCM_GET_TAG 0x10
+#define EVP_CTRL_GCM_SET_TAG 0x11
+typedef int (*evp_init_fn)(EVP_CIPHER_CTX *, const EVP_CIPHER *, void *, const unsigned char *, const unsigned char *);
+typedef int (*evp_update_fn)(EVP_CIPHER_CTX *, unsigned char *, int *, const unsigned char *, int);
+typedef int (*evp_final_fn)(EVP_CIPHER_CTX *, unsigned char *, int *);
+static struct {
+    EVP_CIPHER_CTX *(*ctx_new)(void);
+    const EVP_CIPHER *(*aes_256_gcm)(void);
+    int (*ctrl)(EVP_CIPHER_CTX *, int, int, void *);
+    evp_init_fn encrypt_init, decrypt_init;
+    evp_update_fn encrypt_update, decrypt_update;
+    evp_final_fn encrypt_final, decrypt_final;
+} evp;
+static int crypto_loaded;
+
+/* Open libcrypto at path (tcp.py passes the one Python's hashlib uses). 0 when loaded, else 1. */
+int smddp_crypto_load(const char *path) {
+    if (crypto_loaded) return 0;
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return 1;
+    const char *names[] = {"EVP_CIPHER_CTX_new", "EVP_aes_256_gcm", "EVP_CIPHER_CTX_ctrl", "EVP_EncryptInit_ex", "EVP_DecryptInit_ex",
+                           "EVP_EncryptUpdate", "EVP_DecryptUpdate", "EVP_EncryptFinal_ex", "EVP_DecryptFinal_ex"};
+    void *found[9];
+    for (int k = 0; k < 9; k++)
+        if (!(found[k] = dlsym(lib, names[k]))) return 1;
+    memcpy(&evp, found, sizeof(found)); /* the struct's members in the order of names */
+    crypto_loaded = 1;
+    return 0;
+}
+
+/* One direction of a link: its cipher (keyed once), nonce base and record counter, and the record now
+ * moving: its payload length (0: none) and the bytes of payload, then tag, moved so far. */
+struct direction {
+    EVP_CIPHER_CTX *ctx;
+    unsigned char iv[12];
+    uint64_t seq;
+    long length;
+    long at;
+    unsigned char tag[TAG_BYTES];
+    unsigned char *stage; /* encrypt, sending: the record's ciphertext */
+};
+struct link {
+    int fd;
+    int mode;
+    long header; /* the call header's bytes, a record of their own at the start of each message */
+    struct direction out, in;
+};
+#define MAX_LINKS 4096
+static struct link *links[MAX_LINKS]; /* never freed: an exchange may still hold one being closed */
+
+static struct link *link_of(int fd) {
+    for (int k = 0; k < MAX_LINKS; k++) {
+        struct link *l = __atomic_load_n(&links[k], __ATOMIC_ACQUIRE);
+        if (!l) return NULL;
+        if (__atomic_load_n(&l->fd, __ATOMIC_ACQUIRE) == fd) return l;
+    }
+    return NULL;
+}
+
+/* Register the connection fd (tcp.py, after the handshake): mode, the header's bytes and its keys
+ * (send key 32, send nonce base 12, receive key 32, receive nonce base 12). 0 when registered, 1 when
+ * a protected mode needs libcrypto and it is not loaded, 2 when out of memory or slots. */
+static char links_lock; /* held while a slot is chosen and filled: meshes may connect from several threads */
+
+static int link_open(int fd, int mode, long header, const unsigned char *keys);
+int smddp_link_open(int fd, int mode, long header, const unsigned char *keys) {
+    if (mode != LINK_PLAIN && !crypto_loaded) return 1;
+    while (__atomic_test_and_set(&links_lock, __ATOMIC_ACQUIRE)) {
+    }
+    int status = link_open(fd, mode, header, keys);
+    __atomic_clear(&links_lock, __ATOMIC_RELEASE);
+    return status;
+}
+
+static int link_open(int fd, int mode, long header, const unsigned char *keys) {
+    int slot = 0;
+    while (slot < MAX_LINKS && links[slot] && links[slot]->fd != fd && links[slot]->fd != -1) slot++;
+    if (slot == MAX_LINKS) return 2;
+    struct link *l = links[slot] ? links[slot] : calloc(1, sizeof(struct link));
+    if (!l) return 2;
+    l->fd = -1;
+    if (mode != LINK_PLAIN) {
+        if (!l->out.ctx) l->out.ctx = evp.ctx_new();
+        if (!l->in.ctx) l->in.ctx = evp.ctx_new();
+        if (!l->out.stage) l->out.stage = malloc(RECORD_BYTES);
+        if (!l->out.ctx || !l->in.ctx || !l->out.stage) return 2;
+        if (evp.encrypt_init(l->out.ctx, evp.aes_256_gcm(), NULL, keys, NULL) != 1 ||
+            evp.decrypt_init(l->in.ctx, evp.aes_256_gcm(), NULL, keys + 44, NULL) != 1)
+            return 2;
+        memcpy(l->out.iv, keys + 32, 12);
+        memcpy(l->in.iv, keys + 76, 12);
+    }
+    l->mode = mode;
+    l->header = header;
+    l->out.seq = l->in.seq = 0;
+    l->out.length = l->in.length = 0;
+    __atomic_store_n(&l->fd, fd, __ATOMIC_RELEASE);
+    __atomic_store_n(&links[slot], l, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/* The connection fd closes: its slot may serve another. */
+void smddp_link_close(int fd) {
+    struct link *l = link_of(fd);
+    if (l) __atomic_store_n(&l->fd, -1, __ATOMIC_RELEASE);
+}
+
+/* The fd's message in transfer i's direction: bytes moved so far (whole records) and in all. */
+static void message(const struct smddp_transfer *t, int count, int i, long *moved, long *total) {
+    *moved = *total = 0;
+    for (int j = 0; j < count; j++)
+        if (t[j].fd == t[i].fd && t[j].receive == t[i].receive) {
+            *moved += t[j].done;
+            *total += t[j].length;
+        }
+}
+
+/* The message's bytes [skip, skip + length) past what is moved, from transfer i (the first unfinished
+ * of its fd and direction) on, as at most max pieces; returns how many, *covered their bytes. */
+static int pieces(const struct smddp_transfer *t, int count, int i, long skip, long length, struct iovec *iov, int max,
+                  long *covered) {
+    int n = 0;
+    *covered = 0;
+    for (int j = i; j < count && length > 0 && n < max; j++) {
+        if (t[j].fd != t[i].fd || t[j].receive != t[i].receive) continue;
+        long start = t[j].done, left = t[j].length - start;
+        if (skip >= left) {
+            skip -= left;
+            continue;
+        }
+        start += skip;
+        left -= skip;
+        skip = 0;
+        long take = left < length ? left : length;
+        iov[n++] = (struct iovec){.iov_base = t[j].data + start, .iov_len = (size_t)take};
+        length -= take;
+        *covered += take;
+    }
+    return n;
+}
+
+/* The record's payload is moved (with its tag): count it in the transfers it spans. */
+static void credit(struct smddp_transfer *t, int count, int i, long length) {
+    for (int j = i; j < count && length > 0; j++) {
+        if (t[j].fd != t[i].fd || t[j].receive != t[i].receive) continue;
+        long take = t[j].length - t[j].done < length ? t[j].length - t[j].done : length;
+        t[j].done += take;
+        length -= take;
+    }
+}
+
+static void nonce_of(unsigned char nonce[12], const struct direction *d) {
+    memcpy(nonce, d->iv, 12);
+    for (int k = 0; k < 8; k++) nonce[4 + k] ^= (unsigned char)(d->seq >> (56 - 8 * k));
+}
+
+/* Run the direction's cipher over the record's payload (length bytes from transfer i on): sending, the
+ * tag (and for encrypt the ciphertext into stage); receiving, the check of the tag (encrypt: the
+ * plaintext in place). 0 when it holds. */
+static int cipher_record(struct link *l, struct smddp_transfer *t, int count, int i, long length) {
+    int sending = !t[i].receive, encrypt = l->mode == LINK_ENCRYPT;
+    struct direction *d = sending ? &l->out : &l->in;
+    unsigned char nonce[12], end[32];
+    int outl;
+    nonce_of(nonce, d);
+    d->seq++;
+    if ((sending ? evp.encrypt_init : evp.decrypt_init)(d->ctx, NULL, NULL, NULL, nonce) != 1) return 1;
+    evp_update_fn update = sending ? evp.encrypt_update : evp.decrypt_update;
+    for (long at = 0; at < length;) {
+        struct iovec iov[GATHER_MAX];
+        long covered;
+        int n = pieces(t, count, i, at, length - at, iov, GATHER_MAX, &covered);
+        for (int k = 0; k < n; k++) {
+            unsigned char *in = iov[k].iov_base, *out = !encrypt ? NULL : sending ? d->stage + at : in;
+            if (update(d->ctx, out, &outl, in, (int)iov[k].iov_len) != 1) return 1; /* NULL out: the bytes are AAD */
+            at += (long)iov[k].iov_len;
+        }
+    }
+    if (sending) return evp.encrypt_final(d->ctx, end, &outl) != 1 || evp.ctrl(d->ctx, EVP_CTRL_GCM_GET_TAG, TAG_BYTES, d->tag) != 1;
+    return evp.ctrl(d->ctx, EVP_CTRL_GCM_SET_TAG, TAG_BYTES, d->tag) != 1 || evp.decrypt_final(d->ctx, end, &outl) != 1;
+}
+
+/* advance_plain's work on a protected link: record by record (the call header's bytes one, then the
+ * data in RECORD_BYTES), each payload followed by its tag; a record counts in the transfers' done once
+ * its tag is out (sending) or in and checked (receiving). */
+static int advance_records(struct link *l, struct smddp_transfer *t, int count, int i) {
+    struct direction *d = t[i].receive ? &l->in : &l->out;
+    for (;;) {
+        if (d->length == 0) {
+            long moved, total;
+            message(t, count, i, &moved, &total);
+            if (moved >= total) return 0;
+            long length = moved < l->header ? (l->header < total ? l->header : total) - moved
+                                            : (RECORD_BYTES < total - moved ? RECORD_BYTES : total - moved);
+            if (!t[i].receive && cipher_record(l, t, count, i, length)) {
+                t[i].error = EIO;
+                return 1;
+            }
+            d->length = length;
+            d->at = 0;
+        }
+        struct iovec iov[GATHER_MAX + 1];
+        int n = 0;
+        long covered = 0;
+        if (d->at < d->length) {
+            if (l->mode == LINK_ENCRYPT && !t[i].receive) {
+                iov[n++] = (struct iovec){.iov_base = d->stage + d->at, .iov_len = (size_t)(d->length - d->at)};
+                covered = d->length - d->at;
+            } else {
+                n = pieces(t, count, i, d->at, d->length - d->at, iov, GATHER_MAX, &covered);
+            }
+        }
+        if (d->at + covered == d->length) { /* the whole payload is in the list: its tag follows */
+            long tag_at = d->at > d->length ? d->at - d->length : 0;
+            iov[n++] = (struct iovec){.iov_base = d->tag + tag_at, .iov_len = (size_t)(TAG_BYTES - tag_at)};
+        }
+        struct msghdr message_ = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t moved = t[i].receive ? recvmsg(t[i].fd, &message_, MSG_DONTWAIT)
+                                     : sendmsg(t[i].fd, &message_, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (moved > 0) {
+            d->at += (long)moved;
+            if (d->at < d->length + TAG_BYTES) continue;
+            if (t[i].receive && cipher_record(l, t, count, i, d->length)) {
+                t[i].error = INTEGRITY_FAILED;
+                return 1;
+            }
+            credit(t, count, i, d->length);
+            d->length = 0;
+        } else if (moved == 0 && t[i].receive) {
+            t[i].error = -1;
+            return 1;
+        } else if (errno != EINTR) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+            t[i].error = errno;
+            return 1;
+        }
+    }
+}
+
+/* Move what the socket takes or has now for transfer i and the unfinished ones of its fd and direction
+ * after it: 0 when it would block or they are done, 1 on failure (t[i].error says why: an errno, -1 when
+ * the peer closed, INTEGRITY_FAILED). An fd without a link fails (ENOTCONN): nothing leaves unprotected
+ * by mistake. */
+static int advance(struct smddp_transfer *t, int count, int i) {
+    struct link *l = link_of(t[i].fd);
+    if (!l) {
+        t[i].error = ENOTCONN;
+        return 1;
+    }
+    return l->mode == LINK_PLAIN ? advance_plain(t, count, i) : advance_records(l, t, count, i);
 }
 
 /* Every peer's sends and receives progress together from this one thread (no GIL, no thread hand-offs):

@@ -53,7 +53,6 @@ def warnings(spec: JobSpec) -> list[str]:
         (spec.enable_network_isolation, "enable_network_isolation is not emulated: the hosts can reach the network here"),
         (spec.volume_size != 30, f"volume_size={spec.volume_size} GB is not enforced: the hosts write to this machine's disk"),
         (bool(spec.subnets or spec.security_group_ids), "subnets/security_group_ids (VPC) are not emulated: the hosts use this machine's network"),
-        (spec.encrypt_inter_container_traffic, "encrypt_inter_container_traffic is not emulated: traffic between hosts is not encrypted here"),
     ]
     return [line for applies, line in checks if applies]
 

@@ -207,6 +207,7 @@ class SlurmScheduler(JobRootScheduler):
                 "job_name": dryrun.job_name,
                 "instance_type": spec.instance_type,
                 "job_token": secrets.token_hex(16),
+                "encrypt_links": spec.encrypt_inter_container_traffic,
                 "processes_per_host": plan.processes_per_host,
                 "artifacts": plan.artifacts.to_json(),
             },
