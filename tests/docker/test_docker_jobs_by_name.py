@@ -55,7 +55,7 @@ def test_a_docker_job_is_found_by_name_everywhere(smddp_image: str, tmp_path: Pa
                        capture_output=True, check=True)
     cleaned = cli(tmp_path, "clean")
     assert cleaned.returncode == 0, cleaned.stderr
-    assert "removing docker://dock-named" in cleaned.stderr and "docker leftover" in cleaned.stderr
+    assert "removing docker://dock-named" in cleaned.stderr and "removing 1 docker container" in cleaned.stderr and "1 leftover" in cleaned.stderr
     assert not (tmp_path / "jobs" / "docker" / "dock-named").exists()
     def containers(job: str) -> list[str]:
         return subprocess.run(["docker", "ps", "-aq", "--filter", f"label={LABEL_JOB}={job}"], capture_output=True, text=True, check=True).stdout.split()
