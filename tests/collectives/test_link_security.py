@@ -294,11 +294,11 @@ def code_dir(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("encrypt", [True, False])
 def test_local_and_docker_hosts_get_the_encryption_setting_over_the_jobs_environment(code_dir, tmp_path, encrypt):
     from smddp_sdk.schedulers import get_scheduler
-    from tests.unit.test_docker_scheduler import argv_of, make_spec, option_values
+    from tests.schedulers.test_docker_scheduler import argv_of, make_spec, option_values
 
     spec = make_spec(code_dir, encrypt_inter_container_traffic=encrypt, environment={contract.LINK_ENCRYPT_ENV: "0"})
     local = get_scheduler("local", job_root=str(tmp_path / "local")).dryrun(spec)
-    environments = [host["process"]["environment"] for host in local.request["hosts"]]
+    environments = [local.request.environment(host.host) for host in local.request.hosts]
     assert [env[contract.LINK_ENCRYPT_ENV] for env in environments] == ["1" if encrypt else "0"] * 2
     docker = get_scheduler("docker", job_root=str(tmp_path / "docker")).dryrun(spec)
     assert f"{contract.LINK_ENCRYPT_ENV}={'1' if encrypt else '0'}" in option_values(argv_of(docker, 1), "-e")
