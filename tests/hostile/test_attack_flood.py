@@ -30,7 +30,7 @@ pytest.importorskip("torch")
 pytestmark = requires_nobody
 
 SCRIPTS = Path(__file__).parent / "scripts"
-HOLD_S = 13  # the ranks hold the job open past the store's 10 s handshake limit and its 10 s report interval
+HOLD_S = 24  # the ranks hold the job open well past the store's 10 s handshake limit and its 10 s report interval (the helper is killed at the end, so a report not yet made is lost)
 
 # As nobody: once the store listens, open ``silent`` connections that never speak, then (a second later)
 # ``validated`` ones that send torch's validation message, and hold them all. The helper keeps a stranger's
