@@ -25,6 +25,9 @@ JOBS = (
     "tests/fidelity/test_local_rehearsal.py",
     "tests/hostile/test_listeners.py",  # stores that import torch, jobs of 2 hosts
     "tests/hostile/test_model_dir.py",
+    "tests/hostile/test_attack_flood.py",  # attacks as nobody on live jobs of 2 hosts x 2 ranks
+    "tests/hostile/test_attack_store_keys.py",
+    "tests/hostile/test_attack_arena.py",
 )
 # Kept in the default run from the places above: the quick ones, and a real job or rank group as a smoke test.
 KEEP = (
