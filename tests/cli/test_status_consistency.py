@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from smddp_sdk.runtime.coordination import Coordinator, CoordinatorClient
-from smddp_sdk.schedulers.hosttree.job_dir import pick_free_ports
+from smddp_sdk.schedulers.hosttree.job_dir import is_supervisor_of, pick_free_ports
 from smddp_sdk.specs.failure import SOURCE_EARLY_EXIT, SOURCE_ERROR_FILE, FailureRecord, PeerRank, failure_reason, render_summary
 from smddp_sdk.specs.status import HostStatus, JobHandle, JobState, JobStatus, Transition, settled
 
@@ -47,7 +47,9 @@ def test_a_job_whose_supervisor_was_killed_reads_as_ended_everywhere(invoke, iso
     running = json.loads(invoke("status", "killed", "--json").stdout)
     assert running["state"] == "RUNNING" and {host["state"] for host in running["hosts"]} == {"RUNNING"}
 
-    os.kill(json.loads((job / "state.json").read_text())["supervisor_pid"], signal.SIGKILL)
+    supervisor = json.loads((job / "state.json").read_text())["supervisor_pid"]
+    os.kill(supervisor, signal.SIGKILL)
+    _wait(lambda: not is_supervisor_of(supervisor, job), timeout=30)  # SIGKILL lands a moment later, not at once
     shown = invoke("status", "killed")  # finds the supervisor gone: the job FAILED, its hosts stopped, archived
     as_json = json.loads(invoke("status", "killed", "--json").stdout)
 
