@@ -20,6 +20,7 @@ imports torch or boto3: schedulers are looked up by name.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import time
 from collections.abc import Mapping
@@ -54,12 +55,12 @@ class Estimator:
         self._base_dir = Path.cwd()
         self.scheduler_options: dict[str, Any] = dict(scheduler_options or {}) if isinstance(scheduler_options, Mapping) else {}
         issues = self._argument_issues(scheduler_options)
+        self.scheduler: str = scheduler or infer_scheduler(str(self._arguments.get("instance_type", "")))
         spec: JobSpec | None = None
         try:
             spec = JobSpec.from_mapping(self._spec_arguments(), base_dir=self._base_dir)
         except SpecError as error:
             issues += error.issues
-        self.scheduler: str = scheduler or infer_scheduler(str(self._arguments.get("instance_type", "")))
         if self.sagemaker_session is not None and self.scheduler == "sagemaker":
             # v2 takes region and credentials from its session; so does this estimator (explicit options win).
             self.scheduler_options = {**_session_options(self.sagemaker_session), **self.scheduler_options}
@@ -90,7 +91,7 @@ class Estimator:
         fields = JobSpec.field_names()
         data = {key: value for key, value in self._arguments.items() if key in fields}
         data.update({key: value for key, value in overrides.items() if value is not None})
-        return data
+        return rehearsed_s3(data)[0] if self.scheduler in REHEARSING_SCHEDULERS else data
 
     # --- v2 attributes --------------------------------------------------------------------------
 
@@ -174,8 +175,12 @@ class Estimator:
 
     def dryrun(self, inputs: Any = None, job_name: str | None = None) -> DryRun:
         """The exact request ``fit`` would make (pure: nothing written, started or uploaded; nothing printed).
-        ``print(estimator.dryrun().render())`` shows it."""
-        return self._get_scheduler().dryrun(self.job_spec(inputs, job_name))
+        ``print(estimator.dryrun().render())`` shows it; its notes say where s3:// locations are rehearsed."""
+        plan = self._get_scheduler().dryrun(self.job_spec(inputs, job_name))
+        if self.scheduler not in REHEARSING_SCHEDULERS:
+            return plan
+        given = {**self._arguments, "inputs": normalise_inputs(inputs) if inputs is not None else None}
+        return dataclasses.replace(plan, notes=(*rehearsed_s3({key: value for key, value in given.items() if value is not None})[1], *plan.notes))
 
     def plan(self, instances: Any = "1,2,4,8,16,32", **options: Any) -> Any:
         """Predicted step time, scaling efficiency and cost per instance count, as ``smddp-launch plan``
@@ -342,6 +347,53 @@ class TrainingJob:
     def stop(self) -> None:
         """Cancel the job (does nothing once it has ended)."""
         self.scheduler.cancel(self.handle)
+
+
+# --- s3:// in a local rehearsal ----------------------------------------------------------------------
+
+REHEARSING_SCHEDULERS = ("local", "docker")  # jobs whose data and archives stay on this machine
+LOCAL_S3_ENV = "SMDDP_LOCAL_S3"
+
+
+def local_s3_root() -> Path:
+    """The folder that stands for S3 in a local rehearsal: ``$SMDDP_LOCAL_S3`` or ``~/.smddp/s3``."""
+    return Path(os.environ.get(LOCAL_S3_ENV) or Path.home() / ".smddp" / "s3").expanduser()
+
+
+def s3_stand_in(uri: str) -> Path:
+    """``s3://bucket/a/b`` -> ``<local_s3_root>/bucket/a/b``."""
+    return local_s3_root() / uri.removeprefix("s3://").strip("/")
+
+
+def rehearsed_s3(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A v2 launcher's S3 locations for a job that runs on this machine, and a note for each: archives
+    (``output_path``) and checkpoints (``checkpoint_s3_uri``) go to their stand-in folder; an input is
+    read from its stand-in when that holds it, else downloaded with boto3 as SageMaker's local mode
+    does (credentials needed). The rule: s3://bucket/key is ``<local_s3_root>/bucket/key``."""
+    values, notes = dict(data), []
+    for field in ("output_path", "checkpoint_s3_uri"):
+        uri = values.get(field)
+        if isinstance(uri, str) and uri.startswith("s3://"):
+            values[field] = str(s3_stand_in(uri))
+            notes.append(f"{field} {uri} is {values[field]} in this rehearsal (S3 stands in as {local_s3_root()}, {LOCAL_S3_ENV}); no AWS needed")
+    inputs = values.get("inputs")
+    if isinstance(inputs, str):
+        inputs = {"training": inputs}
+    if isinstance(inputs, Mapping):
+        values["inputs"] = {}
+        for name, channel in inputs.items():
+            uri = channel if isinstance(channel, str) else getattr(channel, "s3_data", None)
+            if not (isinstance(uri, str) and uri.startswith("s3://")):
+                values["inputs"][name] = channel
+                continue
+            stand_in = s3_stand_in(uri)
+            if stand_in.exists():
+                values["inputs"][name] = str(stand_in) if isinstance(channel, str) else dataclasses.replace(channel, s3_data=str(stand_in))
+                notes.append(f"channel {name!r}: {uri} is read from {stand_in} in this rehearsal; no AWS needed")
+            else:
+                values["inputs"][name] = channel
+                notes.append(f"channel {name!r}: {uri} is not in {stand_in}, so it is downloaded with boto3 (credentials needed); copy the data there to rehearse without AWS")
+    return values, notes
 
 
 def spec_from_dict(data: Mapping[str, Any]) -> JobSpec:

@@ -44,7 +44,8 @@ Precedence: defaults < user config < job file < SMDDP_* variables < flags; --dry
 value's source."""
 
 
-@click.command(cls=JobCommand, epilog=RUN_EPILOG, short_help="Run a job and follow its logs (the default command).")
+@click.command(cls=JobCommand, epilog=RUN_EPILOG, short_help="Run a job and follow its logs (the default command).",
+               context_settings={"token_normalize_func": torchrun.underscores_as_dashes})
 @click.argument("job_file", required=False, metavar="[JOB_FILE]", shell_complete=complete_files)
 @job_options
 @torchrun.torchrun_options

@@ -19,6 +19,7 @@ import click
 
 from smddp_sdk import __version__, launcher
 from smddp_sdk.cli.output import Console
+from smddp_sdk.cli.torchrun import underscores_as_dashes
 from smddp_sdk.config.job_file import JobFileError
 from smddp_sdk.config.yaml_io import YamlSyntaxError
 from smddp_sdk.errors import EXIT_INTERRUPTED, EXIT_SPEC, SmddpError
@@ -48,8 +49,8 @@ class LaunchGroup(click.Group):
 
 # Launcher flags a torchrun user may type after the script by habit: they reach the script (torchrun's
 # rule, nothing is lost), and a warning says so, since the job then runs as if they had not been given.
-_LAUNCHER_HABITS = ("--dryrun", "--detach", "--scheduler", "--hosts", "--nnodes", "--nproc-per-node", "--nproc_per_node", "--nproc-per-host",
-                    "--max-restarts", "--max_restarts", "--standalone", "--instance-type", "--instance-count")
+_LAUNCHER_HABITS = ("--dryrun", "--detach", "--scheduler", "--hosts", "--nnodes", "--nproc-per-node", "--nproc-per-host", "--max-restarts",
+                    "--standalone", "--instance-type", "--instance-count")
 
 
 def script_mode(args: list[str], commands: dict[str, click.Command]) -> list[str] | None:
@@ -66,7 +67,7 @@ def script_mode(args: list[str], commands: dict[str, click.Command]) -> list[str
     index = 0
     while index < len(rest):
         arg = rest[index]
-        name = arg.partition("=")[0]
+        name = _option_name(arg)
         if arg == "--" or arg == "-":
             return None
         if name in ("-m", "--module"):
@@ -82,11 +83,17 @@ def script_mode(args: list[str], commands: dict[str, click.Command]) -> list[str
     else:
         return None
     after = rest[cut:]
-    if habits := sorted({arg.partition("=")[0] for arg in after} & set(_LAUNCHER_HABITS)):
+    if habits := sorted({_option_name(arg) for arg in after} & set(_LAUNCHER_HABITS)):
         shown = " ".join(habits)
         click.echo(f"warning: {shown} after the script go{'es' if len(habits) == 1 else ''} to the script, as torchrun passes everything after the "
                    f"script to it; smddp-launch did not read {'it' if len(habits) == 1 else 'them'} and the job runs without: put launcher flags before the script", err=True)
     return [*leading, "run", *rest[:cut], "--", *after]
+
+
+def _option_name(arg: str) -> str:
+    """``--nproc_per_node=4`` -> ``--nproc-per-node`` (as ``run`` reads it); other words unchanged."""
+    name = arg.partition("=")[0]
+    return underscores_as_dashes(name) if name.startswith("--") else name
 
 
 def _global_flags(args: list[str]) -> tuple[list[str], list[str]]:

@@ -37,20 +37,26 @@ def _option(*names: str, **kwargs: Any) -> Callable[[Any], Any]:
     return click.option(*names, cls=GroupedOption, help_group=TORCHRUN_GROUP, **kwargs)
 
 
+def underscores_as_dashes(token: str) -> str:
+    """torchrun takes ``--nproc_per_node`` and ``--nproc-per-node`` alike; so does ``run`` (click hands it
+    option names, and choices, which have no underscores that matter: torch_distributed still matches)."""
+    return token.replace("_", "-")
+
+
 def torchrun_options(func: Any) -> Any:
-    """``run``'s torchrun flags, with torchrun's spellings (dashes or underscores)."""
+    """``run``'s torchrun flags, with torchrun's spellings (``underscores_as_dashes``)."""
     decorators = [
         _option("--hosts", "--nnodes", "nnodes", metavar="N", help="Hosts (instance_count); torchrun's N:N is N. An elastic range N:M (N<M) is refused: hosts here are a fixed number."),
-        _option("--nproc-per-host", "--nproc-per-node", "--nproc_per_node", "nproc", metavar="N|auto|gpu|cpu",
+        _option("--nproc-per-host", "--nproc-per-node", "nproc", metavar="N|auto|gpu|cpu",
                 help="Ranks per host (the processes_per_host option): gpu = one per GPU; cpu = this machine's CPUs; auto = gpu on a machine with a GPU, else cpu (torchrun's rule)."),
-        _option("--max-restarts", "--max_restarts", "max_restarts", type=click.IntRange(0), metavar="N",
+        _option("--max-restarts", "max_restarts", type=click.IntRange(0), metavar="N",
                 help="Run the whole job again up to N times after any failure, the script's own included (max_retry_attempts with retry_script_errors); 0 = none."),
         _option("--standalone", is_flag=True, help="One host on this machine (torchrun's single-node rendezvous); same as --hosts 1."),
         _option("-m", "--module", "module", metavar="MODULE", help="Run MODULE (a module under the code directory, e.g. pkg.train) as `python -m` would; arguments after it go to it."),
-        _option("--rdzv-backend", "--rdzv_backend", "rdzv_backend", metavar="NAME", help="c10d or static: the hosts always meet at the first host's c10d store; others are refused."),
-        _option("--rdzv-endpoint", "--rdzv_endpoint", "rdzv_endpoint", metavar="HOST:PORT", help="Only this machine (localhost:PORT) is accepted: the first host serves the rendezvous on a port the scheduler picks."),
-        _option("--rdzv-id", "--rdzv_id", "rdzv_id", metavar="ID", help="Accepted and not needed: every job has its own rendezvous, named by the job (TORCHELASTIC_RUN_ID)."),
-        _option("--rdzv-conf", "--rdzv_conf", "rdzv_conf", metavar="K=V,...", help="Refused: the runtime's rendezvous waits SMDDP_AGENT_TIMEOUT seconds for the hosts (-e SMDDP_AGENT_TIMEOUT=900)."),
+        _option("--rdzv-backend", "rdzv_backend", metavar="NAME", help="c10d or static: the hosts always meet at the first host's c10d store; others are refused."),
+        _option("--rdzv-endpoint", "rdzv_endpoint", metavar="HOST:PORT", help="Only this machine (localhost:PORT) is accepted: the first host serves the rendezvous on a port the scheduler picks."),
+        _option("--rdzv-id", "rdzv_id", metavar="ID", help="Accepted and not needed: every job has its own rendezvous, named by the job (TORCHELASTIC_RUN_ID)."),
+        _option("--rdzv-conf", "rdzv_conf", metavar="K=V,...", help="Refused: the runtime's rendezvous waits SMDDP_AGENT_TIMEOUT seconds for the hosts (-e SMDDP_AGENT_TIMEOUT=900)."),
     ]
     for decorator in reversed(decorators):
         func = decorator(func)
