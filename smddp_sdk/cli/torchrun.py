@@ -11,6 +11,7 @@ copied to every host.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 from collections.abc import Callable, Iterator
@@ -28,6 +29,7 @@ from smddp_sdk.specs.archives import code_ignore
 TORCHRUN_GROUP = "torchrun's flags (before the script)"
 ENTRY_MODULE_ENV = contract.ENTRY_MODULE_ENV
 CODE_LIMIT_BYTES = 100 * 1024 * 1024  # an implicit code directory above this is refused (name it to ship it)
+CODE_LIMIT_FILES = 10_000  # ... and one with more files (a home directory): the walk stops there
 LARGEST_SHOWN = 5
 _LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1", "0.0.0.0", "")  # noqa: S104 - names, nothing is bound
 _RDZV_BACKENDS = ("c10d", "static")
@@ -164,7 +166,7 @@ def code_dir_for(script: Path) -> tuple[Path, str]:
 
 def measure(path: Path, reason: str, job_root: Path | None) -> CodeDir:
     """Count what a snapshot of ``path`` copies (the snapshot's own ignore rule)."""
-    sizes = dict(_files(path, code_ignore(job_root) if job_root else code_ignore(path / ".smddp-none")))
+    sizes = dict(itertools.islice(_files(path, code_ignore(job_root) if job_root else code_ignore(path / ".smddp-none")), CODE_LIMIT_FILES + 1))
     largest = tuple(sorted(sizes.items(), key=lambda item: -item[1])[:LARGEST_SHOWN])
     return CodeDir(path, reason, len(sizes), sum(sizes.values()), largest)
 
@@ -183,13 +185,14 @@ def _files(root: Path, ignore: Callable[[str, list[str]], set[str]]) -> Iterator
 
 
 def check_size(code: CodeDir, limit: int = CODE_LIMIT_BYTES) -> None:
-    """Refuse an implicitly chosen code directory over ``limit`` bytes, naming its biggest files."""
-    if code.size <= limit:
+    """Refuse an implicitly chosen code directory over ``limit`` bytes or CODE_LIMIT_FILES files, naming its biggest files."""
+    if code.size <= limit and code.files <= CODE_LIMIT_FILES:
         return
     biggest = ", ".join(f"{name} ({megabytes(size)})" for name, size in code.largest)
+    held = f"{megabytes(code.size)} in {code.files} files" if code.files <= CODE_LIMIT_FILES else f"more than {CODE_LIMIT_FILES} files"
     raise SpecError(SpecIssue(
         "source_dir",
-        f"{code.reason} {code.path} holds {megabytes(code.size)} in {code.files} files, over the {megabytes(limit)} a torchrun-style run ships "
+        f"{code.reason} {code.path} holds {held}, over the {megabytes(limit)} or {CODE_LIMIT_FILES} files a torchrun-style run ships "
         f"to every host without being asked; the biggest: {biggest}",
         "pass large data as a channel (-i train=data/) and read SM_CHANNEL_TRAIN, run from a smaller directory, or name the directory "
         f"to ship it anyway (--source-dir {os.path.relpath(code.path)})",

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from smddp_sdk.cli.main import insert_default_command
-from smddp_sdk.cli.torchrun import CODE_LIMIT_BYTES
+from smddp_sdk.cli.torchrun import CODE_LIMIT_BYTES, CODE_LIMIT_FILES
 
 NOBODY = 65534
 COMMANDS = {"run": None, "logs": None, "list": None}
@@ -68,9 +68,15 @@ def test_a_big_working_directory_is_refused_with_its_biggest_files_and_the_overr
         sparse.truncate(CODE_LIMIT_BYTES + 1)  # sparse: its size without the disk
     refused = invoke("--dryrun", "train2.py")
     assert refused.exit_code == 2
-    assert "holds 100.0 MB in 4 files, over the 100.0 MB a torchrun-style run ships" in refused.stderr
+    assert "holds 100.0 MB in 4 files, over the 100.0 MB or 10000 files a torchrun-style run ships" in refused.stderr
     assert "the biggest: huge.bin (100.0 MB)" in refused.stderr and "--source-dir ." in refused.stderr
     assert invoke("--source-dir", ".", "--dryrun", "train2.py").exit_code == 0  # named: shipped as asked
+    (project / "huge.bin").unlink()
+    (project / "cache").mkdir()
+    for index in range(CODE_LIMIT_FILES):
+        (project / "cache" / str(index)).touch()
+    many = invoke("--dryrun", "train2.py")
+    assert many.exit_code == 2 and f"holds more than {CODE_LIMIT_FILES} files" in many.stderr
 
 
 def test_options_before_the_script_are_options_with_their_values(invoke, project: Path) -> None:
