@@ -366,16 +366,18 @@ def s3_stand_in(uri: str) -> Path:
 
 
 def rehearsed_s3(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """A v2 launcher's S3 locations for a job that runs on this machine, and a note for each: archives
-    (``output_path``) and checkpoints (``checkpoint_s3_uri``) go to their stand-in folder; an input is
-    read from its stand-in when that holds it, else downloaded with boto3 as SageMaker's local mode
-    does (credentials needed). The rule: s3://bucket/key is ``<local_s3_root>/bucket/key``."""
+    """A v2 launcher's S3 locations for a job that runs on this machine, and a note for each. The rule:
+    ``s3://bucket/key`` is ``<local_s3_root>/bucket/key`` when that root has a folder for the bucket, and
+    always for ``output_path`` (archives stay on this machine); otherwise inputs and checkpoints go to S3
+    with boto3, as SageMaker's local mode does (credentials needed)."""
     values, notes = dict(data), []
     for field in ("output_path", "checkpoint_s3_uri"):
         uri = values.get(field)
-        if isinstance(uri, str) and uri.startswith("s3://"):
+        if isinstance(uri, str) and uri.startswith("s3://") and (field == "output_path" or _has_stand_in(uri)):
             values[field] = str(s3_stand_in(uri))
             notes.append(f"{field} {uri} is {values[field]} in this rehearsal (S3 stands in as {local_s3_root()}, {LOCAL_S3_ENV}); no AWS needed")
+        elif isinstance(uri, str) and uri.startswith("s3://"):
+            notes.append(f"{field} {uri}: {_no_stand_in(uri)}")
     inputs = values.get("inputs")
     if isinstance(inputs, str):
         inputs = {"training": inputs}
@@ -383,17 +385,25 @@ def rehearsed_s3(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
         values["inputs"] = {}
         for name, channel in inputs.items():
             uri = channel if isinstance(channel, str) else getattr(channel, "s3_data", None)
+            values["inputs"][name] = channel
             if not (isinstance(uri, str) and uri.startswith("s3://")):
-                values["inputs"][name] = channel
                 continue
-            stand_in = s3_stand_in(uri)
-            if stand_in.exists():
-                values["inputs"][name] = str(stand_in) if isinstance(channel, str) else dataclasses.replace(channel, s3_data=str(stand_in))
-                notes.append(f"channel {name!r}: {uri} is read from {stand_in} in this rehearsal; no AWS needed")
-            else:
-                values["inputs"][name] = channel
-                notes.append(f"channel {name!r}: {uri} is not in {stand_in}, so it is downloaded with boto3 (credentials needed); copy the data there to rehearse without AWS")
+            if not _has_stand_in(uri):
+                notes.append(f"channel {name!r}: {uri}: {_no_stand_in(uri)}")
+                continue
+            stand_in = str(s3_stand_in(uri))
+            values["inputs"][name] = stand_in if isinstance(channel, str) else dataclasses.replace(channel, s3_data=stand_in)
+            notes.append(f"channel {name!r}: {uri} is read from {stand_in} in this rehearsal; no AWS needed")
     return values, notes
+
+
+def _has_stand_in(uri: str) -> bool:
+    return (local_s3_root() / uri.removeprefix("s3://").split("/", 1)[0]).is_dir()
+
+
+def _no_stand_in(uri: str) -> str:
+    bucket = uri.removeprefix("s3://").split("/", 1)[0]
+    return f"goes to S3 with boto3 (credentials needed): {local_s3_root() / bucket} does not exist; make it, with the data under it, to rehearse without AWS"
 
 
 def spec_from_dict(data: Mapping[str, Any]) -> JobSpec:

@@ -57,15 +57,16 @@ def test_the_dry_run_says_where_each_s3_location_is_rehearsed(no_aws: Path) -> N
     put(no_aws, "my-bucket/data/train/a.csv", "1\n")
     estimator = PyTorch(entry_point="train.py", source_dir="src", instance_type="local", instance_count=2, output_path="s3://my-bucket/runs",
                         checkpoint_s3_uri="s3://my-bucket/ckpt", distribution={"torch_distributed": {"enabled": True}})
-    assert estimator.output_path == str(no_aws / "my-bucket" / "runs")
-    notes = estimator.dryrun({"train": "s3://my-bucket/data/train", "test": "s3://my-bucket/data/test"}).notes
+    assert estimator.output_path == str(no_aws / "my-bucket" / "runs") and estimator.checkpoint_s3_uri == str(no_aws / "my-bucket" / "ckpt")
+    notes = estimator.dryrun({"train": "s3://my-bucket/data/train", "test": "s3://other-bucket/test"}).notes
     assert notes[:4] == (
         f"output_path s3://my-bucket/runs is {no_aws}/my-bucket/runs in this rehearsal (S3 stands in as {no_aws}, {LOCAL_S3_ENV}); no AWS needed",
         f"checkpoint_s3_uri s3://my-bucket/ckpt is {no_aws}/my-bucket/ckpt in this rehearsal (S3 stands in as {no_aws}, {LOCAL_S3_ENV}); no AWS needed",
         f"channel 'train': s3://my-bucket/data/train is read from {no_aws}/my-bucket/data/train in this rehearsal; no AWS needed",
-        f"channel 'test': s3://my-bucket/data/test is not in {no_aws}/my-bucket/data/test, so it is downloaded with boto3 (credentials needed); "
-        "copy the data there to rehearse without AWS",
+        f"channel 'test': s3://other-bucket/test: goes to S3 with boto3 (credentials needed): {no_aws}/other-bucket does not exist; "
+        "make it, with the data under it, to rehearse without AWS",
     )
+    assert estimator.dryrun({"train": "s3://other-bucket/train"}).spec.inputs["train"].s3_data == "s3://other-bucket/train"
 
 
 def test_sagemaker_jobs_keep_their_s3_locations(no_aws: Path) -> None:
