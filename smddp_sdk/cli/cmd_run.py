@@ -38,8 +38,11 @@ Examples:
   smddp-launch --hosts 2 --nproc-per-host 2 train.py --epochs 3   # a script, torchrun-style
 \b
 After a script, every argument reaches it untouched (torchrun's rule; launcher options go before the
-script). After a job file, arguments after -- are hyperparameters: --name value pairs, values read as
-YAML as -H reads them.
+script, a warning names those typed after it). The code is the script's working directory, as under
+torchrun: the current directory when the script lies in it, else the script's own (--source-dir names
+another); the dry run says what ships and how big, and over 100 MB or 10000 files is refused. After a
+job file, arguments after -- are hyperparameters: --name value pairs, values read as YAML as -H reads
+them.
 Precedence: defaults < user config < job file < SMDDP_* variables < flags; --dryrun shows each
 value's source."""
 
