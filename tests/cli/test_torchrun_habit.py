@@ -17,6 +17,7 @@ import pytest
 
 from smddp_sdk.cli.main import insert_default_command
 from smddp_sdk.cli.torchrun import CODE_LIMIT_BYTES, CODE_LIMIT_FILES
+from smddp_sdk.specs.status import billing_lines
 
 NOBODY = 65534
 COMMANDS = {"run": None, "logs": None, "list": None}
@@ -164,6 +165,13 @@ def test_the_issues_torchrun_command_runs_as_torchrun_would(invoke, project: Pat
     assert result.exit_code == 0, result.output
     assert "[algo-1/rank1]: 42 a,b 0" in result.stdout.splitlines()
     assert f"Code: the current directory {project} (3 files" in result.stderr
+    assert "Billable seconds" not in result.output and "Training seconds" not in result.output  # nothing is billed here
+
+
+def test_spot_savings_are_never_negative() -> None:
+    # per-instance seconds are rounded: billable can come out a second above training
+    assert billing_lines(100, 101, instances=2, spot=True) == ["Training seconds: 200", "Billable seconds: 202", "Managed Spot Training savings: 0.0%"]
+    assert billing_lines(100, 40, instances=1, spot=True)[-1] == "Managed Spot Training savings: 60.0%"
 
 
 @pytest.mark.jobs
