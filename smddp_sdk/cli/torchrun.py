@@ -27,7 +27,6 @@ from smddp_sdk.specs import contract
 from smddp_sdk.specs.archives import code_ignore
 
 TORCHRUN_GROUP = "torchrun's flags (before the script)"
-ENTRY_MODULE_ENV = contract.ENTRY_MODULE_ENV
 CODE_LIMIT_BYTES = 100 * 1024 * 1024  # an implicit code directory above this is refused (name it to ship it)
 CODE_LIMIT_FILES = 10_000  # ... and one with more files (a home directory): the walk stops there
 LARGEST_SHOWN = 5
@@ -70,19 +69,28 @@ TORCHRUN_PARAMS = ("nnodes", "nproc", "max_restarts", "standalone", "module", "r
 
 def apply_torchrun_flags(params: dict[str, Any]) -> list[str]:
     """Turn the torchrun flags in ``params`` (popped) into job settings in place; returns notes for the
-    person (what an accepted flag means here). A flag with no meaning here is a usage error."""
+    person (what an accepted flag means here). Flags with no meaning here are one usage error, all named."""
     flags = {name: params.pop(name, None) for name in TORCHRUN_PARAMS}
     notes: list[str] = []
-    hosts = _hosts(flags["nnodes"])
+    problems: list[str] = []
+
+    def checked(read: Callable[[], Any]) -> Any:
+        try:
+            return read()
+        except click.UsageError as err:
+            problems.append(err.format_message())
+            return None
+
+    hosts = checked(lambda: _hosts(flags["nnodes"]))
     if flags["standalone"]:
         if hosts not in (None, 1):
-            raise click.UsageError(f"--standalone is one host; --nnodes {flags['nnodes']} asks for {hosts}: give one of them")
+            problems.append(f"--standalone is one host; --nnodes {flags['nnodes']} asks for {hosts}: give one of them")
         hosts = 1
-    if hosts is not None:
-        if params.get("instance_count") not in (None, hosts):
-            raise click.UsageError(f"--nnodes/--hosts {hosts} and --instance-count {params['instance_count']} disagree: give one of them")
+    if hosts is not None and params.get("instance_count") not in (None, hosts):
+        problems.append(f"--nnodes/--hosts {hosts} and --instance-count {params['instance_count']} disagree: give one of them")
+    elif hosts is not None:
         params["instance_count"] = hosts
-    per_host = _per_host(flags["nproc"], params)
+    per_host = checked(lambda: _per_host(flags["nproc"], params))
     if per_host is not None:
         params["scheduler_option"] = [*params.get("scheduler_option", ()), ("processes_per_host", str(per_host))]
     if flags["max_restarts"]:  # torchrun's default 0 is no retry policy at all
@@ -90,15 +98,18 @@ def apply_torchrun_flags(params: dict[str, Any]) -> list[str]:
         params["scheduler_option"] = [*params.get("scheduler_option", ()), ("retry_script_errors", "true")]
     backend = flags["rdzv_backend"]
     if backend is not None and backend not in _RDZV_BACKENDS:
-        raise click.UsageError(f"--rdzv-backend {backend}: the hosts here meet at the first host's c10d store (MASTER_ADDR/MASTER_PORT in every rank); leave the flag out or give c10d")
+        problems.append(f"--rdzv-backend {backend}: the hosts here meet at the first host's c10d store (MASTER_ADDR/MASTER_PORT in every rank); leave the flag out or give c10d")
     endpoint = flags["rdzv_endpoint"]
     if endpoint is not None:
         host = endpoint.rpartition(":")[0] if ":" in endpoint else endpoint
-        if host.strip("[]") not in (*_LOCAL_HOSTS, os.uname().nodename):
-            raise click.UsageError(f"--rdzv-endpoint {endpoint}: the first host (algo-1) serves the rendezvous here, on a port the scheduler picks; leave the flag out")
-        notes.append(f"--rdzv-endpoint {endpoint}: the ranks meet at the first host's store on a free port (MASTER_ADDR, MASTER_PORT), not at that port")
+        if host.strip("[]") in (*_LOCAL_HOSTS, os.uname().nodename):
+            notes.append(f"--rdzv-endpoint {endpoint}: the ranks meet at the first host's store on a free port (MASTER_ADDR, MASTER_PORT), not at that port")
+        else:
+            problems.append(f"--rdzv-endpoint {endpoint}: the first host (algo-1) serves the rendezvous here, on a port the scheduler picks; leave the flag out")
     if flags["rdzv_conf"] is not None:
-        raise click.UsageError(f"--rdzv-conf {flags['rdzv_conf']}: the rendezvous is the runtime's; how long a host waits for the others is -e {contract.AGENT_TIMEOUT_ENV}=SECONDS (default 600)")
+        problems.append(f"--rdzv-conf {flags['rdzv_conf']}: the rendezvous is the runtime's; how long a host waits for the others is -e {contract.AGENT_TIMEOUT_ENV}=SECONDS (default 600)")
+    if problems:
+        raise click.UsageError("\n".join(problems))
     if flags["module"] is not None:
         params["module"] = flags["module"]
     return notes

@@ -121,6 +121,8 @@ def test_rendezvous_flags_mean_what_they_can_here_or_say_what_to_use(invoke, pro
                         (("--rdzv_conf", "join_timeout=900"), "-e SMDDP_AGENT_TIMEOUT=SECONDS")):
         refused = invoke(*flags, "--dryrun", "train2.py")
         assert refused.exit_code == 2 and said in refused.stderr, refused.output
+    every = invoke("--nnodes", "1:2", "--rdzv-backend", "etcd", "--rdzv-conf", "x=1", "--dryrun", "train2.py")
+    assert every.exit_code == 2 and all(flag in every.stderr for flag in ("--nnodes 1:2", "--rdzv-backend etcd", "--rdzv-conf x=1"))  # all at once
 
 
 def test_a_module_runs_from_the_working_directory(invoke, project: Path) -> None:
