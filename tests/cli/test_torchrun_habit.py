@@ -234,3 +234,20 @@ def clean_at_a_terminal(cwd: Path, *args: str, answer: bytes) -> str:
         os.close(leader)
         os.close(follower)
     return output.decode()
+
+
+def test_docker_containers_of_a_retry_get_the_restart_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The fake docker CLI (tests/schedulers/fake_docker.py) records each container's environment; algo-2's is
+    # killed once, so the job is retried: containers of attempt 2 carry SMDDP_RESTART_COUNT=1 (TORCHELASTIC_RESTART_COUNT).
+    from smddp_sdk.schedulers.docker import DockerScheduler
+    from tests.schedulers.test_job_tokens import FAKE, run_job
+
+    monkeypatch.setenv("FAKE_DOCKER_STATE", str(tmp_path / "engine"))
+    cli = tmp_path / "docker"
+    cli.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE} \"$@\"\n")
+    cli.chmod(0o755)
+    scheduler = DockerScheduler(job_root=tmp_path / "jobs", docker=str(cli), image="fake:1", processes_per_host=1, stop_grace_period=2)
+    run_job(scheduler, tmp_path, "restarts", max_retry_attempts=1, FAKE_RUN="exit:0:0.5", FAKE_RUN_ALGO_2="die-once:0.1")
+    created = [json.loads(line) for line in (tmp_path / "engine" / "created.log").read_text().splitlines()]
+    assert [(item["Name"], item["Env"].get("SMDDP_RESTART_COUNT")) for item in created] == [
+        ("restarts-algo-1", "0"), ("restarts-algo-2", "0"), ("restarts-algo-1", "1"), ("restarts-algo-2", "1")]

@@ -237,10 +237,11 @@ class Supervisor:
     def start_hosts(self) -> None:
         if self.lifeline_fd is None:  # one lifeline for every attempt
             self.lifeline_fd = open_lifeline(self.job_dir.path / LIFELINE)
-        self.update(**(self.backend.prepare() or {}))
+        attempt_env = {contract.RESTART_COUNT_ENV: str(self.timeline.attempt - 1)}  # TORCHELASTIC_RESTART_COUNT in every rank
+        self.update(**(self.backend.prepare(attempt_env) or {}))
         if self.console is None:
             self.console = StampedLog(self.job_dir.console_log)  # closed at the end of run()
-        extra: dict[str, str] = {contract.RESTART_COUNT_ENV: str(self.timeline.attempt - 1)}
+        extra = dict(attempt_env)
         if self.plan.backend == "process":  # a container has its lifeline mount in its plan, and a /tmp of its own
             extra |= {contract.LIFELINE_ENV: str(self.job_dir.path / LIFELINE), contract.SCRATCH_ENV: str(self.job_dir.path / SCRATCH)}
         for host in self.hosts:
