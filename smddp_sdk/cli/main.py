@@ -76,8 +76,10 @@ def script_mode(args: list[str], commands: dict[str, click.Command]) -> list[str
         if arg.startswith("-"):
             index += 2 if name in takes_value and "=" not in arg else 1
             continue
+        if arg.endswith(_JOB_FILE_SUFFIXES) and index:
+            return [*leading, "run", *rest]  # run's options before a job file: smddp-launch --nnodes 2 job.yaml
         if not arg.endswith(".py"):
-            return None  # a job file, or no script at all: click reads it
+            return None  # a job file first, or no script at all: click reads it
         cut = index + 1
         break
     else:

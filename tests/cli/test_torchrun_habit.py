@@ -141,6 +141,9 @@ def test_launcher_flags_after_the_script_reach_it_and_a_warning_says_so(capsys: 
     assert "--dryrun after the script goes to the script" in warning and "put launcher flags before the script" in warning
     assert insert_default_command(["train.py", "--lr", "0.1"], COMMANDS) == ["run", "train.py", "--", "--lr", "0.1"]
     assert capsys.readouterr().err == ""
+    # run's options before a job file too (after it they were always run's)
+    assert insert_default_command(["--nnodes", "2", "-e", "A=b.yaml", "job.yaml", "--dryrun"], COMMANDS) == ["run", "--nnodes", "2", "-e", "A=b.yaml", "job.yaml", "--dryrun"]
+    assert insert_default_command(["job.yaml", "--nnodes", "2"], COMMANDS) == ["run", "job.yaml", "--nnodes", "2"]
 
 
 def test_every_torchrun_flag_is_in_the_help(invoke) -> None:
