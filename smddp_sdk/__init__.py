@@ -19,17 +19,28 @@ _LAZY = {
     "SpecError": "smddp_sdk.errors",
     "JobFailedError": "smddp_sdk.errors",
     "UnavailableError": "smddp_sdk.errors",
+    "Session": "smddp_sdk.session",
+    "LocalSession": "smddp_sdk.session",
+    "get_execution_role": "smddp_sdk.session",
+    "TrainingInput": "smddp_sdk.inputs",
 }
+# v2's module names, so that code written `import sagemaker; sagemaker.inputs.TrainingInput(...)` runs with
+# `import smddp_sdk as sagemaker` (sagemaker.local.LocalSession is the session module's).
+_MODULES = {"inputs": "smddp_sdk.inputs", "session": "smddp_sdk.session", "local": "smddp_sdk.session", "pytorch": "smddp_sdk.estimator"}
 
 __all__ = ["__version__", *_LAZY]
 
 if TYPE_CHECKING:
     from smddp_sdk.errors import JobFailedError, SmddpError, SpecError, UnavailableError
     from smddp_sdk.estimator import Estimator, PyTorch
+    from smddp_sdk.inputs import TrainingInput
+    from smddp_sdk.session import LocalSession, Session, get_execution_role
     from smddp_sdk.specs.job import JobSpec
 
 
 def __getattr__(name: str) -> Any:
+    if name in _MODULES:
+        return importlib.import_module(_MODULES[name])
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'smddp_sdk' has no attribute {name!r}")

@@ -20,6 +20,7 @@ imports torch or boto3: schedulers are looked up by name.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import time
 from collections.abc import Mapping
@@ -54,12 +55,12 @@ class Estimator:
         self._base_dir = Path.cwd()
         self.scheduler_options: dict[str, Any] = dict(scheduler_options or {}) if isinstance(scheduler_options, Mapping) else {}
         issues = self._argument_issues(scheduler_options)
+        self.scheduler: str = scheduler or infer_scheduler(str(self._arguments.get("instance_type", "")))
         spec: JobSpec | None = None
         try:
             spec = JobSpec.from_mapping(self._spec_arguments(), base_dir=self._base_dir)
         except SpecError as error:
             issues += error.issues
-        self.scheduler: str = scheduler or infer_scheduler(str(self._arguments.get("instance_type", "")))
         if self.sagemaker_session is not None and self.scheduler == "sagemaker":
             # v2 takes region and credentials from its session; so does this estimator (explicit options win).
             self.scheduler_options = {**_session_options(self.sagemaker_session), **self.scheduler_options}
@@ -90,7 +91,7 @@ class Estimator:
         fields = JobSpec.field_names()
         data = {key: value for key, value in self._arguments.items() if key in fields}
         data.update({key: value for key, value in overrides.items() if value is not None})
-        return data
+        return rehearsed_s3(data)[0] if self.scheduler in REHEARSING_SCHEDULERS else data
 
     # --- v2 attributes --------------------------------------------------------------------------
 
@@ -174,8 +175,12 @@ class Estimator:
 
     def dryrun(self, inputs: Any = None, job_name: str | None = None) -> DryRun:
         """The exact request ``fit`` would make (pure: nothing written, started or uploaded; nothing printed).
-        ``print(estimator.dryrun().render())`` shows it."""
-        return self._get_scheduler().dryrun(self.job_spec(inputs, job_name))
+        ``print(estimator.dryrun().render())`` shows it; its notes say where s3:// locations are rehearsed."""
+        plan = self._get_scheduler().dryrun(self.job_spec(inputs, job_name))
+        if self.scheduler not in REHEARSING_SCHEDULERS:
+            return plan
+        given = {**self._arguments, "inputs": normalise_inputs(inputs) if inputs is not None else None}
+        return dataclasses.replace(plan, notes=(*rehearsed_s3({key: value for key, value in given.items() if value is not None})[1], *plan.notes))
 
     def plan(self, instances: Any = "1,2,4,8,16,32", **options: Any) -> Any:
         """Predicted step time, scaling efficiency and cost per instance count, as ``smddp-launch plan``
@@ -342,6 +347,63 @@ class TrainingJob:
     def stop(self) -> None:
         """Cancel the job (does nothing once it has ended)."""
         self.scheduler.cancel(self.handle)
+
+
+# --- s3:// in a local rehearsal ----------------------------------------------------------------------
+
+REHEARSING_SCHEDULERS = ("local", "docker")  # jobs whose data and archives stay on this machine
+LOCAL_S3_ENV = "SMDDP_LOCAL_S3"
+
+
+def local_s3_root() -> Path:
+    """The folder that stands for S3 in a local rehearsal: ``$SMDDP_LOCAL_S3`` or ``~/.smddp/s3``."""
+    return Path(os.environ.get(LOCAL_S3_ENV) or Path.home() / ".smddp" / "s3").expanduser()
+
+
+def s3_stand_in(uri: str) -> Path:
+    """``s3://bucket/a/b`` -> ``<local_s3_root>/bucket/a/b``."""
+    return local_s3_root() / uri.removeprefix("s3://").strip("/")
+
+
+def rehearsed_s3(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A v2 launcher's S3 locations for a job that runs on this machine, and a note for each. The rule:
+    ``s3://bucket/key`` is ``<local_s3_root>/bucket/key`` when that root has a folder for the bucket, and
+    always for ``output_path`` (archives stay on this machine); otherwise inputs and checkpoints go to S3
+    with boto3, as SageMaker's local mode does (credentials needed)."""
+    values, notes = dict(data), []
+    for field in ("output_path", "checkpoint_s3_uri"):
+        uri = values.get(field)
+        if isinstance(uri, str) and uri.startswith("s3://") and (field == "output_path" or _has_stand_in(uri)):
+            values[field] = str(s3_stand_in(uri))
+            notes.append(f"{field} {uri} is {values[field]} in this rehearsal (S3 stands in as {local_s3_root()}, {LOCAL_S3_ENV}); no AWS needed")
+        elif isinstance(uri, str) and uri.startswith("s3://"):
+            notes.append(f"{field} {uri}: {_no_stand_in(uri)}")
+    inputs = values.get("inputs")
+    if isinstance(inputs, str):
+        inputs = {"training": inputs}
+    if isinstance(inputs, Mapping):
+        values["inputs"] = {}
+        for name, channel in inputs.items():
+            uri = channel if isinstance(channel, str) else getattr(channel, "s3_data", None)
+            values["inputs"][name] = channel
+            if not (isinstance(uri, str) and uri.startswith("s3://")):
+                continue
+            if not _has_stand_in(uri):
+                notes.append(f"channel {name!r}: {uri}: {_no_stand_in(uri)}")
+                continue
+            stand_in = str(s3_stand_in(uri))
+            values["inputs"][name] = stand_in if isinstance(channel, str) else dataclasses.replace(channel, s3_data=stand_in)
+            notes.append(f"channel {name!r}: {uri} is read from {stand_in} in this rehearsal; no AWS needed")
+    return values, notes
+
+
+def _has_stand_in(uri: str) -> bool:
+    return (local_s3_root() / uri.removeprefix("s3://").split("/", 1)[0]).is_dir()
+
+
+def _no_stand_in(uri: str) -> str:
+    bucket = uri.removeprefix("s3://").split("/", 1)[0]
+    return f"goes to S3 with boto3 (credentials needed): {local_s3_root() / bucket} does not exist; make it, with the data under it, to rehearse without AWS"
 
 
 def spec_from_dict(data: Mapping[str, Any]) -> JobSpec:

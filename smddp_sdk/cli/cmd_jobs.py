@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import functools
 import itertools
 import json
+import os
 import re
 import shutil
 import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import click
@@ -219,7 +222,40 @@ def comma_choices(choices: Sequence[str], *, upper: bool = False) -> Any:
     return parse
 
 
+@dataclasses.dataclass(frozen=True)
+class Selection:
+    """Which jobs ``list`` and ``clean`` see, safe on a machine shared by several users: by default only the
+    caller's own (the owner of the job's directory; a job without one here is in the caller's own index),
+    and with ``patterns`` only jobs whose name (or handle) matches one of those globs."""
+
+    patterns: tuple[str, ...] = ()
+    all_users: bool = False
+
+    def keeps(self, handle: JobHandle, directory: Path | None) -> bool:
+        name = handle.job_id.rsplit("/", 1)[-1]
+        if self.patterns and not any(fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(str(handle), pattern) for pattern in self.patterns):
+            return False
+        return self.all_users or directory is None or _owned(directory)
+
+
+def _owned(directory: Path) -> bool:
+    try:
+        return directory.stat().st_uid == os.getuid()
+    except OSError:
+        return True  # gone or unreadable: nobody else's files to protect
+
+
+def _entry_dir(entry: job_index.IndexEntry) -> Path | None:
+    """An indexed job's directory on this machine, where its scheduler keeps one (its job root)."""
+    root = entry.options.get("job_root")
+    return Path(str(root)).expanduser() / entry.job_handle.job_id if root else None
+
+
+all_users_option = click.option("--all-users", is_flag=True, help="Other users' jobs too (by default only yours: the owner of a job's directory).")
+
+
 @click.command("list", short_help="List jobs, newest first.")
+@click.argument("patterns", nargs=-1, metavar="[NAME]...")
 @click.option("-n", "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Show at most this many.")
 @click.option("--state", "states", multiple=True, metavar="STATE[,STATE]", callback=comma_choices([state.value for state in JobState], upper=True),
               help="Only jobs in these states (pending, starting, running, succeeded, failed, cancelled, unknown); repeatable.")
@@ -228,24 +264,28 @@ def comma_choices(choices: Sequence[str], *, upper: bool = False) -> Any:
                    "region's own listing (jobs not submitted from here too).")
 @click.option("-o", "--scheduler-option", "options", multiple=True, metavar="KEY=VALUE", callback=key_value,
               help="An option of the schedulers named by --scheduler (each takes those it has; without --scheduler, the local one), e.g. job_root or region; repeatable.")
+@all_users_option
 @click.option("--json", "as_json", is_flag=True, help="Print them as JSON, each as `status --json` prints one (for scripts).")
 @click.pass_context
-def list_command(ctx: click.Context, limit: int, states: tuple[str, ...], schedulers: tuple[str, ...], options: list[tuple[str, str]], as_json: bool) -> None:
-    """List jobs, newest first, with when each started and how long it ran (so far): every job submitted
+def list_command(ctx: click.Context, patterns: tuple[str, ...], limit: int, states: tuple[str, ...], schedulers: tuple[str, ...], options: list[tuple[str, str]],
+                 all_users: bool, as_json: bool) -> None:
+    """List your jobs, newest first, with when each started and how long it ran (so far): every job submitted
     from this machine (the job index) and every job directory under the job root (~/.smddp/jobs or
-    SMDDP_JOB_ROOT), local, docker, slurm and SageMaker alike. -n counts the jobs the filters keep.
+    SMDDP_JOB_ROOT) that is yours, local, docker, slurm and SageMaker alike. NAME keeps only jobs whose name
+    matches, globs allowed ('cnn-*'). -n counts the jobs the filters keep.
 
     A job that cannot be described is one UNKNOWN line that says why: a job directory whose record is
     broken, a job gone from its job root or from SageMaker, a SageMaker job the credentials in use cannot
     see. To drop such a line: smddp-launch clean JOB."""
     wanted = [JobState(state) for state in states]
-    statuses = list_statuses(schedulers, wanted, options, limit)
+    statuses = list_statuses(schedulers, wanted, options, limit, Selection(patterns, all_users))
     if as_json:
         click.echo(json.dumps([status_as_dict(item) for item in statuses], indent=2, default=str))
         return
     if not statuses:
         which = " ".join(part for part in ("/".join(states).lower(), "/".join(schedulers)) if part)
-        console(ctx).say(f"No {which + ' ' if which else ''}jobs{'' if which else ' yet. Start one with: smddp-launch job.yaml'}")
+        named = f" named {' or '.join(patterns)}" if patterns else ""
+        console(ctx).say(f"No {which + ' ' if which else ''}jobs{named}{'' if which or named else ' yet. Start one with: smddp-launch job.yaml'}")
         return
     color = color_enabled(click.get_text_stream("stdout"), (ctx.find_root().obj or {}).get("color_mode", "auto"))
     click.echo(render_listing(statuses, color), color=color)
@@ -266,18 +306,19 @@ def render_listing(statuses: Sequence[JobStatus], color: bool) -> str:
     return "\n".join(lines)
 
 
-def list_statuses(schedulers: Sequence[str], states: Collection[JobState], options: Sequence[tuple[str, str]], limit: int) -> list[JobStatus]:
-    """The newest ``limit`` jobs of ``schedulers`` in ``states`` (any when empty), each described only when it is
-    shown: what each scheduler lists (without ``schedulers``, those that list only this machine's files: the
-    job directories under the job root; SageMaker, when named, the region's newest training jobs) and the
-    jobs in the index."""
+def list_statuses(schedulers: Sequence[str], states: Collection[JobState], options: Sequence[tuple[str, str]], limit: int, selection: Selection = Selection()) -> list[JobStatus]:
+    """The newest ``limit`` jobs of ``schedulers`` in ``states`` (any when empty) that ``selection`` keeps, each
+    described only when it is shown: what each scheduler lists (without ``schedulers``, those that list only
+    this machine's files: the job directories under the job root; SageMaker, when named, the region's newest
+    training jobs) and the jobs in the index."""
     listed: list[Listed] = []
     for name in schedulers or local_listings():
-        listed += scheduler_named(name, _options_of(name, options, schedulers or ("local",))).listed(limit, states)
+        sched = scheduler_named(name, _options_of(name, options, schedulers or ("local",)))
+        listed += [item for item in sched.listed(limit, states) if selection.keeps(item.handle, sched.job_path(item.handle))]
     seen = {str(item.handle) for item in listed}
     scheduler_for = functools.cache(scheduler_named)  # one per scheduler and options, not one per job
     for entry in reversed(job_index.entries()):
-        if entry.handle not in seen and entry.scheduler in (schedulers or SCHEDULER_NAMES):
+        if entry.handle not in seen and entry.scheduler in (schedulers or SCHEDULER_NAMES) and selection.keeps(entry.job_handle, _entry_dir(entry)):
             seen.add(entry.handle)
             listed.append(Listed(entry.job_handle, entry.submitted, functools.partial(_indexed_status, entry, scheduler_for)))
     listed.sort(key=lambda item: item.submitted, reverse=True)
@@ -309,15 +350,18 @@ def _indexed_status(entry: job_index.IndexEntry, scheduler_for: Callable[..., Sc
     return scheduler.listed_status(entry.job_handle, entry.submitted)
 
 
-@click.command(short_help="Remove finished local and docker jobs and docker leftovers; forget others.")
-@click.argument("jobs", nargs=-1, metavar="[JOB]...", shell_complete=complete_jobs)
+@click.command(short_help="Remove your finished local and docker jobs and docker leftovers; forget others.")
+@click.argument("jobs", nargs=-1, metavar="[JOB|GLOB]...", shell_complete=complete_jobs)
 @click.option("--older-than", "older_than", default="0s", show_default=True, metavar="AGE", help="Only jobs that ended at least this long ago (30m, 12h, 7d).")
 @click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
+@click.option("-y", "--yes", is_flag=True, help="Remove more than one job without asking (needed where no terminal can ask).")
+@all_users_option
 @click.pass_context
-def clean(ctx: click.Context, jobs: tuple[str, ...], older_than: str, dry_run: bool) -> None:
-    """Remove finished local and docker jobs (their directories, logs and outputs under the job root), stopped
-    containers and unused networks docker jobs left behind, and their index entries. Running jobs are kept.
-    With JOB names only those jobs; default all finished ones.
+def clean(ctx: click.Context, jobs: tuple[str, ...], older_than: str, dry_run: bool, yes: bool, all_users: bool) -> None:
+    """Remove your finished local and docker jobs (their directories, logs and outputs under the job root),
+    stopped containers and unused networks docker jobs left behind, and their index entries. Running jobs
+    are kept. JOB names exact jobs; a GLOB ('cnn-*') the finished jobs whose names match; with neither, all
+    your finished jobs. Removing more than one job that was not named exactly asks first (--yes answers).
 
     A named job this machine only remembers is forgotten (its index entry dropped, so `list` no longer shows
     it): a SageMaker or slurm job (SageMaker and the cluster keep the job), or a job gone from its job root. A
@@ -327,7 +371,16 @@ def clean(ctx: click.Context, jobs: tuple[str, ...], older_than: str, dry_run: b
         raise click.BadParameter(f"{older_than!r} is not an age like 30m, 12h or 7d", ctx=ctx, param_hint="--older-than")
     cutoff = time.time() - float(match.group(1)) * _UNITS[match.group(2)]
     out = console(ctx)
-    targets, forgotten = _clean_targets(jobs, cutoff)
+    exact = tuple(job for job in jobs if not _is_glob(job))
+    globs = tuple(job for job in jobs if _is_glob(job))
+    targets, forgotten = _clean_targets(exact, cutoff, Selection((), all_users)) if exact else ([], [])
+    unnamed: list[tuple[Scheduler, JobStatus]] = []
+    if globs or not jobs:
+        named = {str(status_.handle) for _, status_ in targets}
+        unnamed = [(sched, status_) for sched, status_ in _clean_targets((), cutoff, Selection(globs, all_users))[0] if str(status_.handle) not in named]
+    if not dry_run and not yes and len(unnamed) > 1:
+        _confirm(ctx, out, unnamed)
+    targets += unnamed
     for sched, status_ in targets:
         out.say(f"{'would remove' if dry_run else 'removing'} {status_.handle} ({_state_or_why(status_)}) {sched.job_path(status_.handle)}")
         if not dry_run:
@@ -345,13 +398,30 @@ def clean(ctx: click.Context, jobs: tuple[str, ...], older_than: str, dry_run: b
     out.say(summary + ".")
 
 
+def _is_glob(text: str) -> bool:
+    return any(char in text for char in "*?[")
+
+
+def _confirm(ctx: click.Context, out: Any, targets: Sequence[tuple[Scheduler, JobStatus]]) -> None:
+    """Ask before removing several jobs at once; where no one can answer (no terminal), refuse and say how."""
+    for _, status_ in targets:
+        out.say(f"would remove {status_.handle} ({_state_or_why(status_)})")
+    question = f"Remove these {len(targets)} jobs?"
+    if not click.get_text_stream("stdin").isatty():
+        raise click.UsageError(f"clean would remove {len(targets)} jobs and there is no terminal to ask: pass --yes to remove them, "
+                               "name the jobs (or a glob such as 'cnn-*'), or see them first with --dry-run", ctx=ctx)
+    if not click.confirm(question, default=False, err=True):
+        raise click.Abort()
+
+
 def removable() -> list[str]:
     """The schedulers whose finished jobs `clean` removes (``capabilities.remove``); others' are only forgotten."""
     return [name for name in SCHEDULER_NAMES if load_scheduler_class(name).capabilities.remove]
 
 
-def _clean_targets(jobs: tuple[str, ...], cutoff: float) -> tuple[list[tuple[Scheduler, JobStatus]], list[JobStatus]]:
-    """(scheduler, status) of every finished job to remove, and the named jobs only to forget."""
+def _clean_targets(jobs: tuple[str, ...], cutoff: float, selection: Selection) -> tuple[list[tuple[Scheduler, JobStatus]], list[JobStatus]]:
+    """(scheduler, status) of every finished job to remove, and the named jobs only to forget. Without
+    ``jobs``, the finished jobs ``selection`` keeps; a named job of another user needs ``--all-users``."""
     if jobs:
         found = [job_target(job, ())[:2] for job in jobs]
     else:
@@ -359,6 +429,10 @@ def _clean_targets(jobs: tuple[str, ...], cutoff: float) -> tuple[list[tuple[Sch
     targets, forgotten = [], []
     for handle, sched in found:
         directory = sched.job_path(handle) if sched.capabilities.remove else None
+        if not selection.keeps(handle, directory):
+            if jobs:
+                raise SpecError(SpecIssue("job", f"{handle} belongs to another user (its directory {directory} is not yours)", "pass --all-users to remove it"))
+            continue
         item = sched.listed_status(handle, directory=directory)
         if directory is None or (item.undescribed and not directory.is_dir()):
             forgotten.append(item)  # only a named job gets here: every unnamed one has its directory

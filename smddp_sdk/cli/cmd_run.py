@@ -11,6 +11,7 @@ import click
 from click.shell_completion import CompletionItem
 
 from smddp_sdk import launcher
+from smddp_sdk.cli import torchrun
 from smddp_sdk.cli.common import build_scheduler, console, job_summary, parse_hosts, parse_ranks, plan_job, resolve_from_cli
 from smddp_sdk.cli.output import Console, color_enabled, render_resolved
 from smddp_sdk.cli.params import OUTPUT_GROUP, GroupedOption, JobCommand, job_options
@@ -37,15 +38,20 @@ Examples:
   smddp-launch --hosts 2 --nproc-per-host 2 train.py --epochs 3   # a script, torchrun-style
 \b
 After a script, every argument reaches it untouched (torchrun's rule; launcher options go before the
-script). After a job file, arguments after -- are hyperparameters: --name value pairs, values read as
-YAML as -H reads them.
+script, a warning names those typed after it). The code is the script's working directory, as under
+torchrun: the current directory when the script lies in it, else the script's own (--source-dir names
+another); the dry run says what ships and how big, and over 100 MB or 10000 files is refused. After a
+job file, arguments after -- are hyperparameters: --name value pairs, values read as YAML as -H reads
+them.
 Precedence: defaults < user config < job file < SMDDP_* variables < flags; --dryrun shows each
 value's source."""
 
 
-@click.command(cls=JobCommand, epilog=RUN_EPILOG, short_help="Run a job and follow its logs (the default command).")
+@click.command(cls=JobCommand, epilog=RUN_EPILOG, short_help="Run a job and follow its logs (the default command).",
+               context_settings={"token_normalize_func": torchrun.underscores_as_dashes})
 @click.argument("job_file", required=False, metavar="[JOB_FILE]", shell_complete=complete_files)
 @job_options
+@torchrun.torchrun_options
 @click.option("--dryrun", is_flag=True, cls=GroupedOption, help_group=OUTPUT_GROUP, help="Print the resolved job and the exact request on stdout; start nothing.")
 @click.option("-d", "--detach", is_flag=True, cls=GroupedOption, help_group=OUTPUT_GROUP, help="Return after submitting: the handle on stdout, next steps on stderr.")
 @click.option("--rank", "ranks", callback=parse_ranks, metavar="RANKS", cls=GroupedOption, help_group=OUTPUT_GROUP, help="Show only these ranks' logs, e.g. 0,3 or 8-11 (files keep all).")
@@ -60,11 +66,16 @@ def run(ctx: click.Context, job_file: str | None, dryrun: bool, detach: bool, ra
     2 for a bad job or command line, 3 when something needed is unavailable, 130 when interrupted.
     """
     out = console(ctx)
+    for note in torchrun.apply_torchrun_flags(params):
+        out.say(f"note: {note}")
     job_file = script_defaults(ctx, job_file, params)
     job, scheduler, plan = prepare(ctx, out, job_file, params)
+    code = shipped_code(ctx, job, scheduler)
     if dryrun:
-        click.echo(render_dryrun(job, plan))
+        click.echo(render_dryrun(job, plan, code))
         return
+    if code is not None:
+        out.say(f"Code: {code.describe()}")
     # The scheduler may print its own progress (packaging, uploads), so this stage takes two lines.
     out.say(f"{out.mark('⚙', fg='cyan')}Submitting to {job.scheduler}")
     # Attached local jobs end with this process; detached ones (and remote ones) outlive it.
@@ -78,27 +89,52 @@ def run(ctx: click.Context, job_file: str | None, dryrun: bool, detach: bool, ra
 
 
 def script_defaults(ctx: click.Context, job_file: str | None, params: dict[str, Any]) -> str | None:
-    """``run train.py``: the script is the entry point; only it is shipped unless ``--source-dir`` names a
-    directory (as v2 does without source_dir; a whole working directory may hold data or the job root).
-    Unless flags say otherwise it runs here (instance_type local) with torch_distributed, as torchrun
-    would, and the arguments after it reach it untouched (torchrun's rule). Returns the job file left to
-    read (None for a script)."""
-    if job_file is None or not job_file.endswith(".py"):
+    """``run train.py`` (or ``run -m pkg.train``), torchrun-style: the script is the entry point and its
+    working directory the code (``torchrun.code_dir_for``: the current directory when the script lies in
+    it, else the script's; ``--source-dir`` names another). Unless flags say otherwise it runs here
+    (instance_type local) with torch_distributed, as torchrun would, and the arguments after it reach it
+    untouched (torchrun's rule). Returns the job file left to read (None for a script)."""
+    module = params.pop("module", None)
+    if module is not None and job_file is not None:
+        raise click.UsageError(f"-m {module} runs a module; {job_file!r} is a second thing to run: give one of them")
+    if module is None and (job_file is None or not job_file.endswith(".py")):
         return job_file
-    script = Path(job_file)
-    if not script.is_file():
+    if job_file is not None and not Path(job_file).is_file():
+        script = Path(job_file)
         raise SpecError(SpecIssue("entry_point", f"script {job_file!r} does not exist", script_hint(script.resolve()) or "give the path of a training script, or a job.yaml"))
     if params.get("source_dir"):
-        params["entry_point"] = params.get("entry_point") or str(script.resolve().relative_to(Path(params["source_dir"]).resolve()))
+        code_dir = Path(params["source_dir"]).resolve()
     else:
-        params["entry_point"] = params.get("entry_point") or job_file
+        code_dir, reason = (Path.cwd().resolve(), "the current directory") if module else torchrun.code_dir_for(Path(job_file or ""))
+        params["source_dir"] = str(code_dir)
+        ctx.meta["implicit_code_dir"] = reason  # measured and size-checked once the scheduler is known
+    if module is not None:
+        params["entry_point"] = params.get("entry_point") or torchrun.module_file(module, code_dir)
+        params["environment"] = [*params.get("environment", ()), (contract.ENTRY_MODULE_ENV, module)]
+    else:
+        script = Path(job_file or "").resolve()
+        if code_dir not in script.parents:
+            raise SpecError(SpecIssue("source_dir", f"the script {job_file} is not inside --source-dir {params['source_dir']}", "give a --source-dir that holds the script"))
+        params["entry_point"] = params.get("entry_point") or script.relative_to(code_dir).as_posix()
     params["instance_type"] = params.get("instance_type") or "local"
     params["distribution_kind"] = params.get("distribution_kind") or "torch_distributed"
-    params["base_job_name"] = params.get("base_job_name") or script.stem.replace("_", "-")
+    params["base_job_name"] = params.get("base_job_name") or Path(params["entry_point"]).stem.replace("_", "-").strip("-") or "module"
     script_args = ctx.meta.pop("script_args", [])
     if script_args:
         params["environment"] = [*params.get("environment", ()), (contract.SCRIPT_ARGS_ENV, json.dumps(script_args))]
     return None
+
+
+def shipped_code(ctx: click.Context, job: ResolvedJob, scheduler: Scheduler) -> torchrun.CodeDir | None:
+    """The code directory a torchrun-style run chose itself, measured and refused when too big (None
+    when the job file or --source-dir named it)."""
+    reason = ctx.meta.get("implicit_code_dir")
+    if reason is None or not job.spec.source_dir:
+        return None
+    job_root = getattr(scheduler, "job_root", None)
+    code = torchrun.measure(Path(job.spec.source_dir), reason, Path(job_root) if job_root else None)
+    torchrun.check_size(code)
+    return code
 
 
 @click.command(cls=JobCommand, short_help="Check a job file without running it.")
@@ -165,9 +201,10 @@ def prepare(ctx: click.Context, out: Console, job_file: str | None, params: dict
     return job, scheduler, plan
 
 
-def render_dryrun(job: ResolvedJob, plan: DryRun) -> str:
+def render_dryrun(job: ResolvedJob, plan: DryRun, code: torchrun.CodeDir | None = None) -> str:
     parts = ["=== JOB ===", render_resolved(job, plan.job_name), f"=== REQUEST ({plan.scheduler}) ===", plan.render()]
-    notes = [*plan.notes, *dryrun_only_notes(job)]
+    shipped = [f"code: {code.describe()} ships as the job's code, the script runs there as torchrun runs it from here"] if code else []
+    notes = [*shipped, *plan.notes, *dryrun_only_notes(job)]
     if notes:
         parts += ["=== NOTES ===", *[f"- {note}" for note in notes]]
     return "\n".join(parts)

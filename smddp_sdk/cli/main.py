@@ -19,6 +19,7 @@ import click
 
 from smddp_sdk import __version__, launcher
 from smddp_sdk.cli.output import Console
+from smddp_sdk.cli.torchrun import underscores_as_dashes
 from smddp_sdk.config.job_file import JobFileError
 from smddp_sdk.config.yaml_io import YamlSyntaxError
 from smddp_sdk.errors import EXIT_INTERRUPTED, EXIT_SPEC, SmddpError
@@ -46,41 +47,75 @@ class LaunchGroup(click.Group):
         return code
 
 
-# torchrun's spellings, accepted before a script: smddp-launch --nnodes 2 --nproc-per-node 4 train.py ...
-# Each becomes these run arguments, the flag's value put in for {}. torchrun restarts its workers after
-# any failure, so --max-restarts is the job's retry policy with the script's own failures retried too, the
-# same on local, docker and Slurm (SageMaker refuses retry_script_errors: it retries only its own failures).
-_PER_HOST = ["-o", "processes_per_host={}"]
-_RESTARTS = ["--set", "max_retry_attempts={}", "-o", "retry_script_errors=true"]
-_NO_RESTARTS = {"--max-restarts": "0", "--max_restarts": "0"}  # torchrun's default: no retry policy at all
-_SCRIPT_FLAGS = {"--hosts": ["--instance-count", "{}"], "--nnodes": ["--instance-count", "{}"], "--nproc-per-host": _PER_HOST,
-                 "--nproc-per-node": _PER_HOST, "--nproc_per_node": _PER_HOST, "--max-restarts": _RESTARTS, "--max_restarts": _RESTARTS}
+# Launcher flags a torchrun user may type after the script by habit: they reach the script (torchrun's
+# rule, nothing is lost), and a warning says so, since the job then runs as if they had not been given.
+_LAUNCHER_HABITS = ("--dryrun", "--detach", "--scheduler", "--hosts", "--nnodes", "--nproc-per-node", "--nproc-per-host", "--max-restarts",
+                    "--standalone", "--instance-type", "--instance-count")
 
 
 def script_mode(args: list[str], commands: dict[str, click.Command]) -> list[str] | None:
-    """``smddp-launch [flags] train.py [script args]`` (the torchrun habit) as ``run`` arguments: the flags
-    before the script are smddp-launch's, everything after it is the script's (``--name value`` pairs)."""
-    index = next((i for i, arg in enumerate(args) if arg.endswith(".py") and not arg.startswith("-")), None)
-    if index is None or "--" in args[:index] or any(arg in commands for arg in args[:index]):
+    """``smddp-launch [run] [options] train.py [script args]`` (the torchrun habit) as ``run`` arguments:
+    the options before the script are ``run``'s (each with its value, so ``-e CFG=conf.py train.py`` runs
+    train.py), the script is the first word that is no option or option value and ends in ``.py`` (or
+    ``-m MODULE``), and everything after it is the script's. None when the command line is no such run."""
+    leading, rest = _global_flags(args)
+    if rest[:1] == ["run"]:
+        rest = rest[1:]
+    elif rest[:1] and rest[0] in commands:
         return None
-    before, script, after = args[:index], args[index], args[index + 1:]
-    leading: list[str] = []
-    flags: list[str] = []
-    words = iter(before)
-    for arg in words:
-        name, has_value, value = arg.partition("=")
-        if arg == "--debug" or arg.startswith("--color="):
-            leading.append(arg)
-        elif arg == "--color" and (mode := next(words, None)) is not None:
-            leading += [arg, mode]
-        elif name in _SCRIPT_FLAGS:
-            if not has_value and (value := next(words, None)) is None:
-                raise click.UsageError(f"{arg} needs a number, e.g. {arg} 2")
-            if _NO_RESTARTS.get(name) != value.strip():
-                flags += [part.format(value) for part in _SCRIPT_FLAGS[name]]
+    takes_value = _value_options()
+    index = 0
+    while index < len(rest):
+        arg = rest[index]
+        name = _option_name(arg)
+        if arg == "--" or arg == "-":
+            return None
+        if name in ("-m", "--module"):
+            cut = index + (1 if "=" in arg else 2)
+            break
+        if arg.startswith("-"):
+            index += 2 if name in takes_value and "=" not in arg else 1
+            continue
+        if arg.endswith(_JOB_FILE_SUFFIXES) and index:
+            return [*leading, "run", *rest]  # run's options before a job file: smddp-launch --nnodes 2 job.yaml
+        if not arg.endswith(".py"):
+            return None  # a job file first, or no script at all: click reads it
+        cut = index + 1
+        break
+    else:
+        return None
+    after = rest[cut:]
+    if habits := sorted({_option_name(arg) for arg in after} & set(_LAUNCHER_HABITS)):
+        shown = " ".join(habits)
+        click.echo(f"warning: {shown} after the script go{'es' if len(habits) == 1 else ''} to the script, as torchrun passes everything after the "
+                   f"script to it; smddp-launch did not read {'it' if len(habits) == 1 else 'them'} and the job runs without: put launcher flags before the script", err=True)
+    return [*leading, "run", *rest[:cut], "--", *after]
+
+
+def _option_name(arg: str) -> str:
+    """``--nproc_per_node=4`` -> ``--nproc-per-node`` (as ``run`` reads it); other words unchanged."""
+    name = arg.partition("=")[0]
+    return underscores_as_dashes(name) if name.startswith("--") else name
+
+
+def _global_flags(args: list[str]) -> tuple[list[str], list[str]]:
+    """The group's own flags at the front (``--debug``, ``--color MODE``), and what follows them."""
+    index = 0
+    while index < len(args):
+        if args[index] == "--debug" or args[index].startswith("--color="):
+            index += 1
+        elif args[index] == "--color":
+            index += 2
         else:
-            flags.append(arg)
-    return [*leading, "run", *flags, script, "--", *after]
+            break
+    return args[:index], args[index:]
+
+
+def _value_options() -> set[str]:
+    """Every spelling of ``run``'s options that takes a value."""
+    from smddp_sdk.cli.cmd_run import run
+
+    return {name for param in run.params if isinstance(param, click.Option) and not param.is_flag for name in (*param.opts, *param.secondary_opts)}
 
 
 def insert_default_command(args: list[str], commands: dict[str, click.Command]) -> list[str]:
@@ -148,7 +183,9 @@ def cli(ctx: click.Context, debug: bool, color_mode: str) -> None:
 
     \b
     smddp-launch job.yaml                 run it and follow its logs (same as `run job.yaml`)
-    smddp-launch --hosts 2 train.py       run a script on 2 simulated hosts, torchrun-style
+    smddp-launch --hosts 2 train.py       run a script on 2 simulated hosts, torchrun-style: torchrun's
+                                          --nnodes, --nproc-per-node, --max-restarts, --standalone, -m
+                                          and --rdzv-* go before it (`smddp-launch run --help` lists them)
     smddp-launch logs JOB --tail 20       a job by the name run printed (also status, cancel, metrics)
     smddp-launch run job.yaml --dryrun    show the resolved job and the exact request; start nothing
     smddp-launch init                     write a commented job.yaml to start from

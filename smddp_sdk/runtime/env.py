@@ -179,8 +179,8 @@ def torchelastic_env(env: TrainingEnv, plan: RankPlan, slot: RankSlot, error_fil
         return {}
     return {
         "TORCHELASTIC_RUN_ID": env.job_name or "none",  # torchrun's default rdzv id is "none"
-        "TORCHELASTIC_RESTART_COUNT": "0",
-        "TORCHELASTIC_MAX_RESTARTS": "0",  # the runtime never restarts ranks (SageMaker retries whole jobs)
+        "TORCHELASTIC_RESTART_COUNT": str(env.restart_count),  # the job's retries so far (the runtime never restarts ranks alone)
+        "TORCHELASTIC_MAX_RESTARTS": "0",
         "TORCHELASTIC_ERROR_FILE": str(contract.torchelastic_error_file(Path(error_file))),
         "ROLE_NAME": "default",
         "ROLE_RANK": str(slot.rank),

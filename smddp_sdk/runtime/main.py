@@ -206,7 +206,9 @@ class NodeRuntime:
         )
         args = rank_env.hyperparameter_argv(env.hyperparameters) + rank_env.script_argv(self.environ)
         # The ranks start where SageMaker starts them: in /opt/ml/code when this host's tree is bound there.
-        return usercode.user_command(env.user_entry_point, kind, env.rank_opt_ml.code_dir, args, self.interpreter.python)
+        # `smddp-launch -m pkg.train` names the module: its file runs as `python -m` runs it (as a package's would).
+        run_as = usercode.EntryPointKind.PYTHON_PACKAGE if kind is usercode.EntryPointKind.PYTHON_PROGRAM and self.environ.get(contract.ENTRY_MODULE_ENV) else kind
+        return usercode.user_command(env.user_entry_point, run_as, env.rank_opt_ml.code_dir, args, self.interpreter.python)
 
     def _start_ranks(self, plan: planning.RankPlan, command: usercode.UserCommand, python_path: list[str]) -> None:
         """Every rank's environment and log file are made and checked before the first rank starts: a job too

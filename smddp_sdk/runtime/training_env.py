@@ -94,6 +94,7 @@ class TrainingEnv:
     # else None (the tree is where SAGEMAKER_BASE_DIR says, /opt/ml itself in a container).
     visible_base: Path | None = None
     planned_gpus: int | None = None  # GPUs to plan ranks for when they differ from what SM_NUM_GPUS reports
+    restart_count: int = 0  # the job's retries before this attempt (TORCHELASTIC_RESTART_COUNT)
 
     @property
     def rank_opt_ml(self) -> OptMl:
@@ -198,6 +199,7 @@ def read_training_env(environ: Mapping[str, str] | None = None) -> TrainingEnv:
             agent=_port(environ, contract.AGENT_PORT_ENV, contract.DEFAULT_AGENT_PORT),
         ),
         job_token=environ.get(contract.JOB_TOKEN_ENV) or _derived_token(opt_ml, topology["hosts"], environ),
+        restart_count=_restart_count(environ),
         is_smddprun_installed=shutil.which("smddprun") is not None,
         is_smddpmprun_installed=shutil.which("smddpmprun") is not None,
         # The toolkit's expression, kept as it is so SM_TRAINING_ENV matches it (null when unset).
@@ -424,3 +426,12 @@ def _derived_token(opt_ml: OptMl, hosts: tuple[str, ...], environ: Mapping[str, 
     digest.update(json.dumps(sorted(hosts)).encode())
     digest.update(environ.get("TRAINING_JOB_NAME", "").encode())
     return digest.hexdigest()
+
+
+def _restart_count(environ: Mapping[str, str]) -> int:
+    """Retries before this attempt: the supervisor's count (local and docker), else Slurm's requeues."""
+    for name in (contract.RESTART_COUNT_ENV, "SLURM_RESTART_COUNT"):
+        value = environ.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 0

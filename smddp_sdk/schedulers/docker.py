@@ -169,8 +169,8 @@ class DockerScheduler(HostTreeScheduler):
         for key, value in self._environment(spec, job_name, gpu_flag).items():
             argv += ["-e", f"{key}={value}"]
         # No value: docker takes it from the client's environment, where the backend puts the attempt's
-        # random token; a value here would be in every local user's view (/proc/*/cmdline).
-        argv += ["-e", contract.JOB_TOKEN_ENV, image, "train"]
+        # random token (and its restart count); a value here would be in every local user's view (/proc/*/cmdline).
+        argv += ["-e", contract.JOB_TOKEN_ENV, "-e", contract.RESTART_COUNT_ENV, image, "train"]
         return name, argv
 
     def _environment(self, spec: JobSpec, job_name: str, gpu_flag: str | None) -> dict[str, str]:

@@ -342,7 +342,7 @@ CODE_IGNORE = (".git", "__pycache__", "*.pyc", ".venv", ".mypy_cache", ".pytest_
 
 
 def code_ignore(dest: Path) -> Callable[[str, list[str]], set[str]]:
-    """CODE_IGNORE, and the directory holding ``dest`` when the code directory contains it (a snapshot in
+    """CODE_IGNORE, virtual environments (directories holding ``pyvenv.cfg``), and the directory holding ``dest`` when the code directory contains it (a snapshot in
     ``SMDDP_JOB_ROOT=./jobs`` with ``source_dir: .``): the snapshot must not copy itself without end, nor
     the check walk other jobs' directories."""
     patterns = shutil.ignore_patterns(*CODE_IGNORE)
@@ -350,6 +350,7 @@ def code_ignore(dest: Path) -> Callable[[str, list[str]], set[str]]:
 
     def ignore(directory: str, names: list[str]) -> set[str]:
         skipped = set(patterns(directory, names))
+        skipped |= {name for name in names if os.path.isfile(os.path.join(directory, name, "pyvenv.cfg"))}  # a virtualenv by any name
         here = Path(directory).resolve()
         if here in target.parents:  # one resolve per directory; names only where the snapshot lies below
             skipped |= {name for name in names if (here / name) == target or (here / name) in target.parents}

@@ -152,5 +152,6 @@ def billing_lines(training: int | None, billable: int | None, *, instances: int,
     if billable is not None:
         lines.append(f"Billable seconds: {billable * instances}")
         if spot and training:
-            lines.append(f"Managed Spot Training savings: {(1 - billable / training) * 100:.1f}%")
+            # Rounded per-instance seconds can put billable a second above training: no saving, never a negative one.
+            lines.append(f"Managed Spot Training savings: {max(0.0, 1 - billable / training) * 100:.1f}%")
     return lines

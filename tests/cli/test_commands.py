@@ -262,7 +262,7 @@ def test_options_describe_every_option(invoke, scheduler):
 
 def test_set_null_unsets_a_string_field(invoke, isolated):
     (isolated / "train.py").write_text("")
-    result = invoke("run", "train.py", "--set", "output_path=null", "--set", "base_job_name=~", "--dryrun")
+    result = invoke("run", "--set", "output_path=null", "--set", "base_job_name=~", "--dryrun", "train.py")
     assert result.exit_code == 0, result.output
     assert "output_path: null" in result.stdout and "'null'" not in result.stdout
 

@@ -28,14 +28,13 @@ def test_script_arguments_are_split_torchrun_style() -> None:
     split = insert_default_command
     assert split(["train.py", "--epochs", "3"], COMMANDS) == ["run", "train.py", "--", "--epochs", "3"]
     assert split(["--debug", "--nnodes", "2", "--nproc-per-node=4", "--dryrun", "train.py", "--lr", "0.1"], COMMANDS) == [
-        "--debug", "run", "--instance-count", "2", "-o", "processes_per_host=4", "--dryrun", "train.py", "--", "--lr", "0.1"]
+        "--debug", "run", "--nnodes", "2", "--nproc-per-node=4", "--dryrun", "train.py", "--", "--lr", "0.1"]
     assert split(["logs", "train.py"], COMMANDS) == ["logs", "train.py"]  # a command word first: not a script
     assert split(["job.yaml", "--", "--script", "x.py"], COMMANDS) == ["run", "job.yaml", "--", "--script", "x.py"]
-    # after the script everything is the script's, --dryrun included
+    # after the script everything is the script's, --dryrun included (a warning says so)
     assert split(["train.py", "data.csv", "--fp16", "--dryrun"], COMMANDS) == ["run", "train.py", "--", "data.csv", "--fp16", "--dryrun"]
-    # torchrun's --max-restarts: retries after any failure, the script's own included
-    assert split(["--hosts", "2", "--max-restarts", "3", "train.py"], COMMANDS) == [
-        "run", "--instance-count", "2", "--set", "max_retry_attempts=3", "-o", "retry_script_errors=true", "train.py", "--"]
+    # torchrun's flags are run's own options, parsed with their values
+    assert split(["--hosts", "2", "--max-restarts", "3", "train.py"], COMMANDS) == ["run", "--hosts", "2", "--max-restarts", "3", "train.py", "--"]
 
 
 def test_arguments_after_a_script_reach_it_untouched(invoke, job_root: Path) -> None:

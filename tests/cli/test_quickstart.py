@@ -5,7 +5,7 @@ tests/docker/test_docker_quickstart.py (``-m docker``), through ``run_quickstart
 Commands are the lines of the page's ```bash blocks. They run as written, with two changes said here:
 training runs get one short epoch (``SHORTER``), and ``smddp-launch`` is this checkout's command line
 (a shim on PATH running ``python -m smddp_sdk.cli``, what ``pip install -e .`` would install), so the
-install line itself is not run (``NOT_RUN``).
+install line and the virtual environment's are not run (``NOT_RUN``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,11 @@ SHORTER = {
     "smddp-launch examples/cnn/job.yaml": "-H epochs=1 -H samples=512",
     "smddp-launch examples/cnn/job.yaml --scheduler docker": "-H epochs=1 -H samples=512",
 }
-NOT_RUN = {"pip install -e .": "it would install into the tests' own Python; a shim gives the same smddp-launch"}
+NOT_RUN = {
+    "pip install -e .": "it would install into the tests' own Python; a shim gives the same smddp-launch",
+    "python3 -m venv .venv": "a virtual environment in the checkout; the tests' own Python stands in for it",
+    "source .venv/bin/activate": "as above",
+}
 DOCKER = ("--scheduler docker", "smddp-launch image build")
 
 

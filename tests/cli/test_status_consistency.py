@@ -40,7 +40,7 @@ def test_a_job_whose_supervisor_was_killed_reads_as_ended_everywhere(invoke, iso
     (isolated / "train.py").write_text(LINGER)
     root = isolated.parent / "jobs"
     monkeypatch.setenv("SMDDP_JOB_ROOT", str(root))
-    started = invoke("run", "train.py", "--instance-count", "2", "--job-name", "killed", "--detach")
+    started = invoke("run", "--instance-count", "2", "--job-name", "killed", "--detach", "train.py")
     assert started.exit_code == 0, started.output
     job = root / "killed"
     _wait(lambda: all((job / host / "output" / "data" / "ready").exists() for host in ("algo-1", "algo-2")))

@@ -149,13 +149,14 @@ def test_dryrun_without_distribution_runs_one_process_per_host(project):
 
 
 def test_local_scheduler_rejects_what_it_cannot_run(project):
-    # S3 inputs, checkpoint_s3_uri and spot are emulated (tests/fidelity, tests/faults); Pipe mode and outside-/opt/ml checkpoints are not.
+    # S3 inputs, checkpoint_s3_uri, an S3 output_path (tests/estimator/test_rehearse_v2.py) and spot are emulated
+    # (tests/fidelity, tests/faults); Pipe mode and outside-/opt/ml checkpoints are not.
     job = estimator(use_spot_instances=True, max_wait=100, output_path="s3://bucket/out", checkpoint_s3_uri="s3://bucket/ckpt",
                     checkpoint_local_path="/tmp/ckpt", input_mode="Pipe")
     with pytest.raises(SpecError) as info:
         job.dryrun(inputs={"train": "s3://bucket/train"})
     paths = [issue.path for issue in info.value.issues]
-    assert paths == ["output_path", "input_mode", "checkpoint_local_path"]
+    assert paths == ["input_mode", "checkpoint_local_path"]
 
 
 def test_modelparallel_is_translated_but_not_run_locally(project):

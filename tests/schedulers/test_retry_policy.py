@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from smddp_sdk.cli.main import cli, script_mode
+from smddp_sdk.cli.torchrun import apply_torchrun_flags
 from smddp_sdk.errors import SpecError
 from smddp_sdk.schedulers import get_scheduler
 from smddp_sdk.schedulers.hosttree import attempts
@@ -84,8 +85,13 @@ def test_sagemaker_refuses_to_retry_script_errors_and_says_why() -> None:
 @pytest.mark.parametrize("flag", ["--max-restarts", "--max_restarts"])
 def test_max_restarts_is_the_policy_with_script_errors_and_zero_is_none(flag: str) -> None:
     commands = dict(cli.commands)
-    assert script_mode([flag, "3", "train.py"], commands) == ["run", "--set", "max_retry_attempts=3", "-o", "retry_script_errors=true", "train.py", "--"]
-    assert script_mode([f"{flag}=0", "train.py"], commands) == ["run", "train.py", "--"]  # torchrun's default: no restarts
+    assert script_mode([flag, "3", "train.py"], commands) == ["run", flag, "3", "train.py", "--"]
+    params: dict[str, Any] = {"max_restarts": 3}
+    apply_torchrun_flags(params)
+    assert params == {"settings": [("max_retry_attempts", "3")], "scheduler_option": [("retry_script_errors", "true")]}
+    params = {"max_restarts": 0}
+    apply_torchrun_flags(params)
+    assert params == {}  # torchrun's default: no restarts, no retry policy at all
 
 
 class KilledEveryAttempt(HostBackend):

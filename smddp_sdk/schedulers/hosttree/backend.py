@@ -47,8 +47,9 @@ class HostBackend(abc.ABC):
         # Never on a command line (other users read /proc/*/cmdline) and never written down.
         self.token = secrets.token_hex(16)
 
-    def prepare(self) -> None:
-        """Whatever must exist before the first host starts (a network, the containers)."""
+    def prepare(self, attempt_env: Mapping[str, str]) -> None:
+        """Whatever must exist before the first host starts (a network, the containers); ``attempt_env`` is
+        what every host of this attempt gets in its environment (``start``'s ``extra_env`` has it too)."""
 
     @abc.abstractmethod
     def start(self, host: str, extra_env: Mapping[str, str], output: Output) -> dict[str, Any]:

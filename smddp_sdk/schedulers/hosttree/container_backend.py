@@ -32,10 +32,10 @@ class ContainerBackend(HostBackend):
         self.attached: dict[str, subprocess.Popen[bytes]] = {}
         self.inspected_at: dict[str, float] = {}
 
-    def prepare(self) -> dict[str, Any]:
+    def prepare(self, attempt_env: Mapping[str, str]) -> dict[str, Any]:
         docker_cli.run(self.docker, *self.plan.network)
-        for item in self.plan.hosts:  # the plan's ``-e SMDDP_JOB_TOKEN`` takes this attempt's token from the client's environment
-            docker_cli.run(self.docker, *item.create, env={contract.JOB_TOKEN_ENV: self.token})
+        for item in self.plan.hosts:  # the plan's ``-e SMDDP_JOB_TOKEN`` (and the attempt's variables) take their values from the client's environment
+            docker_cli.run(self.docker, *item.create, env={**attempt_env, contract.JOB_TOKEN_ENV: self.token})
         return {"containers": [item.container for item in self.plan.hosts]}
 
     def start(self, host: str, extra_env: Mapping[str, str], output: Output) -> dict[str, Any]:

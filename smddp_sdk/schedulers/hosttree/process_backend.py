@@ -46,7 +46,7 @@ class ProcessBackend(HostBackend):
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.ports: dict[str, int] = {}
 
-    def prepare(self) -> dict[str, Any]:
+    def prepare(self, attempt_env: Mapping[str, str]) -> dict[str, Any]:
         job_root = self.job_dir.path.parent
         with locked(job_root / ".ports.lock"):  # two jobs starting together cannot pick the same ports
             picked = pick_free_ports(len(_PORT_ENVS), exclude=ports_of_live_jobs(job_root, skip=self.job_dir.path))

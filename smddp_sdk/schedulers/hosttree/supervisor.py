@@ -237,12 +237,13 @@ class Supervisor:
     def start_hosts(self) -> None:
         if self.lifeline_fd is None:  # one lifeline for every attempt
             self.lifeline_fd = open_lifeline(self.job_dir.path / LIFELINE)
-        self.update(**(self.backend.prepare() or {}))
+        attempt_env = {contract.RESTART_COUNT_ENV: str(self.timeline.attempt - 1)}  # TORCHELASTIC_RESTART_COUNT in every rank
+        self.update(**(self.backend.prepare(attempt_env) or {}))
         if self.console is None:
             self.console = StampedLog(self.job_dir.console_log)  # closed at the end of run()
-        extra: dict[str, str] = {}
+        extra = dict(attempt_env)
         if self.plan.backend == "process":  # a container has its lifeline mount in its plan, and a /tmp of its own
-            extra = {contract.LIFELINE_ENV: str(self.job_dir.path / LIFELINE), contract.SCRATCH_ENV: str(self.job_dir.path / SCRATCH)}
+            extra |= {contract.LIFELINE_ENV: str(self.job_dir.path / LIFELINE), contract.SCRATCH_ENV: str(self.job_dir.path / SCRATCH)}
         for host in self.hosts:
             info = self.backend.start(host, extra, self.copy_output)
             self.state["hosts"][host] = {**info, "state": JobState.RUNNING.value, "exit_code": None}
@@ -451,7 +452,7 @@ class Supervisor:
         return 0
 
     def end_timeline(self, state: JobState, message: str) -> None:
-        """The last transition (SageMaker's final secondary status), the last attempt, and the billing lines."""
+        """The last transition (SageMaker's final secondary status), the last attempt, and a spot job's billing lines."""
         if "transitions" not in self.state:
             return  # the supervisor failed before the job began
         final = {JobState.SUCCEEDED: attempts.COMPLETED, JobState.CANCELLED: attempts.STOPPED}.get(state, attempts.FAILED)
@@ -459,7 +460,9 @@ class Supervisor:
         self.timeline.end_attempt(final, message, self.attempt_started)
         self.timeline.enter(final, message)
         self.timeline.close()
-        for line in billing_lines(self.state["training_seconds"], self.state["billable_seconds"], instances=len(self.hosts), spot=self.plan.spot is not None):
+        if self.plan.spot is None:
+            return  # nothing is billed here; a spot rehearsal shows what SageMaker would bill and save (status keeps the seconds)
+        for line in billing_lines(self.state["training_seconds"], self.state["billable_seconds"], instances=len(self.hosts), spot=True):
             self.say(line)
 
     def update(self, **changes: Any) -> None:
