@@ -6,7 +6,7 @@ Each world size runs as its own set of rank processes. Every rank joins the defa
 a second group with gloo, so both backends run in the same processes, on the same inputs, interleaved.
 Before timing, and again after, each op's result is checked against a reference computed locally from
 seeded inputs. Time per size is the median over iterations of the slowest rank's time for one call,
-each call started together after a barrier; algbw = size / time; busbw follows nccl-tests: allreduce
+each call started together after a barrier (p99: the 99th percentile of the same times); algbw = size / time; busbw follows nccl-tests: allreduce
 algbw*2(n-1)/n, allgather and reduce_scatter algbw*(n-1)/n, broadcast algbw. Size means the tensor for
 allreduce and broadcast, the gathered output for allgather and the input for reduce_scatter.
 
@@ -237,7 +237,8 @@ def time_calls(run: Callable, reset: Callable, barrier: Callable, slowest: Calla
     median = statistics.median(over_ranks)
     algbw = size / median / 1e9
     p10 = statistics.quantiles(over_ranks, n=10, method="inclusive")[0] if len(over_ranks) > 1 else median
-    return {"time_s": median, "p10_s": p10, "algbw": algbw, "busbw": algbw * bus_factor, "iters": iters}
+    p99 = statistics.quantiles(over_ranks, n=100, method="inclusive")[98] if len(over_ranks) > 1 else median
+    return {"time_s": median, "p10_s": p10, "p99_s": p99, "algbw": algbw, "busbw": algbw * bus_factor, "iters": iters}
 
 
 def fmt_time(seconds: float) -> str:
@@ -248,14 +249,14 @@ def print_row(row: dict, backends: list[str], first: bool) -> None:
     if first:
         head = f"\n{row['op']} n={row['n']} {row['dtype']} (time = median of per-call max over ranks; bw in GB/s)\n{'size':>6}"
         for name in backends:
-            head += f" | {name + ' time':>12} {'algbw':>7} {'busbw':>7}"
+            head += f" | {name + ' time':>12} {'p99':>8} {'algbw':>7} {'busbw':>7}"
         for other in backends[1:]:
             head += f" | {'time/' + other:>10}"
         print(head, flush=True)
     line = f"{human(row['size']):>6}"
     for name in backends:
         r = row[name]
-        line += f" | {fmt_time(r['time_s']):>12} {r['algbw']:7.3f} {r['busbw']:7.3f}"
+        line += f" | {fmt_time(r['time_s']):>12} {fmt_time(r.get('p99_s', r['time_s'])):>8} {r['algbw']:7.3f} {r['busbw']:7.3f}"
     for other in backends[1:]:  # the first backend's time over each other's: below 1 means faster
         line += f" | {row[backends[0]]['time_s'] / row[other]['time_s']:10.2f}"
     print(line, flush=True)

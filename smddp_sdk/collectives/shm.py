@@ -72,6 +72,29 @@ _CREATE = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _OPEN = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+class LoadSamples:
+    """Whether the machine is loaded, from the last WINDOW samples of "more tasks runnable than cores":
+    loaded while a majority of them say so. /proc/loadavg's runnable count is an instant: with every core
+    taken by a rank, any passing task (a shell, a kernel thread, the benchmark's parent) tips one sample
+    over, and a rule that trusted one sample a second left a quiet machine's ranks sleeping after 2 µs of
+    polling for that whole second (4 KB calls of ~100 µs instead of ~10). A sustained load still turns
+    the budget within WINDOW // 2 + 1 samples (about half a second). smddp_core.cpp's spin() keeps the
+    same rule."""
+
+    WINDOW = 8
+    SAMPLE_EVERY_S = 0.125
+
+    def __init__(self) -> None:
+        self._bits = 0  # the newest sample in bit 0
+
+    def add(self, over: bool) -> None:
+        self._bits = ((self._bits << 1) | int(over)) & ((1 << self.WINDOW) - 1)
+
+    @property
+    def loaded(self) -> bool:
+        return self._bits.bit_count() > self.WINDOW // 2
+
+
 class ShmUnavailable(Exception):
     """Shared memory cannot hold this group's arena; the caller falls back to TCP."""
 
@@ -275,6 +298,7 @@ class ShmArena:
         self.cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         self.spin_s = 0.0
         self._spin_checked_at = -1.0
+        self._load = LoadSamples()
         self._refresh_spin_budget(time.monotonic())
         # call sequence number, barrier generation, phase, single copy refused: 32-bit words the native
         # core advances too
@@ -341,12 +365,15 @@ class ShmArena:
         """The budget for the machine's load now (native core: the same rule in smddp_core.cpp's spin()).
         The tasks runnable now, not the 1-minute load average: that one lags, so a busy minute before (or
         another backend's polling ranks in the same benchmark) kept the ranks of a now quiet machine
-        sleeping after 2 µs (4 KB calls of 90-200 µs instead of 10-15)."""
-        if now - self._spin_checked_at < 1.0:
+        sleeping after 2 µs (4 KB calls of 90-200 µs instead of 10-15). Sampled every SAMPLE_EVERY_S and
+        judged by LoadSamples' majority, so one passing task never costs a calm machine a second of
+        sleeping ranks."""
+        if now - self._spin_checked_at < LoadSamples.SAMPLE_EVERY_S:
             return
         self._spin_checked_at = now
         calm, loaded = self.spin_budgets()
-        self.spin_s = loaded if runnable_tasks() > self.cores else calm
+        self._load.add(runnable_tasks() > self.cores)
+        self.spin_s = loaded if self._load.loaded else calm
 
     # single copy ------------------------------------------------------------------------------------
     @property
@@ -423,9 +450,7 @@ class ShmArena:
     def _next_generation(self) -> int:
         generation = (self.counters[_GENERATION] + 1) & 0xFFFFFFFF
         self.counters[_GENERATION] = generation
-        now = time.monotonic()
-        if now - self._spin_checked_at >= 1.0:
-            self._refresh_spin_budget(now)
+        self._refresh_spin_budget(time.monotonic())
         return generation
 
     def finish_barrier(self, status: int, generation: int, what: str, deadline: float) -> None:

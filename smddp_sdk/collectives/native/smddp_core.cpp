@@ -1554,13 +1554,15 @@ class SmddpCore : public c10d::PyProcessGroup {
     started_ = std::chrono::steady_clock::now();
   }
 
-  // shm.py's ShmArena spin rule: how long a waiting rank polls before it sleeps, checked once a second
-  // against the tasks runnable now (more than cores: poll briefly).
+  // shm.py's spin rule (ShmArena._refresh_spin_budget, LoadSamples): how long a waiting rank polls before
+  // it sleeps. Every 125 ms a sample of "more tasks runnable than cores" goes into the last 8; the machine
+  // counts as loaded (poll briefly) while a majority of them say so, so one passing task never does.
   long spin() {
     auto now = std::chrono::steady_clock::now();
-    if (now - spin_checked_ >= std::chrono::seconds(1)) {
+    if (now - spin_checked_ >= std::chrono::milliseconds(125)) {
       spin_checked_ = now;
-      spin_ns_ = runnable_tasks() > cores_ ? loaded_spin_ns_ : calm_spin_ns_;
+      load_samples_ = static_cast<uint8_t>((load_samples_ << 1) | (runnable_tasks() > cores_ ? 1 : 0));
+      spin_ns_ = __builtin_popcount(load_samples_) > 4 ? loaded_spin_ns_ : calm_spin_ns_;
     }
     return spin_ns_;
   }
@@ -1623,6 +1625,7 @@ class SmddpCore : public c10d::PyProcessGroup {
   AllreduceFn allreduce_ = nullptr;
   ReduceFn reduce_ = nullptr;
   long spin_ns_ = 0;
+  uint8_t load_samples_ = 0;  // spin(): the last 8 samples, the newest in bit 0
   long calm_spin_ns_ = 0;
   long loaded_spin_ns_ = 0;
   int cores_ = 1;
