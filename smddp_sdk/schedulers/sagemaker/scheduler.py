@@ -24,6 +24,7 @@ from smddp_sdk.errors import SpecError, SpecIssue, UnavailableError
 from smddp_sdk.schedulers.base import Capabilities, DryRun, Listed, Scheduler, newest
 from smddp_sdk.schedulers.options import Option, SchedulerOptions, is_text, matching, seconds
 from smddp_sdk.schedulers.sagemaker import request as req
+from smddp_sdk.schedulers.sagemaker import request_v3 as req_v3
 from smddp_sdk.schedulers.sagemaker import states, validation
 from smddp_sdk.schedulers.sagemaker.errors import INSTALL_HINT, REGION_HINT, Detached
 from smddp_sdk.specs.contract import decode_hyperparameter
@@ -125,7 +126,10 @@ class SageMakerScheduler(Scheduler):
     def validate(self, spec: JobSpec) -> list[SpecIssue]:
         spec = self.resolve(spec)  # also called directly, on a spec as written
         issues = validation.spec_issues(spec)
-        if not spec.image_uri:
+        if not spec.image_uri and spec.api == "v3":
+            issues.append(SpecIssue("image_uri", "is required for a v3 (ModelTrainer) job on SageMaker",
+                                    "pass training_image=... (v3 requires it too): the smddp-sdk image pushed to ECR, or an AWS PyTorch image"))
+        elif not spec.image_uri:
             issues += req.resolve_image(spec, self.planned_region()[0])[1]
         return issues
 
@@ -133,12 +137,24 @@ class SageMakerScheduler(Scheduler):
         """The exact request, with placeholders where the account, the role or the region is not known
         (``run`` fills the account in and refuses the others)."""
         region, region_problem = self.planned_region()
+        if spec.api == "v3":
+            return self._plan_v3(spec, region, region_problem)
         image_uri, _ = req.resolve_image(spec, region)
         assert image_uri is not None  # validate() reported any image problem
         job_name = req.job_name_for(spec, image_uri)
         placement = self._placement(spec, job_name, region, image_uri, self.account_id)
         request = req.build_request(spec, job_name=job_name, placement=placement)
         return DryRun(self.name, spec, job_name, request, (*_placeholder_notes(spec, placement, region_problem), *_notes(spec, placement)))
+
+    def _plan_v3(self, spec: JobSpec, region: str, region_problem: str) -> DryRun:
+        """v3's request shape (``api: v3``): code and drivers as channels; the same spec, checks and notes."""
+        job_name = req_v3.job_name_for(spec)
+        placement = self._placement(spec, job_name, region, spec.image_uri or "", self.account_id)
+        request = req_v3.build_request(spec, job_name=job_name, region=region, role=spec.role or PLACEHOLDER_ROLE,
+                                       default_bucket=placement.default_bucket, account=self.account_id)
+        uploads = [channel["DataSource"]["S3DataSource"]["S3Uri"] for channel in request["InputDataConfig"] if channel["ChannelName"] in (req_v3.CODE_CHANNEL, req_v3.DRIVERS_CHANNEL)]
+        notes = [f"would upload {'the code directory and ' if spec.source_dir else ''}smddp-sdk's drivers to {' and '.join(uploads)}"]
+        return DryRun(self.name, spec, job_name, request, (*_placeholder_notes(spec, placement, region_problem), *notes))
 
     def _placement(self, spec: JobSpec, job_name: str, region: str, image_uri: str, account: str | None) -> req.Placement:
         return req.plan_placement(spec, job_name=job_name, region=region, role=spec.role or PLACEHOLDER_ROLE, image_uri=image_uri, account=account, bucket=self.bucket)
