@@ -16,13 +16,16 @@ The rule: the trainer's configuration objects are read into the v2 estimator's a
 fields) with ``api: v3``, and an ``Estimator`` runs them; so the dry run, retries, spot, checkpoints and
 ``smddp-launch status/logs/metrics`` behave as for v2 jobs, and only the SageMaker request takes v3's shape.
 ``training_mode`` picks the scheduler (``LOCAL_CONTAINER``: docker, ``SAGEMAKER_TRAINING_JOB``: sagemaker)
-unless ``scheduler=`` names one. v3's defaults apply: one ``ml.m5.xlarge``, an hour's run.
+unless ``scheduler=`` or the environment variable ``SMDDP_SCHEDULER`` names one. v3's defaults apply: one ``ml.m5.xlarge``, an hour's run.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Iterator, Mapping, Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -48,6 +51,7 @@ from smddp_sdk.train.configs import (
 from smddp_sdk.train.distributed import DistributedConfig
 
 DEFAULT_INSTANCE_TYPE = "ml.m5.xlarge"
+SCHEDULER_ENV = "SMDDP_SCHEDULER"
 _NOT_OFFERED = {
     "algorithm_name": "marketplace algorithms are not run here; give training_image and source_code",
     "training_image_config": "private registries are not offered; push the image to ECR",
@@ -121,7 +125,8 @@ class ModelTrainer:
         self.hyperparameters = _read_hyperparameters(hyperparameters)
         self.tags = list(tags or [])
         self.local_container_root = local_container_root
-        self.scheduler = scheduler or _SCHEDULER_OF_MODE[training_mode]
+        # SMDDP_SCHEDULER lets an unchanged v3 launcher run locally or on Slurm: v3 has no such argument.
+        self.scheduler = scheduler or os.environ.get(SCHEDULER_ENV) or _SCHEDULER_OF_MODE[training_mode]
         self.scheduler_options = dict(scheduler_options or {})
         self._retry_strategy: RetryStrategy | None = None
         self._metric_definitions: list[MetricDefinition] = []
@@ -162,17 +167,20 @@ class ModelTrainer:
         the job fails (on SageMaker too: v3's #5765, ``wait=True`` ignoring the session, does not apply).
         ``dry_run`` checks everything and starts nothing, as v3's."""
         estimator = self._estimator(input_data_config)
-        if dry_run:
-            estimator.dryrun()
-            return
-        estimator.fit(wait=wait, logs=logs)
+        with in_v3_names():
+            if dry_run:
+                estimator.dryrun()
+                return
+            estimator.fit(wait=wait, logs=logs)
         assert estimator.latest_training_job is not None
         job = estimator.latest_training_job
         self._latest_training_job = TrainingJob(job.scheduler, job.handle, job.dryrun, job.spec)
 
     def dryrun(self, input_data_config: Sequence[InputData] | None = None) -> DryRun:
         """The exact request ``train`` would make (pure; ``print(trainer.dryrun().render())`` shows it)."""
-        return self._estimator(input_data_config).dryrun()
+        estimator = self._estimator(input_data_config)
+        with in_v3_names():
+            return estimator.dryrun()
 
     @property
     def output_data(self) -> str:
@@ -238,10 +246,16 @@ class ModelTrainer:
         requirements = self.source_code.requirements if self.source_code else None
         if requirements not in (None, "requirements.txt"):
             issues.append(SpecIssue("source_code.requirements", f"{requirements!r}: the job installs requirements.txt of source_dir", "name the file requirements.txt"))
+        try:
+            with in_v3_names():
+                estimator = Estimator(scheduler=self.scheduler, scheduler_options=self._scheduler_options(), sagemaker_session=self.sagemaker_session,
+                                      **self.estimator_arguments(input_data_config))
+        except SpecError as error:
+            said = {issue.path for issue in issues}
+            issues += [issue for issue in error.issues if not (issue.path == "source_code.entry_script" and "source_code" in said)]
         if issues:
             raise SpecError(issues)
-        return Estimator(scheduler=self.scheduler, scheduler_options=self._scheduler_options(), sagemaker_session=self.sagemaker_session,
-                         **self.estimator_arguments(input_data_config))
+        return estimator
 
     def _scheduler_options(self) -> dict[str, Any]:
         options: dict[str, Any] = {}
@@ -251,6 +265,34 @@ class ModelTrainer:
         if self.local_container_root is not None and self.scheduler == "docker":
             options["job_root"] = self.local_container_root
         return {**options, **self.scheduler_options}
+
+
+# The estimator's argument names in problems, as the v3 user wrote them.
+_V3_NAMES = {
+    "entry_point": "source_code.entry_script", "source_dir": "source_code.source_dir", "image_uri": "training_image",
+    "instance_type": "compute.instance_type", "instance_count": "compute.instance_count", "volume_size": "compute.volume_size_in_gb",
+    "keep_alive_period_in_seconds": "compute.keep_alive_period_in_seconds", "use_spot_instances": "compute.enable_managed_spot_training",
+    "max_run": "stopping_condition.max_runtime_in_seconds", "max_wait": "stopping_condition.max_wait_time_in_seconds",
+    "subnets": "networking.subnets", "security_group_ids": "networking.security_group_ids",
+    "enable_network_isolation": "networking.enable_network_isolation", "encrypt_inter_container_traffic": "networking.enable_inter_container_traffic_encryption",
+    "output_path": "output_data_config.s3_output_path", "checkpoint_s3_uri": "checkpoint_config.s3_uri", "checkpoint_local_path": "checkpoint_config.local_path",
+    "inputs": "input_data_config", "input_mode": "training_input_mode", "distribution": "distributed", "max_retry_attempts": "with_retry_strategy",
+    "metric_definitions": "with_metric_definitions",
+}
+
+
+def _v3_path(path: str) -> str:
+    head, dot, rest = path.partition(".")
+    return _V3_NAMES.get(head, head) + dot + rest
+
+
+@contextlib.contextmanager
+def in_v3_names() -> Iterator[None]:
+    """Re-raise a ``SpecError`` with each problem's path in v3's names (``compute.instance_count``)."""
+    try:
+        yield
+    except SpecError as error:
+        raise SpecError([dataclasses.replace(issue, path=_v3_path(issue.path)) for issue in error.issues]) from None
 
 
 def _channels(own: Sequence[InputData], given: Sequence[InputData] | None) -> dict[str, TrainingInput]:

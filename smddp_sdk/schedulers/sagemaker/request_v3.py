@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from smddp_sdk.schedulers.sagemaker.request import S3Location, role_arn
+from smddp_sdk.specs.contract import encode_hyperparameters as encode_v2_hyperparameters
 from smddp_sdk.specs.job import JobSpec, TrainingInput
 
 CODE_CHANNEL = "code"
@@ -90,6 +91,25 @@ def build_request(spec: JobSpec, *, job_name: str, region: str, role: str, defau
     if spec.max_retry_attempts is not None:
         request["RetryStrategy"] = {"MaximumRetryAttempts": spec.max_retry_attempts}
     return request
+
+
+DRIVER_SCRIPT = """#!/bin/bash
+# smddp-sdk's driver for a job sent the way SageMaker SDK v3 sends it: the code channel becomes
+# /opt/ml/code and the image's `train` (the smddp-sdk runtime) runs the entry script, with the framework
+# hyperparameters v2 would have sent (program, distribution) read from hyperparameters.json beside this file.
+set -euo pipefail
+mkdir -p /opt/ml/code
+if [ -d /opt/ml/input/data/code ]; then cp -a /opt/ml/input/data/code/. /opt/ml/code/; fi
+export SMDDP_DRIVER_HYPERPARAMETERS=/opt/ml/input/data/sm_drivers/hyperparameters.json
+exec train
+"""
+
+
+def driver_files(spec: JobSpec, *, job_name: str, region: str) -> dict[str, str]:
+    """The ``sm_drivers`` channel's files: smddp-sdk's own driver (not v3's) and the framework hyperparameters."""
+    everything = spec.training_hyperparameters(job_name=job_name, submit_directory="", region=region)
+    framework = {key: value for key, value in everything.items() if key not in spec.hyperparameters and key != "sagemaker_submit_directory"}
+    return {TRAIN_SCRIPT: DRIVER_SCRIPT, "hyperparameters.json": json.dumps(encode_v2_hyperparameters(framework), indent=2)}
 
 
 def _hyperparameters(spec: JobSpec) -> dict[str, str]:

@@ -11,6 +11,7 @@ and creates the job. boto3 is loaded only when AWS is first called, through ``cl
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 import tempfile
@@ -177,8 +178,9 @@ class SageMakerScheduler(Scheduler):
         spec, job_name = dryrun.spec, dryrun.job_name
         if not spec.role:  # what a dry run may leave open and a submit may not: a role, then a region
             raise SpecError(req.role_issues(None))
-        self.resolved_region()  # raises UnavailableError with what to set
-        region = decode_hyperparameter(dryrun.request["HyperParameters"]["sagemaker_region"])
+        resolved = self.resolved_region()  # raises UnavailableError with what to set
+        v3 = spec.api == "v3"  # a v3-shaped request names no region: the plan's is the resolved one
+        region = resolved if v3 else decode_hyperparameter(dryrun.request["HyperParameters"]["sagemaker_region"])
         image_uri = dryrun.request["AlgorithmSpecification"]["TrainingImage"]
         aws = self.clients(region)
         aws.require_credentials()
@@ -187,10 +189,13 @@ class SageMakerScheduler(Scheduler):
         placement = self._placement(spec, job_name, region, image_uri, account)
         if account is not None and not self.bucket:
             self._ensure_default_bucket(aws, placement, account)
-        if placement.code is not None:
+        request = req.fill_account(dryrun.request, account) if account is not None else dryrun.request
+        if v3:
+            owner = account if not self.bucket else None
+            self._upload_v3_inputs(aws, spec, request, region, owner if f"s3://{placement.default_bucket}/" in json.dumps(request) else None)
+        elif placement.code is not None:
             owner = account if placement.code.bucket == placement.default_bucket and not self.bucket else None
             self._upload_code(aws, spec, placement.code, owner)
-        request = req.fill_account(dryrun.request, account) if account is not None else dryrun.request
         call(f"create the training job {job_name}", aws.sagemaker.create_training_job, **request)
         handle = JobHandle(self.name, f"{region}/{job_name}")
         self.echo(_next_steps(handle, region, job_name))
@@ -211,6 +216,21 @@ class SageMakerScheduler(Scheduler):
             if warning:
                 self.echo(warning)
             upload.upload(aws, tarball, location, expected_owner=owner, echo=self.echo)
+
+    def _upload_v3_inputs(self, aws: AwsClients, spec: JobSpec, request: dict[str, Any], region: str, owner: str | None) -> None:
+        """The code directory and smddp-sdk's drivers, file by file, under the channels' prefixes (v3's layout)."""
+        from smddp_sdk.schedulers.sagemaker import upload
+
+        prefixes = {channel["ChannelName"]: req.S3Location.parse(channel["DataSource"]["S3DataSource"]["S3Uri"]) for channel in request["InputDataConfig"]}
+        with tempfile.TemporaryDirectory(prefix="smddp-drivers-") as scratch:
+            drivers = Path(scratch)
+            for name, text in req_v3.driver_files(spec, job_name=request["TrainingJobName"], region=region).items():
+                (drivers / name).write_text(text)
+            trees = [(drivers, prefixes[req_v3.DRIVERS_CHANNEL])]
+            if spec.source_dir:
+                trees.append((Path(spec.source_dir), prefixes[req_v3.CODE_CHANNEL]))
+            for tree, prefix in trees:
+                upload.upload_tree(aws, tree, prefix, expected_owner=owner, echo=self.echo)
 
     def describe(self, handle: JobHandle) -> dict[str, Any]:
         from smddp_sdk.schedulers.sagemaker.client import call
