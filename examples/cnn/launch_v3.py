@@ -10,7 +10,7 @@ SMDDP runs through Torchrun as AWS documents it for v3: train.py calls dist.init
 from pathlib import Path
 
 from smddp_sdk.train import ModelTrainer  # was: from sagemaker.train import ModelTrainer
-from smddp_sdk.train.configs import Compute, SourceCode, StoppingCondition  # was: from sagemaker.train.configs import ...
+from smddp_sdk.train.configs import Compute, MetricDefinition, SourceCode, StoppingCondition  # was: from sagemaker.train.configs import ...
 from smddp_sdk.train.distributed import Torchrun  # was: from sagemaker.train.distributed import Torchrun
 
 HERE = Path(__file__).resolve().parent
@@ -23,6 +23,6 @@ trainer = ModelTrainer(
     stopping_condition=StoppingCondition(max_runtime_in_seconds=1800),
     hyperparameters={"epochs": 2, "batch-size": 64, "samples": 2048},
     base_job_name="cnn-example-v3",
-)
+).with_metric_definitions([MetricDefinition(name="loss", regex="loss ([0-9.]+)")])
 trainer.train()
 print(f"model: {trainer.model_data}")

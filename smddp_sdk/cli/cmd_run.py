@@ -72,7 +72,8 @@ def run(ctx: click.Context, job_file: str | None, dryrun: bool, as_api: str | No
         if as_api:
             from smddp_sdk.train.forms import written_as
 
-            click.echo(f"=== AS {as_api.upper()} LAUNCHER ===\n{written_as(job.spec, plan)}")
+            launcher_code = written_as(job.spec, plan, processes_per_host=job.scheduler_options.get("processes_per_host"))
+            click.echo(f"=== AS {as_api.upper()} LAUNCHER ===\n{launcher_code}")
         return
     # The scheduler may print its own progress (packaging, uploads), so this stage takes two lines.
     out.say(f"{out.mark('⚙', fg='cyan')}Submitting to {job.scheduler}")

@@ -26,16 +26,17 @@ _V2_ONLY = {
 }
 
 
-def written_as(spec: JobSpec, plan: Any) -> str:
-    """The launcher of ``spec`` in its own API (``spec.api``); the plan's image stands in for one v2 resolved."""
+def written_as(spec: JobSpec, plan: Any, *, processes_per_host: int | None = None) -> str:
+    """The launcher of ``spec`` in its own API (``spec.api``); the plan's image stands in for one v2 resolved,
+    and the scheduler's ranks per host become v3's ``process_count_per_node``."""
     if spec.api == "v2":
         return estimator_source(spec)
     request = getattr(plan, "request", None)
     image = request.get("AlgorithmSpecification", {}).get("TrainingImage") if isinstance(request, dict) else None
-    return model_trainer_source(spec, image=image)
+    return model_trainer_source(spec, image=image, processes_per_host=processes_per_host)
 
 
-def model_trainer_source(spec: JobSpec, *, image: str | None = None) -> str:
+def model_trainer_source(spec: JobSpec, *, image: str | None = None, processes_per_host: int | None = None) -> str:
     """v3 launcher code for ``spec``; ``image`` stands in for a training_image v2 resolved itself."""
     configs: list[str] = ["SourceCode", "Compute"]
     arguments = [f"training_image={spec.image_uri or image or '<training image>'!r}"]
@@ -50,7 +51,7 @@ def model_trainer_source(spec: JobSpec, *, image: str | None = None) -> str:
     arguments.append(f"compute=Compute({_keywords(compute)})")
     arguments.append(f"stopping_condition=StoppingCondition({_keywords({'max_runtime_in_seconds': spec.max_run, 'max_wait_time_in_seconds': spec.max_wait})})")
     configs.append("StoppingCondition")
-    runner, runner_class = _runner(spec)
+    runner, runner_class = _runner(spec, processes_per_host)
     if runner:
         arguments.append(f"distributed={runner}")
     network = {"subnets": list(spec.subnets) or None, "security_group_ids": list(spec.security_group_ids) or None,
@@ -109,17 +110,18 @@ def estimator_source(spec: JobSpec) -> str:
     return "\n".join(lines)
 
 
-def _runner(spec: JobSpec) -> tuple[str, str]:
+def _runner(spec: JobSpec, processes_per_host: int | None) -> tuple[str, str]:
     distribution = spec.distribution
+    ranks = _keywords({"process_count_per_node": processes_per_host})
     if distribution.mpi:
-        options = {"process_count_per_node": distribution.mpi_processes_per_host,
+        options = {"process_count_per_node": distribution.mpi_processes_per_host or processes_per_host,
                    "mpi_additional_options": distribution.mpi_custom_mpi_options.split() or None}
         return f"MPI({_keywords(options)})", "MPI"
     if distribution.modelparallel is not None:
         parameters = dict(distribution.modelparallel.get("parameters") or {})
         return f"Torchrun(smp=SMP({_keywords(parameters)}))", "SMP, Torchrun"
     if distribution.smddp or distribution.torch_distributed:  # SMDDP runs through Torchrun in v3 (AWS's docs)
-        return "Torchrun()", "Torchrun"
+        return f"Torchrun({ranks})", "Torchrun"
     return "", ""
 
 
