@@ -25,13 +25,15 @@ import contextlib
 import dataclasses
 import json
 import os
+import types
 from collections.abc import Iterator, Mapping, Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from smddp_sdk import estimator as estimator_module
 from smddp_sdk.errors import NotOfferedError, SpecError, SpecIssue
-from smddp_sdk.estimator import Estimator, TrainingJob
+from smddp_sdk.estimator import Estimator
 from smddp_sdk.schedulers.base import DryRun
 from smddp_sdk.schedulers.sagemaker.request_v3 import DEFAULT_MAX_RUN
 from smddp_sdk.specs.job import TrainingInput
@@ -68,6 +70,26 @@ class Mode(Enum):
 
 
 _SCHEDULER_OF_MODE = {Mode.LOCAL_CONTAINER: "docker", Mode.SAGEMAKER_TRAINING_JOB: "sagemaker"}
+
+
+class TrainingJob(estimator_module.TrainingJob):
+    """The job a trainer started: the v2 estimator's job with the attribute names of v3's ``TrainingJob``
+    resource (``training_job_name``, ``training_job_status``, ``model_artifacts.s3_model_artifacts``)."""
+
+    @property
+    def training_job_name(self) -> str:
+        return self.name
+
+    @property
+    def training_job_status(self) -> str:
+        return str(self.describe()["TrainingJobStatus"])
+
+    @property
+    def model_artifacts(self) -> types.SimpleNamespace:
+        return types.SimpleNamespace(s3_model_artifacts=self.status().model_data)
+
+    def refresh(self) -> TrainingJob:
+        return self  # every attribute above asks the scheduler afresh
 
 
 class ModelTrainer:
