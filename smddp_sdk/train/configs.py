@@ -178,5 +178,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["SourceCode", "Compute", "Networking", "StoppingCondition", "OutputDataConfig", "CheckpointConfig",
-           "S3DataSource", "InputData", "RetryStrategy", "MetricDefinition", "Tag"]
+__all__ = ["SourceCode", "Compute", "Networking", "StoppingCondition", "OutputDataConfig", "CheckpointConfig", "S3DataSource", "InputData", "RetryStrategy", "MetricDefinition", "Tag"]

@@ -46,17 +46,25 @@ def model_trainer_source(spec: JobSpec, *, image: str | None = None, processes_p
         arguments.append(f"base_job_name={spec.base_job_name!r}")
     source = {"source_dir": spec.source_dir, "entry_script": spec.entry_point}
     arguments.append(f"source_code=SourceCode({_keywords(source)})")
-    compute = {"instance_type": spec.instance_type, "instance_count": spec.instance_count, "volume_size_in_gb": spec.volume_size,
-               "keep_alive_period_in_seconds": spec.keep_alive_period_in_seconds, "enable_managed_spot_training": spec.use_spot_instances or None}
+    compute = {
+        "instance_type": spec.instance_type,
+        "instance_count": spec.instance_count,
+        "volume_size_in_gb": spec.volume_size,
+        "keep_alive_period_in_seconds": spec.keep_alive_period_in_seconds,
+        "enable_managed_spot_training": spec.use_spot_instances or None,
+    }
     arguments.append(f"compute=Compute({_keywords(compute)})")
     arguments.append(f"stopping_condition=StoppingCondition({_keywords({'max_runtime_in_seconds': spec.max_run, 'max_wait_time_in_seconds': spec.max_wait})})")
     configs.append("StoppingCondition")
     runner, runner_class = _runner(spec, processes_per_host)
     if runner:
         arguments.append(f"distributed={runner}")
-    network = {"subnets": list(spec.subnets) or None, "security_group_ids": list(spec.security_group_ids) or None,
-               "enable_network_isolation": spec.enable_network_isolation or None,
-               "enable_inter_container_traffic_encryption": spec.encrypt_inter_container_traffic or None}
+    network = {
+        "subnets": list(spec.subnets) or None,
+        "security_group_ids": list(spec.security_group_ids) or None,
+        "enable_network_isolation": spec.enable_network_isolation or None,
+        "enable_inter_container_traffic_encryption": spec.encrypt_inter_container_traffic or None,
+    }
     if any(value is not None for value in network.values()):
         arguments.append(f"networking=Networking({_keywords(network)})")
         configs.append("Networking")
@@ -84,8 +92,7 @@ def model_trainer_source(spec: JobSpec, *, image: str | None = None, processes_p
     channels = [f"InputData({_keywords({'channel_name': name, 'data_source': channel.s3_data, 'content_type': channel.content_type})})" for name, channel in spec.inputs.items()]
     if channels:
         configs.append("InputData")
-    lines = ["from smddp_sdk.train import ModelTrainer  # sagemaker.train in SageMaker SDK v3",
-             f"from smddp_sdk.train.configs import {', '.join(sorted(configs))}"]
+    lines = ["from smddp_sdk.train import ModelTrainer  # sagemaker.train in SageMaker SDK v3", f"from smddp_sdk.train.configs import {', '.join(sorted(configs))}"]
     if runner_class:
         lines.append(f"from smddp_sdk.train.distributed import {runner_class}")
     lines += ["", *_dropped(spec), "trainer = ModelTrainer(", *[f"    {argument}," for argument in arguments], ")" + "".join(builders)]
@@ -114,8 +121,7 @@ def _runner(spec: JobSpec, processes_per_host: int | None) -> tuple[str, str]:
     distribution = spec.distribution
     ranks = _keywords({"process_count_per_node": processes_per_host})
     if distribution.mpi:
-        options = {"process_count_per_node": distribution.mpi_processes_per_host or processes_per_host,
-                   "mpi_additional_options": distribution.mpi_custom_mpi_options.split() or None}
+        options = {"process_count_per_node": distribution.mpi_processes_per_host or processes_per_host, "mpi_additional_options": distribution.mpi_custom_mpi_options.split() or None}
         return f"MPI({_keywords(options)})", "MPI"
     if distribution.modelparallel is not None:
         parameters = dict(distribution.modelparallel.get("parameters") or {})

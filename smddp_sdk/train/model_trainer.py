@@ -270,8 +270,7 @@ class ModelTrainer:
             issues.append(SpecIssue("source_code.requirements", f"{requirements!r}: the job installs requirements.txt of source_dir", "name the file requirements.txt"))
         try:
             with in_v3_names():
-                estimator = Estimator(scheduler=self.scheduler, scheduler_options=self._scheduler_options(), sagemaker_session=self.sagemaker_session,
-                                      **self.estimator_arguments(input_data_config))
+                estimator = Estimator(scheduler=self.scheduler, scheduler_options=self._scheduler_options(), sagemaker_session=self.sagemaker_session, **self.estimator_arguments(input_data_config))
         except SpecError as error:
             said = {issue.path for issue in issues}
             issues += [issue for issue in error.issues if not (issue.path == "source_code.entry_script" and "source_code" in said)]
@@ -291,14 +290,27 @@ class ModelTrainer:
 
 # The estimator's argument names in problems, as the v3 user wrote them.
 _V3_NAMES = {
-    "entry_point": "source_code.entry_script", "source_dir": "source_code.source_dir", "image_uri": "training_image",
-    "instance_type": "compute.instance_type", "instance_count": "compute.instance_count", "volume_size": "compute.volume_size_in_gb",
-    "keep_alive_period_in_seconds": "compute.keep_alive_period_in_seconds", "use_spot_instances": "compute.enable_managed_spot_training",
-    "max_run": "stopping_condition.max_runtime_in_seconds", "max_wait": "stopping_condition.max_wait_time_in_seconds",
-    "subnets": "networking.subnets", "security_group_ids": "networking.security_group_ids",
-    "enable_network_isolation": "networking.enable_network_isolation", "encrypt_inter_container_traffic": "networking.enable_inter_container_traffic_encryption",
-    "output_path": "output_data_config.s3_output_path", "checkpoint_s3_uri": "checkpoint_config.s3_uri", "checkpoint_local_path": "checkpoint_config.local_path",
-    "inputs": "input_data_config", "input_mode": "training_input_mode", "distribution": "distributed", "max_retry_attempts": "with_retry_strategy",
+    "entry_point": "source_code.entry_script",
+    "source_dir": "source_code.source_dir",
+    "image_uri": "training_image",
+    "instance_type": "compute.instance_type",
+    "instance_count": "compute.instance_count",
+    "volume_size": "compute.volume_size_in_gb",
+    "keep_alive_period_in_seconds": "compute.keep_alive_period_in_seconds",
+    "use_spot_instances": "compute.enable_managed_spot_training",
+    "max_run": "stopping_condition.max_runtime_in_seconds",
+    "max_wait": "stopping_condition.max_wait_time_in_seconds",
+    "subnets": "networking.subnets",
+    "security_group_ids": "networking.security_group_ids",
+    "enable_network_isolation": "networking.enable_network_isolation",
+    "encrypt_inter_container_traffic": "networking.enable_inter_container_traffic_encryption",
+    "output_path": "output_data_config.s3_output_path",
+    "checkpoint_s3_uri": "checkpoint_config.s3_uri",
+    "checkpoint_local_path": "checkpoint_config.local_path",
+    "inputs": "input_data_config",
+    "input_mode": "training_input_mode",
+    "distribution": "distributed",
+    "max_retry_attempts": "with_retry_strategy",
     "metric_definitions": "with_metric_definitions",
 }
 
@@ -328,8 +340,7 @@ def _channel(channel: InputData) -> TrainingInput:
     """A channel as v3 sends it: from a URI or path in File mode, from an ``S3DataSource`` as it says."""
     source = channel.data_source
     if isinstance(source, S3DataSource):
-        return TrainingInput(source.s3_uri, distribution=source.s3_data_distribution_type or "FullyReplicated",
-                             s3_data_type=source.s3_data_type, content_type=channel.content_type)
+        return TrainingInput(source.s3_uri, distribution=source.s3_data_distribution_type or "FullyReplicated", s3_data_type=source.s3_data_type, content_type=channel.content_type)
     return TrainingInput(str(source), content_type=channel.content_type, input_mode="File")
 
 

@@ -35,21 +35,48 @@ def code(tmp_path: Path) -> Path:
 
 
 def trainer(code: Path, **overrides) -> ModelTrainer:
-    arguments = {"training_image": IMAGE, "role": ROLE, "source_code": SourceCode(source_dir=str(code), entry_script="train.py"),
-                 "compute": Compute(instance_type="ml.p4d.24xlarge", instance_count=2), "distributed": Torchrun(), **overrides}
+    arguments = {
+        "training_image": IMAGE,
+        "role": ROLE,
+        "source_code": SourceCode(source_dir=str(code), entry_script="train.py"),
+        "compute": Compute(instance_type="ml.p4d.24xlarge", instance_count=2),
+        "distributed": Torchrun(),
+        **overrides,
+    }
     return ModelTrainer(**arguments)
 
 
 def test_the_same_job_as_the_v2_estimator_but_the_api(code: Path) -> None:
-    v3 = trainer(code, hyperparameters={"epochs": 3}, environment={"A": "1"}, networking=Networking(subnets=["subnet-1"], security_group_ids=["sg-1"]),
-                 stopping_condition=StoppingCondition(max_runtime_in_seconds=1800, max_wait_time_in_seconds=3600),
-                 compute=Compute(instance_type="ml.p4d.24xlarge", instance_count=2, enable_managed_spot_training=True),
-                 checkpoint_config=CheckpointConfig(s3_uri="s3://my-bucket/ckpt"),
-                 input_data_config=[InputData(channel_name="train", data_source="s3://my-bucket/train")]).with_retry_strategy(RetryStrategy(maximum_retry_attempts=2))
-    v2 = PyTorch(entry_point="train.py", source_dir=str(code), image_uri=IMAGE, role=ROLE, instance_type="ml.p4d.24xlarge", instance_count=2,
-                 distribution={"torch_distributed": {"enabled": True}}, hyperparameters={"epochs": 3}, environment={"A": "1"},
-                 subnets=["subnet-1"], security_group_ids=["sg-1"], max_run=1800, max_wait=3600, use_spot_instances=True,
-                 checkpoint_s3_uri="s3://my-bucket/ckpt", checkpoint_local_path="/opt/ml/checkpoints", max_retry_attempts=2, scheduler="sagemaker")
+    v3 = trainer(
+        code,
+        hyperparameters={"epochs": 3},
+        environment={"A": "1"},
+        networking=Networking(subnets=["subnet-1"], security_group_ids=["sg-1"]),
+        stopping_condition=StoppingCondition(max_runtime_in_seconds=1800, max_wait_time_in_seconds=3600),
+        compute=Compute(instance_type="ml.p4d.24xlarge", instance_count=2, enable_managed_spot_training=True),
+        checkpoint_config=CheckpointConfig(s3_uri="s3://my-bucket/ckpt"),
+        input_data_config=[InputData(channel_name="train", data_source="s3://my-bucket/train")],
+    ).with_retry_strategy(RetryStrategy(maximum_retry_attempts=2))
+    v2 = PyTorch(
+        entry_point="train.py",
+        source_dir=str(code),
+        image_uri=IMAGE,
+        role=ROLE,
+        instance_type="ml.p4d.24xlarge",
+        instance_count=2,
+        distribution={"torch_distributed": {"enabled": True}},
+        hyperparameters={"epochs": 3},
+        environment={"A": "1"},
+        subnets=["subnet-1"],
+        security_group_ids=["sg-1"],
+        max_run=1800,
+        max_wait=3600,
+        use_spot_instances=True,
+        checkpoint_s3_uri="s3://my-bucket/ckpt",
+        checkpoint_local_path="/opt/ml/checkpoints",
+        max_retry_attempts=2,
+        scheduler="sagemaker",
+    )
     ours = v3._estimator().job_spec(), v2.job_spec(inputs={"train": "s3://my-bucket/train"})
     assert ours[0].replace(api="v2", inputs={}) == ours[1].replace(inputs={})
     assert ours[0].inputs["train"].s3_data == ours[1].inputs["train"].s3_data
@@ -80,12 +107,15 @@ def test_every_problem_at_construction(code: Path) -> None:
     assert "compute.instance_type: " in text and "compute.instance_count: " in text
 
 
-@pytest.mark.parametrize("build", [
-    lambda: SourceCode(entry_script="train.py", command="python train.py"),
-    lambda: Compute(instance_type="ml.p4d.24xlarge", instance_groups=[]),
-    lambda: S3DataSource(s3_uri="s3://b/x", attribute_names=["a"]),
-    lambda: ModelTrainer(algorithm_name="xgboost"),
-])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: SourceCode(entry_script="train.py", command="python train.py"),
+        lambda: Compute(instance_type="ml.p4d.24xlarge", instance_groups=[]),
+        lambda: S3DataSource(s3_uri="s3://b/x", attribute_names=["a"]),
+        lambda: ModelTrainer(algorithm_name="xgboost"),
+    ],
+)
 def test_what_is_not_offered_says_what_to_do(build) -> None:
     with pytest.raises(NotOfferedError, match="SageMaker SDK v3 feature smddp-sdk does not offer; "):
         build()
@@ -141,9 +171,11 @@ def test_the_runtime_reads_the_drivers_hyperparameters(tmp_path: Path) -> None:
 
 def test_dryrun_as_the_other_api(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text("")
-    (tmp_path / "job.yaml").write_text("entry_point: train.py\ninstance_type: ml.p4d.24xlarge\ninstance_count: 2\nframework_version: 2.2.0\n"
-                                       "py_version: py310\ndependencies: [.]\ndistribution: {smdistributed: {dataparallel: {enabled: true}}}\n"
-                                       "hyperparameters: {epochs: 3}\nscheduler: sagemaker\nscheduler_options: {sagemaker: {region: us-west-2}}\n")
+    (tmp_path / "job.yaml").write_text(
+        "entry_point: train.py\ninstance_type: ml.p4d.24xlarge\ninstance_count: 2\nframework_version: 2.2.0\n"
+        "py_version: py310\ndependencies: [.]\ndistribution: {smdistributed: {dataparallel: {enabled: true}}}\n"
+        "hyperparameters: {epochs: 3}\nscheduler: sagemaker\nscheduler_options: {sagemaker: {region: us-west-2}}\n"
+    )
     as_v3 = CliRunner().invoke(cli, ["run", str(tmp_path / "job.yaml"), "--dryrun", "--as", "v3"])
     assert as_v3.exit_code == 0, as_v3.output
     assert '"ContainerArguments"' in as_v3.output and '"sagemaker_program"' not in as_v3.output.split("=== REQUEST")[1]

@@ -46,8 +46,7 @@ def test_the_v3_launcher_runs_locally_as_the_doc_says() -> None:
     assert commands == ["SMDDP_SCHEDULER=local python examples/cnn/launch_v3.py"]
     *assignments, program, script = shlex.split(commands[0])
     env = {**os.environ, **dict(item.split("=", 1) for item in assignments), "PYTHONPATH": str(REPO)}
-    result = subprocess.run([sys.executable if program.startswith("python") else program, script], cwd=REPO, env=env,
-                            capture_output=True, text=True, timeout=600, check=False)
+    result = subprocess.run([sys.executable if program.startswith("python") else program, script], cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     model = Path(re.search(r"^model: (.+)$", result.stdout, re.M).group(1))
     with tarfile.open(model) as archive:

@@ -28,38 +28,56 @@ REGION = "us-west-2"
 ROLE = f"arn:aws:iam::{ACCOUNT}:role/SageMakerRole"
 IMAGE = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/smddp-sdk:latest"
 BASE = {"training_image": IMAGE, "role": ROLE, "source_code": {"source_dir": "{src}", "entry_script": "train.py"}}
-EVERY_JSON_TYPE = {"epochs": 10, "lr": 0.001, "model": "resnet50", "amp": True, "fp16": False, "layers": [64, 128],
-                   "optimizer": {"name": "adamw", "betas": [0.9, 0.999]}, "seed": None, "empty": ""}
+EVERY_JSON_TYPE = {"epochs": 10, "lr": 0.001, "model": "resnet50", "amp": True, "fp16": False, "layers": [64, 128], "optimizer": {"name": "adamw", "betas": [0.9, 0.999]}, "seed": None, "empty": ""}
 
 CASES: dict[str, dict[str, Any]] = {
-    "source-code-with-requirements": {"trainer": {**BASE, "source_code": {"source_dir": "{src}", "entry_script": "train.py", "requirements": "requirements.txt"},
-                                                  "hyperparameters": EVERY_JSON_TYPE}},
-    "several-channels": {"trainer": {**BASE, "input_data_config": [
-        {"channel_name": "train", "data_source": "s3://my-bucket/data/train"},
-        {"channel_name": "val", "data_source": {"s3_uri": "s3://my-bucket/data/val", "s3_data_type": "S3Prefix", "s3_data_distribution_type": "ShardedByS3Key"}},
-        {"channel_name": "test", "data_source": "s3://my-bucket/data/test", "content_type": "application/x-npy"}]},
-                         "inputs": [{"channel_name": "train", "data_source": "s3://my-bucket/data/train-v2"},
-                                    {"channel_name": "extra", "data_source": "s3://my-bucket/data/extra"}]},
-    "torchrun-several-instances": {"trainer": {**BASE, "compute": {"instance_type": "ml.p4d.24xlarge", "instance_count": 4},
-                                               "distributed": {"Torchrun": {"process_count_per_node": 8}}}},
-    "torchrun-smp": {"trainer": {**BASE, "compute": {"instance_type": "ml.p4d.24xlarge", "instance_count": 2},
-                                 "distributed": {"Torchrun": {"smp": {"hybrid_shard_degree": 2, "tensor_parallel_degree": 8}}}}},
-    "mpi": {"trainer": {**BASE, "compute": {"instance_type": "ml.g5.12xlarge", "instance_count": 2},
-                        "distributed": {"MPI": {"process_count_per_node": 4, "mpi_additional_options": ["-x", "NCCL_DEBUG=INFO"]}}}},
-    "spot-with-checkpoints": {"trainer": {**BASE, "compute": {"instance_type": "ml.p4d.24xlarge", "instance_count": 2, "enable_managed_spot_training": True},
-                                          "stopping_condition": {"max_runtime_in_seconds": 1800, "max_wait_time_in_seconds": 7200},
-                                          "checkpoint_config": {"s3_uri": "s3://my-bucket/ckpt/run-1", "local_path": "/opt/ml/checkpoints/model"}}},
-    "default-checkpoints": {"trainer": {**BASE, "compute": {"instance_type": "ml.c5.xlarge"}},
-                            "with": {"checkpoint_config": {}}},
-    "vpc": {"trainer": {**BASE, "networking": {"subnets": ["subnet-1", "subnet-2"], "security_group_ids": ["sg-1"],
-                                               "enable_network_isolation": True, "enable_inter_container_traffic_encryption": True}}},
-    "environment-output-tags": {"trainer": {**BASE, "environment": {"NCCL_DEBUG": "INFO", "OMP_NUM_THREADS": "4"},
-                                            "base_job_name": "my-smddp", "output_data_config": {"s3_output_path": "s3://my-bucket/out"},
-                                            "compute": {"instance_type": "ml.p4d.24xlarge", "instance_count": 1, "volume_size_in_gb": 200,
-                                                        "keep_alive_period_in_seconds": 600},
-                                            "tags": [{"key": "team", "value": "ml"}], "training_input_mode": "FastFile"}},
-    "retries-and-metrics": {"trainer": BASE, "with": {"retry_strategy": {"maximum_retry_attempts": 2},
-                                                      "metric_definitions": [{"name": "loss", "regex": "loss=([0-9.]+)"}]}},
+    "source-code-with-requirements": {"trainer": {**BASE, "source_code": {"source_dir": "{src}", "entry_script": "train.py", "requirements": "requirements.txt"}, "hyperparameters": EVERY_JSON_TYPE}},
+    "several-channels": {
+        "trainer": {
+            **BASE,
+            "input_data_config": [
+                {"channel_name": "train", "data_source": "s3://my-bucket/data/train"},
+                {"channel_name": "val", "data_source": {"s3_uri": "s3://my-bucket/data/val", "s3_data_type": "S3Prefix", "s3_data_distribution_type": "ShardedByS3Key"}},
+                {"channel_name": "test", "data_source": "s3://my-bucket/data/test", "content_type": "application/x-npy"},
+            ],
+        },
+        "inputs": [{"channel_name": "train", "data_source": "s3://my-bucket/data/train-v2"}, {"channel_name": "extra", "data_source": "s3://my-bucket/data/extra"}],
+    },
+    "torchrun-several-instances": {"trainer": {**BASE, "compute": {"instance_type": "ml.p4d.24xlarge", "instance_count": 4}, "distributed": {"Torchrun": {"process_count_per_node": 8}}}},
+    "torchrun-smp": {
+        "trainer": {**BASE, "compute": {"instance_type": "ml.p4d.24xlarge", "instance_count": 2}, "distributed": {"Torchrun": {"smp": {"hybrid_shard_degree": 2, "tensor_parallel_degree": 8}}}}
+    },
+    "mpi": {
+        "trainer": {
+            **BASE,
+            "compute": {"instance_type": "ml.g5.12xlarge", "instance_count": 2},
+            "distributed": {"MPI": {"process_count_per_node": 4, "mpi_additional_options": ["-x", "NCCL_DEBUG=INFO"]}},
+        }
+    },
+    "spot-with-checkpoints": {
+        "trainer": {
+            **BASE,
+            "compute": {"instance_type": "ml.p4d.24xlarge", "instance_count": 2, "enable_managed_spot_training": True},
+            "stopping_condition": {"max_runtime_in_seconds": 1800, "max_wait_time_in_seconds": 7200},
+            "checkpoint_config": {"s3_uri": "s3://my-bucket/ckpt/run-1", "local_path": "/opt/ml/checkpoints/model"},
+        }
+    },
+    "default-checkpoints": {"trainer": {**BASE, "compute": {"instance_type": "ml.c5.xlarge"}}, "with": {"checkpoint_config": {}}},
+    "vpc": {
+        "trainer": {**BASE, "networking": {"subnets": ["subnet-1", "subnet-2"], "security_group_ids": ["sg-1"], "enable_network_isolation": True, "enable_inter_container_traffic_encryption": True}}
+    },
+    "environment-output-tags": {
+        "trainer": {
+            **BASE,
+            "environment": {"NCCL_DEBUG": "INFO", "OMP_NUM_THREADS": "4"},
+            "base_job_name": "my-smddp",
+            "output_data_config": {"s3_output_path": "s3://my-bucket/out"},
+            "compute": {"instance_type": "ml.p4d.24xlarge", "instance_count": 1, "volume_size_in_gb": 200, "keep_alive_period_in_seconds": 600},
+            "tags": [{"key": "team", "value": "ml"}],
+            "training_input_mode": "FastFile",
+        }
+    },
+    "retries-and-metrics": {"trainer": BASE, "with": {"retry_strategy": {"maximum_retry_attempts": 2}, "metric_definitions": [{"name": "loss", "regex": "loss=([0-9.]+)"}]}},
     "defaults": {"trainer": BASE},
 }
 
@@ -93,12 +111,10 @@ def _fill(value: Any, paths: dict[str, str]) -> Any:
 def run_oracle(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     python = _oracle_python()
     if python is None:
-        pytest.skip("SageMaker SDK v3 oracle (sagemaker-train) not installed: run scripts/setup-sagemaker-v3-oracle.sh "
-                    "(scripts/test.sh does) or set SMDDP_SAGEMAKER_V3_ORACLE_PYTHON")
+        pytest.skip("SageMaker SDK v3 oracle (sagemaker-train) not installed: run scripts/setup-sagemaker-v3-oracle.sh (scripts/test.sh does) or set SMDDP_SAGEMAKER_V3_ORACLE_PYTHON")
     env = {key: value for key, value in os.environ.items() if not key.startswith(("AWS_", "PYTHON"))}
     env.update({"AWS_EC2_METADATA_DISABLED": "true", "TZ": "UTC"})
-    result = subprocess.run([str(python), str(ORACLE_SCRIPT)], input=json.dumps(cases), capture_output=True,
-                            text=True, env=env, timeout=600, check=False)
+    result = subprocess.run([str(python), str(ORACLE_SCRIPT)], input=json.dumps(cases), capture_output=True, text=True, env=env, timeout=600, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout)
 
@@ -117,8 +133,14 @@ def oracle(code: dict[str, str]) -> dict[str, dict[str, Any]]:
 def build_trainer(case: dict[str, Any]) -> tuple[ModelTrainer, list[configs.InputData] | None]:
     """Our trainer from a case's text, the way v3_oracle.py builds v3's (same classes by the same names)."""
     arguments = copy.deepcopy(case["trainer"])
-    for name, class_name in {"source_code": "SourceCode", "compute": "Compute", "networking": "Networking", "stopping_condition": "StoppingCondition",
-                             "output_data_config": "OutputDataConfig", "checkpoint_config": "CheckpointConfig"}.items():
+    for name, class_name in {
+        "source_code": "SourceCode",
+        "compute": "Compute",
+        "networking": "Networking",
+        "stopping_condition": "StoppingCondition",
+        "output_data_config": "OutputDataConfig",
+        "checkpoint_config": "CheckpointConfig",
+    }.items():
         if name in arguments:
             arguments[name] = getattr(configs, class_name)(**arguments[name])
     if "distributed" in arguments:

@@ -19,8 +19,14 @@ import sys
 import tempfile
 
 _CAPTURED: list = []
-_CONFIGS = {"source_code": "SourceCode", "compute": "Compute", "networking": "Networking", "stopping_condition": "StoppingCondition",
-            "output_data_config": "OutputDataConfig", "checkpoint_config": "CheckpointConfig"}
+_CONFIGS = {
+    "source_code": "SourceCode",
+    "compute": "Compute",
+    "networking": "Networking",
+    "stopping_condition": "StoppingCondition",
+    "output_data_config": "OutputDataConfig",
+    "checkpoint_config": "CheckpointConfig",
+}
 
 
 def _record_requests() -> None:

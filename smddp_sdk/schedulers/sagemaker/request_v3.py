@@ -60,8 +60,7 @@ def default_output_path(spec: JobSpec, default_bucket: str) -> str:
 
 def build_request(spec: JobSpec, *, job_name: str, region: str, role: str, default_bucket: str, account: str | None = None) -> dict[str, Any]:
     """The ``CreateTrainingJob`` parameters, field for field what v3's ``ModelTrainer.train()`` sends."""
-    algorithm: dict[str, Any] = {"TrainingInputMode": spec.input_mode, "TrainingImage": spec.image_uri,
-                                 "ContainerEntrypoint": list(ENTRYPOINT), "ContainerArguments": list(ARGUMENTS)}
+    algorithm: dict[str, Any] = {"TrainingInputMode": spec.input_mode, "TrainingImage": spec.image_uri, "ContainerEntrypoint": list(ENTRYPOINT), "ContainerArguments": list(ARGUMENTS)}
     if spec.metric_definitions:
         algorithm["MetricDefinitions"] = [dict(metric) for metric in spec.metric_definitions]
     request: dict[str, Any] = {
