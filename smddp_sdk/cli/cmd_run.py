@@ -16,6 +16,7 @@ from smddp_sdk.cli.common import build_scheduler, console, job_summary, parse_ho
 from smddp_sdk.cli.output import Console, color_enabled, render_resolved
 from smddp_sdk.cli.params import OUTPUT_GROUP, GroupedOption, JobCommand, job_options
 from smddp_sdk.config.job_file import JobFileError, LocatedIssue, ResolvedJob
+from smddp_sdk.config.layers import Source
 from smddp_sdk.config.yaml_io import YamlSyntaxError
 from smddp_sdk.errors import EXIT_INTERRUPTED, JobFailedError, SpecError, SpecIssue, UnavailableError
 from smddp_sdk.schedulers import scheduler_class
@@ -175,7 +176,8 @@ def prepare(ctx: click.Context, out: Console, job_file: str | None, params: dict
         if api and api != job.spec.api:  # v3 needs the image v2 resolved from framework_version
             request = plan.request if isinstance(plan.request, dict) else {}
             image = job.spec.image_uri or request.get("AlgorithmSpecification", {}).get("TrainingImage")
-            job = dataclasses.replace(job, spec=job.spec.replace(api=api, image_uri=image))
+            sources = {**job.sources, "api": Source("flag", "--as")}
+            job = dataclasses.replace(job, spec=job.spec.replace(api=api, image_uri=image), sources=sources)
             plan = plan_job(job, scheduler)
     out.say(f"{out.mark('⚙', fg='cyan')}Job {job_summary(job, plan.job_name)}")
     return job, scheduler, plan
