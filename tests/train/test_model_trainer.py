@@ -92,6 +92,16 @@ def test_training_mode_picks_the_scheduler(code: Path, mode: Mode, scheduler: st
     assert trainer(code, training_mode=mode).scheduler == "local"
 
 
+@pytest.mark.parametrize("where", [{"scheduler": "slurm"}, {"training_mode": Mode.LOCAL_CONTAINER, "scheduler": None}, {"scheduler": "local"}])
+def test_every_scheduler_plans_the_same_spec(code: Path, where: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SMDDP_SCHEDULER", raising=False)
+    v3 = trainer(code, **where, distributed=Torchrun(process_count_per_node=2), compute=Compute(instance_type="ml.g5.12xlarge", instance_count=2))
+    plan = v3.dryrun()
+    assert plan.scheduler == (where["scheduler"] or "docker")
+    assert plan.spec == v3._estimator().spec and plan.spec.api == "v3" and plan.spec.distribution.torch_distributed
+    assert "train.py" in plan.render()
+
+
 def test_process_count_per_node_is_the_ranks_per_host_off_sagemaker(code: Path) -> None:
     local = trainer(code, scheduler="local", distributed=Torchrun(process_count_per_node=2))
     assert local.dryrun().request.ranks.processes_per_host == 2
