@@ -20,10 +20,12 @@ step() {
 }
 step "setup"
 bash scripts/setup.sh
-# The SageMaker SDK v2 oracle for the parity tests lives in its own virtualenv; where it cannot be
+# The SageMaker SDK v2 and v3 oracles for the parity tests live in their own virtualenvs; where it cannot be
 # installed the parity tests skip and say so.
 step "SageMaker SDK v2 oracle"
 bash scripts/setup-sagemaker-oracle.sh || echo "warning: the SageMaker SDK v2 oracle could not be installed; the parity tests will skip"
+step "SageMaker SDK v3 oracle"
+bash scripts/setup-sagemaker-v3-oracle.sh || echo "warning: the SageMaker SDK v3 oracle could not be installed; the v3 parity tests will skip"
 
 rc=0
 # Lint first: it takes a second and its findings are worth reading before a long run. The format check

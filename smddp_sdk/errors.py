@@ -71,12 +71,13 @@ class UnavailableError(SmddpError):
 
 
 class NotOfferedError(SmddpError, NotImplementedError):
-    """A SageMaker SDK v2 feature this project does not offer; the message says what to use instead."""
+    """A SageMaker SDK feature (v2's, or v3's with ``sdk="v3"``) this project does not offer; the message
+    says what to use instead."""
 
     exit_code = EXIT_SPEC
 
-    def __init__(self, feature: str, instead: str) -> None:
-        super().__init__(f"{feature} is a SageMaker SDK v2 feature smddp-sdk does not offer; {instead}")
+    def __init__(self, feature: str, instead: str, sdk: str = "v2") -> None:
+        super().__init__(f"{feature} is a SageMaker SDK {sdk} feature smddp-sdk does not offer; {instead}")
         self.feature = feature
         self.instead = instead
 

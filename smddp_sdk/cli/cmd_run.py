@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from smddp_sdk.cli.common import build_scheduler, console, job_summary, parse_ho
 from smddp_sdk.cli.output import Console, color_enabled, render_resolved
 from smddp_sdk.cli.params import OUTPUT_GROUP, GroupedOption, JobCommand, job_options
 from smddp_sdk.config.job_file import JobFileError, LocatedIssue, ResolvedJob
+from smddp_sdk.config.layers import Source
 from smddp_sdk.config.yaml_io import YamlSyntaxError
 from smddp_sdk.errors import EXIT_INTERRUPTED, JobFailedError, SpecError, SpecIssue, UnavailableError
 from smddp_sdk.schedulers import scheduler_class
@@ -53,11 +55,13 @@ value's source."""
 @job_options
 @torchrun.torchrun_options
 @click.option("--dryrun", is_flag=True, cls=GroupedOption, help_group=OUTPUT_GROUP, help="Print the resolved job and the exact request on stdout; start nothing.")
+@click.option("--as", "as_api", type=click.Choice(("v2", "v3")), cls=GroupedOption, help_group=OUTPUT_GROUP,
+              help="With --dryrun: the request as that SageMaker SDK sends it, and the job written as its launcher (v2 PyTorch, v3 ModelTrainer).")
 @click.option("-d", "--detach", is_flag=True, cls=GroupedOption, help_group=OUTPUT_GROUP, help="Return after submitting: the handle on stdout, next steps on stderr.")
 @click.option("--rank", "ranks", callback=parse_ranks, metavar="RANKS", cls=GroupedOption, help_group=OUTPUT_GROUP, help="Show only these ranks' logs, e.g. 0,3 or 8-11 (files keep all).")
 @click.option("--host", "hosts", callback=parse_hosts, metavar="HOSTS", cls=GroupedOption, help_group=OUTPUT_GROUP, help="Show only these hosts' logs, e.g. algo-2 or 1,2.")
 @click.pass_context
-def run(ctx: click.Context, job_file: str | None, dryrun: bool, detach: bool, ranks: list[int] | None, hosts: list[str] | None, **params: Any) -> None:
+def run(ctx: click.Context, job_file: str | None, dryrun: bool, as_api: str | None, detach: bool, ranks: list[int] | None, hosts: list[str] | None, **params: Any) -> None:
     """Run JOB_FILE (a job.yaml, or a training script: `smddp-launch train.py --lr 0.1`) and follow its
     logs until it ends; then print its status, duration, model location and the commands to look again.
 
@@ -69,10 +73,17 @@ def run(ctx: click.Context, job_file: str | None, dryrun: bool, detach: bool, ra
     for note in torchrun.apply_torchrun_flags(params):
         out.say(f"note: {note}")
     job_file = script_defaults(ctx, job_file, params)
-    job, scheduler, plan = prepare(ctx, out, job_file, params)
+    if as_api and not dryrun:
+        raise click.UsageError("--as goes with --dryrun; to run a job as the other API, set api: v2 or v3 in its job file")
+    job, scheduler, plan = prepare(ctx, out, job_file, params, as_api)
     code = shipped_code(ctx, job, scheduler)
     if dryrun:
         click.echo(render_dryrun(job, plan, code))
+        if as_api:
+            from smddp_sdk.train.forms import written_as
+
+            launcher_code = written_as(job.spec, plan, processes_per_host=job.scheduler_options.get("processes_per_host"))
+            click.echo(f"=== AS {as_api.upper()} LAUNCHER ===\n{launcher_code}")
         return
     if code is not None:
         out.say(f"Code: {code.describe()}")
@@ -191,12 +202,19 @@ def _problem(item: LocatedIssue) -> dict[str, Any]:
     }
 
 
-def prepare(ctx: click.Context, out: Console, job_file: str | None, params: dict[str, Any]) -> tuple[ResolvedJob, Scheduler, DryRun]:
-    """Resolve and validate the job, build its scheduler and compute the (pure) dryrun."""
+def prepare(ctx: click.Context, out: Console, job_file: str | None, params: dict[str, Any], api: str | None = None) -> tuple[ResolvedJob, Scheduler, DryRun]:
+    """Resolve and validate the job (as the SageMaker SDK ``api`` would send it, when given), build its
+    scheduler and compute the (pure) dryrun."""
     with out.stage(f"Validating {job_file or 'job'}"):
         job = resolve_from_cli(ctx, job_file, params)
         scheduler = build_scheduler(job.scheduler, job.scheduler_options, job)
         plan = plan_job(job, scheduler)
+        if api and api != job.spec.api:  # v3 needs the image v2 resolved from framework_version
+            request = plan.request if isinstance(plan.request, dict) else {}
+            image = job.spec.image_uri or request.get("AlgorithmSpecification", {}).get("TrainingImage")
+            sources = {**job.sources, "api": Source("flag", "--as")}
+            job = dataclasses.replace(job, spec=job.spec.replace(api=api, image_uri=image), sources=sources)
+            plan = plan_job(job, scheduler)
     out.say(f"{out.mark('⚙', fg='cyan')}Job {job_summary(job, plan.job_name)}")
     return job, scheduler, plan
 

@@ -63,6 +63,7 @@ FIELD_DOCS: dict[str, str] = {
     "disable_profiler": "Turn off the SageMaker profiler.",
     "enable_sagemaker_metrics": "Publish metric_definitions to SageMaker's metrics.",
     "metric_definitions": "Metrics parsed from the logs: a list of `{Name, Regex}`.",
+    "api": "The SageMaker Python SDK the job mirrors: `v2` (the estimator) or `v3` (`ModelTrainer`); only the SageMaker request's shape differs (docs/migration-v3.md).",
     "scheduler": "Where the job runs: `local`, `docker`, `sagemaker` or `slurm` (default: `local` for local* instance types, else `sagemaker`).",
     "scheduler_options": "Options by scheduler (`local:`, `docker:`, `sagemaker:`, `slurm:`), the chosen one's passed to it as keyword arguments (`smddp-launch options <scheduler>` lists them); see [scheduler_options](#scheduler_options).",
 }
@@ -205,6 +206,7 @@ _SPECIAL_FIELDS = {
 _CONSTRAINTS: dict[str, dict[str, Any]] = {
     **{name: {"minimum": least, **({"maximum": most} if most is not None else {})} for name, (least, most, _) in limits.BOUNDS.items()},
     "input_mode": {"enum": list(job_module._INPUT_MODES)},
+    "api": {"enum": list(job_module.APIS)},
     "job_name": {"pattern": limits.JOB_NAME.pattern},
     "base_job_name": {"pattern": limits.JOB_NAME.pattern},
 }

@@ -169,6 +169,11 @@ def read_training_env(environ: Mapping[str, str] | None = None) -> TrainingEnv:
     raw_hps = contract.read_json_file(opt_ml.hyperparameters_file, default={})
     input_data = contract.read_json_file(opt_ml.input_data_config_file, default={})
     _require_object(opt_ml.hyperparameters_file, raw_hps)
+    if environ.get(contract.DRIVER_HYPERPARAMETERS_ENV):  # a v3-shaped job: the framework's from its driver
+        driver = Path(environ[contract.DRIVER_HYPERPARAMETERS_ENV])
+        driver_hps = contract.read_json_file(driver, required=True)
+        _require_object(driver, driver_hps)
+        raw_hps = {**raw_hps, **driver_hps}
     _require_object(opt_ml.input_data_config_file, input_data)
     _check_hyperparameters(opt_ml.hyperparameters_file, raw_hps)
     _check_channel_names(opt_ml.input_data_config_file, input_data)

@@ -41,6 +41,9 @@ NUM_GPUS_ENV = "SMDDP_NUM_GPUS"  # GPUs per host to plan for; probed with nvidia
 JOB_TOKEN_ENV = "SMDDP_JOB_TOKEN"  # shared secret the runtimes of one job prove to each other
 MESH_SECRET_ENV = "SMDDP_MESH_SECRET"  # the runtime to its ranks: the secret the inter-host mesh proves (mesh_secret)
 LINK_ENCRYPT_ENV = "SMDDP_LINK_ENCRYPT"  # "1": the ranks encrypt frames between hosts (the job's encrypt_inter_container_traffic)
+# A v3-shaped SageMaker job sends the user's hyperparameters only; its driver (sm_drivers/sm_train.sh) names
+# a JSON file of the framework ones (sagemaker_program, the distribution flags) v2 would have sent with them.
+DRIVER_HYPERPARAMETERS_ENV = "SMDDP_DRIVER_HYPERPARAMETERS"
 ERROR_FILE_ENV = "SMDDP_ERROR_FILE"  # where a rank's bootstrap writes its error JSON (set per rank)
 STOP_GRACE_ENV = "SMDDP_STOP_GRACE"  # seconds between SIGTERM and SIGKILL when ranks are stopped (default 5)
 AGENT_TIMEOUT_ENV = "SMDDP_AGENT_TIMEOUT"  # seconds a runtime tries to reach the coordinator (default 600)

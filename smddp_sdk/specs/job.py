@@ -30,6 +30,9 @@ _ENTRY_POINT = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._+-]*(/[A-Za-z0-9._+-]+)*$"
 _S3_DISTRIBUTIONS = ("FullyReplicated", "ShardedByS3Key")
 _S3_DATA_TYPES = ("S3Prefix", "ManifestFile", "AugmentedManifestFile")
 _INPUT_MODES = ("File", "Pipe", "FastFile")
+# Which SageMaker Python SDK the job mirrors: it decides only the shape of the SageMaker request (v3's
+# ModelTrainer sends code and drivers as channels); every scheduler runs both alike.
+APIS = ("v2", "v3")
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,7 @@ class JobSpec:
     disable_profiler: bool = False
     enable_sagemaker_metrics: bool | None = None
     metric_definitions: tuple[Mapping[str, str], ...] = ()
+    api: str = "v2"
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -343,6 +347,8 @@ class _Builder:
         """Checks across fields; each looks only at values that passed their type check."""
         self.check_code()
         self.resolve_local_locations()
+        if self.values.get("api", "v2") not in APIS:
+            self.issue("api", f"must be one of {', '.join(APIS)} (the SageMaker SDK whose request the job mirrors)", did_you_mean(self.values["api"], APIS))
         if self.values.get("input_mode", "File") not in _INPUT_MODES:
             self.issue("input_mode", f"must be one of {', '.join(_INPUT_MODES)}", did_you_mean(self.values["input_mode"], _INPUT_MODES))
         if self.values.get("max_wait") is not None and not self.values.get("use_spot_instances"):

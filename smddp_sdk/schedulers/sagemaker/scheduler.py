@@ -11,6 +11,7 @@ and creates the job. boto3 is loaded only when AWS is first called, through ``cl
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 import tempfile
@@ -24,6 +25,7 @@ from smddp_sdk.errors import SpecError, SpecIssue, UnavailableError
 from smddp_sdk.schedulers.base import Capabilities, DryRun, Listed, Scheduler, newest
 from smddp_sdk.schedulers.options import Option, SchedulerOptions, is_text, matching, seconds
 from smddp_sdk.schedulers.sagemaker import request as req
+from smddp_sdk.schedulers.sagemaker import request_v3 as req_v3
 from smddp_sdk.schedulers.sagemaker import states, validation
 from smddp_sdk.schedulers.sagemaker.errors import INSTALL_HINT, REGION_HINT, Detached
 from smddp_sdk.specs.contract import decode_hyperparameter
@@ -125,7 +127,10 @@ class SageMakerScheduler(Scheduler):
     def validate(self, spec: JobSpec) -> list[SpecIssue]:
         spec = self.resolve(spec)  # also called directly, on a spec as written
         issues = validation.spec_issues(spec)
-        if not spec.image_uri:
+        if not spec.image_uri and spec.api == "v3":
+            issues.append(SpecIssue("image_uri", "is required for a v3 (ModelTrainer) job on SageMaker",
+                                    "pass training_image=... (v3 requires it too): the smddp-sdk image pushed to ECR, or an AWS PyTorch image"))
+        elif not spec.image_uri:
             issues += req.resolve_image(spec, self.planned_region()[0])[1]
         return issues
 
@@ -133,12 +138,24 @@ class SageMakerScheduler(Scheduler):
         """The exact request, with placeholders where the account, the role or the region is not known
         (``run`` fills the account in and refuses the others)."""
         region, region_problem = self.planned_region()
+        if spec.api == "v3":
+            return self._plan_v3(spec, region, region_problem)
         image_uri, _ = req.resolve_image(spec, region)
         assert image_uri is not None  # validate() reported any image problem
         job_name = req.job_name_for(spec, image_uri)
         placement = self._placement(spec, job_name, region, image_uri, self.account_id)
         request = req.build_request(spec, job_name=job_name, placement=placement)
         return DryRun(self.name, spec, job_name, request, (*_placeholder_notes(spec, placement, region_problem), *_notes(spec, placement)))
+
+    def _plan_v3(self, spec: JobSpec, region: str, region_problem: str) -> DryRun:
+        """v3's request shape (``api: v3``): code and drivers as channels; the same spec, checks and notes."""
+        job_name = req_v3.job_name_for(spec)
+        placement = self._placement(spec, job_name, region, spec.image_uri or "", self.account_id)
+        request = req_v3.build_request(spec, job_name=job_name, region=region, role=spec.role or PLACEHOLDER_ROLE,
+                                       default_bucket=placement.default_bucket, account=self.account_id)
+        uploads = [channel["DataSource"]["S3DataSource"]["S3Uri"] for channel in request["InputDataConfig"] if channel["ChannelName"] in (req_v3.CODE_CHANNEL, req_v3.DRIVERS_CHANNEL)]
+        notes = [f"would upload {'the code directory and ' if spec.source_dir else ''}smddp-sdk's drivers to {' and '.join(uploads)}"]
+        return DryRun(self.name, spec, job_name, request, (*_placeholder_notes(spec, placement, region_problem), *notes))
 
     def _placement(self, spec: JobSpec, job_name: str, region: str, image_uri: str, account: str | None) -> req.Placement:
         return req.plan_placement(spec, job_name=job_name, region=region, role=spec.role or PLACEHOLDER_ROLE, image_uri=image_uri, account=account, bucket=self.bucket)
@@ -161,8 +178,9 @@ class SageMakerScheduler(Scheduler):
         spec, job_name = dryrun.spec, dryrun.job_name
         if not spec.role:  # what a dry run may leave open and a submit may not: a role, then a region
             raise SpecError(req.role_issues(None))
-        self.resolved_region()  # raises UnavailableError with what to set
-        region = decode_hyperparameter(dryrun.request["HyperParameters"]["sagemaker_region"])
+        resolved = self.resolved_region()  # raises UnavailableError with what to set
+        v3 = spec.api == "v3"  # a v3-shaped request names no region: the plan's is the resolved one
+        region = resolved if v3 else decode_hyperparameter(dryrun.request["HyperParameters"]["sagemaker_region"])
         image_uri = dryrun.request["AlgorithmSpecification"]["TrainingImage"]
         aws = self.clients(region)
         aws.require_credentials()
@@ -171,10 +189,13 @@ class SageMakerScheduler(Scheduler):
         placement = self._placement(spec, job_name, region, image_uri, account)
         if account is not None and not self.bucket:
             self._ensure_default_bucket(aws, placement, account)
-        if placement.code is not None:
+        request = req.fill_account(dryrun.request, account) if account is not None else dryrun.request
+        if v3:
+            owner = account if not self.bucket else None
+            self._upload_v3_inputs(aws, spec, request, region, owner if f"s3://{placement.default_bucket}/" in json.dumps(request) else None)
+        elif placement.code is not None:
             owner = account if placement.code.bucket == placement.default_bucket and not self.bucket else None
             self._upload_code(aws, spec, placement.code, owner)
-        request = req.fill_account(dryrun.request, account) if account is not None else dryrun.request
         call(f"create the training job {job_name}", aws.sagemaker.create_training_job, **request)
         handle = JobHandle(self.name, f"{region}/{job_name}")
         self.echo(_next_steps(handle, region, job_name))
@@ -195,6 +216,21 @@ class SageMakerScheduler(Scheduler):
             if warning:
                 self.echo(warning)
             upload.upload(aws, tarball, location, expected_owner=owner, echo=self.echo)
+
+    def _upload_v3_inputs(self, aws: AwsClients, spec: JobSpec, request: dict[str, Any], region: str, owner: str | None) -> None:
+        """The code directory and smddp-sdk's drivers, file by file, under the channels' prefixes (v3's layout)."""
+        from smddp_sdk.schedulers.sagemaker import upload
+
+        prefixes = {channel["ChannelName"]: req.S3Location.parse(channel["DataSource"]["S3DataSource"]["S3Uri"]) for channel in request["InputDataConfig"]}
+        with tempfile.TemporaryDirectory(prefix="smddp-drivers-") as scratch:
+            drivers = Path(scratch)
+            for name, text in req_v3.driver_files(spec, job_name=request["TrainingJobName"], region=region).items():
+                (drivers / name).write_text(text)
+            trees = [(drivers, prefixes[req_v3.DRIVERS_CHANNEL])]
+            if spec.source_dir:
+                trees.append((Path(spec.source_dir), prefixes[req_v3.CODE_CHANNEL]))
+            for tree, prefix in trees:
+                upload.upload_tree(aws, tree, prefix, expected_owner=owner, echo=self.echo)
 
     def describe(self, handle: JobHandle) -> dict[str, Any]:
         from smddp_sdk.schedulers.sagemaker.client import call

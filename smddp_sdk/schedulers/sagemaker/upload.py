@@ -110,6 +110,18 @@ def upload(clients: AwsClients, tarball: Tarball, location: S3Location, *, expec
     progress.done()
 
 
+def upload_tree(clients: AwsClients, tree: Path, prefix: S3Location, *, expected_owner: str | None, echo: Echo) -> None:
+    """Every file under ``tree`` to ``prefix/<relative path>`` (a v3 channel), symlinks followed, encrypted as v2 does."""
+    extra: dict[str, str] = {"ServerSideEncryption": "aws:kms"}
+    if expected_owner:
+        extra["ExpectedBucketOwner"] = expected_owner
+    files = sorted(path for path in tree.rglob("*") if path.is_file())
+    echo(f"uploading {len(files)} file{'s' if len(files) != 1 else ''} of {tree.name or tree} to {prefix.uri}")
+    for path in files:
+        key = f"{prefix.key}/{path.relative_to(tree).as_posix()}"
+        call(f"upload {path} to s3://{prefix.bucket}/{key}", clients.s3.upload_file, Filename=str(path), Bucket=prefix.bucket, Key=key, ExtraArgs=extra)
+
+
 class Progress:
     """Upload progress in 10% steps (the callback is called from the transfer threads)."""
 
