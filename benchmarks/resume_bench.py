@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 from smddp_sdk.schedulers.hosttree.attempts import Interruption  # noqa: E402
 from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler  # noqa: E402
 from smddp_sdk.schedulers.local import LocalScheduler  # noqa: E402
+from smddp_sdk.specs import events  # noqa: E402
 from smddp_sdk.specs.job import JobSpec  # noqa: E402
 from smddp_sdk.specs.status import JobHandle, JobState, JobStatus  # noqa: E402
 
@@ -56,7 +57,7 @@ class Run:
     params: bytes  # model/params.pt as the job saved it
     resumed_at: tuple[int, ...]  # the epoch each retry resumed at
     seconds_to_training: tuple[float, ...]  # per fault: until the script resumed
-    phases: tuple[tuple[float, float, float], ...] = ()  # per fault: hosts stopped and synced, relaunched, script resumed
+    phases: tuple[tuple[float, float, float], ...] = ()  # per fault: hosts stopped and synced, relaunched, script resumed (events.jsonl)
 
 
 def run_straight(workdir: Path, epochs: int = 10, scheduler: HostTreeScheduler | None = None) -> Run:
@@ -80,16 +81,16 @@ def run_interrupted(workdir: Path, epochs: int = 10, scheduler: HostTreeSchedule
     scheduler.interrupt(handle, Interruption("algo-2"))
     second = _wait_resumed(job_dir, 2)
     run = _finish(scheduler, handle, (first - killed, second - interrupted))
-    return replace(run, phases=_phases(run.status, ((killed, first), (interrupted, second))))
+    return replace(run, phases=_phases(job_dir, ((killed, first), (interrupted, second))))
 
 
-def _phases(status: JobStatus, faults: tuple[tuple[float, float], ...]) -> tuple[tuple[float, float, float], ...]:
-    """Split each fault-to-training span at the supervisor's transitions: the attempt ended (every host
-    stopped, the last checkpoint pass done), then Training (the hosts relaunched after the restore)."""
-    transitions = status.details.get("transitions", [])
-    ended = [t["start"] for t in transitions if t["status"] in ("Restarting", "Interrupted")]
-    training = [t["start"] for t in transitions if t["status"] == "Training"][1:]
-    return tuple((stop - fault, relaunch - stop, resumed - relaunch) for (fault, resumed), stop, relaunch in zip(faults, ended, training))
+def _phases(job_dir: Path, faults: tuple[tuple[float, float], ...]) -> tuple[tuple[float, float, float], ...]:
+    """Split each fault-to-training span at the supervisor's recovery events: ``restart`` (every host
+    stopped, the last checkpoint pass done), then ``hosts_started`` (archived, restored, relaunched)."""
+    recorded = events.read(job_dir / events.FILE_NAME)
+    restarts = [e["time"] for e in recorded if e["event"] == events.RESTART]
+    relaunches = [e["time"] for e in recorded if e["event"] == events.HOSTS_STARTED][1:]
+    return tuple((stop - fault, relaunch - stop, resumed - relaunch) for (fault, resumed), stop, relaunch in zip(faults, restarts, relaunches))
 
 
 def local_scheduler(workdir: Path, ranks: int = 1, warm: bool = False) -> LocalScheduler:
