@@ -52,6 +52,8 @@ def test_a_warm_restart_wakes_standbys_and_ends_bitwise_equal_to_a_straight_run(
             if attempt > 1 and host == "algo-1":  # rank 0 restored a checkpoint, then stepped
                 names = [e["event"] for e in phases if e["rank"] == 0]
                 assert names == ["process_group_formed", "state_restored", "first_step"], phases
+    woken = [line for line in (job_dir / "console.log").read_text().splitlines() if "in spares started ahead" in line]
+    assert sorted(line.split("]")[0] for line in woken) == ["[algo-1", "[algo-1", "[algo-2", "[algo-2"], woken  # their output is the job's
     deadline = time.monotonic() + 10  # the last standby's spares die with it (PR_SET_PDEATHSIG), a moment later
     while _processes_of(job_dir) and time.monotonic() < deadline:
         time.sleep(0.1)

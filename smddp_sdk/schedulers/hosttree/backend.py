@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import json
 import os
 import secrets
 import signal
@@ -103,18 +104,45 @@ class HostBackend(abc.ABC):
 
 
 class Standby:
-    """A host's runtime started ahead (warm restart); ``ready`` once it printed ``STANDBY_READY``."""
+    """A host's runtime started ahead (warm restart). Its output is read from the start: ``ready`` is set at
+    ``STANDBY_READY`` (a line not shown), and what it printed before it was woken is kept and shown then."""
 
     def __init__(self, process: subprocess.Popen[bytes]) -> None:
         self.process = process
         self.ready = threading.Event()
-        threading.Thread(target=self._read_ready, name="standby", daemon=True).start()
+        self._lock = threading.Lock()
+        self._kept: list[bytes] = []
+        self._output: Callable[[bytes], None] | None = None
+        self.reader = threading.Thread(target=self._read, name="standby", daemon=True)
+        self.reader.start()
 
-    def _read_ready(self) -> None:
+    def _read(self) -> None:
         assert self.process.stdout is not None
-        with contextlib.suppress(OSError, ValueError):
-            if self.process.stdout.readline().decode(errors="replace").strip() == contract.STANDBY_READY:
+        for raw in iter(self.process.stdout.readline, b""):
+            if not self.ready.is_set() and raw.decode(errors="replace").strip() == contract.STANDBY_READY:
                 self.ready.set()
+                continue
+            with self._lock:  # in order with the kept lines ``wake`` hands on
+                if self._output is None:
+                    self._kept.append(raw)
+                else:
+                    self._output(raw)
+        self.process.stdout.close()
+
+    def wake(self, environment: Mapping[str, str], output: Callable[[bytes], None]) -> bool:
+        """Give it its attempt's environment (through its stdin) and its output from now on; False when it is gone."""
+        try:
+            assert self.process.stdin is not None
+            self.process.stdin.write(json.dumps(dict(environment)).encode())
+            self.process.stdin.close()
+        except OSError:  # it died just now
+            self.drop()
+            return False
+        with self._lock:
+            for raw in self._kept:
+                output(raw)
+            self._kept, self._output = [], output
+        return True
 
     def drop(self) -> None:
         with contextlib.suppress(OSError):

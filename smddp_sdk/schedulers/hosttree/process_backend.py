@@ -7,7 +7,6 @@ also by a ``cancel`` that runs after the supervisor died.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -63,12 +62,15 @@ class ProcessBackend(HostBackend):
         env.update({key: str(self.ports[key]) for key, value in self.plan.environment(host).items() if value == PORT_PLACEHOLDER})
         env[contract.JOB_TOKEN_ENV] = self.token
         env.update(extra_env)
-        process = self._wake_standby(host, env)
-        warm = process is not None
-        if process is None:
+        standby = self.standbys.pop(host, None)
+        warm = standby is not None and standby.wake(env, lambda raw: output(host, raw))
+        if standby is not None and warm:
+            process = standby.process
+            self.readers.append(standby.reader)
+        else:
             process = subprocess.Popen(list(self.plan.process.command), env=env, cwd=self.plan.host(host).opt_ml, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+            self._copy_output(host, process, output)
         self.processes[host] = process
-        self._copy_output(host, process, output)
         return {"pid": process.pid, "warm": warm}
 
     def _environment(self, host: str) -> dict[str, str]:
@@ -79,21 +81,6 @@ class ProcessBackend(HostBackend):
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [planned.get("PYTHONPATH"), os.environ.get("PYTHONPATH")]))
         env[contract.PARENT_PID_ENV] = str(os.getpid())  # the runtime dies with us (PR_SET_PDEATHSIG)
         return env
-
-    def _wake_standby(self, host: str, env: Mapping[str, str]) -> subprocess.Popen[bytes] | None:
-        """The host's standby, given the attempt's environment; None when there is none alive."""
-        standby = self.standbys.pop(host, None)
-        if standby is None:
-            return None
-        process = standby.process
-        try:
-            assert process.stdin is not None
-            process.stdin.write(json.dumps(dict(env)).encode())
-            process.stdin.close()
-        except OSError:  # it died just now
-            standby.drop()
-            return None
-        return process
 
     def start_standbys(self) -> None:
         """A standby runtime per host for the next attempt, its spare ranks importing torch while this one runs."""
