@@ -1,11 +1,15 @@
-"""Time from a fault to training again, for a local job retried from its checkpoints.
+"""Time from a fault to training again, for a local job retried from its checkpoints: cold and warm.
 
     python benchmarks/resume_bench.py --repeats 3
 
-Each repeat runs ``tests/faults/scripts/resume_train.py`` (2 hosts x 1 rank, torch on CPU, a checkpoint
-per epoch) as a managed spot job with ``max_retry_attempts=1`` and injects two faults: algo-2's runtime
+Each repeat runs ``tests/faults/scripts/resume_train.py`` (2 hosts x 2 ranks, torch on CPU, a checkpoint
+per epoch) as a managed spot job with ``max_retry_attempts=1`` twice: with today's restart (every host's
+runtime and ranks start cold) and with ``warm_restart`` (a standby runtime per host, its ranks and the
+store helper started ahead with torch imported). Each run injects two faults: algo-2's runtime
 is SIGKILLed once epoch 2 is checkpointed (a lost host: the job is retried), then algo-2's instance is
-reclaimed (``interrupt``) once the second attempt has checkpointed an epoch of its own. Measured per fault:
+reclaimed (``interrupt``) once the second attempt has checkpointed an epoch of its own (and, warm, once
+the supervisor says its new standbys are ready: ``standbys_ready`` in state.json; a fault in their first
+seconds finds them still importing torch). Both runs end bitwise equal to a straight run. Measured per fault:
 seconds from the fault until the script prints that it resumed ("starting at epoch N from epoch-M.pt"),
 which spans stopping the hosts, the last checkpoint sync, archiving the attempt, restoring the checkpoints,
 starting the runtimes, importing torch and joining the process group. Reported: median and max over
@@ -38,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 from smddp_sdk.schedulers.hosttree.attempts import Interruption  # noqa: E402
 from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler  # noqa: E402
 from smddp_sdk.schedulers.local import LocalScheduler  # noqa: E402
+from smddp_sdk.specs import events  # noqa: E402
 from smddp_sdk.specs.job import JobSpec  # noqa: E402
 from smddp_sdk.specs.status import JobHandle, JobState, JobStatus  # noqa: E402
 
@@ -52,7 +57,7 @@ class Run:
     params: bytes  # model/params.pt as the job saved it
     resumed_at: tuple[int, ...]  # the epoch each retry resumed at
     seconds_to_training: tuple[float, ...]  # per fault: until the script resumed
-    phases: tuple[tuple[float, float, float], ...] = ()  # per fault: hosts stopped and synced, relaunched, script resumed
+    phases: tuple[tuple[float, float, float], ...] = ()  # per fault: hosts stopped and synced, relaunched, script resumed (events.jsonl)
 
 
 def run_straight(workdir: Path, epochs: int = 10, scheduler: HostTreeScheduler | None = None) -> Run:
@@ -60,7 +65,7 @@ def run_straight(workdir: Path, epochs: int = 10, scheduler: HostTreeScheduler |
     return _finish(scheduler, handle, ())
 
 
-def run_interrupted(workdir: Path, epochs: int = 10, scheduler: HostTreeScheduler | None = None) -> Run:
+def run_interrupted(workdir: Path, epochs: int = 10, scheduler: HostTreeScheduler | None = None, *, warm: bool = False) -> Run:
     """Kill algo-2's runtime after epoch 2, then interrupt algo-2 once the retry has checkpointed."""
     scheduler, handle = _submit(scheduler or local_scheduler(workdir), workdir, "interrupted", epochs)
     job_dir = scheduler.job_root / handle.job_id
@@ -70,24 +75,26 @@ def run_interrupted(workdir: Path, epochs: int = 10, scheduler: HostTreeSchedule
     _kill_runtime(_state(job_dir)["hosts"]["algo-2"])
     first = _wait_resumed(job_dir, 1)
     _wait(lambda: any(path.stat().st_mtime > first for path in checkpoints.glob("epoch-*.pt")), "an epoch checkpointed by the retry")
+    if warm:
+        _wait(lambda: _state(job_dir).get("standbys_ready") is not None, "the next attempt's standbys")
     interrupted = time.time()
     scheduler.interrupt(handle, Interruption("algo-2"))
     second = _wait_resumed(job_dir, 2)
     run = _finish(scheduler, handle, (first - killed, second - interrupted))
-    return replace(run, phases=_phases(run.status, ((killed, first), (interrupted, second))))
+    return replace(run, phases=_phases(job_dir, ((killed, first), (interrupted, second))))
 
 
-def _phases(status: JobStatus, faults: tuple[tuple[float, float], ...]) -> tuple[tuple[float, float, float], ...]:
-    """Split each fault-to-training span at the supervisor's transitions: the attempt ended (every host
-    stopped, the last checkpoint pass done), then Training (the hosts relaunched after the restore)."""
-    transitions = status.details.get("transitions", [])
-    ended = [t["start"] for t in transitions if t["status"] in ("Restarting", "Interrupted")]
-    training = [t["start"] for t in transitions if t["status"] == "Training"][1:]
-    return tuple((stop - fault, relaunch - stop, resumed - relaunch) for (fault, resumed), stop, relaunch in zip(faults, ended, training))
+def _phases(job_dir: Path, faults: tuple[tuple[float, float], ...]) -> tuple[tuple[float, float, float], ...]:
+    """Split each fault-to-training span at the supervisor's recovery events: ``restart`` (every host
+    stopped, the last checkpoint pass done), then ``hosts_started`` (archived, restored, relaunched)."""
+    recorded = events.read(job_dir / events.FILE_NAME)
+    restarts = [e["time"] for e in recorded if e["event"] == events.RESTART]
+    relaunches = [e["time"] for e in recorded if e["event"] == events.HOSTS_STARTED][1:]
+    return tuple((stop - fault, relaunch - stop, resumed - relaunch) for (fault, resumed), stop, relaunch in zip(faults, restarts, relaunches))
 
 
-def local_scheduler(workdir: Path) -> LocalScheduler:
-    return LocalScheduler(job_root=workdir / "jobs", processes_per_host=1, stop_grace_period=3)
+def local_scheduler(workdir: Path, ranks: int = 1, warm: bool = False) -> LocalScheduler:
+    return LocalScheduler(job_root=workdir / "jobs", processes_per_host=ranks, stop_grace_period=3, warm_restart=warm)
 
 
 def _kill_runtime(host: dict[str, Any]) -> None:
@@ -156,26 +163,46 @@ def load_params(raw: bytes) -> dict[str, Any]:
     return torch.load(io.BytesIO(raw))
 
 
+def same_params(one: Run, other: Run) -> bool:
+    """Bitwise: every tensor's bytes equal (the archive's own bytes may differ)."""
+    if not one.params or not other.params:
+        return False
+    mine, theirs = load_params(one.params), load_params(other.params)
+    return mine.keys() == theirs.keys() and all(mine[name].numpy().tobytes() == theirs[name].numpy().tobytes() for name in mine)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--ranks", type=int, default=2, help="ranks per host (2 hosts)")
     args = parser.parse_args()
-    kills, interrupts, phases = [], [], []
+    loads = []
+    with tempfile.TemporaryDirectory() as tmp:
+        straight = run_straight(Path(tmp), scheduler=local_scheduler(Path(tmp), args.ranks))
+    if straight.status.state is not JobState.SUCCEEDED:
+        print(f"the straight run ended {straight.status.state.value}: {straight.status.message}", file=sys.stderr)
+        return 1
+    results: dict[str, list[Run]] = {"cold": [], "warm": []}
     for repeat in range(args.repeats):
-        with tempfile.TemporaryDirectory() as tmp:
-            run = run_interrupted(Path(tmp))
-        if run.status.state is not JobState.SUCCEEDED:
-            print(f"repeat {repeat}: the job ended {run.status.state.value}: {run.status.message}", file=sys.stderr)
-            return 1
-        kills.append(run.seconds_to_training[0])
-        interrupts.append(run.seconds_to_training[1])
-        phases += run.phases
-        print(f"repeat {repeat}: runtime SIGKILL -> training {kills[-1]:.1f} s; interruption -> training {interrupts[-1]:.1f} s", flush=True)
-    for name, values in (("runtime SIGKILL", kills), ("spot interruption", interrupts)):
-        print(f"{name} -> training again: median {statistics.median(values):.1f} s, max {max(values):.1f} s ({len(values)} runs)")
-    for index, name in enumerate(("hosts stopped and checkpoints synced", "archived, restored, hosts relaunched", "script resumed (torch import, process group)")):
-        print(f"  {name}: median {statistics.median(p[index] for p in phases):.1f} s")
-    print(f"load: {os.getloadavg()[0]:.2f} (1-minute average)")
+        for kind, runs in results.items():
+            with tempfile.TemporaryDirectory() as tmp:
+                run = run_interrupted(Path(tmp), scheduler=local_scheduler(Path(tmp), args.ranks, warm=kind == "warm"), warm=kind == "warm")
+            loads.append(os.getloadavg()[0])
+            if run.status.state is not JobState.SUCCEEDED or not same_params(run, straight):
+                problem = run.status.message if run.status.state is not JobState.SUCCEEDED else "its parameters differ from the straight run's"
+                print(f"repeat {repeat} ({kind}): the job ended {run.status.state.value}: {problem}", file=sys.stderr)
+                return 1
+            runs.append(run)
+            kill, interrupt = run.seconds_to_training
+            print(f"repeat {repeat} ({kind}): runtime SIGKILL -> training {kill:.1f} s; interruption -> training {interrupt:.1f} s (equal to the straight run)", flush=True)
+    for kind, runs in results.items():
+        for index, name in enumerate(("runtime SIGKILL", "spot interruption")):
+            values = [run.seconds_to_training[index] for run in runs]
+            print(f"{kind}: {name} -> training again: median {statistics.median(values):.1f} s, max {max(values):.1f} s ({len(values)} runs)")
+        phases = [phase for run in runs for phase in run.phases]
+        for index, name in enumerate(("hosts stopped and checkpoints synced", "archived, restored, hosts relaunched", "script resumed (import, process group, load)")):
+            print(f"  {name}: median {statistics.median(p[index] for p in phases):.1f} s")
+    print(f"load: median {statistics.median(loads):.1f}, max {max(loads):.1f} (1-minute average at the end of each run)")
     return 0
 
 

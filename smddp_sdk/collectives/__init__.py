@@ -14,14 +14,19 @@ import torch.distributed as dist
 from smddp_sdk.collectives import ddp, sagemaker_compat
 from smddp_sdk.collectives.errors import CollectiveError
 from smddp_sdk.collectives.process_group import BACKEND_NAME, SmddpProcessGroup, group_class
+from smddp_sdk.specs import events
 
 __all__ = ["BACKEND_NAME", "CollectiveError", "SmddpProcessGroup", "is_registered", "register"]
 
 
 def _create(store: dist.Store, rank: int, size: int, timeout) -> SmddpProcessGroup:
-    if dist.is_initialized():  # the default group exists, so this is a subgroup (AWS's SMDDP has none)
+    default = not dist.is_initialized()
+    if not default:  # the default group exists, so this is a subgroup (AWS's SMDDP has none)
         sagemaker_compat.check_subgroup(size)
-    return group_class()(store, rank, size, timeout)
+    group = group_class()(store, rank, size, timeout)
+    if default:  # the rendezvous and the mesh are up: a recovery phase (docs/resuming.md)
+        events.record_from_rank(events.PROCESS_GROUP_FORMED, world_size=size)
+    return group
 
 
 def is_registered() -> bool:

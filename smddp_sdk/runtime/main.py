@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import shlex
 import shutil
@@ -31,10 +32,10 @@ from smddp_sdk.runtime import store as rendezvous_store
 from smddp_sdk.runtime.coordination import Coordinator, CoordinatorClient
 from smddp_sdk.runtime.failures import rank_failure, root_cause
 from smddp_sdk.runtime.logs import Console
-from smddp_sdk.runtime.procs import RankProcess, die_with_parent, reap_groups, spawn_rank, stop_ranks
+from smddp_sdk.runtime.procs import RankProcess, Spare, die_with_parent, drop_spares, reap_groups, spawn_rank, start_spare, stop_ranks
 from smddp_sdk.runtime.pythonpath import rank_python_path
 from smddp_sdk.runtime.training_env import TrainingEnv, number_env, read_training_env
-from smddp_sdk.specs import contract, limits
+from smddp_sdk.specs import contract, events, limits
 from smddp_sdk.specs.archives import append_inside
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.failure import SOURCE_EARLY_EXIT, SOURCE_RUNTIME, SOURCE_STOPPED, FailureRecord, failure_reason, must_stop, render_summary
@@ -59,6 +60,12 @@ def main(environ: Mapping[str, str] | None = None) -> int:
             bound = optml_mount.bind_host_tree(opt_ml.base)
         except optml_mount.OptMlUnavailable as exc:
             return _fail_before_start(opt_ml, console, exc)
+    ahead = Ahead()
+    if environ.get(contract.STANDBY_ENV):  # after the bind: the spares must see this host's /opt/ml
+        ahead, given = _stand_by(environ)
+        if given is None:
+            return 0  # dropped before it was needed
+        environ = given
     try:
         env = read_training_env(environ)
         if bound:
@@ -69,12 +76,59 @@ def main(environ: Mapping[str, str] | None = None) -> int:
     except ContractError as exc:
         return _fail_before_start(opt_ml, console, exc)
     try:
-        return NodeRuntime(env, environ, console, grace=grace, agent_timeout=agent_timeout).run()
+        runtime = NodeRuntime(env, environ, console, grace=grace, agent_timeout=agent_timeout, ahead=ahead)
+        try:
+            return runtime.run()
+        finally:
+            runtime.ahead.drop()  # what no rank or store took, also when the runtime failed before its ranks
     except Exception:  # noqa: BLE001 - a bug of ours: still leave a readable failure file behind
         trace = traceback.format_exc()
         console.say(contract.console_prefix(env.current_host), trace)
         contract.write_failure(opt_ml, f"Runtime error on host {env.current_host} (a bug in smddp_sdk):\n{trace}")
         return EXIT_JOB_FAILED
+
+
+@dataclasses.dataclass
+class Ahead:
+    """What a standby started before it knew its attempt: spare ranks and a store helper, torch imported."""
+
+    spares: list[Spare] = dataclasses.field(default_factory=list)
+    store: rendezvous_store.HelperAhead | None = None
+
+    def wait_ready(self) -> None:
+        """Until each is warm; one that ended instead is left out (its rank starts cold)."""
+        ready = {spare.popen.pid for spare in self.spares if spare.wait_ready()}
+        drop_spares([spare for spare in self.spares if spare.popen.pid not in ready])
+        self.spares = [spare for spare in self.spares if spare.popen.pid in ready]
+        if self.store is not None and not self.store.wait_ready():
+            self.store.drop()
+            self.store = None
+
+    def drop(self) -> None:
+        drop_spares(self.spares)
+        if self.store is not None:
+            self.store.drop()
+        self.spares, self.store = [], None
+
+
+def _stand_by(environ: dict[str, str]) -> tuple[Ahead, dict[str, str] | None]:
+    """A standby (warm restart): start the spares (and a store helper), then wait for the environment of
+    the attempt this runtime will run (one JSON object on stdin). End of file instead: not needed; None."""
+    count = environ[contract.STANDBY_ENV]
+    ahead = Ahead([start_spare(sys.executable, environ) for _ in range(int(count) if count.isdigit() else 0)])
+    if rendezvous_store.store_address("-", environ):  # the master host's runtime serves the store (local mode)
+        ahead.store = rendezvous_store.HelperAhead(sys.executable)
+    ahead.wait_ready()
+    print(contract.STANDBY_READY, flush=True)  # the first line the supervisor reads: this host can restart warm
+    raw = sys.stdin.buffer.read()
+    try:
+        given = json.loads(raw) if raw else None
+    except ValueError:
+        given = None
+    if not isinstance(given, dict):
+        ahead.drop()
+        return ahead, None
+    return ahead, {str(key): str(value) for key, value in given.items()}
 
 
 def _fail_before_start(opt_ml: OptMl, console: Console, exc: SmddpError) -> int:
@@ -87,8 +141,9 @@ def _fail_before_start(opt_ml: OptMl, console: Console, exc: SmddpError) -> int:
 class NodeRuntime:
     """Runs this host's share of the job and reports it, locally and to the other hosts."""
 
-    def __init__(self, env: TrainingEnv, environ: Mapping[str, str], console: Console, *, grace: float, agent_timeout: float) -> None:
+    def __init__(self, env: TrainingEnv, environ: Mapping[str, str], console: Console, *, grace: float, agent_timeout: float, ahead: Ahead | None = None) -> None:
         self.env = env
+        self.ahead = ahead or Ahead()  # started ahead (a standby's): used for the ranks and the store when they fit
         self.environ = environ
         self.console = console
         self.grace = grace
@@ -151,7 +206,11 @@ class NodeRuntime:
         env = self.env
         address = rendezvous_store.store_address(contract.bind_address(env.host_addresses, env.current_host), self.environ)
         if env.is_master:
-            self.store = rendezvous_store.serve(address, env.ports.master, self.interpreter.python, self.say, scratch, world_size)
+            self.store = rendezvous_store.serve(address, env.ports.master, self.interpreter.python, self.say, scratch, world_size, ahead=self.ahead.store)
+            self.ahead.store = None
+        elif self.ahead.store is not None:
+            self.ahead.store.drop()
+            self.ahead.store = None
         self.store_env = rendezvous_store.rank_environment(address, is_master=env.is_master, served=self.store is not None)
 
     def _plan(self) -> planning.RankPlan:
@@ -226,8 +285,14 @@ class NodeRuntime:
                 raise ContractError(f"rank {slot.rank} cannot be started: {problem}; {_EXEC_HINT}")
             launches.append((slot, process_env, error_file, self._open_log(slot.rank)))
         for slot, process_env, error_file, log in launches:
-            self.procs.append(spawn_rank(slot, command.argv, process_env, command.cwd, log, error_file, self.console))
-        self.say(f"started ranks {[p.slot.rank for p in self.procs]}: {shlex.join(command.argv)}")
+            spare = self.ahead.spares.pop() if self.ahead.spares else None
+            self.procs.append(spawn_rank(slot, command.argv, process_env, command.cwd, log, error_file, self.console, spare))
+            if spare is not None and not self.procs[-1].warm:
+                drop_spares([spare])
+        self.ahead.drop()  # more spares than ranks: not kept while the job trains
+        warm = bool(self.procs) and all(p.warm for p in self.procs)
+        events.record(self.env.opt_ml.output_dir / events.FILE_NAME, events.RANKS_STARTED, attempt=events.attempt_of(self.environ), host=self.env.current_host, warm=warm, ranks=[p.slot.rank for p in self.procs])
+        self.say(f"started ranks {[p.slot.rank for p in self.procs]}{' in spares started ahead' if warm else ''}: {shlex.join(command.argv)}")
 
     def _open_log(self, rank: int) -> BinaryIO:
         opt_ml = self.env.opt_ml

@@ -2,10 +2,14 @@
 
 Ranks get their own process group but stay in the runtime's session, so a scheduler can still sweep
 everything a host ran by its session id even if the runtime itself is killed.
+
+A rank is started cold (a new interpreter) or from a spare: a process started ahead with torch imported
+(``smddp_sdk.collectives.spare``, never imported here) that becomes the rank when handed its request.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -19,7 +23,11 @@ from typing import BinaryIO
 
 from smddp_sdk.runtime.logs import Console, LogPump, rank_prefix
 from smddp_sdk.runtime.plan import RankSlot
-from smddp_sdk.specs.contract import torchelastic_error_file
+from smddp_sdk.runtime.usercode import BOOTSTRAP_MODULE
+from smddp_sdk.specs.contract import PARENT_PID_ENV, torchelastic_error_file
+
+SPARE_MODULE = "smddp_sdk.collectives.spare"
+SPARE_READY_FD_ENV = "SMDDP_SPARE_READY_FD"  # the spare's READY_FD_ENV
 
 
 @dataclass
@@ -31,6 +39,7 @@ class RankProcess:
     returncode: int | None = None
     exited_at: float | None = None
     stopped: bool = field(default=False)  # the runtime signalled it; its exit is not a root cause
+    warm: bool = False  # it was a spare (torch imported before it was needed)
 
     @property
     def running(self) -> bool:
@@ -50,22 +59,80 @@ class RankProcess:
         return True
 
 
-def spawn_rank(slot: RankSlot, argv: Sequence[str], env: Mapping[str, str], cwd: Path, log: BinaryIO, error_file: Path, console: Console) -> RankProcess:
+@dataclass(frozen=True)
+class Spare:
+    """A process started ahead by ``start_spare``: ``python`` with torch imported, waiting on its stdin."""
+
+    popen: subprocess.Popen[bytes]
+    python: str
+    ready_fd: int  # the spare writes one byte here once warm
+
+    def wait_ready(self) -> bool:
+        """Block until it is warm; False when it ended instead (no torch in this interpreter, a crash)."""
+        try:
+            return os.read(self.ready_fd, 1) == b"1"
+        except OSError:
+            return False
+        finally:
+            os.close(self.ready_fd)
+
+    def can_run(self, argv: Sequence[str]) -> bool:
+        """Only what it is: the rank bootstrap on its own interpreter (not a script's virtualenv), still alive."""
+        return list(argv[:3]) == [self.python, "-m", BOOTSTRAP_MODULE] and self.popen.poll() is None
+
+
+def start_spare(python: str, env: Mapping[str, str]) -> Spare:
+    ready, theirs = os.pipe()
+    try:
+        popen = subprocess.Popen(
+            [python, "-m", SPARE_MODULE],
+            env={**env, PARENT_PID_ENV: str(os.getpid()), SPARE_READY_FD_ENV: str(theirs)},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            pass_fds=(theirs,),
+            start_new_session=True,  # as a cold rank's: its group is the rank's once it becomes one
+        )
+    finally:
+        os.close(theirs)
+    return Spare(popen, python, ready)
+
+
+def drop_spares(spares: Iterable[Spare]) -> None:
+    """Spares no rank needed: their stdin closes (they end quietly) and their group is killed."""
+    for spare in spares:
+        with suppress(OSError):
+            assert spare.popen.stdin is not None
+            spare.popen.stdin.close()
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(spare.popen.pid, signal.SIGKILL)
+        spare.popen.wait()
+
+
+def spawn_rank(slot: RankSlot, argv: Sequence[str], env: Mapping[str, str], cwd: Path, log: BinaryIO, error_file: Path, console: Console, spare: Spare | None = None) -> RankProcess:
+    """Start one rank: in ``spare`` when it can run ``argv``, else as a new process."""
     error_file.unlink(missing_ok=True)  # a stale record from an earlier run must not be mistaken for this one
     torchelastic_error_file(error_file).unlink(missing_ok=True)
     error_file.parent.mkdir(parents=True, exist_ok=True)  # torch's @record writes without creating it
-    popen = subprocess.Popen(
-        list(argv),
-        cwd=cwd,
-        env=dict(env),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # a group to stop it by, and its own scheduler autogroup, as torchrun's workers
-    )
+    if spare is not None and spare.can_run(argv):
+        popen = spare.popen
+        assert popen.stdin is not None
+        with suppress(BrokenPipeError):  # it died just now: its exit shows as the rank's
+            popen.stdin.write(json.dumps({"argv": list(argv), "env": dict(env), "cwd": str(cwd)}).encode())
+            popen.stdin.close()
+    else:
+        popen = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a group to stop it by, and its own scheduler autogroup, as torchrun's workers
+        )
     assert popen.stdout is not None
     pump = LogPump(popen.stdout, log, rank_prefix(slot.host, slot.rank), console)
-    return RankProcess(slot, popen, pump, error_file)
+    return RankProcess(slot, popen, pump, error_file, warm=popen is (spare.popen if spare else None))
 
 
 def signal_groups(procs: Iterable[RankProcess], sig: signal.Signals) -> None:

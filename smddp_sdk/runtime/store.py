@@ -161,9 +161,67 @@ os._exit(0)  # nothing to flush: skip torch's slow teardown, which the runtime w
 """
 
 
-def _helper_source() -> str:
-    """The helper's program: runtime/peers.py (stdlib), then _SERVER."""
-    return Path(peers.__file__).read_text() + _SERVER
+# A helper started ahead (a standby runtime's, for a warm restart) imports torch first, then waits for its
+# arguments and the listening socket on a Unix socket (argv[1]); nothing (the runtime dropped it) ends it.
+_AHEAD = """
+import os, socket, sys
+from torch.distributed import TCPStore
+_channel = socket.socket(fileno=int(sys.argv[1]))
+_channel.sendall(b"1")  # warm
+_given, _fds, _, _ = socket.recv_fds(_channel, 4096, 1)
+if not _fds:
+    os._exit(0)
+sys.argv = [sys.argv[0], str(_fds[0]), *_given.decode().split("\\0")]
+_channel.close()
+"""
+
+
+def _helper_source(ahead: bool = False) -> str:
+    """The helper's program: runtime/peers.py (stdlib), then _SERVER (after _AHEAD for one started ahead)."""
+    return Path(peers.__file__).read_text() + (_AHEAD if ahead else "") + _SERVER
+
+
+class HelperAhead:
+    """A store helper started before the job's address and port are known, torch imported (warm restart)."""
+
+    def __init__(self, python: str = sys.executable) -> None:
+        self.python = python
+        self.channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.process = subprocess.Popen(
+                [python, "-c", _helper_source(ahead=True), str(theirs.fileno())],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(theirs.fileno(),), start_new_session=True,
+            )
+        finally:
+            theirs.close()
+
+    def wait_ready(self) -> bool:
+        """Block until it has imported torch; False when it ended instead."""
+        try:
+            return self.channel.recv(1) == b"1"
+        except OSError:
+            return False
+
+    def hand(self, listener: socket.socket, arguments: tuple[object, ...]) -> subprocess.Popen[bytes] | None:
+        """Give it the socket and the arguments; None when it is gone (a cold helper is started instead)."""
+        try:
+            socket.send_fds(self.channel, ["\0".join(map(str, arguments)).encode()], [listener.fileno()])
+        except OSError:
+            self.drop()
+            return None
+        finally:
+            self.channel.close()
+        return self.process
+
+    def drop(self) -> None:
+        """End it unused (also what ``hand`` does when it cannot hand over)."""
+        self.channel.close()
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout):
+            if stream is not None:
+                stream.close()
 
 
 class RendezvousStore:
@@ -178,14 +236,22 @@ class RendezvousStore:
 
     @classmethod
     def start(cls, address: str, port: int, scratch: Path, python: str = sys.executable, *, max_per_address: int = 1024,
-              handshake_s: float = HANDSHAKE_SECONDS, report_s: float = REPORT_SECONDS) -> RendezvousStore:
+              handshake_s: float = HANDSHAKE_SECONDS, report_s: float = REPORT_SECONDS, ahead: HelperAhead | None = None) -> RendezvousStore:
         """Bind ``address:port`` and start the helper (in ``python``, the ranks' interpreter) on it, keeping none
         that stays silent ``handshake_s`` but the job's own, at most STRANGER_CONNECTIONS from other local users
         and ``max_per_address`` from each address whose owner this machine cannot see; OSError when the port is
         taken."""
         listener = socket.create_server((address, port), backlog=1024)
         log_path = scratch / "rendezvous-store.log"
-        arguments = (listener.fileno(), address, port, handshake_s, max_per_address, STRANGER_CONNECTIONS, report_s)
+        settings = (address, port, handshake_s, max_per_address, STRANGER_CONNECTIONS, report_s)
+        warm = None
+        if ahead is not None:  # not when the ranks run another interpreter (a virtualenv): the store runs in theirs
+            warm = ahead.hand(listener, settings) if ahead.python == python else ahead.drop()
+        if warm is not None:
+            listener.close()  # the helper holds its own copy
+            log_path.write_text("the helper was started ahead: its errors are in the host's log\n")
+            return cls(warm, log_path)
+        arguments = (listener.fileno(), *settings)
         try:
             with open(log_path, "wb") as log:
                 process = subprocess.Popen(
@@ -258,13 +324,13 @@ def store_address(bind_address: str, environ: Mapping[str, str]) -> str:
     return "" if environ.get(RUNTIME_STORE_ENV, "1") == "0" else bind_address
 
 
-def serve(address: str, port: int, python: str, say: Callable[[str], None], scratch: Path, world_size: int = 1) -> RendezvousStore | None:
+def serve(address: str, port: int, python: str, say: Callable[[str], None], scratch: Path, world_size: int = 1, ahead: HelperAhead | None = None) -> RendezvousStore | None:
     """On the master host in local mode (``address`` set), start the store for ``world_size`` ranks and wait
     for it; None (and a note) where rank 0 keeps serving it: not local mode, or no torch in the ranks' interpreter."""
     if not address:
         return None
     try:
-        store = RendezvousStore.start(address, port, scratch, python, max_per_address=CONNECTIONS_PER_RANK * world_size + SPARE_CONNECTIONS)
+        store = RendezvousStore.start(address, port, scratch, python, max_per_address=CONNECTIONS_PER_RANK * world_size + SPARE_CONNECTIONS, ahead=ahead)
     except OSError as exc:
         say(f"cannot serve the rendezvous store on {address}:{port} ({exc.strerror}); rank 0 will serve it")
         return None

@@ -39,11 +39,13 @@ class LocalScheduler(HostTreeScheduler):
         job_root("where job directories go (default $SMDDP_JOB_ROOT or ~/.smddp/jobs)", default_job_root),
         with_default(PROCESSES_PER_HOST, None, "ranks per simulated host (default: the instance type's GPU count, else 1)"),
         Option("keep_job_dir", "bool", True, "keep the job directory (logs, /opt/ml trees) after the job", check=boolean),
+        Option("warm_restart", "bool", False, "keep a standby runtime per host, its ranks started ahead with torch imported, so a retry or an interruption restarts in seconds (docs/resuming.md)", check=boolean),
         STOP_GRACE_PERIOD,
         RETRY_SCRIPT_ERRORS,
         INTERRUPT_AFTER,
     )
     keep_job_dir: bool
+    warm_restart: bool
 
     # --- planning ---------------------------------------------------------------------------------
 
@@ -86,6 +88,7 @@ class LocalScheduler(HostTreeScheduler):
             **({contract.NUM_GPUS_ENV: str(num_gpus)} if num_gpus is not None else {}),  # simulated GPUs: ranks per host
             **dict(spec.environment),
             **({contract.LINK_ENCRYPT_ENV: "1"} if spec.encrypt_inter_container_traffic else {}),  # the spec wins: never clear text by mistake
+            **({contract.WARM_RESTART_ENV: "1"} if self.warm_restart else {}),
         }
         # The runtime must import smddp_sdk; the user's own PYTHONPATH (if any) comes after it.
         environment["PYTHONPATH"] = os.pathsep.join(filter(None, [package_parent(), spec.environment.get("PYTHONPATH")]))

@@ -57,6 +57,11 @@ BIND_OPT_ML_ENV = "SMDDP_BIND_OPT_ML"  # "1": the runtime binds its tree on a pr
 ENV_CACHE_ENV = "SMDDP_ENV_CACHE"  # a folder: requirements.txt goes into a cached virtualenv there (local mode)
 STACKS_FILE_ENV = "SMDDP_STACKS_FILE"  # where a rank appends its Python stacks on STACKS_SIGNAL (set per rank)
 STACKS_SIGNAL = signal.SIGUSR2  # to a runtime: every rank of the host writes its stacks (`smddp-launch stacks`)
+# A runtime started ahead as a standby (warm restart): it starts this many spare ranks with torch imported,
+# then waits for its environment, one JSON object on its stdin, before it joins the job.
+STANDBY_ENV = "SMDDP_STANDBY_SPARES"
+STANDBY_READY = "smddp: standby ready"  # the standby's first line once its spares are warm
+WARM_RESTART_ENV = "SMDDP_WARM_RESTART"  # "1" in a local job's plan: the supervisor keeps a standby per host
 SCRIPT_ARGS_ENV = "SMDDP_SCRIPT_ARGS"  # JSON list: arguments given after the script, appended verbatim to its argv
 ENTRY_MODULE_ENV = "SMDDP_ENTRY_MODULE"  # a module name: the entry point (its file) runs as `python -m MODULE` (smddp-launch -m)
 RESTART_COUNT_ENV = "SMDDP_RESTART_COUNT"  # the job's attempt minus one, from the supervisor: TORCHELASTIC_RESTART_COUNT

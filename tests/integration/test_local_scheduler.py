@@ -181,7 +181,7 @@ def test_channels_output_path_and_merged_model_dirs_without_distribution(workdir
         assert sorted(archive.getnames()) == ["algo-1.txt", "algo-2.txt"]
         assert archive.extractfile("algo-2.txt").read() == b"algo-2 read 1 2 3"
     job_dir = workdir / "jobs" / "channels"
-    assert sorted(path.name for path in job_dir.iterdir()) == ["console.log", "console.times", "job.json", "state.json", "supervisor.log"]
+    assert sorted(path.name for path in job_dir.iterdir()) == ["console.log", "console.times", "events.jsonl", "job.json", "state.json", "supervisor.log"]
 
 
 def test_a_detached_job_outlives_its_caller_and_is_cancelled_from_another_process(workdir):

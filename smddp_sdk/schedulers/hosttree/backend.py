@@ -7,7 +7,11 @@ else -- when to stop, who is to blame, artifacts, the job's state -- is the supe
 from __future__ import annotations
 
 import abc
+import contextlib
+import json
+import os
 import secrets
+import signal
 import subprocess
 import threading
 import time
@@ -17,6 +21,7 @@ from typing import IO, Any
 
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir
 from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
+from smddp_sdk.specs import contract
 
 # Called with (host, one raw output line) from the backend's reader threads.
 Output = Callable[[str, bytes], None]
@@ -46,6 +51,9 @@ class HostBackend(abc.ABC):
         # builds a new backend and starts every host afresh, so hosts of different attempts never meet.
         # Never on a command line (other users read /proc/*/cmdline) and never written down.
         self.token = secrets.token_hex(16)
+        # Warm restart: a runtime per host started ahead for the next attempt (its spares import torch while
+        # this attempt trains); handed from one attempt's backend to the next by the supervisor.
+        self.standbys: dict[str, Standby] = {}
 
     def prepare(self, attempt_env: Mapping[str, str]) -> None:
         """Whatever must exist before the first host starts (a network, the containers); ``attempt_env`` is
@@ -79,9 +87,71 @@ class HostBackend(abc.ABC):
     def release(self, *, keep: bool = False) -> None:
         """After the job: sweep what is left (stray processes, containers, the network)."""
 
+    def start_standbys(self) -> None:
+        """Start the next attempt's standbys, where the backend can (processes: yes, containers: not yet)."""
+
+    def drop_standbys(self) -> None:
+        """Standbys no attempt will use: their stdin closes (they end quietly), their sessions are killed."""
+        for standby in self.standbys.values():
+            standby.drop()
+        self.standbys = {}
+
+    def standbys_ready(self) -> bool:
+        return bool(self.standbys) and all(standby.ready.is_set() for standby in self.standbys.values())
+
     @classmethod
     def stop_orphans(cls, job_dir: JobDir, state: Mapping[str, Any]) -> None:
         """Stop a job whose supervisor is gone or frozen, from what the job directory recorded (its plan, its state)."""
+
+
+class Standby:
+    """A host's runtime started ahead (warm restart). Its output is read from the start: ``ready`` is set at
+    ``STANDBY_READY`` (a line not shown), and what it printed before it was woken is kept and shown then."""
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        self.process = process
+        self.ready = threading.Event()
+        self._lock = threading.Lock()
+        self._kept: list[bytes] = []
+        self._output: Callable[[bytes], None] | None = None
+        self.reader = threading.Thread(target=self._read, name="standby", daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for raw in iter(self.process.stdout.readline, b""):
+            if not self.ready.is_set() and raw.decode(errors="replace").strip() == contract.STANDBY_READY:
+                self.ready.set()
+                continue
+            with self._lock:  # in order with the kept lines ``wake`` hands on
+                if self._output is None:
+                    self._kept.append(raw)
+                else:
+                    self._output(raw)
+        self.process.stdout.close()
+
+    def wake(self, environment: Mapping[str, str], output: Callable[[bytes], None]) -> bool:
+        """Give it its attempt's environment (through its stdin) and its output from now on; False when it is gone."""
+        try:
+            assert self.process.stdin is not None
+            self.process.stdin.write(json.dumps(dict(environment)).encode())
+            self.process.stdin.close()
+        except OSError:  # it died just now
+            self.drop()
+            return False
+        with self._lock:
+            for raw in self._kept:
+                output(raw)
+            self._kept, self._output = [], output
+        return True
+
+    def drop(self) -> None:
+        with contextlib.suppress(OSError):
+            assert self.process.stdin is not None
+            self.process.stdin.close()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
 
 
 def _copy(host: str, stream: IO[bytes], output: Output) -> None:

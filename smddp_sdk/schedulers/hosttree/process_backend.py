@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from smddp_sdk.schedulers.hosttree.backend import HostBackend, HostExit, Output
+from smddp_sdk.schedulers.hosttree.backend import TOKEN_PLACEHOLDER, HostBackend, HostExit, Output, Standby
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir, pick_free_ports, ports_of_live_jobs
 from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
 from smddp_sdk.specs import contract
@@ -58,17 +58,42 @@ class ProcessBackend(HostBackend):
 
     def start(self, host: str, extra_env: Mapping[str, str], output: Output) -> dict[str, Any]:
         assert self.plan.process is not None, "a process job's plan says how its hosts start"
+        env = self._environment(host)
+        env.update({key: str(self.ports[key]) for key, value in self.plan.environment(host).items() if value == PORT_PLACEHOLDER})
+        env[contract.JOB_TOKEN_ENV] = self.token
+        env.update(extra_env)
+        standby = self.standbys.pop(host, None)
+        warm = standby is not None and standby.wake(env, lambda raw: output(host, raw))
+        if standby is not None and warm:
+            process = standby.process
+            self.readers.append(standby.reader)
+        else:
+            process = subprocess.Popen(list(self.plan.process.command), env=env, cwd=self.plan.host(host).opt_ml, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+            self._copy_output(host, process, output)
+        self.processes[host] = process
+        return {"pid": process.pid, "warm": warm}
+
+    def _environment(self, host: str) -> dict[str, str]:
+        """A host runtime's environment as planned, without the attempt's ports, token and extras."""
         planned = self.plan.environment(host)
         env = inherited_env(os.environ)
-        env.update({key: str(self.ports[key]) if value == PORT_PLACEHOLDER else value for key, value in planned.items()})
-        env[contract.JOB_TOKEN_ENV] = self.token
+        env.update({key: value for key, value in planned.items() if value not in (PORT_PLACEHOLDER, TOKEN_PLACEHOLDER)})
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [planned.get("PYTHONPATH"), os.environ.get("PYTHONPATH")]))
-        env.update(extra_env)
         env[contract.PARENT_PID_ENV] = str(os.getpid())  # the runtime dies with us (PR_SET_PDEATHSIG)
-        process = subprocess.Popen(list(self.plan.process.command), env=env, cwd=self.plan.host(host).opt_ml, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-        self.processes[host] = process
-        self._copy_output(host, process, output)
-        return {"pid": process.pid}
+        return env
+
+    def start_standbys(self) -> None:
+        """A standby runtime per host for the next attempt, its spare ranks importing torch while this one runs."""
+        assert self.plan.process is not None
+        if self.plan.process.environment.get(contract.WARM_RESTART_ENV) != "1":
+            return
+        spares = str(self.plan.ranks.processes_per_host or 1)
+        for host in self.plan.hosts:
+            if host.host not in self.standbys:
+                env = {**self._environment(host.host), contract.STANDBY_ENV: spares}
+                self.standbys[host.host] = Standby(subprocess.Popen(
+                    list(self.plan.process.command), env=env, cwd=host.opt_ml, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+                ))
 
     def poll(self, host: str) -> HostExit | None:
         if host in self.exits:

@@ -33,7 +33,7 @@ from smddp_sdk.schedulers.hosttree.console_log import StampedLog
 from smddp_sdk.schedulers.hosttree.host_trees import collect_artifacts
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir
 from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
-from smddp_sdk.specs import contract, processes
+from smddp_sdk.specs import contract, events, processes
 from smddp_sdk.specs.archives import read_inside
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.failure import SOURCE_EARLY_EXIT, SOURCE_STOPPED, SOURCE_SUPERVISOR, FailureRecord, Verdict, decide, from_error_file
@@ -113,6 +113,7 @@ class Supervisor:
             if not retry:
                 break
             sync = self.restart(sync, retry)
+        self.backend.drop_standbys()
         shutil.rmtree(self.job_dir.path / SCRATCH, ignore_errors=True)
         try:
             return self.conclude()
@@ -134,6 +135,9 @@ class Supervisor:
         else:
             self.timeline.enter(attempts.TRAINING, f"attempt {self.timeline.attempt}: the hosts run the script")
             self.update(state=JobState.RUNNING.value)
+            self.event(events.HOSTS_STARTED, warm=all(info.get("warm", False) for info in self.state["hosts"].values()))
+            if self.retries_left > 0 or self.plan.spot is not None:
+                self.backend.start_standbys()  # the next attempt's, warming up while this one trains
         if sync is not None:
             sync.start()
         self.watch()
@@ -165,6 +169,8 @@ class Supervisor:
             self.state["retries_left"] = self.retries_left
         self.timeline.end_attempt(outcome, reason, self.attempt_started)
         self.timeline.enter(outcome, reason)
+        self.event(events.RESTART, reason=reason)
+        standbys, self.backend.standbys = self.backend.standbys, {}
         self.backend.release()
         self.say(f"attempt {self.timeline.attempt} {outcome.lower()}: {reason}")
         wait = self.interruption.wait if self.interruption is not None else 0.0
@@ -175,8 +181,9 @@ class Supervisor:
         self.timeline.enter(attempts.STARTING, f"attempt {attempt}: launching the hosts")
         self.archive_attempt(attempt - 1)
         self.exits, self.stopped_by_us, self.stop_reason, self.kill_at, self.interruption = {}, set(), None, None, None
-        self.state["hosts"] = {}
+        self.state["hosts"], self.state["standbys_ready"] = {}, None
         self.backend = self.new_backend()
+        self.backend.standbys = standbys
         self.save()
         sync = checkpoints.for_plan(self.plan, stream=self)
         if sync is None:
@@ -208,6 +215,7 @@ class Supervisor:
         if interruption is None or self.stop_reason is not None:
             return
         self.interruption = interruption
+        self.event(events.FAULT, kind="interrupted", detail=f"{interruption.what} is reclaimed")
         self.say(f"spot interruption: {interruption.what} is reclaimed; stopping the containers")
         self.stop(JobState.FAILED, f"interrupted: {interruption.what} was reclaimed")
 
@@ -219,6 +227,10 @@ class Supervisor:
             return None
         self.state["planned_interruptions"] = fired + 1
         return Interruption()
+
+    def event(self, name: str, **fields: Any) -> None:
+        """A recovery phase in ``<job dir>/events.jsonl`` (docs/resuming.md, "Recovery phases")."""
+        events.record(self.job_dir.path / events.FILE_NAME, name, attempt=self.timeline.attempt, **fields)
 
     def say(self, message: str) -> None:
         """A line of the supervisor's in the job's log (and its own log)."""
@@ -244,6 +256,7 @@ class Supervisor:
         extra = dict(attempt_env)
         if self.plan.backend == "process":  # a container has its lifeline mount in its plan, and a /tmp of its own
             extra |= {contract.LIFELINE_ENV: str(self.job_dir.path / LIFELINE), contract.SCRATCH_ENV: str(self.job_dir.path / SCRATCH)}
+        extra[events.ATTEMPT_ENV] = str(self.timeline.attempt)
         for host in self.hosts:
             info = self.backend.start(host, extra, self.copy_output)
             self.state["hosts"][host] = {**info, "state": JobState.RUNNING.value, "exit_code": None}
@@ -281,6 +294,8 @@ class Supervisor:
         if now - self.last_heartbeat >= HEARTBEAT_SECONDS:
             self.last_heartbeat = now
             (self.job_dir.path / HEARTBEAT).touch()
+        if self.state.get("standbys_ready") is None and self.backend.standbys_ready():
+            self.update(standbys_ready=time.time())  # the next attempt can start warm (docs/resuming.md)
         if stacks.take_request(self.job_dir.path):  # `smddp-launch stacks`: the runtimes pass it to their ranks
             for host in self.running_hosts():
                 self.backend.signal(host, contract.STACKS_SIGNAL)
@@ -341,6 +356,8 @@ class Supervisor:
             cancelled = self.stop_reason is not None and self.stop_reason[0] is JobState.CANCELLED and host in self.stopped_by_us
             state = JobState.SUCCEEDED if ended.code == 0 else JobState.CANCELLED if cancelled else JobState.FAILED
             self.state["hosts"][host].update(exit_code=ended.code, signal=ended.signal, ended=ended.ended, state=state.value)
+            if ended.code != 0 and self.stop_reason is None and not any(e.code != 0 for h, e in self.exits.items() if h != host):
+                self.event(events.FAULT, kind="host_failed", detail=f"{host} exited with code {ended.code}" + (f" ({ended.signal})" if ended.signal else ""))
             changed = True
         if changed:
             self.save()
@@ -510,6 +527,7 @@ def main(argv: list[str]) -> int:
     except BaseException as exc:  # noqa: BLE001 - whatever stops the supervisor must end up in state.json
         for host in supervisor.running_hosts():
             supervisor.backend.signal(host, signal.SIGKILL)
+        supervisor.backend.drop_standbys()
         supervisor.backend.release()
         supervisor.finish(JobState.FAILED, f"the job's supervisor crashed: {type(exc).__name__}: {exc}")
         raise

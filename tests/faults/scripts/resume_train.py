@@ -17,6 +17,8 @@ import smdistributed.dataparallel.torch.torch_smddp  # noqa: F401 - registers "s
 import torch
 import torch.distributed as dist
 
+from smddp_sdk.specs import events  # the recovery phases (docs/resuming.md): optional for a script
+
 MODEL_DIR = Path(os.environ["SM_MODEL_DIR"])
 CHECKPOINTS = MODEL_DIR.parent / "checkpoints"  # /opt/ml/checkpoints, SageMaker's checkpoint_local_path
 
@@ -42,7 +44,10 @@ def main() -> None:
         state = torch.load(path)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
+    if path is not None:
+        events.record_from_rank(events.STATE_RESTORED, source="checkpoint", step=done * args.steps)
     print(f"rank {rank}: starting at epoch {done + 1}" + (f" from {path.name}" if path else " from scratch"), flush=True)
+    first = True
     for epoch in range(done + 1, args.epochs + 1):
         generator = torch.Generator().manual_seed(epoch * 1000 + rank)
         for _ in range(args.steps):
@@ -54,6 +59,9 @@ def main() -> None:
                 dist.all_reduce(parameter.grad)
                 parameter.grad /= world
             optimizer.step()
+            if first:
+                events.record_from_rank(events.FIRST_STEP, step=done * args.steps + 1)
+                first = False
         if rank == 0:
             CHECKPOINTS.mkdir(parents=True, exist_ok=True)
             partial = CHECKPOINTS / f"epoch-{epoch}.pt.partial"  # the sync skips *.partial files
