@@ -23,6 +23,7 @@ import click
 
 from smddp_sdk.cli.params import GroupedOption
 from smddp_sdk.errors import SpecError, SpecIssue
+from smddp_sdk.schedulers import scheduler_class
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.archives import code_ignore
 
@@ -137,8 +138,8 @@ def _per_host(value: str | None, params: dict[str, Any]) -> int | None:
     if value is None or value == "gpu":
         return None
     if value == "auto":
-        remote = (params.get("scheduler") or "local") != "local"
-        return None if remote or shutil.which("nvidia-smi") else os.cpu_count() or 1
+        here = _runs_here(params.get("scheduler") or "local")
+        return os.cpu_count() or 1 if here and not shutil.which("nvidia-smi") else None
     if value == "cpu":
         return os.cpu_count() or 1
     try:
@@ -224,3 +225,12 @@ def module_file(module: str, code_dir: Path) -> str:
         "entry_point", f"-m {module}: neither {base.with_suffix('.py')} nor {base / '__main__.py'} is in {code_dir}",
         "-m runs a module of the code directory (the current one); run from the directory that holds the package",
     ))
+
+
+def _runs_here(scheduler: str) -> bool:
+    """Whether the scheduler's ranks run on this machine, so that its CPUs are theirs (an unknown name
+    is reported by the scheduler option's own check)."""
+    try:
+        return scheduler_class(scheduler).capabilities.runs_here
+    except SpecError:
+        return False

@@ -130,6 +130,7 @@ class Capabilities:
     interrupt: bool = False  # Scheduler.interrupt: rehearse a spot reclaim of a running job
     stacks: bool = False  # Scheduler.stacks: every rank's Python stack of a running job
     remove: bool = False  # Scheduler.remove: delete a finished job's directory (`clean`)
+    runs_here: bool = False  # its ranks run on this machine (torchrun's --nproc-per-node auto counts its CPUs)
     instead: Mapping[str, str] = field(default_factory=dict)  # operation it lacks -> what to do instead
 
     def has(self, operation: str) -> bool:

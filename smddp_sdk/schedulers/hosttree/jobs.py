@@ -51,7 +51,7 @@ _NAME_ATTEMPTS = 20
 class HostTreeScheduler(JobRootScheduler):
     """Jobs of N host trees on this machine, whose state lives in ``<job_root>/<job>/`` (``hosttree.job_dir``)."""
 
-    capabilities: ClassVar[Capabilities] = Capabilities(bound_to_owner=True, cancel_on_interrupt=True, lists_locally=True, interrupt=True, stacks=True, remove=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(bound_to_owner=True, cancel_on_interrupt=True, lists_locally=True, interrupt=True, stacks=True, remove=True, runs_here=True)
     backend: ClassVar[str]  # the host backend the supervisor runs the hosts with: "process" or "container"
     link_inputs: ClassVar[bool] = True  # input channels linked into the trees (docker mounts them instead)
     job_root: Path
