@@ -9,8 +9,10 @@ the all_to_all tests gloo cannot run; no test may fail on either. Each run's out
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,10 +22,10 @@ import pytest
 from tests.conformance.suite import ALL_TO_ALL, CONFIGS, SKIPPED_ON_SMDDP
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.jobs
+RUN_TIMEOUT_S = 1200  # one run: about a minute on a quiet 2-core machine, several under heavy load
+pytestmark = [pytest.mark.jobs, pytest.mark.timeout(2 * RUN_TIMEOUT_S)]  # a test may start gloo's run and smddp's
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 GLOO_RUNS = {2: "ws2", 4: "ws4"}  # the gloo run of each world size: its tests include every configuration's
-RUN_TIMEOUT_S = 1200
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +39,13 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory):
         if (backend, config) not in done:
             out, log = folder / f"{backend}-{config}.json", folder / f"{backend}-{config}.log"
             with log.open("w") as sink:
-                subprocess.run([sys.executable, "-m", "tests.conformance.runner", backend, config, "--out", str(out)], cwd=PROJECT_ROOT,
-                               env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}, stdout=sink, stderr=subprocess.STDOUT, timeout=RUN_TIMEOUT_S, check=True)
+                runner = subprocess.Popen([sys.executable, "-m", "tests.conformance.runner", backend, config, "--out", str(out)], cwd=PROJECT_ROOT,
+                                          env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+                try:
+                    assert runner.wait(timeout=RUN_TIMEOUT_S) == 0, f"the {backend} {config} run failed: see {log}"
+                finally:  # its rank processes too, whatever happened
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(runner.pid, signal.SIGKILL)
             done[backend, config] = json.loads(out.read_text())
             print(f"\n{backend} {config}: {summary(done[backend, config])} ({out})")
         return done[backend, config]
