@@ -55,7 +55,8 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory):
 
 def summary(record: dict[str, dict]) -> str:
     counts = {kind: sum(o["outcome"] == kind for o in record.values()) for kind in ("passed", "failed", "skipped")}
-    return ", ".join(f"{n} {kind}" for kind, n in counts.items())
+    retried = [name for name, o in record.items() if "first_try" in o]
+    return ", ".join(f"{n} {kind}" for kind, n in counts.items()) + (f" (failed once, then: {', '.join(retried)})" if retried else "")
 
 
 def failures(record: dict[str, dict], names: object) -> dict[str, str]:
