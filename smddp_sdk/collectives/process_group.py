@@ -40,6 +40,7 @@ from smddp_sdk.collectives.local import SINGLE_COPY_FROM, STREAMED_FROM, SYMMETR
 from smddp_sdk.collectives.memory import as_bytes
 from smddp_sdk.collectives.reduce import RedOpType, check_supported, red_op_type
 from smddp_sdk.collectives.shm import CHECK_EVERY_S
+from smddp_sdk.collectives.store_values import KEY_PREFIX
 from smddp_sdk.collectives.topology import build
 
 BACKEND_NAME = "smddp"
@@ -381,19 +382,19 @@ class SmddpProcessGroup:
         """gloo's monitored barrier, through the group's store rather than its transports, so that a rank
         that never comes fails the barrier, not the group: rank 0 waits for every other rank, names the
         first (or, wait_all_ranks, every) one missing after timeout, and releases or fails them all.
-        Messages as gloo's, which torch's tests match."""
+        Messages as gloo's, which torch's tests match; every value is signed (StoreValues)."""
         timeout = self._timeout if timeout is None else timeout
         self._monitored += 1
-        key = f"smddp/monitored_barrier/{self._monitored}"
+        key = f"monitored_barrier/{self._monitored}"
         if self.rank() != 0:
-            self._store.set(f"{key}/arrived/{self.rank()}", b"1")
-            verdict = self._store_wait(f"{key}/released", timeout.total_seconds())
-            if verdict != b"ok":
+            self._comm.topo.values.set(f"{key}/arrived/{self.rank()}", True)
+            verdict = self._signed_value(f"{key}/released", timeout.total_seconds())
+            if verdict != "":
                 raise CollectiveError(f"Rank {self.rank()} successfully reached monitoredBarrier, but received errors while waiting for "
-                                      f"send/recv from rank 0. Please check rank 0 logs for faulty rank. ({(verdict or b'no answer').decode()})")
+                                      f"send/recv from rank 0. Please check rank 0 logs for faulty rank. ({verdict or 'no answer in time'})")
             return
         failure = self._missing_from_monitored_barrier(key, timeout, wait_all_ranks)
-        self._store.set(f"{key}/released", failure or b"ok")
+        self._comm.topo.values.set(f"{key}/released", failure)
         if failure:
             raise CollectiveError(failure)
 
@@ -405,19 +406,21 @@ class SmddpProcessGroup:
             left = deadline - time.monotonic()
             if left <= 0 and not wait_all_ranks:
                 return f"Rank 0 timed out in monitoredBarrier after {ms} ms."
-            if self._store_wait(f"{key}/arrived/{rank}", max(left, 0.001)) is None:
+            if self._signed_value(f"{key}/arrived/{rank}", max(left, 0.001)) is None:
                 missing.append(rank)
                 if not wait_all_ranks:
                     return f"[Rank 0]: Rank {rank} failed to pass monitoredBarrier in {ms} ms"
         return f"[Rank 0]: Ranks {', '.join(map(str, missing))} failed to pass monitoredBarrier in {ms} ms" if missing else ""
 
-    def _store_wait(self, key: str, seconds: float) -> bytes | None:
-        """The key's value once it is set, or None after seconds."""
+    def _signed_value(self, key: str, seconds: float) -> object | None:
+        """The key's value once a rank of this group has set it, or None after seconds; a value someone
+        else wrote raises (StoreValues.forged)."""
+        values = self._comm.topo.values
         try:
-            self._store.wait([key], timedelta(seconds=seconds))
+            values.store.wait([KEY_PREFIX + key], timedelta(seconds=seconds))
         except RuntimeError:  # torch's DistStoreError: not set in time
             return None
-        return self._store.get(key)
+        return values.get(key)
 
     # allreduce ----------------------------------------------------------------------------------------
     @cuda_goes_to_nccl
