@@ -4,7 +4,8 @@
 `smddp`, such as AWS's own library, in place). Then ``dist.init_process_group("smddp")`` works as with any
 backend: CPU tensors use shared memory within a host and authenticated TCP between hosts, CUDA tensors
 are handed to NCCL. torch's DistributedDataParallel over an smddp group gets smddp's comm hook
-(``ddp.install_default_hook``).
+(``ddp.install_default_hook``); ``dist.monitored_barrier`` works on smddp groups as on gloo ones
+(``process_group.install_monitored_barrier``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import torch.distributed as dist
 
 from smddp_sdk.collectives import ddp, sagemaker_compat
 from smddp_sdk.collectives.errors import CollectiveError
-from smddp_sdk.collectives.process_group import BACKEND_NAME, SmddpProcessGroup, group_class
+from smddp_sdk.collectives.process_group import BACKEND_NAME, SmddpProcessGroup, group_class, install_monitored_barrier
 from smddp_sdk.specs import events
 
 __all__ = ["BACKEND_NAME", "CollectiveError", "SmddpProcessGroup", "is_registered", "register"]
@@ -38,6 +39,7 @@ def register() -> None:
     if not is_registered():
         dist.Backend.register_backend(BACKEND_NAME, _create, devices=["cpu", "cuda"])
         ddp.install_default_hook()
+        install_monitored_barrier()
 
 
 register()

@@ -35,24 +35,12 @@ import torch
 import torch.distributed as dist
 
 from smddp_sdk.collectives.local import OwnSource
-from smddp_sdk.collectives.process_group import SmddpProcessGroup
+from smddp_sdk.collectives.process_group import SmddpProcessGroup, smddp_backend
 from smddp_sdk.collectives.reduce import HALF_TYPES
 
 COMPRESS_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 TorchDDP = torch.nn.parallel.DistributedDataParallel
 Hook = Callable[[object, dist.GradBucket], torch.futures.Future]
-
-
-def smddp_backend(group: dist.ProcessGroup | None) -> SmddpProcessGroup | None:
-    """The smddp implementation behind a group (None: another backend)."""
-    group = group or dist.group.WORLD
-    if isinstance(group, SmddpProcessGroup):
-        return group
-    try:
-        backend = group._get_backend(torch.device("cpu"))
-    except RuntimeError:
-        return None
-    return backend if isinstance(backend, SmddpProcessGroup) else None
 
 
 def _first(fut: torch.futures.Future) -> torch.Tensor:
@@ -346,7 +334,9 @@ def install_default_hook() -> None:
     option: ``param.grad`` is a view into DDP's bucket, so nothing is copied back after the reduction,
     and a gradient accumulated without ``set_to_none`` lands in the bucket directly); pass False to keep
     separate gradient tensors. The script's ``register_comm_hook`` (or ``_register_builtin_comm_hook``)
-    replaces allreduce_hook, once, as torch allows one registration. Idempotent."""
+    replaces allreduce_hook, once, as torch allows one registration. A model saved (torch.save) or copied
+    (copy.deepcopy) leaves the hook behind, as torch's DDP leaves its group and reducer, and gets a new one
+    over the default group when it is loaded. Idempotent."""
     if getattr(TorchDDP.__init__, "smddp_default_hook", False):
         return
     init, register_hook, register_builtin = TorchDDP.__init__, TorchDDP.register_comm_hook, TorchDDP._register_builtin_comm_hook
@@ -359,9 +349,8 @@ def install_default_hook() -> None:
         if over_smddp and "gradient_as_bucket_view" not in arguments.arguments:
             kwargs["gradient_as_bucket_view"] = True
         init(self, *args, **kwargs)
-        if over_smddp and _takes_default_hook(self):
-            self._smddp_hook = _DefaultHook(*averaging_hook(self, self.process_group))
-            dist._register_comm_hook(self.reducer, self._smddp_hook, _default_hook)
+        if over_smddp:
+            _install_default(self)
 
     @functools.wraps(register_hook)
     def register_comm_hook(self: TorchDDP, state: object, hook: Hook) -> None:
@@ -385,9 +374,30 @@ def install_default_hook() -> None:
         else:
             register_comm_hook(self, self.process_group, _compressed_hook(torch.float16))
 
+    getstate, setstate = TorchDDP.__getstate__, TorchDDP.__setstate__
+
+    @functools.wraps(getstate)
+    def __getstate__(self: TorchDDP) -> dict:  # noqa: N807
+        state = getstate(self)
+        state.pop("_smddp_hook", None)  # bound to the group and its shared memory, as torch's reducer is
+        return state
+
+    @functools.wraps(setstate)
+    def __setstate__(self: TorchDDP, state: dict) -> None:  # noqa: N807
+        setstate(self, state)  # torch's: over the default group, with a new reducer
+        _install_default(self)
+
     __init__.smddp_default_hook = True
     TorchDDP.__init__, TorchDDP.register_comm_hook = __init__, register_comm_hook
     TorchDDP._register_builtin_comm_hook = _register_builtin_comm_hook
+    TorchDDP.__getstate__, TorchDDP.__setstate__ = __getstate__, __setstate__
+
+
+def _install_default(model: TorchDDP) -> None:
+    """The averaging hook on a DDP model over smddp that takes it, held where register_comm_hook finds it."""
+    if smddp_backend(model.process_group) is not None and _takes_default_hook(model):
+        model._smddp_hook = _DefaultHook(*averaging_hook(model, model.process_group))
+        dist._register_comm_hook(model.reducer, model._smddp_hook, _default_hook)
 
 
 @dataclass(eq=False)

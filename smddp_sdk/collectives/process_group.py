@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import functools
+import math
 import queue
 import threading
 import time
@@ -39,6 +40,7 @@ from smddp_sdk.collectives.local import SINGLE_COPY_FROM, STREAMED_FROM, SYMMETR
 from smddp_sdk.collectives.memory import as_bytes
 from smddp_sdk.collectives.reduce import RedOpType, check_supported, red_op_type
 from smddp_sdk.collectives.shm import CHECK_EVERY_S
+from smddp_sdk.collectives.store_values import KEY_PREFIX
 from smddp_sdk.collectives.topology import build
 
 BACKEND_NAME = "smddp"
@@ -143,6 +145,8 @@ class SmddpProcessGroup:
 
     The implementation; the group's class (``group_class()``) combines it with its base, the native core
     or torch's ProcessGroup."""
+
+    _monitored = 0  # monitored barriers called so far (they are numbered in the store)
 
     def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta) -> None:
         super().__init__(rank, size)  # the (store, rank, size) constructor fails for Python subclasses in 2.13
@@ -373,11 +377,58 @@ class SmddpProcessGroup:
         if len(tensors) != self.size():
             raise CollectiveError(f"smddp {what}: expected one tensor per rank ({self.size()}), got {len(tensors)}")
 
+    # monitored barrier -----------------------------------------------------------------------------------
+    def monitored_barrier(self, timeout: timedelta | None = None, wait_all_ranks: bool = False) -> None:
+        """gloo's monitored barrier, through the group's store rather than its transports, so that a rank
+        that never comes fails the barrier, not the group: rank 0 waits for every other rank, names the
+        first (or, wait_all_ranks, every) one missing after timeout, and releases or fails them all.
+        Messages as gloo's, which torch's tests match; every value is signed (StoreValues)."""
+        timeout = self._timeout if timeout is None else timeout
+        self._monitored += 1
+        key = f"monitored_barrier/{self._monitored}"
+        if self.rank() != 0:
+            self._comm.topo.values.set(f"{key}/arrived/{self.rank()}", True)
+            verdict = self._signed_value(f"{key}/released", timeout.total_seconds())
+            if verdict != "":
+                raise CollectiveError(f"Rank {self.rank()} successfully reached monitoredBarrier, but received errors while waiting for "
+                                      f"send/recv from rank 0. Please check rank 0 logs for faulty rank. ({verdict or 'no answer in time'})")
+            return
+        failure = self._missing_from_monitored_barrier(key, timeout, wait_all_ranks)
+        self._comm.topo.values.set(f"{key}/released", failure)
+        if failure:
+            raise CollectiveError(failure)
+
+    def _missing_from_monitored_barrier(self, key: str, timeout: timedelta, wait_all_ranks: bool) -> str:
+        """Rank 0's wait for the others: "" when all came, else gloo's error."""
+        ms, deadline = int(timeout.total_seconds() * 1000), time.monotonic() + timeout.total_seconds()
+        missing = []
+        for rank in range(1, self.size()):
+            left = deadline - time.monotonic()
+            if left <= 0 and not wait_all_ranks:
+                return f"Rank 0 timed out in monitoredBarrier after {ms} ms."
+            if self._signed_value(f"{key}/arrived/{rank}", max(left, 0.001)) is None:
+                missing.append(rank)
+                if not wait_all_ranks:
+                    return f"[Rank 0]: Rank {rank} failed to pass monitoredBarrier in {ms} ms"
+        return f"[Rank 0]: Ranks {', '.join(map(str, missing))} failed to pass monitoredBarrier in {ms} ms" if missing else ""
+
+    def _signed_value(self, key: str, seconds: float) -> object | None:
+        """The key's value once a rank of this group has set it, or None after seconds; a value someone
+        else wrote raises (StoreValues.forged)."""
+        values = self._comm.topo.values
+        try:
+            values.store.wait([KEY_PREFIX + key], timedelta(seconds=seconds))
+        except RuntimeError:  # torch's DistStoreError: not set in time
+            return None
+        return values.get(key)
+
     # allreduce ----------------------------------------------------------------------------------------
     @cuda_goes_to_nccl
     def allreduce(self, tensors: list[torch.Tensor], opts: dist.AllreduceOptions = None) -> dist.Work:
         opts = opts or dist.AllreduceOptions()
         op = self._reduce_op(opts.reduceOp, tensors, "all_reduce")
+        if any(t.is_sparse for t in tensors):
+            return self._sparse_allreduce(tensors, op, opts)
 
         def job() -> None:
             for tensor in tensors:
@@ -388,6 +439,37 @@ class SmddpProcessGroup:
                 _write_back(tensor, work)
 
         return self._submit(_call("all_reduce", tensors, op), job, tensors, opts)
+
+    def _sparse_allreduce(self, tensors: list[torch.Tensor], op: RedOpType, opts: object) -> dist.Work:
+        """Sparse COO tensors, summed as gloo sums them: every rank's indices and values to all, then
+        coalesced; each tensor is replaced in place by the sum (AVG: divided by the group size)."""
+        if op not in (RedOpType.SUM, RedOpType.AVG) or not all(t.is_sparse for t in tensors):
+            raise CollectiveError(f"smddp all_reduce: sparse tensors reduce with SUM or AVG only, one call for sparse tensors alone (got {op.name})")
+
+        def job() -> None:
+            for tensor in tensors:
+                total = self._gathered_sparse(tensor.coalesce())
+                tensor.copy_(total / self.size() if op == RedOpType.AVG else total)
+
+        return self._submit(_call("all_reduce", tensors, op), job, tensors, opts)
+
+    def _gathered_sparse(self, mine: torch.Tensor) -> torch.Tensor:
+        """The coalesced sum of every rank's coalesced sparse tensor: first each rank's number of entries,
+        then its indices and values in one buffer, padded to the largest so that every rank sends alike."""
+        indices, values = mine.indices().contiguous(), mine.values().contiguous()
+        counts = [torch.zeros(1, dtype=torch.int64) for _ in range(self.size())]
+        self._comm.allgather(as_bytes(torch.tensor([indices.shape[1]])), [as_bytes(c) for c in counts], "all_reduce (sparse)")
+        entries = [int(c) for c in counts]
+        row = math.prod(values.shape[1:])  # elements per entry (its dense dimensions)
+        nbytes = [n * (indices.shape[0] * 8 + row * values.element_size()) for n in entries]
+        blobs = [torch.empty(max(1, *nbytes), dtype=torch.uint8) for _ in range(self.size())]
+        own = blobs[self.rank()]
+        own[: nbytes[self.rank()]] = torch.cat([as_bytes(indices), as_bytes(values)])
+        self._comm.allgather(own, blobs, "all_reduce (sparse)")
+        parts = [blob[:size].split([n * indices.shape[0] * 8, size - n * indices.shape[0] * 8]) for blob, size, n in zip(blobs, nbytes, entries)]
+        all_indices = torch.cat([i.view(torch.int64).view(indices.shape[0], n) for (i, _), n in zip(parts, entries)], dim=1)
+        all_values = torch.cat([v.view(values.dtype).view(n, *values.shape[1:]) for (_, v), n in zip(parts, entries)])
+        return torch.sparse_coo_tensor(all_indices, all_values, mine.shape).coalesce()
 
     def shared_buffers(self, nbytes: int) -> list[torch.Tensor] | None:
         """Collective: nbytes per rank in shared memory that the host's ranks all map, for zero-copy
@@ -666,6 +748,38 @@ class SmddpProcessGroup:
         )
 
     send = recv = recv_anysource = _no_point_to_point
+
+
+def smddp_backend(group: dist.ProcessGroup | None) -> SmddpProcessGroup | None:
+    """The smddp implementation behind a group (None: another backend)."""
+    group = group or dist.group.WORLD
+    if isinstance(group, SmddpProcessGroup):
+        return group
+    try:
+        backend = group._get_backend(torch.device("cpu"))
+    except (RuntimeError, AttributeError):
+        return None
+    return backend if isinstance(backend, SmddpProcessGroup) else None
+
+
+def install_monitored_barrier() -> None:
+    """Make ``dist.monitored_barrier`` run SmddpProcessGroup.monitored_barrier on an smddp group: torch
+    refuses every backend but gloo by name before it reaches the group. Other groups keep torch's."""
+    original = dist.distributed_c10d.monitored_barrier
+    if getattr(original, "smddp", False):
+        return
+
+    @functools.wraps(original)
+    def monitored_barrier(group: dist.ProcessGroup | None = None, timeout: timedelta | float | None = None, wait_all_ranks: bool = False) -> None:
+        backend = None if dist.distributed_c10d._rank_not_in_group(group) else smddp_backend(group)
+        if backend is None:
+            return original(group, timeout, wait_all_ranks)
+        if isinstance(timeout, (int, float)):
+            timeout = timedelta(seconds=timeout)  # torch converts seconds too (with a warning)
+        return backend.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
+
+    monitored_barrier.smddp = True
+    dist.distributed_c10d.monitored_barrier = dist.monitored_barrier = monitored_barrier
 
 
 @atexit.register

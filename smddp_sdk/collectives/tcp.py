@@ -596,8 +596,9 @@ class TcpMesh:
 
     def _timed_out(self, what: str, peer: int, receiving: bool) -> CollectiveError:
         if receiving:
-            return CollectiveError(f"smddp {what} timed out waiting for {self._describe[peer]} (hung peer or different code path)", awaited=[self._describe[peer]])
-        return CollectiveError(f"smddp {what} timed out sending to {self._describe[peer]}", awaited=[self._describe[peer]])
+            return CollectiveError(f"smddp {what} timed out waiting for {self._describe[peer]} within the process-group timeout (hung peer or different code path)",
+                                   awaited=[self._describe[peer]])
+        return CollectiveError(f"smddp {what} timed out sending to {self._describe[peer]} within the process-group timeout (the peer does not read: hung)", awaited=[self._describe[peer]])
 
     def _alerted_error(self, what: str, peer: int) -> LinkIntegrityError:
         return LinkIntegrityError(
@@ -713,7 +714,8 @@ class TcpMesh:
     def _remaining(self, peer: int, what: str, deadline: float) -> float:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise CollectiveError(f"smddp {what} timed out waiting for {self._describe[peer]}", awaited=[self._describe[peer]])
+            raise CollectiveError(f"smddp {what} timed out waiting for {self._describe[peer]} within the process-group timeout (hung peer or different code path)",
+                                  awaited=[self._describe[peer]])
         return left
 
     def _alert(self, peer: int) -> None:
