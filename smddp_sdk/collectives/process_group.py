@@ -160,7 +160,7 @@ class SmddpProcessGroup:
         self._in_collective = False  # the worker is inside a collective (not merely completing a future)
         self._nccl_group: dist.ProcessGroup | None = None
         self._attach_core()
-        progress.watch_first_collective(self)  # specs.goodput's "training again"
+        progress.watch(self)  # specs.goodput: the group formed, then its first collective
 
     # identity (functional collectives need the name stored on the Python side) ------------------------
     def getBackendName(self) -> str:  # noqa: N802 - torch's name

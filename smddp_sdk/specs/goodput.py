@@ -2,28 +2,33 @@
 
 The marks come from the job directory, the one record of a job: each attempt's entry in ``state.json``
 (local and docker: the supervisor writes ``started``, ``ended``, ``outcome`` and the marks below; Slurm: the
-batch script's ``attempts.jsonl``) and ``output/progress.jsonl`` of each host, where the smddp process group
-notes the first collective of its process (``progress_line``; rank 0 only). The rule:
+batch script's ``attempts.jsonl``) and each host's ``output/events.jsonl``, where rank 0's smddp process
+group notes ``process_group_formed`` (``init_process_group`` returned) and ``first_collective`` (``event_line``;
+the file and the event format are those of docs/resuming.md's recovery phases). The rule:
 
-- **training again** is the script's first collective after its start (``first_step``): by then it imported
-  torch, joined the process group and, as resuming scripts do, loaded its checkpoint. A script whose first
-  collective was not noted (no smddp group) has no ``first_step``: what depends on it is unknown (None).
-- an attempt **trains** from its ``first_step`` until it ends, or until its ``fault`` when one ended it;
+- **training again** is the script's first collective after its start (``first_collective``): by then it
+  imported torch, joined the process group and, as resuming scripts do, loaded its state. A script whose
+  first collective was not noted (no smddp group) has none: what depends on it is unknown (None);
+- an attempt **trains** from its first collective until it ends, or until its ``fault`` when one ended it;
 - a fault **loses the work since the last checkpoint**: ``redone`` = ``fault`` - the newest checkpoint file
-  the attempt wrote (its modification time; the attempt's ``first_step`` when it wrote none after it). A
+  the attempt wrote (its modification time; the attempt's first collective when it wrote none after it). A
   checkpoint written after the fault (on SIGTERM, before the hosts stopped) loses nothing;
 - **productive** time is every attempt's training less its redone work; **goodput** is productive time over
   the job's wall time (its start to its end, or to now while it runs);
-- a **recovery** runs from a fault to the next attempt's ``first_step``, in the phases of ``PHASES``:
+- a **recovery** runs from a fault to the next attempt's first collective, in the phases of ``PHASES``
+  (named as docs/resuming.md names the recovery events that bound them):
 
-  ============ ====================================================================================
-  ``detect``   the fault -> the job noticed: a host's runtime ended, or the supervisor stopped the hosts
-  ``stop``     noticed -> every host stopped and the last checkpoint pass done (the attempt ended)
-  ``restore``  the attempt ended -> the next attempt's hosts launched: waiting for capacity, archiving
-               the attempt, restoring the checkpoints onto every host
-  ``restart``  hosts launched -> the script's first collective (its start, torch import, process group,
-               checkpoint load)
-  ============ ====================================================================================
+  ============== ==================================================================================
+  ``detect``     the fault -> the job noticed it (``fault``): a host's runtime ended, or the
+                 supervisor stopped the hosts (an interruption is noticed as it happens)
+  ``stop``       noticed -> every host stopped and the last checkpoint pass done: the attempt ended
+                 (``restart``)
+  ``restart``    the attempt ended -> the next attempt's hosts started (``hosts_started``): waiting
+                 for capacity, archiving the attempt, restoring the checkpoints onto every host
+  ``cold_start`` hosts started -> the process group formed (``process_group_formed``): the script's
+                 start, torch import, rendezvous and mesh
+  ``restore``    the process group formed -> training again: the script loads its state
+  ============== ==================================================================================
 
   A phase whose marks are missing is None (shown as unknown), never guessed.
 """
@@ -36,18 +41,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-PHASES = ("detect", "stop", "restore", "restart")
-FIRST_COLLECTIVE = "first_collective"  # the event a progress line records
+PHASES = ("detect", "stop", "restart", "cold_start", "restore")
+PROCESS_GROUP_FORMED, FIRST_COLLECTIVE = "process_group_formed", "first_collective"  # what rank 0 notes
 
 
-def progress_line(when: float, rank: int, pid: int) -> str:
-    """What the process group appends to ``output/progress.jsonl`` at its first collective."""
-    return json.dumps({"event": FIRST_COLLECTIVE, "time": when, "rank": rank, "pid": pid}) + "\n"
+def event_line(event: str, when: float, *, host: str | None, rank: int) -> str:
+    """A line of a host's ``output/events.jsonl`` (docs/resuming.md's format)."""
+    return json.dumps({"event": event, "time": when, "attempt": None, "host": host, "rank": rank}) + "\n"
 
 
-def first_steps(texts: Iterable[str]) -> list[float]:
-    """The times of every first collective in the hosts' progress files, sorted (bad lines are skipped:
-    a container wrote them)."""
+def event_times(texts: Iterable[str], event: str) -> list[float]:
+    """The times of ``event`` in the hosts' event files, sorted (bad lines are skipped: a container wrote them)."""
     found = []
     for text in texts:
         for line in text.splitlines():
@@ -55,14 +59,14 @@ def first_steps(texts: Iterable[str]) -> list[float]:
                 item = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(item, dict) and item.get("event") == FIRST_COLLECTIVE and isinstance(item.get("time"), (int, float)):
+            if isinstance(item, dict) and item.get("event") == event and isinstance(item.get("time"), (int, float)):
                 found.append(float(item["time"]))
     return sorted(found)
 
 
-def first_step_between(steps: Sequence[float], start: float, end: float | None) -> float | None:
-    """The first of ``steps`` within an attempt (from ``start`` up to ``end``, or on while it runs)."""
-    return next((step for step in steps if step >= start and (end is None or step <= end)), None)
+def first_between(times: Sequence[float], start: float, end: float | None) -> float | None:
+    """The first of ``times`` within an attempt (from ``start`` up to ``end``, or on while it runs)."""
+    return next((when for when in times if when >= start and (end is None or when <= end)), None)
 
 
 @dataclass(frozen=True)
@@ -73,8 +77,9 @@ class AttemptMarks:
     started: float  # the attempt began (its hosts were about to start)
     ended: float | None = None  # every host stopped; None while it runs
     outcome: str = ""  # the secondary status it ended in: Restarting, Interrupted, Completed, Failed, Stopped
-    launched: float | None = None  # its hosts were launched (its Training transition)
-    first_step: float | None = None  # the script's first collective
+    hosts_started: float | None = None  # its hosts were started (its Training transition)
+    process_group_formed: float | None = None  # rank 0's init_process_group returned
+    first_collective: float | None = None  # the script's first collective: training again
     fault: float | None = None  # the fault that ended it (None: it ended by itself)
     detected: float | None = None  # the job noticed the fault
     last_checkpoint: float | None = None  # the newest checkpoint file it wrote
@@ -86,23 +91,24 @@ class AttemptMarks:
             return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
         return cls(int(item.get("attempt", 1)), number("started") or 0.0, number("ended"), str(item.get("outcome", "")),
-                   number("launched"), number("first_step"), number("fault"), number("detected"), number("last_checkpoint"))
+                   number("hosts_started"), number("process_group_formed"), number("first_collective"), number("fault"),
+                   number("detected"), number("last_checkpoint"))
 
     def redone(self) -> float | None:
         """Seconds of training this attempt's fault threw away (0 without a fault)."""
         if self.fault is None:
             return 0.0
-        if self.first_step is None:
+        if self.first_collective is None:
             return None
-        saved = max(self.first_step, self.last_checkpoint or self.first_step)
+        saved = max(self.first_collective, self.last_checkpoint or self.first_collective)
         return max(0.0, self.fault - saved)
 
     def trained(self, now: float) -> float | None:
         """Seconds from the first collective to the fault, the end, or now."""
-        if self.first_step is None:
+        if self.first_collective is None:
             return None
         until = self.fault if self.fault is not None else self.ended if self.ended is not None else now
-        return max(0.0, until - self.first_step)
+        return max(0.0, until - self.first_collective)
 
 
 @dataclass(frozen=True)
@@ -113,8 +119,9 @@ class Recovery:
     outcome: str
     detect: float | None
     stop: float | None
-    restore: float | None
     restart: float | None
+    cold_start: float | None
+    restore: float | None
     total: float | None  # the fault -> training again
     redone: float | None  # the training since the last checkpoint, lost to the fault
 
@@ -148,14 +155,16 @@ def _span(start: float | None, end: float | None) -> float | None:
 
 def recovery(faulted: AttemptMarks, following: AttemptMarks | None) -> Recovery:
     """The phases from ``faulted``'s fault until ``following`` trained (None where a mark is missing)."""
-    launched = following.launched if following else None
-    first = following.first_step if following else None
+    started = following.hosts_started if following else None
+    formed = following.process_group_formed if following else None
+    first = following.first_collective if following else None
     return Recovery(
         faulted.attempt, faulted.outcome,
         detect=_span(faulted.fault, faulted.detected),
         stop=_span(faulted.detected, faulted.ended),
-        restore=_span(faulted.ended, launched),
-        restart=_span(launched, first),
+        restart=_span(faulted.ended, started),
+        cold_start=_span(started, formed),
+        restore=_span(formed, first),
         total=_span(faulted.fault, first),
         redone=faulted.redone(),
     )
@@ -188,7 +197,7 @@ def render(goodput: Goodput) -> list[str]:
     ratio = "unknown" if goodput.ratio is None else f"{goodput.ratio * 100:.1f} %"
     lines = [f"goodput {ratio}: productive training {seconds(goodput.productive)} of {seconds(goodput.wall)}"]
     for item in goodput.recoveries:
-        phases = ", ".join(f"{name} {seconds(value)}" for name, value in item.phases().items())
+        phases = ", ".join(f"{name.replace('_', ' ')} {seconds(value)}" for name, value in item.phases().items())
         lines.append(f"recovery after attempt {item.attempt} ({item.outcome}): {seconds(item.total)} to training again "
                      f"({phases}); work redone {seconds(item.redone)}")
     return lines

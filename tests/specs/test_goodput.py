@@ -12,52 +12,57 @@ from smddp_sdk.specs.goodput import AttemptMarks
 
 
 def test_an_interrupted_job_counts_training_less_the_work_redone_and_splits_each_recovery_into_its_phases() -> None:
-    first = AttemptMarks(1, started=100, launched=101, first_step=110, last_checkpoint=150, fault=160, detected=161, ended=163, outcome="Interrupted")
-    second = AttemptMarks(2, started=165, launched=170, first_step=180, ended=230, outcome="Completed")
+    first = AttemptMarks(1, started=100, hosts_started=101, process_group_formed=106, first_collective=110, last_checkpoint=150, fault=160, detected=161,
+                         ended=163, outcome="Interrupted")
+    second = AttemptMarks(2, started=165, hosts_started=170, process_group_formed=176, first_collective=180, ended=230, outcome="Completed")
     result = goodput.compute([first, second], started=100, ended=231)
     assert [(row.trained, row.redone, row.productive) for row in result.attempts] == [(50, 10, 40), (50, 0, 50)]
     assert result.productive == 90 and result.wall == 131
     assert result.ratio == pytest.approx(90 / 131)
     (recovery,) = result.recoveries
-    assert recovery.phases() == {"detect": 1, "stop": 2, "restore": 7, "restart": 10}
+    assert recovery.phases() == {"detect": 1, "stop": 2, "restart": 7, "cold_start": 6, "restore": 4}
     assert (recovery.total, recovery.redone, recovery.attempt, recovery.outcome) == (20, 10, 1, "Interrupted")
 
 
 def test_a_checkpoint_written_after_the_fault_loses_nothing_and_none_loses_the_whole_attempt() -> None:
-    on_notice = AttemptMarks(1, started=0, first_step=10, last_checkpoint=31, fault=30, detected=30, ended=32)
-    none = AttemptMarks(1, started=0, first_step=10, fault=30, detected=30, ended=32)
+    on_notice = AttemptMarks(1, started=0, first_collective=10, last_checkpoint=31, fault=30, detected=30, ended=32)
+    none = AttemptMarks(1, started=0, first_collective=10, fault=30, detected=30, ended=32)
     assert on_notice.redone() == 0
     assert none.redone() == 20
 
 
 def test_a_mark_not_recorded_is_unknown_never_guessed() -> None:
-    first = AttemptMarks(1, started=0, launched=1, first_step=None, fault=30, detected=31, ended=32, outcome="Restarting")
-    second = AttemptMarks(2, started=33, launched=34, first_step=None)
+    first = AttemptMarks(1, started=0, hosts_started=1, fault=30, detected=31, ended=32, outcome="Restarting")
+    second = AttemptMarks(2, started=33, hosts_started=34, process_group_formed=40)
     result = goodput.compute([first, second], started=0, ended=None, now=60)
     assert result.productive is None and result.ratio is None
     (recovery,) = result.recoveries
-    assert (recovery.detect, recovery.stop, recovery.restore, recovery.restart, recovery.total, recovery.redone) == (1, 1, 2, None, None, None)
+    assert (recovery.detect, recovery.stop, recovery.restart, recovery.cold_start, recovery.restore) == (1, 1, 2, 6, None)
+    assert (recovery.total, recovery.redone) == (None, None)
     lines = goodput.render(result)
     assert lines[0] == "goodput unknown: productive training unknown of 60.0 s"
-    assert "restart unknown" in lines[1] and "work redone unknown" in lines[1]
+    assert "cold start 6.0 s, restore unknown" in lines[1] and "work redone unknown" in lines[1]
 
 
 def test_a_running_attempt_counts_until_now_from_the_record_state_json_keeps() -> None:
-    record = {"started": 100.0, "ended": None, "attempt": 2, "attempt_started": 150.0, "marks": {"launched": 151, "first_step": 160},
-              "attempts": [{"attempt": 1, "started": 100, "ended": 140, "outcome": "Restarting", "launched": 101, "first_step": 105,
+    record = {"started": 100.0, "ended": None, "attempt": 2, "attempt_started": 150.0,
+              "marks": {"hosts_started": 151, "process_group_formed": 155, "first_collective": 160},
+              "attempts": [{"attempt": 1, "started": 100, "ended": 140, "outcome": "Restarting", "hosts_started": 101, "first_collective": 105,
                             "fault": 135, "detected": 136, "last_checkpoint": 125, "reason": "the platform failed it"}]}
     result = goodput.from_record(json.loads(json.dumps(record)), now=200)
     assert result is not None
     assert [row.productive for row in result.attempts] == [20, 40]
     assert result.ratio == pytest.approx(60 / 100)
-    assert result.recoveries[0].phases() == {"detect": 1, "stop": 4, "restore": 11, "restart": 9}
+    assert result.recoveries[0].phases() == {"detect": 1, "stop": 4, "restart": 11, "cold_start": 4, "restore": 5}
     assert goodput.from_record({"state": "PENDING"}) is None
 
 
-def test_progress_lines_name_the_first_collective_and_bad_lines_are_skipped() -> None:
-    text = goodput.progress_line(120.5, 0, 42) + "not json\n" + json.dumps({"event": "first_collective", "time": "soon"}) + "\n"
-    steps = goodput.first_steps([text, goodput.progress_line(90.0, 0, 7)])
-    assert steps == [90.0, 120.5]
-    assert goodput.first_step_between(steps, 100, None) == 120.5
-    assert goodput.first_step_between(steps, 80, 95) == 90.0
-    assert goodput.first_step_between(steps, 130, None) is None
+def test_event_lines_keep_the_recovery_events_format_and_bad_lines_are_skipped() -> None:
+    line = goodput.event_line("first_collective", 120.5, host="algo-1", rank=0)
+    assert json.loads(line) == {"event": "first_collective", "time": 120.5, "attempt": None, "host": "algo-1", "rank": 0}
+    text = line + "not json\n" + json.dumps({"event": "first_collective", "time": "soon"}) + "\n" + goodput.event_line("process_group_formed", 119, host=None, rank=0)
+    times = goodput.event_times([text, goodput.event_line("first_collective", 90.0, host="algo-2", rank=0)], "first_collective")
+    assert times == [90.0, 120.5]
+    assert goodput.first_between(times, 100, None) == 120.5
+    assert goodput.first_between(times, 80, 95) == 90.0
+    assert goodput.first_between(times, 130, None) is None

@@ -10,8 +10,8 @@ together) passes: MaxWaitTimeExceeded. Each attempt keeps the job's name and res
 synced so far on every host.
 
 What ``status`` shows comes from ``state.json``, the one record of the job: ``attempt``, ``attempts``
-(one entry per attempt, with how it ended and its goodput marks: when its hosts launched, its first
-collective, the fault and when it was noticed, its newest checkpoint; ``marks`` while it runs;
+(one entry per attempt, with how it ended and its goodput marks: when its hosts started, its process group
+formed and its first collective came, the fault and when it was noticed, its newest checkpoint; ``marks`` while it runs;
 ``specs.goodput``), ``transitions`` (SageMaker's SecondaryStatusTransitions: status, start, end,
 message), and ``training_seconds``/``billable_seconds`` computed as SageMaker's TrainingTimeInSeconds
 (first Training to the end) and BillableTimeInSeconds (the time the hosts ran).

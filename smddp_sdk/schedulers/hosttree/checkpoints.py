@@ -106,6 +106,15 @@ class CheckpointSync:
         self._say(f"restored {len(entries)} checkpoint files from {self.uri} into {len(self.host_dirs)} hosts")
         return len(entries)
 
+    @property
+    def synced(self) -> dict[str, tuple[int, int]]:
+        """What is at the location already: key -> (size, mtime_ns) of the file as last copied."""
+        return dict(self._synced)
+
+    def remember(self, synced: dict[str, tuple[int, int]]) -> None:
+        """Count these files as synced (what another process restored): they are not copied out again."""
+        self._synced.update(synced)
+
     def sync_once(self) -> int:
         """Copy out every file that is new or changed since it was last copied; returns how many."""
         with self._lock:

@@ -135,7 +135,7 @@ class Supervisor:
             self.stop(JobState.FAILED, f"could not start the hosts: {exc}")
         else:
             self.timeline.enter(attempts.TRAINING, f"attempt {self.timeline.attempt}: the hosts run the script")
-            self.timeline.mark("launched", time.time())
+            self.timeline.mark("hosts_started", time.time())
             self.update(state=JobState.RUNNING.value)
         if sync is not None:
             sync.start()
@@ -287,29 +287,31 @@ class Supervisor:
         if now - self.last_heartbeat >= HEARTBEAT_SECONDS:
             self.last_heartbeat = now
             (self.job_dir.path / HEARTBEAT).touch()
-            self.mark_first_step()
+            self.mark_script_progress()
         if stacks.take_request(self.job_dir.path):  # `smddp-launch stacks`: the runtimes pass it to their ranks
             for host in self.running_hosts():
                 self.backend.signal(host, contract.STACKS_SIGNAL)
         self.check_interruption()
 
-    def mark_first_step(self) -> None:
-        """The script's first collective in this attempt (``specs.goodput``: training again), once noted."""
-        if "first_step" in self.state.get("marks", {}):
+    def mark_script_progress(self) -> None:
+        """When this attempt's process group formed and its first collective came (``specs.goodput``:
+        training again), from the hosts' event files, until both are noted."""
+        marks = self.state.get("marks", {})
+        if goodput.FIRST_COLLECTIVE in marks:
             return
         texts = []
         for host in self.hosts:  # in docker mode a container wrote these: bounded, links not followed
-            raw = read_inside(self.job_dir.host_dir(host), "output/progress.jsonl", 1024 * 1024)
+            raw = read_inside(self.job_dir.host_dir(host), "output/events.jsonl", 1024 * 1024)
             texts.append(raw.decode("utf-8", errors="replace") if raw else "")
-        first = goodput.first_step_between(goodput.first_steps(texts), self.attempt_started, None)
-        if first is not None:
-            self.timeline.mark("first_step", first)
-            self.save()
+        for event in (goodput.PROCESS_GROUP_FORMED, goodput.FIRST_COLLECTIVE):
+            when = goodput.first_between(goodput.event_times(texts, event), self.attempt_started, None)
+            if when is not None and self.timeline.mark(event, when):
+                self.save()
 
     def mark_fault(self) -> None:
-        """Before the attempt's entry is closed: its first step (if not seen yet), the fault that ended it (the
+        """Before the attempt's entry is closed: its first collective (if not seen yet), the fault that ended it (the
         root cause's time; an interruption marked its own) and its newest checkpoint."""
-        self.mark_first_step()
+        self.mark_script_progress()
         failed = any(e.code != 0 for e in self.exits.values()) and self.interruption is None
         verdict = self.verdict() if failed else None
         root = verdict.root if verdict is not None else None
@@ -498,7 +500,7 @@ class Supervisor:
         if state is JobState.FAILED:
             self.mark_fault()
         else:
-            self.mark_first_step()
+            self.mark_script_progress()
         self.timeline.end_attempt(final, message, self.attempt_started)
         self.timeline.enter(final, message)
         self.timeline.close()
