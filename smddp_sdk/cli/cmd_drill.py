@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from smddp_sdk import launcher
-from smddp_sdk.cli.cmd_jobs import job_target, scheduler_option
+from smddp_sdk.cli.cmd_jobs import job_target, scheduler_option, status_as_dict
 from smddp_sdk.cli.common import build_scheduler, console, scheduler_named
 from smddp_sdk.cli.params import flags_layer
 from smddp_sdk.config.job_file import resolve_job
@@ -100,7 +100,7 @@ def drill(ctx: click.Context, job: str, options: list[tuple[str, str]], kinds: s
         if report.status is not None:
             report.differences = drills.differences(report.status.model_data, report.straight.model_data)
     if as_json:
-        click.echo(json.dumps(report.to_json(), indent=2, default=str))
+        click.echo(json.dumps(report.to_json(status_as_dict(report.status) if report.status else None), indent=2, default=str))
     else:
         click.echo("\n".join(drills.render(report)))
     ctx.exit(0 if report.ok else 1)

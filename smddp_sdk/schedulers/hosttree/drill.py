@@ -35,7 +35,7 @@ import statistics
 import tarfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ from smddp_sdk.schedulers import stores
 from smddp_sdk.schedulers.hosttree import docker_cli
 from smddp_sdk.schedulers.hosttree.attempts import Interruption
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir
-from smddp_sdk.specs.goodput import FIRST_COLLECTIVE, Goodput, Recovery
+from smddp_sdk.specs.goodput import FIRST_COLLECTIVE, Goodput, Recovery, seconds
 from smddp_sdk.specs.job import JobSpec
 from smddp_sdk.specs.status import JobHandle, JobState, JobStatus
 
@@ -76,7 +76,7 @@ def plan_faults(kinds: Sequence[str], rounds: int, hosts: Sequence[str], *, at: 
     if any(delay < 0 for delay in at) or (between is not None and not 0 <= between[0] <= between[1]):
         problems.append(SpecIssue("at", "delays are seconds >= 0, a range LOW-HIGH with LOW <= HIGH"))
     if problems:
-        raise SpecError(*problems)
+        raise SpecError(problems)
     draw = random.Random(seed)
     delays = [at[min(index, len(at) - 1)] if at else draw.uniform(*(between or (5.0, 20.0))) for index in range(rounds)]
     victim = host or hosts[-1]
@@ -133,16 +133,14 @@ class DrillReport:
         succeeded = self.status is not None and self.status.state is JobState.SUCCEEDED
         return succeeded and not self.problems and self.equal is not False
 
-    def to_json(self) -> dict[str, Any]:
-        from smddp_sdk.cli.cmd_jobs import status_as_dict  # the one JSON form of a status
-
+    def to_json(self, status: dict[str, Any] | None) -> dict[str, Any]:
+        """The report as JSON, with the drilled job's ``status`` in the form ``status --json`` prints."""
         return {
             "handle": str(self.handle), "ok": self.ok, "problems": self.problems,
-            "faults": [{"round": item.fault.round, "kind": item.fault.kind, "after": item.fault.after, "host": item.fault.host,
-                        "rank": item.fault.rank, "injected": item.at, "attempt": item.attempt} for item in self.injected],
-            "status": status_as_dict(self.status) if self.status else None,
+            "faults": [{**asdict(item.fault), "injected": item.at, "attempt": item.attempt} for item in self.injected],
+            "status": status,
             "checkpoint_interval": self.checkpoint_interval, "measured_goodput": self.measured_goodput,
-            "predicted_goodput": self.predicted_goodput, "model": self.model.__dict__ if self.model else None,
+            "predicted_goodput": self.predicted_goodput, "model": asdict(self.model) if self.model else None,
             "straight": str(self.straight.handle) if self.straight else None, "equal": self.equal, "differences": self.differences,
         }
 
@@ -208,7 +206,7 @@ class Drill:
         elif fault.kind == "host":
             os.kill(int(host["pid"]), signal.SIGKILL)
         else:
-            os.kill(rank_pid(job_dir, fault.host, fault.rank), signal.SIGKILL)
+            os.kill(rank_pid(int(host["pid"]), fault.host, fault.rank), signal.SIGKILL)
 
     def wait(self, condition: Callable[[], Any], what: str) -> Any:
         """``condition()``'s first true value; None once the job ended without it."""
@@ -231,23 +229,35 @@ class Drill:
         return status
 
 
-def rank_pid(job_dir: JobDir, host: str, rank: int | None) -> int:
-    """The process of ``rank`` (the host's last rank when None) of a local job, found by its environment."""
-    marker = str(job_dir.path).encode()
-    found: dict[int, int] = {}
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc: each process's parent)."""
+    children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
         try:
-            environ = (entry / "environ").read_bytes()
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) if entry.name.isdigit() else None
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent is not None:
+            children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
+
+
+def rank_pid(runtime: int, host: str, rank: int | None) -> int:
+    """The process of ``rank`` (the host's last rank when None) below a local host's runtime, by its RANK."""
+    found: dict[int, int] = {}
+    for pid in sorted(descendants(runtime)):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
         except OSError:
             continue
-        if marker not in environ or f"SM_CURRENT_HOST={host}".encode() not in environ.split(b"\0"):
-            continue
         values = dict(item.split(b"=", 1) for item in environ.split(b"\0") if b"=" in item)
-        if b"RANK" in values and values[b"RANK"].isdigit():
-            number = int(values[b"RANK"])
-            found[number] = min(found.get(number, int(entry.name)), int(entry.name))  # the rank, not a child it started
+        if values.get(b"RANK", b"").isdigit():
+            found.setdefault(int(values[b"RANK"]), pid)  # the lowest pid: the rank, not a child it started
     if not found or (rank is not None and rank not in found):
         raise SpecError(SpecIssue("rank", f"no running rank {rank if rank is not None else ''} found on {host}",
                                   f"its ranks: {sorted(found) or 'none (rank faults are drilled on local jobs)'}"))
@@ -327,8 +337,6 @@ def differences(drilled: str | None, straight: str | None) -> list[str]:
 
 def render(report: DrillReport) -> list[str]:
     """The drill's report, one line each."""
-    from smddp_sdk.specs.goodput import seconds
-
     status = report.status
     lines = [f"drill of {report.handle}: {status.state.value if status else 'did not end'}" + (f" ({status.message})" if status and status.message else "")]
     for item in report.injected:

@@ -497,10 +497,10 @@ class Supervisor:
             return  # the supervisor failed before the job began
         final = {JobState.SUCCEEDED: attempts.COMPLETED, JobState.CANCELLED: attempts.STOPPED}.get(state, attempts.FAILED)
         final = next((limit for limit in attempts.LIMITS_EXCEEDED if message.startswith(limit)), final)
-        if state is JobState.FAILED:
-            self.mark_fault()
-        else:
-            self.mark_script_progress()
+        try:
+            self.mark_fault() if state is JobState.FAILED else self.mark_script_progress()
+        except Exception as exc:  # noqa: BLE001 - the marks never keep the job's end from being recorded
+            self.say(f"warning: the last attempt's goodput marks were not recorded: {exc}")
         self.timeline.end_attempt(final, message, self.attempt_started)
         self.timeline.enter(final, message)
         self.timeline.close()
