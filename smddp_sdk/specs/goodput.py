@@ -193,7 +193,10 @@ def seconds(value: float | None) -> str:
 
 
 def render(goodput: Goodput) -> list[str]:
-    """The lines ``status`` shows: the goodput, then one line per recovery with its phases."""
+    """The lines ``status`` shows: the goodput, then one line per recovery with its phases; none when nothing
+    is known (a job whose script has no smddp process group, and no recovery)."""
+    if goodput.productive is None and not goodput.recoveries:
+        return []
     ratio = "unknown" if goodput.ratio is None else f"{goodput.ratio * 100:.1f} %"
     lines = [f"goodput {ratio}: productive training {seconds(goodput.productive)} of {seconds(goodput.wall)}"]
     for item in goodput.recoveries:
