@@ -52,6 +52,18 @@ def test_the_batch_script_restores_before_the_step_and_syncs_beside_it(tmp_path:
     assert not any("not synced" in note for note in dryrun.notes)
 
 
+
+def test_the_batch_scripts_attempt_lines_are_json(tmp_path: Path) -> None:
+    scheduler = get_scheduler("slurm", job_root=str(tmp_path / "jobs"), client=FakeSlurm())
+    script = render(scheduler.dryrun(spec_for(tmp_path, "print('hi')\n", "lines")).request).splitlines()
+    recording = [line for line in script if line.startswith(("attempt=", "printf "))]
+    (tmp_path / "jobs" / "lines").mkdir(parents=True)
+    subprocess.run(["bash", "-c", "\n".join(["code=3", *recording])], check=True, env={**os.environ, "SLURM_RESTART_COUNT": "1"})
+    lines = [json.loads(line) for line in (tmp_path / "jobs" / "lines" / "attempts.jsonl").read_text().splitlines()]
+    assert [(line["attempt"], sorted(line)) for line in lines] == [(2, ["attempt", "started"]), (2, ["attempt", "code", "ended"])]
+    assert lines[1]["code"] == 3 and lines[1]["ended"] >= lines[0]["started"]
+
+
 def stage(tmp_path: Path, uri: str) -> SlurmJobDir:
     job_dir = SlurmJobDir(tmp_path / "job")
     job_dir.checkpoint_dir.mkdir(parents=True)
