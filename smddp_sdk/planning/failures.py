@@ -124,7 +124,7 @@ def _duration(seconds: float | None) -> str:
 def render_failures(model: FailureModel, rows: list[FailureRow], source: str, spot_price: float | None) -> str:
     head = (f"under failures: {model.failure_rate:.3g} failures per instance-hour ({source})"
             + (f" + {model.spot_rate:.3g} spot interruptions" if model.spot_rate else "")
-            + f"; checkpoint every {_duration(model.checkpoint_interval_s)}, each {model.checkpoint_s:g} s; recovery {model.recovery_s:g} s")
+            + f"; checkpoint every {_duration(model.checkpoint_interval_s)}, each {model.checkpoint_s:g} s; recovery {model.recovery_s:.1f} s")
     cols = f"{'hosts':>5} {'MTBF':>9} {'faults/day':>10} {'goodput':>8} {'best interval':>13} {'its goodput':>11} {'$/productive h':>14}"
     lines = [head, "", cols, "-" * len(cols)]
     for row in rows:

@@ -57,10 +57,36 @@ def test_plan_shows_goodput_under_failures_in_the_table_and_json() -> None:
     table = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert table.exit_code == 0, table.output
     assert "under failures: 0.000158 failures per instance-hour (Llama 3" in table.output
-    assert "checkpoint every 15.0 min, each 30 s; recovery 120 s" in table.output
+    assert "checkpoint every 15.0 min, each 30 s; recovery 120.0 s" in table.output
     result = CliRunner().invoke(cli, [*args, "--json", "--failure-rate", "0.001", "--spot-price-per-hour", "12"], catch_exceptions=False)
     failures = json.loads(result.output)["failures"]
     assert failures["source"] == "given" and failures["model"]["failure_rate"] == 0.001
     rows = {row["instances"]: row for row in failures["rows"]}
     assert rows[2048]["goodput"] < rows[16]["goodput"]
     assert rows[16]["cost_per_productive_hour"] == pytest.approx(16 * 12 / rows[16]["goodput"])
+
+
+def test_the_recovery_time_can_come_from_a_drilled_jobs_recoveries(tmp_path, monkeypatch) -> None:
+    """A finished job's record as the local scheduler writes it (its plan from a dry run), with recoveries."""
+    from smddp_sdk.schedulers.local import LocalScheduler
+    from smddp_sdk.specs.job import JobSpec
+
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    spec = JobSpec.from_mapping({"entry_point": str(tmp_path / "train.py"), "instance_type": "local", "instance_count": 2, "job_name": "drilled"})
+    dryrun = LocalScheduler(job_root=str(tmp_path / "jobs")).dryrun(spec)
+    job = tmp_path / "jobs" / "drilled"
+    job.mkdir(parents=True)
+    (job / "job.json").write_text(json.dumps({"handle": dryrun.request.handle, "job_name": "drilled", "spec": spec.as_dict(), "plan": dryrun.request.to_json()}))
+    attempt = {"hosts_started": 1, "first_collective": 5, "detected": 20, "ended": 21}
+    (job / "state.json").write_text(json.dumps({"state": "SUCCEEDED", "started": 0, "ended": 200, "attempts": [
+        {**attempt, "attempt": 1, "started": 0, "fault": 20, "outcome": "Restarting"},
+        {"attempt": 2, "started": 30, "hosts_started": 31, "first_collective": 50, "fault": 60, "detected": 60, "ended": 61, "outcome": "Interrupted"},
+        {"attempt": 3, "started": 70, "hosts_started": 71, "first_collective": 100, "ended": 199, "outcome": "Completed"}]}))
+    monkeypatch.setenv("SMDDP_JOB_ROOT", str(tmp_path / "jobs"))
+    args = ["plan", "--instance-type", "sim:1000mbit", "--compute-ms", "50", "--gradient-mb", "10", "--instances", "2", "--json"]
+    result = CliRunner().invoke(cli, [*args, "--recovery-from", "local://drilled"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["failures"]["model"]["recovery_s"] == 35  # the median of 30 s and 40 s
+    (job / "state.json").write_text(json.dumps({"state": "SUCCEEDED", "started": 0, "ended": 9, "attempts": []}))
+    refused = CliRunner().invoke(cli, [*args, "--recovery-from", "local://drilled"])
+    assert refused.exit_code == 2 and "recorded no recovery" in refused.output
