@@ -4,6 +4,11 @@ keeps (pure; the rule is the module's docstring)."""
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -66,3 +71,37 @@ def test_event_lines_keep_the_recovery_events_format_and_bad_lines_are_skipped()
     assert goodput.first_between(times, 100, None) == 120.5
     assert goodput.first_between(times, 80, 95) == 90.0
     assert goodput.first_between(times, 130, None) is None
+
+
+RANK = '''
+import os, sys
+import torch, torch.distributed as dist
+import smddp_sdk.collectives  # registers smddp
+dist.init_process_group("smddp", rank=int(sys.argv[1]), world_size=2, init_method="tcp://127.0.0.1:" + sys.argv[2])
+group = dist.distributed_c10d._get_default_group()
+shadowed = sorted(name for name in vars(group) if not name.startswith("_") and callable(vars(group)[name]))
+tensor = torch.ones(3)
+dist.all_reduce(tensor)
+dist.all_reduce(tensor)
+print(shadowed != [], sorted(name for name in vars(group) if callable(vars(group)[name])) == [], tensor.tolist(), flush=True)
+dist.destroy_process_group()
+'''
+
+
+@pytest.mark.jobs
+def test_rank_0_notes_its_group_formed_and_first_collective_once_and_collectives_work_on(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    root = str(Path(__file__).resolve().parents[2])
+    ranks = [subprocess.Popen([sys.executable, "-c", RANK, str(rank), port], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": root, "SM_OUTPUT_DIR": str(tmp_path / f"host{rank}" / "output"), "SM_CURRENT_HOST": f"algo-{rank + 1}"})
+             for rank in (0, 1)]
+    outputs = [rank.communicate(timeout=300)[0] for rank in ranks]
+    assert all(rank.returncode == 0 for rank in ranks), outputs
+    assert outputs[0].split("\n")[0] == "True True [4.0, 4.0, 4.0]"  # shadowed until the first call, then none left
+    events = [json.loads(line) for line in (tmp_path / "host0" / "output" / "events.jsonl").read_text().splitlines()]
+    assert [(item["event"], item["host"], item["rank"]) for item in events] == [("process_group_formed", "algo-1", 0), ("first_collective", "algo-1", 0)]
+    assert events[0]["time"] <= events[1]["time"]
+    assert not (tmp_path / "host1" / "output" / "events.jsonl").exists()  # rank 0 alone notes them
