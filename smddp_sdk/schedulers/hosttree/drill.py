@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from smddp_sdk.errors import SpecError, SpecIssue
+from smddp_sdk.errors import SmddpError, SpecError, SpecIssue
 from smddp_sdk.planning.failures import FailureModel
 from smddp_sdk.schedulers import stores
 from smddp_sdk.schedulers.hosttree import docker_cli
@@ -153,10 +153,9 @@ class Drill:
         self.submit = submit  # starts a job and remembers its name (the CLI's: `status NAME` finds it)
         self.say = say
         self.timeout = timeout
-        self.handle = JobHandle("local", "")  # the drilled job, once submitted
 
     def run(self, spec: JobSpec, faults: Sequence[Fault], *, checkpoint_s: float = 0.0, checkpoint_interval: float | None = None) -> DrillReport:
-        handle = self.handle = self.submit(spec)
+        handle = self.submit(spec)
         report = DrillReport(handle)
         self.say(f"drilling {handle}: {len(faults)} round(s): " + ", ".join(f"{f.kind} after {f.after:g} s" for f in faults))
         job_dir = JobDir(self.scheduler.job_path(handle))
@@ -176,7 +175,8 @@ class Drill:
 
     def round(self, handle: JobHandle, job_dir: JobDir, fault: Fault, report: DrillReport) -> str:
         """Inject ``fault`` once its attempt trained its delay; "" or why the round could not run."""
-        first = self.wait(lambda: self.training(job_dir, fault.round), f"attempt {fault.round} to train (its first collective)")
+        first = self.wait(handle, lambda: self.training(job_dir, fault.round),
+                          f"attempt {fault.round} to train (its first collective: a script whose process group is not smddp's notes none)")
         if first is None:
             return f"round {fault.round}: the job ended before attempt {fault.round} trained: {self.scheduler.status(handle).message}"
         time.sleep(max(0.0, first + fault.after - time.time()))
@@ -186,7 +186,7 @@ class Drill:
         self.inject(handle, job_dir, fault, state)
         report.injected.append(Injected(fault, time.time(), fault.round))
         self.say(f"round {fault.round}: {fault.kind} fault on {fault.host}" + (f" rank {fault.rank}" if fault.rank is not None else "") + f" after {fault.after:g} s of training")
-        moved = self.wait(lambda: (job_dir.read_state().get("attempt", 1) > fault.round) or None, f"attempt {fault.round + 1} to start")
+        moved = self.wait(handle, lambda: (job_dir.read_state().get("attempt", 1) > fault.round) or None, f"attempt {fault.round + 1} to start")
         return "" if moved else f"round {fault.round}: the job ended instead of restarting: {self.scheduler.status(handle).message}"
 
     def training(self, job_dir: JobDir, attempt: int) -> float | None:
@@ -208,23 +208,23 @@ class Drill:
         else:
             os.kill(rank_pid(int(host["pid"]), fault.host, fault.rank), signal.SIGKILL)
 
-    def wait(self, condition: Callable[[], Any], what: str) -> Any:
-        """``condition()``'s first true value; None once the job ended without it."""
+    def wait(self, handle: JobHandle, condition: Callable[[], Any], what: str) -> Any:
+        """``condition()``'s first true value; None once ``handle``'s job ended without it."""
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
             value = condition()
             if value:
                 return value
-            if self.scheduler.status(self.handle).state.is_terminal:
+            if self.scheduler.status(handle).state.is_terminal:
                 return condition() or None  # it may have turned true as the job ended
             time.sleep(POLL)
-        raise TimeoutError(f"the drill waited {self.timeout:g} s for {what}")
+        raise SmddpError(f"the drill waited {self.timeout:g} s (--timeout) for {what}; the job is cancelled")
 
     def wait_end(self, handle: JobHandle) -> JobStatus:
         deadline = time.monotonic() + self.timeout
         while not (status := self.scheduler.status(handle)).state.is_terminal:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"the drill waited {self.timeout:g} s for {handle} to end")
+                raise SmddpError(f"the drill waited {self.timeout:g} s (--timeout) for {handle} to end; the job is cancelled")
             time.sleep(POLL)
         return status
 
