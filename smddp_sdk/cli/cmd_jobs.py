@@ -26,6 +26,7 @@ from smddp_sdk.cli.output import color_enabled, state_text
 from smddp_sdk.cli.params import key_value
 from smddp_sdk.errors import SmddpError, SpecError, SpecIssue, did_you_mean
 from smddp_sdk.schedulers.base import Listed, Scheduler, brief, newest
+from smddp_sdk.specs import goodput
 from smddp_sdk.specs.status import SCHEDULER_NAMES, JobHandle, JobState, JobStatus, LogLine
 
 JOB_HELP = ("JOB is the job name `run` printed, or its handle: local://<job>, docker://<job> or "
@@ -72,7 +73,8 @@ def status(ctx: click.Context, job: str, options: list[tuple[str, str]], as_json
     --json prints every field of the status: handle, state, message, failure, other_failures, hosts,
     model_data, output_data, archive_skipped, submitted, started, ended (seconds since the epoch), duration,
     attempt, attempts, retries_left (local and docker jobs), interruptions, transitions, training_seconds,
-    billable_seconds, scheduler_job_id (Slurm's job id, SageMaker's ARN), job_dir, logs, undescribed, and
+    billable_seconds, goodput (wall, productive and ratio; per attempt trained, redone and productive seconds;
+    per recovery its phases detect, stop, restart, cold_start and restore, its total and the work redone), scheduler_job_id (Slurm's job id, SageMaker's ARN), job_dir, logs, undescribed, and
     details: what only that scheduler reports (Slurm's slurm_state and nodes; SageMaker's TrainingJobStatus
     and SecondaryStatus)."""
     handle, scheduler, _ = job_target(job, options)
@@ -525,7 +527,7 @@ def render_status(job_status: JobStatus, color: bool) -> str:
     lines += [f"  left out of {skipped}" for skipped in job_status.archive_skipped]
     if job_status.scheduler_job_id:
         lines.append(f"  {job_status.handle.scheduler} job id: {job_status.scheduler_job_id}")
-    return "\n".join(lines + attempt_lines(job_status))
+    return "\n".join(lines + attempt_lines(job_status) + goodput_lines(job_status))
 
 
 def attempt_lines(job_status: JobStatus) -> list[str]:
@@ -542,6 +544,11 @@ def attempt_lines(job_status: JobStatus) -> list[str]:
         clock = datetime.fromtimestamp(item.start).strftime("%H:%M:%S") if item.start else "--:--:--"
         lines.append(f"  {clock} {item.status:<20} {item.message}".rstrip())
     return lines
+
+
+def goodput_lines(job_status: JobStatus) -> list[str]:
+    """Productive training over wall time and each recovery's phases (``specs.goodput``), where recorded."""
+    return [f"  {line}" for line in goodput.render(job_status.goodput)] if job_status.goodput is not None else []
 
 
 def status_as_dict(job_status: JobStatus) -> dict[str, Any]:

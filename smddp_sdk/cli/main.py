@@ -198,9 +198,9 @@ def main() -> None:
 
 
 def _register() -> None:
-    from smddp_sdk.cli import cmd_image, cmd_interrupt, cmd_jobs, cmd_metrics, cmd_plan, cmd_run, cmd_setup, cmd_stacks
+    from smddp_sdk.cli import cmd_drill, cmd_image, cmd_interrupt, cmd_jobs, cmd_metrics, cmd_plan, cmd_run, cmd_setup, cmd_stacks
 
-    for module in (cmd_run, cmd_jobs, cmd_stacks, cmd_interrupt, cmd_metrics, cmd_image, cmd_setup, cmd_plan):
+    for module in (cmd_run, cmd_jobs, cmd_stacks, cmd_interrupt, cmd_drill, cmd_metrics, cmd_image, cmd_setup, cmd_plan):
         for command in module.COMMANDS:
             cli.add_command(command)
 

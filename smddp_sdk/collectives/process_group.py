@@ -31,7 +31,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from smddp_sdk.collectives import native, profile, sagemaker_compat
+from smddp_sdk.collectives import native, profile, progress, sagemaker_compat
 from smddp_sdk.collectives.algorithms import forced_algorithm
 from smddp_sdk.collectives.calls import Call
 from smddp_sdk.collectives.communicator import Communicator
@@ -164,6 +164,7 @@ class SmddpProcessGroup:
         self._in_collective = False  # the worker is inside a collective (not merely completing a future)
         self._nccl_group: dist.ProcessGroup | None = None
         self._attach_core()
+        progress.watch(self)  # specs.goodput: the group formed, then its first collective
 
     # identity (functional collectives need the name stored on the Python side) ------------------------
     def getBackendName(self) -> str:  # noqa: N802 - torch's name

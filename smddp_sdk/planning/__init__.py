@@ -8,6 +8,7 @@ Stdlib only (the CLI and the estimator use it without torch). The pieces:
                  instance types, the bundled backend's algorithms and gloo on CPU and simulated hosts
 * ``step``       a step's compute and its collectives; overlap of communication with backward
 * ``profile_io`` step profiles recorded with SMDDP_PROFILE (smddp_sdk/collectives/profile.py)
+* ``failures``   goodput and cost under failures: failure rate, checkpoint interval (and its optimum), recovery time
 * ``plan``       the table, JSON and SVG of ``smddp-launch plan``
 
 ``plan_job`` is the one entry point the CLI and ``Estimator.plan`` share.
@@ -20,8 +21,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from smddp_sdk.errors import SpecError, SpecIssue
+from smddp_sdk.planning.failures import model_for
 from smddp_sdk.planning.hardware import CATALOG, topology
-from smddp_sdk.planning.plan import Plan, make_plan, parse_counts
+from smddp_sdk.planning.plan import Plan, make_plan, parse_counts, with_failures
 from smddp_sdk.planning.profile_io import read_step_profile
 from smddp_sdk.planning.step import StepProfile, from_figures
 
@@ -83,8 +85,15 @@ def plan_for_spec(
     batch_size: int | None = None,
     samples_per_epoch: int | None = None,
     price_per_hour: float | None = None,
+    failure_rate: float | None = None,
+    checkpoint_interval: float | None = None,
+    checkpoint_seconds: float | None = None,
+    recovery_seconds: float | None = None,
+    spot_rate: float | None = None,
+    spot_price_per_hour: float | None = None,
 ) -> Plan:
-    """The plan for a job (a JobSpec, or None): its instance type and batch size unless given."""
+    """The plan for a job (a JobSpec, or None): its instance type and batch size unless given, with goodput and
+    cost under failures (``planning.failures``; each figure not given at its stated default)."""
     if spec is not None:
         instance_type = instance_type or spec.instance_type
         batch_size = batch_size if batch_size is not None else batch_size_of(spec.hyperparameters)
@@ -99,4 +108,7 @@ def plan_for_spec(
             )
         )
     step = step_profile(profile, compute_ms, gradient_mb, bucket_mb, batch_size)
-    return plan_job(instance_type, instances, step, price_per_hour, samples_per_epoch)
+    planned = plan_job(instance_type, instances, step, price_per_hour, samples_per_epoch)
+    model, source = model_for(planned.topology.gpus if planned.topology.gpu else 1, failure_rate=failure_rate, checkpoint_interval_s=checkpoint_interval,
+                              checkpoint_s=checkpoint_seconds, recovery_s=recovery_seconds, spot_rate=spot_rate)
+    return with_failures(planned, model, source, spot_price_per_hour)

@@ -10,9 +10,10 @@ input is missing (no price, no batch size, no epoch size) say n/a rather than gu
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from smddp_sdk.planning.costmodel import AWS_SMDDP, BUNDLED, LIBRARIES, NCCL, collective_cost, implementation
+from smddp_sdk.planning.failures import FailureModel, FailureRow, failure_rows, render_failures
 from smddp_sdk.planning.hardware import Topology
 from smddp_sdk.planning.step import StepProfile, predict
 
@@ -53,6 +54,10 @@ class Plan:
     rows: tuple[Row, ...]
     samples_per_epoch: int | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    failure_model: FailureModel | None = None  # goodput and cost under failures (planning.failures)
+    failure_source: str = ""
+    failures: tuple[FailureRow, ...] = ()
+    spot_price_per_hour: float | None = None
 
     def row(self, instances: int, library: str) -> Row:
         return next(r for r in self.rows if r.instances == instances and r.library == library)
@@ -71,6 +76,11 @@ class Plan:
                       "cost_per_hour": "USD/h", "epoch_hours": "h", "cost_per_epoch": "USD"},
             "rows": [asdict(r) for r in self.rows],
             "notes": list(self.notes),
+            "failures": None if self.failure_model is None else {
+                "model": asdict(self.failure_model), "source": self.failure_source, "spot_price_per_hour": self.spot_price_per_hour,
+                "units": {"failure_rate": "1/instance-hour", "spot_rate": "1/instance-hour", "mtbf_hours": "h", "goodput": "fraction",
+                          "optimal_interval_s": "s", "cost_per_productive_hour": "USD/h"},
+                "rows": [asdict(row) for row in self.failures]},
         }
 
 
@@ -83,6 +93,13 @@ def parse_counts(text: str) -> list[int]:
     if not counts or any(c < 1 or c > 4096 for c in counts):
         raise ValueError(f"instance counts must be between 1 and 4096, got {text!r}")
     return sorted(set(counts))
+
+
+def with_failures(plan: Plan, model: FailureModel, source: str, spot_price_per_hour: float | None = None) -> Plan:
+    """``plan`` with goodput and cost under failures for each of its instance counts (``planning.failures``)."""
+    price = spot_price_per_hour if spot_price_per_hour is not None else plan.topology.price_per_hour
+    rows = failure_rows(model, sorted({row.instances for row in plan.rows}), price)
+    return replace(plan, failure_model=model, failure_source=source, failures=tuple(rows), spot_price_per_hour=spot_price_per_hour)
 
 
 def make_plan(profile: StepProfile, instance_type: str, topo: Topology, counts: Sequence[int], samples_per_epoch: int | None = None, libraries: Sequence[str] = LIBRARIES) -> Plan:
@@ -171,7 +188,10 @@ def render_table(plan: Plan) -> str:
             f"{r.efficiency:>6.0%} {_fmt(r.samples_per_s, '{:.0f}'):>10} {_fmt(r.cost_per_hour, '{:.2f}'):>8} "
             f"{_hours(r.epoch_hours):>9} {_fmt(r.cost_per_epoch, '{:.2f}'):>8}"
         )
-    return "\n".join(head + lines + [""] + [f"note: {n}" for n in plan.notes]) + "\n"
+    table = "\n".join(head + lines + [""] + [f"note: {n}" for n in plan.notes]) + "\n"
+    if plan.failure_model is None:
+        return table
+    return table + "\n" + render_failures(plan.failure_model, list(plan.failures), plan.failure_source, plan.spot_price_per_hour)
 
 
 def render_svg(plan: Plan, width: int = 560, height: int = 320) -> str:

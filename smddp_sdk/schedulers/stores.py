@@ -1,7 +1,11 @@
 """Where job data lives outside this machine's job directory: an S3 prefix or a ``file://`` directory.
 
 One small interface (list, download, upload) for both, so channels and checkpoints handle ``s3://``
-and ``file://`` URIs the same way. boto3 is imported only when an ``s3://`` location is used, so the
+and ``file://`` URIs the same way. A file uploaded and downloaded again is byte-, time- and mode-identical:
+a folder keeps both itself (``shutil.copy2``), an S3 object carries them in its user metadata, as rclone
+writes them (``mtime``: seconds since the epoch with nanoseconds, ``mode``: octal permission bits), and a
+download sets them back (objects without them keep the download's time and the umask's mode; a mode
+from a bucket never gives others write access nor sets special bits). boto3 is imported only when an ``s3://`` location is used, so the
 local and docker schedulers keep working without it for local data.
 """
 
@@ -57,6 +61,24 @@ def s3_client(region: str | None = None) -> Any:
     return boto3.session.Session(region_name=region).client("s3")
 
 
+def file_metadata(stat: os.stat_result) -> dict[str, str]:
+    """What an S3 object keeps of its file: modification time (exact to the nanosecond) and mode."""
+    seconds, nanos = divmod(stat.st_mtime_ns, 1_000_000_000)
+    return {"mtime": f"{seconds}.{nanos:09d}", "mode": f"{stat.st_mode & 0o7777:o}"}
+
+
+def apply_metadata(path: Path, metadata: dict[str, str]) -> None:
+    """Give a downloaded file the time and mode its object's metadata recorded (what is missing or
+    malformed is left as the download made it)."""
+    seconds, _, fraction = (metadata.get("mtime") or "").partition(".")
+    if seconds.isdigit() and (fraction.isdigit() or not fraction):
+        mtime_ns = int(seconds) * 1_000_000_000 + int((fraction or "0")[:9].ljust(9, "0"))
+        os.utime(path, ns=(mtime_ns, mtime_ns))
+    mode = metadata.get("mode") or ""
+    if mode and all(char in "01234567" for char in mode) and int(mode, 8) <= 0o7777:
+        os.chmod(path, int(mode, 8) & 0o755)  # never special bits, nor a write bit for others, from a bucket
+
+
 class S3Store:
     """The objects under an S3 location. As SageMaker SDK v2's local mode downloads a channel, a URI
     that names one object gives that object (under its file name); otherwise the URI is a folder and
@@ -97,13 +119,15 @@ class S3Store:
         full = self.prefix if self._single else self.folder + key
         try:
             self.client.download_file(self.bucket, full, str(dest))
+            metadata = self.client.head_object(Bucket=self.bucket, Key=full).get("Metadata") or {}
         except Exception as exc:
             raise UnavailableError(f"cannot download s3://{self.bucket}/{full}: {exc}") from exc
+        apply_metadata(dest, metadata)
 
     def upload(self, source: Path, key: str) -> None:
         full = self.folder + key
         try:
-            self.client.upload_file(str(source), self.bucket, full)
+            self.client.upload_file(str(source), self.bucket, full, ExtraArgs={"Metadata": file_metadata(source.stat())})
         except Exception as exc:
             raise UnavailableError(f"cannot upload {source} to s3://{self.bucket}/{full}: {exc}") from exc
 

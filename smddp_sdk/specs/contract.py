@@ -143,6 +143,7 @@ class OptMl:
     success_file = Below("output_dir", "success")
     logs_dir = Below("output_dir", "logs")  # rank-<N>.log, written by the runtime
     errors_dir = Below("output_dir", "errors")  # rank-<N>.json, written by the rank bootstrap
+    events_file = Below("output_dir", "events.jsonl")  # recovery events of this host (docs/resuming.md; specs.goodput)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> OptMl:

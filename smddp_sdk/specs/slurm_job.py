@@ -26,6 +26,7 @@ class SlurmJobDir:
     logs_dir = Below("path", "logs")
     batch_log = Below("logs_dir", "batch.log")
     result_file = Below("path", "result.json")
+    attempts_file = Below("path", "attempts.jsonl")  # a line as each attempt starts and ends (the batch script)
     cancel_file = Below("path", "cancel-requested")
 
     def node_tree(self, index: int) -> Path:

@@ -11,6 +11,7 @@ from typing import Any
 from smddp_sdk.errors import SpecError, SpecIssue, did_you_mean
 from smddp_sdk.specs.contract import LogLine as LogLine  # what every scheduler's ``logs`` yields, parsed there
 from smddp_sdk.specs.failure import FailureRecord
+from smddp_sdk.specs.goodput import Goodput
 
 SCHEDULER_NAMES = ("local", "docker", "sagemaker", "slurm")
 
@@ -102,6 +103,7 @@ class JobStatus:
     transitions: tuple[Transition, ...] = ()
     training_seconds: int | None = None  # per instance, as SageMaker bills
     billable_seconds: int | None = None
+    goodput: Goodput | None = None  # productive training over wall time, and each recovery's phases (specs.goodput)
     scheduler_job_id: str | None = None  # the target's own id: Slurm's job id, SageMaker's job ARN
     job_dir: str | None = None  # the job's directory on this machine (local, docker, slurm)
     logs: str | None = None  # where its logs are kept: a file or a folder

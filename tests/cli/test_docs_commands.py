@@ -38,6 +38,7 @@ PARSE_ONLY = {
     "--follow": "follows until the job ends (exercised in tests/cli/test_run_local.py)",
     "smddp-launch stacks": "needs a running job (exercised in tests/cli/test_hangs.py)",
     "interrupt ": "needs a running spot job (exercised in tests/faults/test_resume.py)",
+    "smddp-launch drill": "runs the job several times (exercised in tests/faults/test_drill.py)",
 }
 
 

@@ -31,7 +31,8 @@ def test_example_job_with_figures_prints_the_table(run):
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0].startswith("ml.p4d.24xlarge: 8 GPU(s)/host")
-    rows = [line.split() for line in lines if line.strip().split(" ")[0].isdigit()]
+    table = lines[: next(i for i, line in enumerate(lines) if line.startswith("under failures:"))]  # then goodput under failures
+    rows = [line.split() for line in table if line.strip().split(" ")[0].isdigit()]
     assert [(r[0], r[2]) for r in rows] == [(n, lib) for n in ("1", "2", "4") for lib in ("smddp", "stock")]
     assert [r[3] for r in rows] == ["within-node", "ring", "param-servers", "ring", "param-servers", "tree"]  # AWS SMDDP, NCCL
     assert all(r[10] == "n/a" and r[12] == "n/a" for r in rows)  # no price given: no cost

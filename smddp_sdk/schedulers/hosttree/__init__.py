@@ -7,5 +7,6 @@
   as process trees) and ``container_backend`` (one docker container per host);
 - ``host_trees``, ``channels``, ``checkpoints``, ``stores``: the per-host /opt/ml trees, input channels,
   checkpoint sync and the S3 (or local) stores behind them;
-- ``fidelity``: where a rehearsal differs from SageMaker, as dry-run notes and warnings.
+- ``fidelity``: where a rehearsal differs from SageMaker, as dry-run notes and warnings;
+- ``drill``: ``smddp-launch drill``, faults injected into a job of the user's and the report of what they cost.
 """

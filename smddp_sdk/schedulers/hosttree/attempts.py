@@ -10,9 +10,11 @@ together) passes: MaxWaitTimeExceeded. Each attempt keeps the job's name and res
 synced so far on every host.
 
 What ``status`` shows comes from ``state.json``, the one record of the job: ``attempt``, ``attempts``
-(one entry per attempt, with how it ended) and ``transitions`` (SageMaker's SecondaryStatusTransitions:
-status, start, end, message), and ``training_seconds``/``billable_seconds`` computed as SageMaker's
-TrainingTimeInSeconds (first Training to the end) and BillableTimeInSeconds (the time the hosts ran).
+(one entry per attempt, with how it ended and its goodput marks: when its hosts started, its process group
+formed and its first collective came, the fault and when it was noticed, its newest checkpoint; ``marks`` while it runs;
+``specs.goodput``), ``transitions`` (SageMaker's SecondaryStatusTransitions: status, start, end,
+message), and ``training_seconds``/``billable_seconds`` computed as SageMaker's TrainingTimeInSeconds
+(first Training to the end) and BillableTimeInSeconds (the time the hosts ran).
 """
 
 from __future__ import annotations
@@ -120,9 +122,21 @@ class Timeline:
         self.state["billable_seconds"] = self.billable_seconds()
 
     def end_attempt(self, outcome: str, reason: str, started: float, now: float | None = None) -> None:
+        """Close the attempt with how it ended and its goodput marks (``specs.goodput``), kept in ``marks``
+        while it ran."""
         now = time.time() if now is None else now
-        self.state["attempts"].append({"attempt": self.attempt, "started": started, "ended": now, "outcome": outcome, "reason": reason})
+        marks = self.state.pop("marks", None) or {}
+        self.state["attempts"].append({**marks, "attempt": self.attempt, "started": started, "ended": now, "outcome": outcome, "reason": reason})
         self.state["interruptions"] = sum(1 for item in self.state["attempts"] if item["outcome"] == INTERRUPTED)
+
+    def mark(self, name: str, when: float, *, earliest: bool = False) -> bool:
+        """Note a goodput mark of the running attempt (the first one stays; ``earliest``: the earliest one);
+        True when it changed."""
+        marks = self.state.setdefault("marks", {})
+        if name in marks and (not earliest or marks[name] <= when):
+            return False
+        marks[name] = when
+        return True
 
     def next_attempt(self) -> int:
         self.state["attempt"] = self.attempt + 1

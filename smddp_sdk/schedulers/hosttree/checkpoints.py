@@ -9,7 +9,9 @@ URI; so a rerun (or a spot restart) finds the previous run's checkpoints. Here:
   then local copies);
 - ``start()`` runs a thread that copies new or changed files (size or modification time) out every
   ``interval`` seconds (5 by default), and ``stop()`` does one last pass after the hosts have ended;
-- the location may be ``s3://`` (boto3) or ``file://``/a path (a folder on this machine);
+- the location may be ``s3://`` (boto3) or ``file://``/a path (a folder on this machine); either way a
+  restored file is byte-, time- and mode-identical to the one synced out (``stores``: S3 objects carry the
+  file's modification time and mode in their metadata);
 - when two hosts write the same relative name, the later pass (and, within a pass, the later host)
   wins, as concurrent uploads of one key do on S3. Files deleted locally are not deleted at the
   location: a rerun restores everything ever synced.
@@ -81,6 +83,7 @@ class CheckpointSync:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.errors: list[str] = []
+        self.newest_written: float | None = None  # the modification time of the newest file copied out (specs.goodput)
 
     def restore(self) -> int:
         """Copy the location's files into every host's directory; returns how many files."""
@@ -102,6 +105,15 @@ class CheckpointSync:
                 self._synced[entry.key] = (stat.st_size, stat.st_mtime_ns)
         self._say(f"restored {len(entries)} checkpoint files from {self.uri} into {len(self.host_dirs)} hosts")
         return len(entries)
+
+    @property
+    def synced(self) -> dict[str, tuple[int, int]]:
+        """What is at the location already: key -> (size, mtime_ns) of the file as last copied."""
+        return dict(self._synced)
+
+    def remember(self, synced: dict[str, tuple[int, int]]) -> None:
+        """Count these files as synced (what another process restored): they are not copied out again."""
+        self._synced.update(synced)
 
     def sync_once(self) -> int:
         """Copy out every file that is new or changed since it was last copied; returns how many."""
@@ -128,6 +140,7 @@ class CheckpointSync:
                         self._error(f"checkpoint sync: {key}: {exc}")
                         continue
                     self._synced[key] = mark
+                    self.newest_written = max(self.newest_written or stat.st_mtime, stat.st_mtime)
                     copied += 1
             return copied
 

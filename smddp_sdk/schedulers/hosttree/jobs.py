@@ -33,7 +33,7 @@ from smddp_sdk.schedulers.hosttree.job_dir import JobDir, is_supervisor_of
 from smddp_sdk.schedulers.hosttree.plan import SHOWN_HOSTS, Checkpoints, HostPlan, HostTreePlan, Spot
 from smddp_sdk.schedulers.hosttree.supervisor import HEARTBEAT, LIFELINE, SCRATCH, backend_for, collect_job_artifacts
 from smddp_sdk.schedulers.job_files import Artifacts, ConfigFiles, output_root, package_parent, simulated_gpus, stage_code
-from smddp_sdk.specs import contract, processes
+from smddp_sdk.specs import contract, goodput, processes
 from smddp_sdk.specs.failure import FailureRecord
 from smddp_sdk.specs.job import JobSpec, RetryPolicy
 from smddp_sdk.specs.status import HostStatus, JobHandle, JobState, JobStatus, LogLine, attempts_of, settled, transitions_of
@@ -196,6 +196,7 @@ class HostTreeScheduler(JobRootScheduler):
             transitions=transitions_of(state.get("transitions") or ()),
             training_seconds=state.get("training_seconds"),
             billable_seconds=state.get("billable_seconds"),
+            goodput=goodput.from_record(state),
             job_dir=str(job_dir.path),
             logs=str(job_dir.console_log),
         ))

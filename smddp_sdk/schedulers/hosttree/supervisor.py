@@ -33,7 +33,7 @@ from smddp_sdk.schedulers.hosttree.console_log import StampedLog
 from smddp_sdk.schedulers.hosttree.host_trees import collect_artifacts
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir
 from smddp_sdk.schedulers.hosttree.plan import HostTreePlan
-from smddp_sdk.specs import contract, events, processes
+from smddp_sdk.specs import contract, events, goodput, processes
 from smddp_sdk.specs.archives import read_inside
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.failure import SOURCE_EARLY_EXIT, SOURCE_STOPPED, SOURCE_SUPERVISOR, FailureRecord, Verdict, decide, from_error_file
@@ -93,6 +93,7 @@ class Supervisor:
         self.attempt_started = time.time()
         self.interruption: Interruption | None = None
         self.hanging: list[FailureRecord] = []  # the ranks still running when max_run passed
+        self.sync: checkpoints.CheckpointSync | None = None  # the running attempt's checkpoint sync
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -127,13 +128,15 @@ class Supervisor:
 
     def run_attempt(self, sync: checkpoints.CheckpointSync | None) -> None:
         """Start every host, watch them until they all ended, and make the last checkpoint pass."""
-        self.attempt_started = time.time()
+        self.attempt_started = self.state["attempt_started"] = time.time()
+        self.sync = sync
         try:
             self.start_hosts()
         except Exception as exc:  # noqa: BLE001 - a host that cannot start fails the job, with the reason
             self.stop(JobState.FAILED, f"could not start the hosts: {exc}")
         else:
             self.timeline.enter(attempts.TRAINING, f"attempt {self.timeline.attempt}: the hosts run the script")
+            self.timeline.mark("hosts_started", time.time())
             self.update(state=JobState.RUNNING.value)
             self.event(events.HOSTS_STARTED, warm=all(info.get("warm", False) for info in self.state["hosts"].values()))
             if self.retries_left > 0 or self.plan.spot is not None:
@@ -167,6 +170,7 @@ class Supervisor:
         if not interrupted:
             self.retries_left -= 1  # an interruption is not a retry (docs/resuming.md)
             self.state["retries_left"] = self.retries_left
+        self.mark_fault()
         self.timeline.end_attempt(outcome, reason, self.attempt_started)
         self.timeline.enter(outcome, reason)
         self.event(events.RESTART, reason=reason)
@@ -215,6 +219,9 @@ class Supervisor:
         if interruption is None or self.stop_reason is not None:
             return
         self.interruption = interruption
+        now = time.time()  # the platform reclaims and says so at once: noticed as it happens
+        self.timeline.mark("fault", now)
+        self.timeline.mark("detected", now)
         self.event(events.FAULT, kind="interrupted", detail=f"{interruption.what} is reclaimed")
         self.say(f"spot interruption: {interruption.what} is reclaimed; stopping the containers")
         self.stop(JobState.FAILED, f"interrupted: {interruption.what} was reclaimed")
@@ -294,12 +301,43 @@ class Supervisor:
         if now - self.last_heartbeat >= HEARTBEAT_SECONDS:
             self.last_heartbeat = now
             (self.job_dir.path / HEARTBEAT).touch()
+            self.mark_script_progress()
         if self.state.get("standbys_ready") is None and self.backend.standbys_ready():
             self.update(standbys_ready=time.time())  # the next attempt can start warm (docs/resuming.md)
         if stacks.take_request(self.job_dir.path):  # `smddp-launch stacks`: the runtimes pass it to their ranks
             for host in self.running_hosts():
                 self.backend.signal(host, contract.STACKS_SIGNAL)
         self.check_interruption()
+
+    def mark_script_progress(self) -> None:
+        """When this attempt's process group formed and its first collective came (``specs.goodput``:
+        training again), from the hosts' event files, until both are noted."""
+        marks = self.state.get("marks", {})
+        if goodput.FIRST_COLLECTIVE in marks:
+            return
+        texts = []
+        for host in self.hosts:  # in docker mode a container wrote these: bounded, links not followed
+            raw = read_inside(self.job_dir.host_dir(host), "output/events.jsonl", 1024 * 1024)
+            texts.append(raw.decode("utf-8", errors="replace") if raw else "")
+        for event in (goodput.PROCESS_GROUP_FORMED, goodput.FIRST_COLLECTIVE):
+            when = goodput.first_between(goodput.event_times(texts, event), self.attempt_started, None)
+            if when is not None and self.timeline.mark(event, when):
+                self.save()
+
+    def mark_fault(self) -> None:
+        """Before the attempt's entry is closed: its first collective (if not seen yet), the fault that ended it (the
+        root cause's time; an interruption marked its own) and its newest checkpoint."""
+        self.mark_script_progress()
+        failed = any(e.code != 0 for e in self.exits.values()) and self.interruption is None
+        verdict = self.verdict() if failed else None
+        root = verdict.root if verdict is not None else None
+        if root is not None and root.timestamp:
+            self.timeline.mark("fault", root.timestamp)
+            marks = self.state["marks"]
+            marks["detected"] = max(marks.get("detected", root.timestamp), root.timestamp)
+        newest = self.sync.newest_written if self.sync is not None else None
+        if newest is not None:
+            self.timeline.mark("last_checkpoint", newest)
 
     def check_stop_conditions(self, deadline: float) -> None:
         owner = self.owner_pid
@@ -337,6 +375,7 @@ class Supervisor:
         return self.signalled.is_set() or self.job_dir.cancel_requested
 
     def stop(self, state: JobState, message: str) -> None:
+        self.timeline.mark("detected", time.time())  # the hosts are stopped for a reason: it was noticed
         self.stop_reason = (state, message)
         for host in self.running_hosts():
             self.stopped_by_us.add(host)
@@ -356,6 +395,8 @@ class Supervisor:
             cancelled = self.stop_reason is not None and self.stop_reason[0] is JobState.CANCELLED and host in self.stopped_by_us
             state = JobState.SUCCEEDED if ended.code == 0 else JobState.CANCELLED if cancelled else JobState.FAILED
             self.state["hosts"][host].update(exit_code=ended.code, signal=ended.signal, ended=ended.ended, state=state.value)
+            if ended.code != 0 and host not in self.stopped_by_us:  # a host's runtime gave up: the job noticed
+                self.timeline.mark("detected", ended.ended, earliest=True)
             if ended.code != 0 and self.stop_reason is None and not any(e.code != 0 for h, e in self.exits.items() if h != host):
                 self.event(events.FAULT, kind="host_failed", detail=f"{host} exited with code {ended.code}" + (f" ({ended.signal})" if ended.signal else ""))
             changed = True
@@ -474,6 +515,10 @@ class Supervisor:
             return  # the supervisor failed before the job began
         final = {JobState.SUCCEEDED: attempts.COMPLETED, JobState.CANCELLED: attempts.STOPPED}.get(state, attempts.FAILED)
         final = next((limit for limit in attempts.LIMITS_EXCEEDED if message.startswith(limit)), final)
+        try:
+            self.mark_fault() if state is JobState.FAILED else self.mark_script_progress()
+        except Exception as exc:  # noqa: BLE001 - the marks never keep the job's end from being recorded
+            self.say(f"warning: the last attempt's goodput marks were not recorded: {exc}")
         self.timeline.end_attempt(final, message, self.attempt_started)
         self.timeline.enter(final, message)
         self.timeline.close()

@@ -30,11 +30,12 @@ from smddp_sdk.schedulers import channels
 from smddp_sdk.schedulers.base import Capabilities, DryRun, JobRootScheduler
 from smddp_sdk.schedulers.job_files import Artifacts, ConfigFiles, default_job_root, package_parent, simulated_gpus, stage_code
 from smddp_sdk.schedulers.options import PROCESSES_PER_HOST, RETRY_SCRIPT_ERRORS, Option, SchedulerOptions, job_root, with_default
+from smddp_sdk.schedulers.slurm.attempts import goodput_record
 from smddp_sdk.schedulers.slurm.client import JobInfo, SlurmClient
 from smddp_sdk.schedulers.slurm.logs import job_lines
 from smddp_sdk.schedulers.slurm.script import BatchPlan, render
 from smddp_sdk.schedulers.slurm.states import ENDINGS, job_state
-from smddp_sdk.specs import contract
+from smddp_sdk.specs import contract, goodput
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.failure import FailureRecord, decide
 from smddp_sdk.specs.job import JobSpec, RetryPolicy, make_job_name
@@ -151,6 +152,7 @@ class SlurmScheduler(JobRootScheduler):
             processes_per_host=simulated_gpus(spec, self.processes_per_host, gpus_passed=False) or None,  # 0: the GPUs found
             inputs={name: {"source": str(ch.local_path) if ch.local_path is not None else ch.s3_data, "distribution": ch.distribution} for name, ch in spec.inputs.items()},
             artifacts=Artifacts.of(spec, self.job_root, job_name),
+            checkpoint_s3_uri=spec.checkpoint_s3_uri,
         )
         return SlurmDryRun(self.name, spec, job_name, plan, tuple(self._notes(spec)))
 
@@ -160,7 +162,8 @@ class SlurmScheduler(JobRootScheduler):
     def _notes(self, spec: JobSpec) -> list[str]:
         notes = channels.notes(spec, spec.instance_count)
         if spec.checkpoint_s3_uri:
-            notes.append(f"checkpoint_s3_uri {spec.checkpoint_s3_uri} is not synced on Slurm: /opt/ml/checkpoints of every node is the job's checkpoints/ folder on the shared file system")
+            notes.append(f"checkpoints: {spec.checkpoint_s3_uri} is restored into the job's checkpoints/ folder (every node's /opt/ml/checkpoints, "
+                         "on the shared file system) before the step, and synced back every 5 s and after it, by the first node")
         if spec.image_uri and not self.container_image:
             notes.append("image_uri is not used on Slurm: set scheduler_options container_image to run the nodes in an enroot image (pyxis)")
         if self._auto_resume() is not False:
@@ -241,6 +244,7 @@ class SlurmScheduler(JobRootScheduler):
             started=record.get("submitted"),
             ended=(result or {}).get("ended"),
             attempt=1 + int(restarts or 0),
+            goodput=goodput.from_record(goodput_record(job_dir, (result or {}).get("ended") if state.is_terminal else None)),
             scheduler_job_id=str(record["slurm_job_id"]),
             job_dir=str(job_dir.path),
             logs=str(job_dir.logs_dir),

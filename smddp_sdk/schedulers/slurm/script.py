@@ -47,6 +47,7 @@ class BatchPlan:
     inputs: Mapping[str, Any] = field(default_factory=dict)
     artifacts: Artifacts = field(default_factory=lambda: Artifacts(Path(), Path()))
     experiment_config: Mapping[str, str] = field(default_factory=dict)
+    checkpoint_s3_uri: str | None = None  # restored into checkpoints/ before the step, synced out beside it
 
     @property
     def script_file(self) -> Path:
@@ -110,6 +111,7 @@ def render(plan: BatchPlan) -> str:
         step += ' "${auto_resume[@]}"'
     container = [f"--container-image={plan.container_image}", f"--container-mounts={plan.job_dir}:{plan.job_dir}"] if plan.container_image else []
     finish = ["srun", "--nodes=1", "--ntasks=1", *container] if plan.container_image else []
+    attempts = shlex.quote(str(job_dir.attempts_file))
     lines = [
         "#!/bin/bash",
         f"# smddp-sdk job {plan.job_name}: one task per node runs the node runtime (docs/slurm.md)",
@@ -118,10 +120,16 @@ def render(plan: BatchPlan) -> str:
         *_retry_bound(plan.retry),
         *(f"export {key}={shlex.quote(value)}" for key, value in exports.items()),
         "",
+        "# When each attempt (a requeue is one) ran, for the goodput `status` shows (specs.goodput).",
+        'attempt=$(( ${SLURM_RESTART_COUNT:-0} + 1 ))',
+        f"printf '{{\"attempt\": %s, \"started\": %s}}\\n' \"$attempt\" \"$(date +%s.%N)\" >> {attempts}",
+        *_checkpoint_sync(plan, finish),
         *(AUTO_RESUME_ON_HYPERPOD if plan.auto_resume is None else []),
         "# The ranks of every node; each node's runtime coordinates the failure handling itself.",
         f"{step} {shlex.join([*container, plan.python, '-m', 'smddp_sdk.runtime'])}",
         "code=$?",
+        f"printf '{{\"attempt\": %s, \"ended\": %s, \"code\": %s}}\\n' \"$attempt\" \"$(date +%s.%N)\" \"$code\" >> {attempts}",
+        *(['kill -TERM "$checkpoint_sync"; wait "$checkpoint_sync"  # its last pass, after every rank ended'] if plan.checkpoint_s3_uri else []),
         "# The nodes' model/ and output/data/ merged into the archives, and the result for `status`.",
         shlex.join([*finish, plan.python, "-m", "smddp_sdk.runtime.slurm_node", "finish"]) + ' "$code"',
     ]
@@ -135,6 +143,21 @@ def render(plan: BatchPlan) -> str:
         ]
     lines.append('exit "$code"')
     return "\n".join(lines) + "\n"
+
+
+def _checkpoint_sync(plan: BatchPlan, finish: list[str]) -> list[str]:
+    """checkpoint_s3_uri as local and docker jobs sync it (``slurm.checkpoint_sync``): restored before the step,
+    copied out beside it; a restore that fails fails the job rather than let it start from scratch."""
+    if not plan.checkpoint_s3_uri:
+        return []
+    sync = [*finish, *(["--overlap"] if finish else []), plan.python, "-m", "smddp_sdk.schedulers.slurm.checkpoint_sync"]
+    return [
+        f"# checkpoint_s3_uri {plan.checkpoint_s3_uri}: into checkpoints/ (every node's /opt/ml/checkpoints) and back",
+        f"{shlex.join([*sync, 'restore', str(plan.job_dir)])} || exit 1",
+        f"{shlex.join([*sync, 'follow', str(plan.job_dir)])} &",
+        "checkpoint_sync=$!",
+        "",
+    ]
 
 
 def _retry_bound(retry: RetryPolicy) -> list[str]:
