@@ -20,15 +20,14 @@ FILE_NAME = "events.jsonl"
 # The names docs/resuming.md defines, in the order a recovery passes them.
 FAULT, RESTART, HOSTS_STARTED = "fault", "restart", "hosts_started"
 RANKS_STARTED, PROCESS_GROUP_FORMED, STATE_RESTORED, FIRST_STEP = "ranks_started", "process_group_formed", "state_restored", "first_step"
+FIRST_COLLECTIVE = "first_collective"  # the group's first call: training again (specs/goodput.py)
 PEER_LOST, GROUP_REFORMED = "peer_lost", "group_reformed"
-NAMES = (FAULT, RESTART, HOSTS_STARTED, RANKS_STARTED, PROCESS_GROUP_FORMED, STATE_RESTORED, FIRST_STEP, PEER_LOST, GROUP_REFORMED)
+NAMES = (FAULT, RESTART, HOSTS_STARTED, RANKS_STARTED, PROCESS_GROUP_FORMED, STATE_RESTORED, FIRST_STEP, FIRST_COLLECTIVE, PEER_LOST, GROUP_REFORMED)
 
 
 def record(path: Path, event: str, *, attempt: int, host: str | None = None, rank: int | None = None, **fields: Any) -> None:
     """Append one event; a file that cannot be written loses the event, never the job."""
-    if event not in NAMES:
-        raise ValueError(f"unknown recovery event {event!r}; one of {', '.join(NAMES)}")
-    line = json.dumps({"event": event, "time": time.time(), "attempt": attempt, "host": host, "rank": rank, **fields}, separators=(",", ":")) + "\n"
+    line = event_line(event, time.time(), attempt=attempt, host=host, rank=rank, **fields)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -40,6 +39,13 @@ def record(path: Path, event: str, *, attempt: int, host: str | None = None, ran
         pass
     finally:
         os.close(fd)
+
+
+def event_line(event: str, when: float, *, attempt: int | None, host: str | None = None, rank: int | None = None, **fields: Any) -> str:
+    """One line of an events file."""
+    if event not in NAMES:
+        raise ValueError(f"unknown recovery event {event!r}; one of {', '.join(NAMES)}")
+    return json.dumps({"event": event, "time": when, "attempt": attempt, "host": host, "rank": rank, **fields}, separators=(",", ":")) + "\n"
 
 
 def read(path: Path) -> list[dict[str, Any]]:

@@ -3,8 +3,8 @@
 The marks come from the job directory, the one record of a job: each attempt's entry in ``state.json``
 (local and docker: the supervisor writes ``started``, ``ended``, ``outcome`` and the marks below; Slurm: the
 batch script's ``attempts.jsonl``) and each host's ``output/events.jsonl``, where rank 0's smddp process
-group notes ``process_group_formed`` (``init_process_group`` returned) and ``first_collective`` (``event_line``;
-the file and the event format are those of docs/resuming.md's recovery phases). The rule:
+group notes ``process_group_formed`` (``init_process_group`` returned) and ``first_collective`` (``specs.events``:
+the file and the event format of docs/resuming.md's recovery phases). The rule:
 
 - **training again** is the script's first collective after its start (``first_collective``): by then it
   imported torch, joined the process group and, as resuming scripts do, loaded its state. A script whose
@@ -42,12 +42,6 @@ from dataclasses import dataclass
 from typing import Any
 
 PHASES = ("detect", "stop", "restart", "cold_start", "restore")
-PROCESS_GROUP_FORMED, FIRST_COLLECTIVE = "process_group_formed", "first_collective"  # what rank 0 notes
-
-
-def event_line(event: str, when: float, *, host: str | None, rank: int) -> str:
-    """A line of a host's ``output/events.jsonl`` (docs/resuming.md's format)."""
-    return json.dumps({"event": event, "time": when, "attempt": None, "host": host, "rank": rank}) + "\n"
 
 
 def event_times(texts: Iterable[str], event: str) -> list[float]:

@@ -20,7 +20,7 @@ from smddp_sdk.schedulers.slurm import SlurmScheduler
 from smddp_sdk.schedulers.slurm.attempts import goodput_record
 from smddp_sdk.schedulers.slurm.script import render
 from smddp_sdk.specs import goodput
-from smddp_sdk.specs.goodput import event_line
+from smddp_sdk.specs.events import event_line
 from smddp_sdk.specs.job import JobSpec
 from smddp_sdk.specs.slurm_job import SlurmJobDir
 from smddp_sdk.specs.status import JobState
@@ -113,7 +113,7 @@ def test_goodput_of_a_requeued_job_comes_from_its_attempt_lines_and_leaves_what_
     checkpoint = job_dir.checkpoint_dir / "step.txt"
     checkpoint.write_text("5")
     os.utime(checkpoint, (115, 115))
-    (node / "output" / "events.jsonl").write_text("".join(event_line(event, when, host="n1", rank=0) for event, when in (
+    (node / "output" / "events.jsonl").write_text("".join(event_line(event, when, attempt=None, host="n1", rank=0) for event, when in (
         ("process_group_formed", 108), ("first_collective", 110), ("process_group_formed", 146), ("first_collective", 150))))
     job_dir.attempts_file.write_text("\n".join(json.dumps(line) for line in (
         {"attempt": 1, "started": 100.0}, {"attempt": 1, "ended": 120.0, "code": 3},

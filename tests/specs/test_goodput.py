@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from smddp_sdk.specs import goodput
+from smddp_sdk.specs import events, goodput
 from smddp_sdk.specs.goodput import AttemptMarks
 
 
@@ -63,10 +63,10 @@ def test_a_running_attempt_counts_until_now_from_the_record_state_json_keeps() -
 
 
 def test_event_lines_keep_the_recovery_events_format_and_bad_lines_are_skipped() -> None:
-    line = goodput.event_line("first_collective", 120.5, host="algo-1", rank=0)
+    line = events.event_line("first_collective", 120.5, attempt=None, host="algo-1", rank=0)
     assert json.loads(line) == {"event": "first_collective", "time": 120.5, "attempt": None, "host": "algo-1", "rank": 0}
-    text = line + "not json\n" + json.dumps({"event": "first_collective", "time": "soon"}) + "\n" + goodput.event_line("process_group_formed", 119, host=None, rank=0)
-    times = goodput.event_times([text, goodput.event_line("first_collective", 90.0, host="algo-2", rank=0)], "first_collective")
+    text = line + "not json\n" + json.dumps({"event": "first_collective", "time": "soon"}) + "\n" + events.event_line("process_group_formed", 119, attempt=None, host=None, rank=0)
+    times = goodput.event_times([text, events.event_line("first_collective", 90.0, attempt=None, host="algo-2", rank=0)], "first_collective")
     assert times == [90.0, 120.5]
     assert goodput.first_between(times, 100, None) == 120.5
     assert goodput.first_between(times, 80, 95) == 90.0
@@ -89,14 +89,14 @@ dist.destroy_process_group()
 
 
 @pytest.mark.jobs
-def test_rank_0_notes_its_group_formed_and_first_collective_once_and_collectives_work_on(tmp_path: Path) -> None:
+def test_ranks_note_their_group_formed_rank_0_its_first_collective_once_and_collectives_work_on(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = str(probe.getsockname()[1])
     root = str(Path(__file__).resolve().parents[2])
     ranks = [subprocess.Popen([sys.executable, "-c", RANK, str(rank), port], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": root, "SM_OUTPUT_DIR": str(tmp_path / f"host{rank}" / "output"), "SM_CURRENT_HOST": f"algo-{rank + 1}"})
+                              env={**os.environ, "PYTHONPATH": root, "SM_OUTPUT_DIR": str(tmp_path / f"host{rank}" / "output"), "SM_CURRENT_HOST": f"algo-{rank + 1}", "RANK": str(rank)})
              for rank in (0, 1)]
     outputs = [rank.communicate(timeout=300)[0] for rank in ranks]
     assert all(rank.returncode == 0 for rank in ranks), outputs
@@ -104,4 +104,5 @@ def test_rank_0_notes_its_group_formed_and_first_collective_once_and_collectives
     events = [json.loads(line) for line in (tmp_path / "host0" / "output" / "events.jsonl").read_text().splitlines()]
     assert [(item["event"], item["host"], item["rank"]) for item in events] == [("process_group_formed", "algo-1", 0), ("first_collective", "algo-1", 0)]
     assert events[0]["time"] <= events[1]["time"]
-    assert not (tmp_path / "host1" / "output" / "events.jsonl").exists()  # rank 0 alone notes them
+    others = [json.loads(line)["event"] for line in (tmp_path / "host1" / "output" / "events.jsonl").read_text().splitlines()]
+    assert others == ["process_group_formed"]  # every rank notes its group; rank 0 alone its first collective

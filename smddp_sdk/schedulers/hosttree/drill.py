@@ -45,7 +45,8 @@ from smddp_sdk.schedulers import stores
 from smddp_sdk.schedulers.hosttree import docker_cli
 from smddp_sdk.schedulers.hosttree.attempts import Interruption
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir
-from smddp_sdk.specs.goodput import FIRST_COLLECTIVE, Goodput, Recovery, seconds
+from smddp_sdk.specs.events import FIRST_COLLECTIVE
+from smddp_sdk.specs.goodput import Goodput, Recovery, seconds
 from smddp_sdk.specs.job import JobSpec
 from smddp_sdk.specs.status import JobHandle, JobState, JobStatus
 

@@ -313,13 +313,13 @@ class Supervisor:
         """When this attempt's process group formed and its first collective came (``specs.goodput``:
         training again), from the hosts' event files, until both are noted."""
         marks = self.state.get("marks", {})
-        if goodput.FIRST_COLLECTIVE in marks:
+        if events.FIRST_COLLECTIVE in marks:
             return
         texts = []
         for host in self.hosts:  # in docker mode a container wrote these: bounded, links not followed
             raw = read_inside(self.job_dir.host_dir(host), "output/events.jsonl", 1024 * 1024)
             texts.append(raw.decode("utf-8", errors="replace") if raw else "")
-        for event in (goodput.PROCESS_GROUP_FORMED, goodput.FIRST_COLLECTIVE):
+        for event in (events.PROCESS_GROUP_FORMED, events.FIRST_COLLECTIVE):
             when = goodput.first_between(goodput.event_times(texts, event), self.attempt_started, None)
             if when is not None and self.timeline.mark(event, when):
                 self.save()

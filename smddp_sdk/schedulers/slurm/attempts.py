@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from smddp_sdk.specs import contract, goodput
+from smddp_sdk.specs import contract, events, goodput
 from smddp_sdk.specs.archives import read_inside
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.slurm_job import SlurmJobDir
@@ -44,7 +44,7 @@ def goodput_record(job_dir: SlurmJobDir, ended: float | None) -> dict[str, Any]:
         return {}
     trees = [OptMl(path) for path in job_dir.node_trees()]
     texts = [(read_inside(tree.base, "output/events.jsonl", 1024 * 1024) or b"").decode("utf-8", "replace") for tree in trees]
-    formed, firsts = (goodput.event_times(texts, event) for event in (goodput.PROCESS_GROUP_FORMED, goodput.FIRST_COLLECTIVE))
+    formed, firsts = (goodput.event_times(texts, event) for event in (events.PROCESS_GROUP_FORMED, events.FIRST_COLLECTIVE))
     failures = sorted(float(item["timestamp"]) for tree in trees for item in contract.read_failure_records(tree) or []
                       if isinstance(item, dict) and isinstance(item.get("timestamp"), (int, float)) and item["timestamp"] > 0)
     checkpoints = sorted(path.stat().st_mtime for path in job_dir.checkpoint_dir.rglob("*") if path.is_file()) if job_dir.checkpoint_dir.is_dir() else []
@@ -53,8 +53,8 @@ def goodput_record(job_dir: SlurmJobDir, ended: float | None) -> dict[str, Any]:
         item = lines[number]
         start, end = item["started"], item.get("ended")
         later = index + 1 < len(numbers)
-        marks = {"attempt": number, "started": start, "hosts_started": start, goodput.PROCESS_GROUP_FORMED: goodput.first_between(formed, start, end),
-                 goodput.FIRST_COLLECTIVE: goodput.first_between(firsts, start, end)}
+        marks = {"attempt": number, "started": start, "hosts_started": start, events.PROCESS_GROUP_FORMED: goodput.first_between(formed, start, end),
+                 events.FIRST_COLLECTIVE: goodput.first_between(firsts, start, end)}
         if end is None and not later:
             record.update(attempt=number, attempt_started=start, marks=marks)
             continue
