@@ -14,10 +14,13 @@ Messages. An envelope (32 bytes, a message of its own on the link: kind, sequenc
 count, single-copy address) then, unless read from the sender's memory, the payload as a second message.
 Each receiving link has a reader thread that always drains it: a message meets the first posted receive
 that matches it (source or any source, and tag), else it waits in an unexpected queue for one, so order
-per (source, destination, tag) is kept and outstanding sends and receives never deadlock. The receiver
-acknowledges each message once it has its bytes; a send's Work completes then. A message whose dtype or
-size differs from the receive it meets fails both ends, each naming both calls, and the group, as a
-collective mismatch does; a peer lost with a receive or send pending fails it with ``lost``.
+per (source, destination, tag) is kept and outstanding sends and receives never deadlock. A send's Work
+completes once its bytes are written, as MPI's eager sends do (one read from the sender's memory: once
+the receiver acknowledges it; whether the kernel allows such reads is probed when the link is made). A
+message whose dtype or size differs from the receive it meets fails the receive, and the receiver tells
+the sender over the link's reverse direction: both groups fail, as on a collective mismatch, with one
+error naming both calls (the sender's pending and next calls raise it). A peer lost while a receive (or a
+single-copy send) waits for it fails that call with ``lost``.
 """
 
 from __future__ import annotations
@@ -41,14 +44,16 @@ from smddp_sdk.collectives import native
 from smddp_sdk.collectives.errors import CollectiveError, PeerRank
 from smddp_sdk.collectives.memory import allow_peer_reads, as_bytes, memview, read_process
 from smddp_sdk.collectives.store_values import StoreValues
-from smddp_sdk.collectives.tcp import _HELLO, _REPLY, HANDSHAKE_S, NONCE_BYTES, TcpMesh
+from smddp_sdk.collectives.tcp import _HELLO, _REPLY, HANDSHAKE_S, MAX_PENDING, NONCE_BYTES, TcpMesh
 from smddp_sdk.collectives.topology import Topology, advertised_address
 
 ANY_SOURCE = -1
+_PROBE_WORD = 0x534D444450325021
 SINGLE_COPY_FROM = 256 << 10  # local messages from this size are read from the sender's memory
 ENVELOPE = struct.Struct("=8I")  # magic, kind << 8 | dtype, sequence, tag, count low/high, address low/high
 MAGIC = 0x50444D53  # b"SMDP"
-DATA, ACK, STREAM, ERROR = 1, 2, 3, 4  # STREAM: the receiver cannot read the sender's memory, send the bytes
+DATA, ACK, ERROR = 1, 2, 3
+PROBE = struct.Struct("=iQ")  # a local dialer's rank and the address of a word the listener reads back
 _POLL_S = 0.1  # how often an idle reader looks whether its link is being closed
 _SLICE_S = 0.05
 # every dtype this torch knows, in a fixed order: its index travels in the envelope
@@ -159,6 +164,7 @@ class _UnixWire:
     def __init__(self, sock: socket.socket, peer: PeerRank, pid: int) -> None:
         self.sock, self.peer, self.pid = sock, peer, pid
         self.sending = threading.Lock()  # a message's bytes leave together (a sender and the reader share the link)
+        self.single_copy = False  # the receiver can read this end's memory (probed when the sender dials)
         sock.settimeout(None)
 
     def send(self, data: torch.Tensor, what: str, deadline: float) -> None:  # noqa: ARG002 - blocks until taken
@@ -365,50 +371,67 @@ class PointToPoint:
             except OSError:
                 continue
             try:
+                if _peer_pid(sock) not in {self.pids[r] for r in self.topo.local_ranks}:
+                    raise OSError("not a process of this group on this host")  # another user's: refused unread
                 sock.settimeout(HANDSHAKE_S)
-                claimed = struct.unpack("=i", _read_exact(sock, 4))[0]
+                claimed, address = PROBE.unpack(_read_exact(sock, PROBE.size))
                 if not 0 <= claimed < self.topo.size or not self._local(claimed) or _peer_pid(sock) != self.pids[claimed]:
                     raise OSError("not a rank of this group on this host")
+                word = torch.zeros(1, dtype=torch.int64)
+                sock.sendall(bytes([read_process(self.pids[claimed], word, address) == 0 and int(word) == _PROBE_WORD]))
             except OSError:
                 sock.close()  # a stranger (or a rank that died while connecting): nothing is kept
                 continue
             self._add_in(claimed, _UnixWire(sock, self._describe[claimed], self.pids[claimed]))
 
     def _accept_tcp(self) -> None:
-        """tcp.py's listener handshake, one connection at a time: the dialer proves the secret of this
-        rendezvous, then this end does; the link gets its keys and protection (TcpMesh._add)."""
+        """Take connections on the TCP listener; each proves itself on a thread of its own within
+        HANDSHAKE_S, and past MAX_PENDING at once the oldest is dropped (as tcp.py's acceptor does), so
+        silent strangers hold up no sender, which proves itself within a round trip."""
         mesh = self._tcp_in
         assert mesh is not None
-        listener = mesh._listener
+        proving: dict[socket.socket, None] = {}  # in arrival order
         while not self._stop.is_set():
-            if not select.select([listener], [], [], _POLL_S)[0]:
+            if not select.select([mesh._listener], [], [], _POLL_S)[0]:
                 continue
             try:
-                sock, _ = listener.accept()
+                sock, _ = mesh._listener.accept()
             except OSError:
-                continue
-            try:
-                sock.settimeout(HANDSHAKE_S)
-                nonce = os.urandom(NONCE_BYTES)
-                sock.sendall(nonce)
-                theirs, dialer, target, protection, proof = _HELLO.unpack(_read_exact(sock, _HELLO.size))
-                transcript = mesh._secret.transcript(nonce, theirs, dialer, target, protection)
-                if target != mesh.node or not 0 <= dialer < self.topo.size or self._local(dialer) \
-                        or not hmac.compare_digest(proof, mesh._secret.dialer_proof(transcript)):
-                    raise OSError("failed the handshake")
-                sock.sendall(_REPLY.pack(mesh.protection, mesh._secret.listener_proof(transcript, mesh.protection)))
-                if protection != mesh.protection:
-                    raise mesh.protection_mismatch(dialer, protection)
-            except OSError:
-                sock.close()
-                continue
-            except CollectiveError as exc:
-                sock.close()
-                self.fail(exc)
                 continue
             with self._lock:
+                proving[sock] = None
+                if len(proving) > MAX_PENDING:
+                    _shut(next(iter(proving)))  # its handshake fails and ends
+            threading.Thread(target=self._handshake, args=(mesh, sock, proving), name="smddp-p2p-handshake", daemon=True).start()
+
+    def _handshake(self, mesh: TcpMesh, sock: socket.socket, proving: dict[socket.socket, None]) -> None:
+        """tcp.py's listener side: the dialer (a rank on another node) proves the secret of this
+        rendezvous, then this end does; the link gets its keys and protection (TcpMesh._add)."""
+        try:
+            sock.settimeout(HANDSHAKE_S)
+            nonce = os.urandom(NONCE_BYTES)
+            sock.sendall(nonce)
+            theirs, dialer, target, protection, proof = _HELLO.unpack(_read_exact(sock, _HELLO.size))
+            transcript = mesh._secret.transcript(nonce, theirs, dialer, target, protection)
+            if target != mesh.node or not 0 <= dialer < self.topo.size or self._local(dialer) \
+                    or not hmac.compare_digest(proof, mesh._secret.dialer_proof(transcript)):
+                raise OSError("failed the handshake")
+            sock.sendall(_REPLY.pack(mesh.protection, mesh._secret.listener_proof(transcript, mesh.protection)))
+            if protection != mesh.protection:
+                raise mesh.protection_mismatch(dialer, protection)
+            with self._lock:
                 mesh._add(dialer, sock, mesh._secret.link_keys(transcript, dialer=False))
-            self._add_in(dialer, _TcpWire(mesh, dialer, self._describe[dialer]))
+        except OSError:
+            sock.close()  # a stranger, or pushed out: nothing is kept
+            return
+        except CollectiveError as exc:
+            sock.close()
+            self.fail(exc)
+            return
+        finally:
+            with self._lock:
+                proving.pop(sock, None)
+        self._add_in(dialer, _TcpWire(mesh, dialer, self._describe[dialer]))
 
     def _add_in(self, source: int, wire: _UnixWire | _TcpWire) -> None:
         with self._lock:
@@ -430,7 +453,7 @@ class PointToPoint:
             sock, keys = self._tcp_out._dial(dst, address, deadline)
             self._tcp_out._add(dst, sock, keys)
             wire = _TcpWire(self._tcp_out, dst, self._describe[dst])
-        link = _OutLink(wire, dst, single_copy=self._local(dst))
+        link = _OutLink(wire, dst, single_copy=getattr(wire, "single_copy", False))
         with self._lock:
             self._out[dst] = link
         self._spawn(self._read_verdicts, f"smddp-p2p-to-{dst}", link)
@@ -453,8 +476,17 @@ class PointToPoint:
                 sock.close()
                 raise CollectiveError(f"smddp send: the local listener of {self._describe[dst]} is another process "
                                       f"(pid {_peer_pid(sock)}, not {self.pids[dst]}): something else took its name")
-            sock.sendall(struct.pack("=i", self.topo.rank))
-            return _UnixWire(sock, self._describe[dst], self.pids[dst])
+            word = torch.tensor([_PROBE_WORD], dtype=torch.int64)
+            try:  # the receiver reads a word of ours: whether the kernel lets it read our messages so
+                sock.sendall(PROBE.pack(self.topo.rank, word.data_ptr()))
+                sock.settimeout(HANDSHAKE_S)
+                readable = _read_exact(sock, 1) == b"\x01"
+            except OSError as exc:
+                sock.close()
+                raise _lost("send", self._describe[dst], exc) from exc
+            wire = _UnixWire(sock, self._describe[dst], self.pids[dst])
+            wire.single_copy = readable
+            return wire
         raise CollectiveError(f"smddp send: {self._describe[dst]} did not start receiving within the process-group timeout "
                               f"({why})", awaited=[self._describe[dst]])
 
@@ -475,7 +507,8 @@ class PointToPoint:
             what = f"send #{seq} " + _describe("send", dst, tag, tensor.dtype, tensor.numel())[5:]
             work = P2PWork(self._describe[dst], self.timeout_s, what)
             single = link.single_copy and data.numel() >= SINGLE_COPY_FROM
-            link.pending[seq] = _Pending(work, data, what)
+            if single:  # the receiver reads our memory: the bytes must stay until it says it has them
+                link.pending[seq] = _Pending(work, data, what)
             deadline = time.monotonic() + self.timeout_s
             try:
                 link.wire.send(_envelope(DATA, code, seq, tag, tensor.numel(), data.data_ptr() if single else 0), what, deadline)
@@ -484,6 +517,8 @@ class PointToPoint:
             except CollectiveError as exc:
                 self.fail(exc)
                 raise
+        if not single:
+            work.finish(value=[tensor])  # written: the tensor may be reused (the receiver's verdict on it comes later)
         return work
 
     def recv(self, tensor: torch.Tensor, src: int, tag: int) -> P2PWork:
@@ -561,12 +596,13 @@ class PointToPoint:
             return False
         target = posted.buffer if posted is not None else torch.empty(envelope.nbytes, dtype=torch.uint8)
         deadline = time.monotonic() + self.timeout_s
-        if envelope.address and read_process(wire.pid, target, envelope.address) != 0:
-            wire.send(_envelope(STREAM, 0, envelope.seq, 0, 0), what, deadline)  # the sender sends the bytes instead
-            envelope.address = 0
-        if not envelope.address and envelope.nbytes:
+        if envelope.address:
+            error = read_process(wire.pid, target, envelope.address)
+            if error:
+                raise CollectiveError(f"smddp {what}: reading the message from the sender's memory failed: {os.strerror(error)}")
+            wire.send(_envelope(ACK, 0, envelope.seq, 0, 0), what, deadline)  # the sender may reuse its tensor now
+        elif envelope.nbytes:
             wire.recv(target, what, deadline)
-        wire.send(_envelope(ACK, 0, envelope.seq, 0, 0), what, deadline)
         if posted is not None:
             posted.complete(source)
         else:
@@ -596,15 +632,9 @@ class PointToPoint:
                     link.wire.recv(text, what, time.monotonic() + self.timeout_s)
                     raise CollectiveError(bytes(text.numpy()).decode("utf-8", "replace"))
                 with link.lock:
-                    pending = link.pending.get(verdict.seq)
-                    if pending is None:
-                        continue
-                    if verdict.kind == STREAM:
-                        link.single_copy = False
-                        link.wire.send(pending.data, pending.what, time.monotonic() + self.timeout_s)
-                        continue
-                    del link.pending[verdict.seq]
-                pending.work.finish(value=[pending.data])
+                    pending = link.pending.pop(verdict.seq, None)
+                if pending is not None:
+                    pending.work.finish(value=[pending.data])
         except Exception as exc:  # noqa: BLE001 - every failure ends the link's pending sends
             if not isinstance(exc, CollectiveError):
                 exc = CollectiveError(f"smddp {what} failed on rank {self.topo.rank}: {type(exc).__name__}: {exc}")

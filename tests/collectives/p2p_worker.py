@@ -135,8 +135,8 @@ def mismatch(rank: int, size: int) -> dict:
     last = size - 1
     try:
         if rank == 0:
-            dist.send(torch.ones(10), last, tag=2)
-            dist.barrier()
+            dist.send(torch.ones(10), last, tag=2)  # written: the receiver's verdict comes back over the link
+            dist.recv(torch.empty(1), last, tag=3)  # fails with it
         elif rank == last:
             dist.recv(torch.empty(12), 0, tag=2)
         else:
