@@ -21,6 +21,9 @@ DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int
 SIZES = (0, 1, 7, 1000, 300_000)  # elements: empty, tiny, odd, small, past the single-copy threshold
 
 
+STORE: dist.TCPStore  # the test's store (main sets it)
+
+
 def values(source: int, numel: int, dtype: torch.dtype, salt: int = 0) -> torch.Tensor:
     """What source sends: distinct per source, size and salt, exact in every dtype."""
     raw = (torch.arange(numel, dtype=torch.int64) * 7 + source * 3 + salt) % 13
@@ -164,10 +167,35 @@ def killed(rank: int, size: int) -> dict:
     return {"error": "", "lost": []}
 
 
+def protected(rank: int, size: int) -> dict:
+    """Between hosts: the links carry the protection every host uses, and silent strangers on the
+    receiver's listener (the test opens them, then sets "flooded") keep no sender out."""
+    from smddp_sdk.collectives.tcp import PROTECTIONS, link_protection
+
+    group = dist.distributed_c10d._get_default_group()
+    last = size - 1
+    sender = 1 if group.topology.node_of[1] != group.topology.node_of[last] else 0
+    if rank == last:
+        dist.recv(torch.empty(1), 0)  # the listener is up
+        listener = group._p2p._tcp_in
+        STORE.set("p2p-listener", json.dumps(list(listener._listener.getsockname()[:2])))
+        got = torch.empty(100_000)
+        dist.recv(got, sender, tag=1)
+        return {"protection": PROTECTIONS[listener.protection], "expected": link_protection(), "ok": torch.equal(got, torch.ones(100_000))}
+    if rank == 0:
+        dist.send(torch.ones(1), last)
+    if rank == sender:
+        STORE.wait(["flooded"])
+        dist.send(torch.ones(100_000), last, tag=1)  # dialed while the strangers sit on the listener
+        return {"protection": PROTECTIONS[group._p2p._tcp_out.protection], "expected": link_protection(), "ok": True}
+    return {"ok": True}
+
+
 def main() -> None:
     scenario = sys.argv[1]
     host, port = os.environ["SMDDP_TEST_STORE"].rsplit(":", 1)
-    store = dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=120))
+    global STORE
+    store = STORE = dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=120))
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     timeout = timedelta(seconds=float(os.environ.get("SMDDP_TEST_PG_TIMEOUT", "60")))
     dist.init_process_group("smddp", store=dist.PrefixStore("pg/", store), rank=rank, world_size=size, timeout=timeout)
@@ -176,7 +204,7 @@ def main() -> None:
     except Exception:  # noqa: BLE001 - the test reads it
         report = {"crash": traceback.format_exc()}
     store.set(f"report/{scenario}/{rank}", json.dumps(report))
-    if scenario in ("smoke", "correctness", "large") and "crash" not in report:
+    if scenario in ("smoke", "correctness", "large", "protected") and "crash" not in report:
         dist.destroy_process_group()
     sys.stdout.flush()
     os._exit(0)  # a failed group's threads must not hold the exit

@@ -6,8 +6,10 @@ ends and a peer killed while a receive waits for it."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -24,13 +26,14 @@ LAYOUTS = {"one-host": (ONE_HOST, {}), "one-host-tcp": (ONE_HOST, {"SMDDP_TRANSP
 
 
 def run_ranks(hosts: list[str], scenario: str, env: dict[str, str] | None = None, timeout: float = 240,
-              per_rank: bool = False) -> list[dict]:
+              per_rank: bool = False, meanwhile: Callable[[dist.TCPStore], None] = lambda store: None) -> list[dict]:
     """Start one rank per host entry on the scenario; every rank's report (a missing one: its output).
-    per_rank: even ranks native, odd ranks pure Python (cluster.py's "mixed")."""
+    per_rank: even ranks native, odd ranks pure Python (cluster.py's "mixed"); meanwhile runs while they do."""
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout))
     procs = [subprocess.Popen([sys.executable, "-m", "tests.collectives.p2p_worker", scenario], cwd=PROJECT_ROOT,
                               env=rank_env(r, hosts, store.port, {**(env or {}), **({"SMDDP_NATIVE": native_setting("mixed", r)} if per_rank else {})}), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for r in range(len(hosts))]
+    meanwhile(store)
     outputs = []
     for proc in procs:
         try:
@@ -94,3 +97,26 @@ def test_a_peer_killed_mid_receive_is_named_as_lost(layout):
     assert f"rank {victim}" in report["error"], reports
     assert report["lost"] == [[victim, hosts[victim]]], reports
     assert report["elapsed"] < 10, reports  # told by the broken link, not by the 30 s timeout
+
+
+@jobs
+@pytest.mark.parametrize("encrypt", ["0", "1"], ids=["integrity", "encrypt"])
+def test_links_between_hosts_are_protected_and_strangers_keep_no_sender_out(encrypt):
+    """The point-to-point links between hosts take the hosts' protection (integrity records by default,
+    encrypted with SMDDP_LINK_ENCRYPT=1) and a sender dials through 80 silent connections on the listener."""
+    strangers: list[socket.socket] = []
+
+    def flood(store: dist.TCPStore) -> None:
+        store.wait(["p2p-listener"], timedelta(seconds=120))
+        address = tuple(json.loads(store.get("p2p-listener")))
+        strangers.extend(socket.create_connection(address, timeout=5) for _ in range(80))
+        store.set("flooded", "1")
+
+    try:
+        reports = run_ranks(TWO_HOSTS, "protected", {"SMDDP_LINK_ENCRYPT": encrypt}, timeout=120, meanwhile=flood)
+    finally:
+        for sock in strangers:
+            sock.close()
+    assert all(report.get("ok") for report in reports), reports
+    ends = [reports[1], reports[3]]
+    assert all(end["protection"] == end["expected"] == ("encrypt" if encrypt == "1" else "integrity") for end in ends), reports
