@@ -142,6 +142,7 @@ class _Arrived:
     """A message that came before any receive matched it."""
 
     source: int
+    seq: int
     tag: int
     dtype: torch.dtype
     count: int
@@ -504,7 +505,7 @@ class PointToPoint:
         with link.lock:
             link.sent += 1
             seq = link.sent
-            what = f"send #{seq} " + _describe("send", dst, tag, tensor.dtype, tensor.numel())[5:]
+            what = f"send #{seq} " + _describe("send", dst, tag, tensor.dtype, tensor.numel()).removeprefix("send ")
             work = P2PWork(self._describe[dst], self.timeout_s, what)
             single = link.single_copy and data.numel() >= SINGLE_COPY_FROM
             if single:  # the receiver reads our memory: the bytes must stay until it says it has them
@@ -538,17 +539,21 @@ class PointToPoint:
             else:
                 self._posted.append(posted)
         if arrived is not None:
-            self._deliver(posted, arrived.source, arrived.dtype, arrived.count, arrived.data)
+            self._deliver(posted, arrived)
         return work
 
-    def _deliver(self, posted: _Recv, source: int, dtype: torch.dtype, count: int, data: torch.Tensor) -> None:
+    def _deliver(self, posted: _Recv, arrived: _Arrived) -> None:
         """A message that waited meets its receive: same dtype and size, or both ends fail."""
-        if dtype != posted.tensor.dtype or count != posted.tensor.numel():
-            self._mismatch(posted, source, _describe("send", self.topo.rank, posted.tag, dtype, count))
+        if arrived.dtype != posted.tensor.dtype or arrived.count != posted.tensor.numel():
+            self._mismatch(posted, arrived.source, self._sent(arrived.seq, arrived.tag, arrived.dtype, arrived.count))
             return
-        if data.numel():
-            posted.buffer.copy_(data)
-        posted.complete(source)
+        if arrived.data.numel():
+            posted.buffer.copy_(arrived.data)
+        posted.complete(arrived.source)
+
+    def _sent(self, seq: int, tag: int, dtype: torch.dtype, count: int) -> str:
+        """The sender's call, as its own messages name it: 'send #3 to rank 1 (tag 0, float32, 8 elements)'."""
+        return f"send #{seq} " + _describe("send", self.topo.rank, tag, dtype, count).removeprefix("send ")
 
     def _mismatch(self, posted: _Recv, source: int, sent: str) -> None:
         me, them = self._describe[self.topo.rank], self._describe[source]
@@ -592,7 +597,7 @@ class PointToPoint:
                 self._posted.remove(posted)
         fits = posted is not None and envelope.dtype == posted.tensor.dtype and envelope.count == posted.tensor.numel()
         if posted is not None and not fits:
-            self._mismatch(posted, source, f"send #{envelope.seq} " + _describe("send", self.topo.rank, envelope.tag, envelope.dtype, envelope.count)[5:])
+            self._mismatch(posted, source, self._sent(envelope.seq, envelope.tag, envelope.dtype, envelope.count))
             return False
         target = posted.buffer if posted is not None else torch.empty(envelope.nbytes, dtype=torch.uint8)
         deadline = time.monotonic() + self.timeout_s
@@ -606,7 +611,7 @@ class PointToPoint:
         if posted is not None:
             posted.complete(source)
         else:
-            arrived = _Arrived(source, envelope.tag, envelope.dtype, envelope.count, target)
+            arrived = _Arrived(source, envelope.seq, envelope.tag, envelope.dtype, envelope.count, target)
             with self._lock:  # a receive posted meanwhile may match it now
                 posted = next((p for p in self._posted if p.matches(source, envelope.tag)), None)
                 if posted is not None:
@@ -614,7 +619,7 @@ class PointToPoint:
                 else:
                     self._unexpected.append(arrived)
             if posted is not None:
-                self._deliver(posted, source, arrived.dtype, arrived.count, arrived.data)
+                self._deliver(posted, arrived)
         return True
 
     def _read_verdicts(self, link: _OutLink) -> None:

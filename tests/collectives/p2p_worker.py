@@ -141,6 +141,7 @@ def mismatch(rank: int, size: int) -> dict:
             dist.send(torch.ones(10), last, tag=2)  # written: the receiver's verdict comes back over the link
             dist.recv(torch.empty(1), last, tag=3)  # fails with it
         elif rank == last:
+            time.sleep(float(os.environ.get("SMDDP_TEST_RECV_AFTER_S", "0")))  # > 0: the message waits for the receive
             dist.recv(torch.empty(12), 0, tag=2)
         else:
             return {"error": ""}

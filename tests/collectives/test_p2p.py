@@ -76,10 +76,11 @@ def test_a_message_over_64_mib_arrives_whole(layout):
 
 
 @jobs
-@pytest.mark.parametrize("layout", LAYOUTS, ids=list(LAYOUTS))
-def test_size_mismatch_fails_both_ends_naming_both_calls(layout):
+@pytest.mark.parametrize(("layout", "recv_after_s"), [(layout, "0") for layout in LAYOUTS] + [("two-hosts", "1")],
+                         ids=[*LAYOUTS, "two-hosts-message-first"])
+def test_size_mismatch_fails_both_ends_naming_both_calls(layout, recv_after_s):
     hosts, env = LAYOUTS[layout]
-    reports = run_ranks(hosts, "mismatch", env, timeout=120)
+    reports = run_ranks(hosts, "mismatch", {**env, "SMDDP_TEST_RECV_AFTER_S": recv_after_s}, timeout=120)
     sender, receiver = reports[0]["error"], reports[-1]["error"]
     for error in (sender, receiver):
         assert "point-to-point mismatch" in error, reports
