@@ -192,6 +192,24 @@ def protected(rank: int, size: int) -> dict:
     return {"ok": True}
 
 
+def local_attack(rank: int, size: int) -> dict:
+    """One host, 3 ranks: the last rank's local listener is up (store key "p2p-up") while the test
+    attacks it as another user; then rank 1 dials it afresh (after "flooded") and its message arrives."""
+    last = size - 1
+    if rank == 0:
+        dist.send(torch.ones(1), last)
+    elif rank == last:
+        dist.recv(torch.empty(1), 0)
+        STORE.set("p2p-up", "1")
+        got = torch.empty(1000)
+        dist.recv(got, 1, tag=1)
+        return {"ok": torch.equal(got, torch.full((1000,), 7.0))}
+    elif rank == 1:
+        STORE.wait(["flooded"])
+        dist.send(torch.full((1000,), 7.0), last, tag=1)
+    return {"ok": True}
+
+
 def main() -> None:
     scenario = sys.argv[1]
     host, port = os.environ["SMDDP_TEST_STORE"].rsplit(":", 1)
@@ -205,7 +223,7 @@ def main() -> None:
     except Exception:  # noqa: BLE001 - the test reads it
         report = {"crash": traceback.format_exc()}
     store.set(f"report/{scenario}/{rank}", json.dumps(report))
-    if scenario in ("smoke", "correctness", "large", "protected") and "crash" not in report:
+    if scenario in ("smoke", "correctness", "large", "protected", "local_attack") and "crash" not in report:
         dist.destroy_process_group()
     sys.stdout.flush()
     os._exit(0)  # a failed group's threads must not hold the exit
