@@ -38,6 +38,7 @@ from smddp_sdk.collectives.communicator import Communicator
 from smddp_sdk.collectives.errors import CollectiveError
 from smddp_sdk.collectives.local import SINGLE_COPY_FROM, STREAMED_FROM, SYMMETRIC_LIMIT, OwnSource, shard_bounds
 from smddp_sdk.collectives.memory import as_bytes
+from smddp_sdk.collectives.p2p import ANY_SOURCE, PointToPoint
 from smddp_sdk.collectives.reduce import RedOpType, check_supported, red_op_type
 from smddp_sdk.collectives.shm import CHECK_EVERY_S
 from smddp_sdk.collectives.store_values import KEY_PREFIX
@@ -47,6 +48,7 @@ BACKEND_NAME = "smddp"
 
 # Groups whose communication thread runs: stopped at interpreter exit (see _stop_workers_at_exit).
 _SERVING: weakref.WeakSet[SmddpProcessGroup] = weakref.WeakSet()
+_P2P_SETUP = threading.Lock()  # a group's point-to-point engine is made once, whichever thread calls first
 
 
 class FutureWork(dist.Work):
@@ -163,6 +165,7 @@ class SmddpProcessGroup:
         self._worker: threading.Thread | None = None
         self._in_collective = False  # the worker is inside a collective (not merely completing a future)
         self._nccl_group: dist.ProcessGroup | None = None
+        self._p2p: PointToPoint | None = None
         self._attach_core()
         progress.watch(self)  # specs.goodput: the group formed, then its first collective
 
@@ -346,6 +349,8 @@ class SmddpProcessGroup:
 
     def shutdown(self) -> None:
         self._stop_worker(timeout=5)
+        if self._p2p is not None:
+            self._p2p.close()
         self._comm.close()
 
     def _stop_worker(self, timeout: float) -> None:
@@ -742,13 +747,31 @@ class SmddpProcessGroup:
         opts = opts or dist.BarrierOptions()
         return self._submit(_BARRIER_CALL, lambda: self._comm.barrier("barrier"), [], opts)
 
-    def _no_point_to_point(self, *args: object, **kwargs: object) -> dist.Work:
-        raise CollectiveError(
-            "smddp does not implement point-to-point send/recv; create a gloo subgroup for it: "
-            "dist.new_group(backend='gloo')"
-        )
+    # point-to-point (p2p.py) ------------------------------------------------------------------------
+    def _point_to_point(self, what: str, tensors: Sequence[torch.Tensor], peer: int) -> PointToPoint:
+        """The group's point-to-point engine, made on first use; checks what torch leaves to the backend."""
+        self._comm.check_usable(what)
+        if len(tensors) != 1:
+            raise CollectiveError(f"smddp {what}: expected one tensor, got {len(tensors)}")
+        if not 0 <= peer < self.size() and peer != ANY_SOURCE:
+            raise CollectiveError(f"smddp {what}: rank {peer} is not in this group of {self.size()} ranks")
+        with _P2P_SETUP:
+            if self._p2p is None:
+                topo = self._comm.topo
+                self._p2p = PointToPoint(topo, topo.values, topo.pids, self._comm.timeout_s, self._fail)
+        return self._p2p
 
-    send = recv = recv_anysource = _no_point_to_point
+    @cuda_goes_to_nccl
+    def send(self, tensors: list[torch.Tensor], dstRank: int, tag: int) -> dist.Work:  # noqa: N803 - torch's names
+        return self._point_to_point("send", tensors, dstRank).send(tensors[0], dstRank, tag)
+
+    @cuda_goes_to_nccl
+    def recv(self, tensors: list[torch.Tensor], srcRank: int, tag: int) -> dist.Work:  # noqa: N803
+        return self._point_to_point("recv", tensors, srcRank).recv(tensors[0], srcRank, tag)
+
+    @cuda_goes_to_nccl
+    def recv_anysource(self, tensors: list[torch.Tensor], tag: int) -> dist.Work:
+        return self._point_to_point("recv", tensors, ANY_SOURCE).recv(tensors[0], ANY_SOURCE, tag)
 
 
 def smddp_backend(group: dist.ProcessGroup | None) -> SmddpProcessGroup | None:

@@ -82,7 +82,8 @@ class Topology:
     hosts: list[str]
     nodes: list[list[int]]
     node_of: list[int] = field(default_factory=list)
-    values: StoreValues | None = field(default=None, repr=False, compare=False)  # the store, signed for this rendezvous
+    pids: list[int] = field(default_factory=list)  # every rank's, from the verified greetings
+    values: StoreValues | None = field(default=None, repr=False, compare=False)  # the store, signed for this rendezvous (point-to-point links use it too)
 
     def __post_init__(self) -> None:
         self.node_of = [0] * self.size
@@ -152,7 +153,7 @@ def build(store: dist.Store, rank: int, size: int, timeout: timedelta) -> tuple[
     for h, decision in zip(host_order, decisions):
         nodes += [by_host[h]] if decision["kind"] != "tcp" else [[r] for r in by_host[h]]
     nodes.sort(key=lambda ranks: ranks[0])
-    topo = Topology(rank=rank, size=size, hosts=hosts, nodes=nodes, values=values)
+    topo = Topology(rank=rank, size=size, hosts=hosts, nodes=nodes, pids=here.pids, values=values)
     if len(nodes) > 1 and rank == 0 and not os.environ.get(MESH_SECRET_ENV):
         _warn_store_token()
     mesh = _connect_mesh(values, topo, deadline) if len(nodes) > 1 and topo.is_leader else None

@@ -93,9 +93,7 @@ NAME_GATED: dict[str, str] = {
 }
 
 # The skip list: tests of SUBSET not run on smddp, each with its reason. Edit here only.
-P2P_REASON = "point-to-point: branch p2p"
 SKIPPED_ON_SMDDP: dict[str, str] = {
-    **dict.fromkeys(POINT_TO_POINT, P2P_REASON),
     "test_ddp_logging_data_cpu": "checks torch's default gradient_as_bucket_view=False; over smddp DDP defaults to True "
                                  "(ddp.install_default_hook: gradients stay in the buckets; pass False to keep torch's)",
 }

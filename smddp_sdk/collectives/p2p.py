@@ -1,0 +1,714 @@
+"""Point-to-point for the smddp group: send, recv (from a rank or any source), isend, irecv, with tags.
+
+Links. One connection per ordered pair of ranks, dialed by the sender on its first message to that
+receiver: its forward direction carries the sender's messages, its reverse direction the receiver's
+verdicts (acknowledgements, errors). Ranks that share a host's arena talk over a Unix socket (an abstract
+name derived from the job's secret; each end checks the other's credentials against the pid of the
+verified rendezvous greeting), and messages from SINGLE_COPY_FROM bytes are read by the receiver straight
+from the sender's memory (process_vm_readv, one copy, as Open MPI's shared-memory transport does) unless
+the kernel refuses. Every other pair talks TCP through tcp.py's TcpMesh: the same handshake (each end
+proves a secret of this rendezvous) and the same link protection (integrity or encryption records) as the
+collectives' links, never bypassed. A rank opens its listeners on its first point-to-point call.
+
+Messages. An envelope (32 bytes, a message of its own on the link: kind, sequence, tag, dtype, element
+count, single-copy address) then, unless read from the sender's memory, the payload as a second message.
+Each receiving link has a reader thread that always drains it: a message meets the first posted receive
+that matches it (source or any source, and tag), else it waits in an unexpected queue for one, so order
+per (source, destination, tag) is kept and outstanding sends and receives never deadlock. A send's Work
+completes once its bytes are written, as MPI's eager sends do (one read from the sender's memory: once
+the receiver acknowledges it; whether the kernel allows such reads is probed when the link is made). A
+message whose dtype or size differs from the receive it meets fails the receive, and the receiver tells
+the sender over the link's reverse direction: both groups fail, as on a collective mismatch, with one
+error naming both calls (the sender's pending and next calls raise it). A peer lost while a receive (or a
+single-copy send) waits for it fails that call with ``lost``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hmac
+import os
+import select
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from smddp_sdk.collectives import native
+from smddp_sdk.collectives.errors import CollectiveError, PeerRank
+from smddp_sdk.collectives.memory import allow_peer_reads, as_bytes, memview, read_process
+from smddp_sdk.collectives.store_values import StoreValues
+from smddp_sdk.collectives.tcp import _HELLO, _REPLY, HANDSHAKE_S, MAX_PENDING, NONCE_BYTES, TcpMesh
+from smddp_sdk.collectives.topology import Topology, advertised_address
+
+ANY_SOURCE = -1
+_PROBE_WORD = 0x534D444450325021
+SINGLE_COPY_FROM = 256 << 10  # local messages from this size are read from the sender's memory
+ENVELOPE = struct.Struct("=8I")  # magic, kind << 8 | dtype, sequence, tag, count low/high, address low/high
+MAGIC = 0x50444D53  # b"SMDP"
+DATA, ACK, ERROR = 1, 2, 3
+PROBE = struct.Struct("=iQ")  # a local dialer's rank and the address of a word the listener reads back
+_POLL_S = 0.1  # how often an idle reader looks whether its link is being closed
+_SLICE_S = 0.05
+# every dtype this torch knows, in a fixed order: its index travels in the envelope
+DTYPES = tuple(dict.fromkeys(d for d in vars(torch).values() if isinstance(d, torch.dtype)))
+
+
+def _describe(op: str, peer: int, tag: int, dtype: torch.dtype | None, count: int) -> str:
+    """'recv from rank 0 (tag 3, float32, 1024 elements)': a call as a person reads it."""
+    where = "from any rank" if peer == ANY_SOURCE else f"{'to' if op == 'send' else 'from'} rank {peer}"
+    kind = str(dtype).removeprefix("torch.") if dtype is not None else "?"
+    return f"{op} {where} (tag {tag}, {kind}, {count} elements)"
+
+
+class P2PWork(dist.Work):
+    """A point-to-point call's Work: wait() returns once it is done or raises its error; a receive from
+    any source tells its source (torch's recv reads it)."""
+
+    def __init__(self, peer: PeerRank | None, timeout_s: float, what: str) -> None:
+        super().__init__()
+        self._done = threading.Event()
+        self._error: BaseException | None = None
+        self._future: torch.futures.Future = torch.futures.Future()
+        self._peer, self._timeout_s, self._what = peer, timeout_s, what
+        self.source = -1
+
+    def finish(self, error: BaseException | None = None, value: object = None) -> None:
+        if self._done.is_set():
+            return
+        self._error = error
+        self._done.set()
+        if error is None:
+            self._future.set_result(value)
+        else:
+            self._future.set_exception(error)
+
+    def wait(self, timeout: timedelta = timedelta(0)) -> bool:  # noqa: ARG002 - the group timeout applies
+        if not self._done.wait(self._timeout_s):
+            awaited = [self._peer] if self._peer else []
+            raise CollectiveError(f"smddp {self._what} timed out after {self._timeout_s:.0f} s waiting for "
+                                  f"{self._peer or 'any rank'} (hung peer or different code path)", awaited=awaited)
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def is_completed(self) -> bool:
+        return self._done.is_set()
+
+    def is_success(self) -> bool:
+        return self._done.is_set() and self._error is None
+
+    def exception(self) -> BaseException | None:
+        return self._error
+
+    def get_future(self) -> torch.futures.Future:
+        return self._future
+
+    def _source_rank(self) -> int:
+        return self.source
+
+
+@dataclass(eq=False)
+class _Recv:
+    """A posted receive: where its bytes go and what it expects."""
+
+    tensor: torch.Tensor
+    buffer: torch.Tensor  # contiguous uint8 view of the tensor, or a staging copy
+    source: int
+    tag: int
+    work: P2PWork
+
+    def matches(self, source: int, tag: int) -> bool:
+        return self.source in (source, ANY_SOURCE) and self.tag == tag
+
+    def expects(self) -> str:
+        return _describe("recv", self.source, self.tag, self.tensor.dtype, self.tensor.numel())
+
+    def complete(self, source: int) -> None:
+        if self.buffer.data_ptr() != self.tensor.data_ptr() or not self.tensor.is_contiguous():
+            self.tensor.copy_(self.buffer.view(self.tensor.dtype).view(self.tensor.shape))
+        self.work.source = source
+        self.work.finish(value=[self.tensor])
+
+
+@dataclass(eq=False)
+class _Arrived:
+    """A message that came before any receive matched it."""
+
+    source: int
+    seq: int
+    tag: int
+    dtype: torch.dtype
+    count: int
+    data: torch.Tensor
+
+
+@dataclass(eq=False)
+class _Pending:
+    """A send waiting for the receiver's verdict; holds its bytes until then."""
+
+    work: P2PWork
+    data: torch.Tensor
+    what: str
+
+
+# wires: one message at a time each way ---------------------------------------------------------------
+class _UnixWire:
+    """A local link: plain bytes over a Unix socket whose other end's credentials were checked."""
+
+    def __init__(self, sock: socket.socket, peer: PeerRank, pid: int) -> None:
+        self.sock, self.peer, self.pid = sock, peer, pid
+        self.sending = threading.Lock()  # a message's bytes leave together (a sender and the reader share the link)
+        self.single_copy = False  # the receiver can read this end's memory (probed when the sender dials)
+        sock.settimeout(None)
+
+    def send(self, data: torch.Tensor, what: str, deadline: float) -> None:  # noqa: ARG002 - blocks until taken
+        try:
+            with self.sending:
+                self.sock.sendall(memview(data))
+        except OSError as exc:
+            raise _lost(what, self.peer, exc) from exc
+
+    def recv(self, data: torch.Tensor, what: str, deadline: float) -> None:  # noqa: ARG002 - the envelope has come
+        view, got = memview(data), 0
+        try:
+            while got < len(view):
+                count = self.sock.recv_into(view[got:])
+                if count == 0:
+                    raise _lost(what, self.peer, None)
+                got += count
+        except OSError as exc:
+            raise _lost(what, self.peer, exc) from exc
+
+    def readable(self, timeout: float) -> bool:
+        return bool(select.select([self.sock], [], [], timeout)[0])
+
+    def close(self) -> None:
+        _shut(self.sock)
+
+    def release(self) -> None:
+        self.sock.close()
+
+
+class _TcpWire:
+    """A link to another host: TcpMesh's protected records (native loop, or Python with cryptography)."""
+
+    def __init__(self, mesh: TcpMesh, peer: int, describe: PeerRank) -> None:
+        self.mesh, self.peer_index, self.peer = mesh, peer, describe
+        self.sock = mesh._socks[peer]
+        self.pid = 0
+        self.sending = threading.Lock()
+        self._native = mesh._native
+
+    def _parts(self, data: torch.Tensor) -> list[memoryview]:
+        """A message as the Python path frames it: the first header-sized record on its own."""
+        view, first = memview(data), self.mesh._header_bytes
+        return [view[:first], view[first:]] if first else [view]
+
+    def send(self, data: torch.Tensor, what: str, deadline: float) -> None:
+        with self.sending:
+            if self._native is None:
+                return self.mesh._send_all(self.peer_index, self._parts(data), what, deadline)
+            return self._move(data, 0, what, deadline)
+
+    def recv(self, data: torch.Tensor, what: str, deadline: float) -> None:
+        if self._native is None:
+            for part in self._parts(data):
+                if len(part):
+                    self.mesh._recv_records(self.peer_index, [part], what, deadline)
+            return None
+        return self._move(data, 1, what, deadline)
+
+    def _move(self, data: torch.Tensor, receive: int, what: str, deadline: float) -> None:
+        """One message through the native loop, which seals or checks its records."""
+        transfer = native.Transfer(self.sock.fileno(), receive, data.data_ptr(), data.numel(), 0, 0)
+        started = time.monotonic()
+        while data.numel():
+            slice_ns = int(max(0.0, min(_SLICE_S, deadline - time.monotonic())) * 1e9)
+            status = self._native.smddp_exchange(ctypes.byref(transfer), 1, slice_ns)
+            if status == -1:
+                return
+            if status >= 0:
+                raise self.mesh.failure(what, self.peer_index, transfer.error)
+            self.mesh.stalled(what, self.peer_index, bool(receive), deadline, time.monotonic() - started)
+
+    def readable(self, timeout: float) -> bool:
+        return bool(select.select([self.sock], [], [], timeout)[0])
+
+    def close(self) -> None:
+        _shut(self.sock)
+
+    def release(self) -> None:
+        pass  # the mesh closes its sockets and native links
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+def _lost(what: str, peer: PeerRank, error: OSError | None) -> CollectiveError:
+    if error is None:
+        return CollectiveError(f"smddp {what} failed: {peer} closed the connection (the peer exited or failed)", lost=[peer])
+    return CollectiveError(f"smddp {what} failed: connection to {peer} broke ({error})", lost=[peer])
+
+
+def _envelope(kind: int, dtype_code: int, seq: int, tag: int, count: int, address: int = 0) -> torch.Tensor:
+    words = ENVELOPE.pack(MAGIC, kind << 8 | dtype_code, seq & 0xFFFFFFFF, tag & 0xFFFFFFFF, count & 0xFFFFFFFF,
+                          count >> 32, address & 0xFFFFFFFF, address >> 32)
+    return torch.frombuffer(bytearray(words), dtype=torch.uint8)
+
+
+@dataclass
+class _Envelope:
+    kind: int
+    dtype_code: int
+    seq: int
+    tag: int
+    count: int
+    address: int
+
+    @classmethod
+    def read(cls, raw: torch.Tensor, what: str, peer: PeerRank) -> _Envelope:
+        magic, kind_dtype, seq, tag, low, high, address_low, address_high = ENVELOPE.unpack(bytes(raw.numpy()))
+        if magic != MAGIC:
+            raise CollectiveError(f"smddp {what}: {peer} sent bytes where a point-to-point envelope belongs (out of step)")
+        tag = tag - (1 << 32) if tag >= 1 << 31 else tag
+        return cls(kind_dtype >> 8, kind_dtype & 0xFF, seq, tag, high << 32 | low, address_high << 32 | address_low)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype_code] if self.dtype_code < len(DTYPES) else torch.uint8
+
+    @property
+    def nbytes(self) -> int:
+        return self.count * self.dtype.itemsize
+
+
+# links ------------------------------------------------------------------------------------------------
+@dataclass
+class _OutLink:
+    """This rank's link to a receiver: sends in call order, a reader for the receiver's verdicts."""
+
+    wire: _UnixWire | _TcpWire
+    rank: int
+    single_copy: bool
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    pending: dict[int, _Pending] = field(default_factory=dict)
+    sent: int = 0
+
+
+class PointToPoint:
+    """One group's point-to-point engine (see the module's docstring)."""
+
+    def __init__(self, topo: Topology, values: StoreValues, pids: list[int], timeout_s: float,
+                 fail_group: Callable[[str], None]) -> None:
+        self.topo, self.values, self.pids, self.timeout_s = topo, values, pids, timeout_s
+        self._fail_group = fail_group
+        self._lock = threading.Lock()  # guards the queues and the links
+        self._posted: list[_Recv] = []
+        self._unexpected: list[_Arrived] = []
+        self._out: dict[int, _OutLink] = {}
+        self._in: dict[int, _UnixWire | _TcpWire] = {}
+        self._lost: dict[int, CollectiveError] = {}  # receiving links that ended, by source
+        self._failure: CollectiveError | None = None
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._describe = {r: PeerRank(r, topo.hosts[r]) for r in range(topo.size)}
+        self._started = False
+        self._unix: socket.socket | None = None
+        self._tcp_in: TcpMesh | None = None
+        self._tcp_out: TcpMesh | None = None
+
+    # set-up ------------------------------------------------------------------------------------------
+    def _local(self, peer: int) -> bool:
+        return self.topo.node_of[peer] == self.topo.node
+
+    def start(self) -> None:
+        """Open this rank's listeners (once) so that senders can reach it."""
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+        me = self.topo.rank
+        if len(self.topo.local_ranks) > 1:
+            allow_peer_reads()
+            self._unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self._unix.bind(self._unix_name(me))
+            self._unix.listen(64)
+            self._spawn(self._accept_unix, "smddp-p2p-accept-local")
+        if len(self.topo.nodes) > 1:
+            token = self.values.derive_name("p2p links")
+            address = advertised_address(self.topo.hosts[me])
+            self._tcp_in = TcpMesh(me, token, self._describe, address)
+            self._tcp_out = TcpMesh(me, token, self._describe, address)
+            self._tcp_out._listener.close()  # dials only
+            self.values.set(f"p2p/tcp/{me}", [address, self._tcp_in.port])
+            self._spawn(self._accept_tcp, "smddp-p2p-accept")
+
+    def _unix_name(self, rank: int) -> bytes:
+        return b"\0smddp-p2p-" + self.values.derive_name("p2p local", str(rank)).encode()
+
+    def _spawn(self, target: Callable[..., None], name: str, *args: object) -> None:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _accept_unix(self) -> None:
+        assert self._unix is not None
+        while not self._stop.is_set():
+            if not select.select([self._unix], [], [], _POLL_S)[0]:
+                continue
+            try:
+                sock, _ = self._unix.accept()
+            except OSError:
+                continue
+            try:
+                if _peer_pid(sock) not in {self.pids[r] for r in self.topo.local_ranks}:
+                    raise OSError("not a process of this group on this host")  # another user's: refused unread
+                sock.settimeout(HANDSHAKE_S)
+                claimed, address = PROBE.unpack(_read_exact(sock, PROBE.size))
+                if not 0 <= claimed < self.topo.size or not self._local(claimed) or _peer_pid(sock) != self.pids[claimed]:
+                    raise OSError("not a rank of this group on this host")
+                word = torch.zeros(1, dtype=torch.int64)
+                sock.sendall(bytes([read_process(self.pids[claimed], word, address) == 0 and int(word) == _PROBE_WORD]))
+            except OSError:
+                sock.close()  # a stranger (or a rank that died while connecting): nothing is kept
+                continue
+            self._add_in(claimed, _UnixWire(sock, self._describe[claimed], self.pids[claimed]))
+
+    def _accept_tcp(self) -> None:
+        """Take connections on the TCP listener; each proves itself on a thread of its own within
+        HANDSHAKE_S, and past MAX_PENDING at once the oldest is dropped (as tcp.py's acceptor does), so
+        silent strangers hold up no sender, which proves itself within a round trip."""
+        mesh = self._tcp_in
+        assert mesh is not None
+        proving: dict[socket.socket, None] = {}  # in arrival order
+        while not self._stop.is_set():
+            if not select.select([mesh._listener], [], [], _POLL_S)[0]:
+                continue
+            try:
+                sock, _ = mesh._listener.accept()
+            except OSError:
+                continue
+            with self._lock:
+                proving[sock] = None
+                if len(proving) > MAX_PENDING:
+                    _shut(next(iter(proving)))  # its handshake fails and ends
+            threading.Thread(target=self._handshake, args=(mesh, sock, proving), name="smddp-p2p-handshake", daemon=True).start()
+
+    def _handshake(self, mesh: TcpMesh, sock: socket.socket, proving: dict[socket.socket, None]) -> None:
+        """tcp.py's listener side: the dialer (a rank on another node) proves the secret of this
+        rendezvous, then this end does; the link gets its keys and protection (TcpMesh._add)."""
+        try:
+            sock.settimeout(HANDSHAKE_S)
+            nonce = os.urandom(NONCE_BYTES)
+            sock.sendall(nonce)
+            theirs, dialer, target, protection, proof = _HELLO.unpack(_read_exact(sock, _HELLO.size))
+            transcript = mesh._secret.transcript(nonce, theirs, dialer, target, protection)
+            if target != mesh.node or not 0 <= dialer < self.topo.size or self._local(dialer) \
+                    or not hmac.compare_digest(proof, mesh._secret.dialer_proof(transcript)):
+                raise OSError("failed the handshake")
+            sock.sendall(_REPLY.pack(mesh.protection, mesh._secret.listener_proof(transcript, mesh.protection)))
+            if protection != mesh.protection:
+                raise mesh.protection_mismatch(dialer, protection)
+            with self._lock:
+                mesh._add(dialer, sock, mesh._secret.link_keys(transcript, dialer=False))
+        except OSError:
+            sock.close()  # a stranger, or pushed out: nothing is kept
+            return
+        except CollectiveError as exc:
+            sock.close()
+            self.fail(exc)
+            return
+        finally:
+            with self._lock:
+                proving.pop(sock, None)
+        self._add_in(dialer, _TcpWire(mesh, dialer, self._describe[dialer]))
+
+    def _add_in(self, source: int, wire: _UnixWire | _TcpWire) -> None:
+        with self._lock:
+            self._in[source] = wire
+            self._lost.pop(source, None)
+        self._spawn(self._read_messages, f"smddp-p2p-from-{source}", source, wire)
+
+    def _out_link(self, dst: int) -> _OutLink:
+        with self._lock:
+            link = self._out.get(dst)
+        if link is not None:
+            return link
+        deadline = time.monotonic() + self.timeout_s
+        if self._local(dst):
+            wire: _UnixWire | _TcpWire = self._dial_unix(dst, deadline)
+        else:
+            assert self._tcp_out is not None
+            address = tuple(self.values.get(f"p2p/tcp/{dst}"))
+            sock, keys = self._tcp_out._dial(dst, address, deadline)
+            self._tcp_out._add(dst, sock, keys)
+            wire = _TcpWire(self._tcp_out, dst, self._describe[dst])
+        link = _OutLink(wire, dst, single_copy=getattr(wire, "single_copy", False))
+        with self._lock:
+            self._out[dst] = link
+        self._spawn(self._read_verdicts, f"smddp-p2p-to-{dst}", link)
+        return link
+
+    def _dial_unix(self, dst: int, deadline: float) -> _UnixWire:
+        """Connect to the local receiver's listener (it opens on the receiver's first point-to-point call)
+        and check that the listening process is that rank."""
+        why = "no attempt"
+        while time.monotonic() < deadline:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(self._unix_name(dst))
+            except OSError as exc:
+                sock.close()
+                why = str(exc)
+                time.sleep(0.002)
+                continue
+            if _peer_pid(sock) != self.pids[dst]:
+                sock.close()
+                raise CollectiveError(f"smddp send: the local listener of {self._describe[dst]} is another process "
+                                      f"(pid {_peer_pid(sock)}, not {self.pids[dst]}): something else took its name")
+            word = torch.tensor([_PROBE_WORD], dtype=torch.int64)
+            try:  # the receiver reads a word of ours: whether the kernel lets it read our messages so
+                sock.sendall(PROBE.pack(self.topo.rank, word.data_ptr()))
+                sock.settimeout(HANDSHAKE_S)
+                readable = _read_exact(sock, 1) == b"\x01"
+            except OSError as exc:
+                sock.close()
+                raise _lost("send", self._describe[dst], exc) from exc
+            wire = _UnixWire(sock, self._describe[dst], self.pids[dst])
+            wire.single_copy = readable
+            return wire
+        raise CollectiveError(f"smddp send: {self._describe[dst]} did not start receiving within the process-group timeout "
+                              f"({why})", awaited=[self._describe[dst]])
+
+    # calls -------------------------------------------------------------------------------------------
+    def _check(self, what: str) -> None:
+        if self._failure is not None:
+            raise CollectiveError(f"smddp {what}: point-to-point is unusable after an earlier failure: {self._failure}")
+
+    def send(self, tensor: torch.Tensor, dst: int, tag: int) -> P2PWork:
+        self._check("send")
+        self.start()
+        link = self._out_link(dst)
+        data = as_bytes(tensor if tensor.is_contiguous() else tensor.contiguous())
+        code = DTYPES.index(tensor.dtype)
+        with link.lock:
+            link.sent += 1
+            seq = link.sent
+            what = f"send #{seq} " + _describe("send", dst, tag, tensor.dtype, tensor.numel()).removeprefix("send ")
+            work = P2PWork(self._describe[dst], self.timeout_s, what)
+            single = link.single_copy and data.numel() >= SINGLE_COPY_FROM
+            if single:  # the receiver reads our memory: the bytes must stay until it says it has them
+                link.pending[seq] = _Pending(work, data, what)
+            deadline = time.monotonic() + self.timeout_s
+            try:
+                link.wire.send(_envelope(DATA, code, seq, tag, tensor.numel(), data.data_ptr() if single else 0), what, deadline)
+                if not single and data.numel():
+                    link.wire.send(data, what, deadline)
+            except CollectiveError as exc:
+                self.fail(exc)
+                raise
+        if not single:
+            work.finish(value=[tensor])  # written: the tensor may be reused (the receiver's verdict on it comes later)
+        return work
+
+    def recv(self, tensor: torch.Tensor, src: int, tag: int) -> P2PWork:
+        self._check("recv")
+        self.start()
+        buffer = as_bytes(tensor) if tensor.is_contiguous() else torch.empty(tensor.numel() * tensor.element_size(), dtype=torch.uint8)
+        peer = self._describe.get(src)
+        work = P2PWork(peer, self.timeout_s, _describe("recv", src, tag, tensor.dtype, tensor.numel()))
+        posted = _Recv(tensor, buffer, src, tag, work)
+        with self._lock:
+            arrived = next((a for a in self._unexpected if posted.matches(a.source, a.tag)), None)
+            if arrived is not None:
+                self._unexpected.remove(arrived)
+            elif src in self._lost:
+                work.finish(self._lost[src])
+                return work
+            else:
+                self._posted.append(posted)
+        if arrived is not None:
+            self._deliver(posted, arrived)
+        return work
+
+    def _deliver(self, posted: _Recv, arrived: _Arrived) -> None:
+        """A message that waited meets its receive: same dtype and size, or both ends fail."""
+        if arrived.dtype != posted.tensor.dtype or arrived.count != posted.tensor.numel():
+            self._mismatch(posted, arrived.source, self._sent(arrived.seq, arrived.tag, arrived.dtype, arrived.count))
+            return
+        if arrived.data.numel():
+            posted.buffer.copy_(arrived.data)
+        posted.complete(arrived.source)
+
+    def _sent(self, seq: int, tag: int, dtype: torch.dtype, count: int) -> str:
+        """The sender's call, as its own messages name it: 'send #3 to rank 1 (tag 0, float32, 8 elements)'."""
+        return f"send #{seq} " + _describe("send", self.topo.rank, tag, dtype, count).removeprefix("send ")
+
+    def _mismatch(self, posted: _Recv, source: int, sent: str) -> None:
+        me, them = self._describe[self.topo.rank], self._describe[source]
+        error = CollectiveError(f"smddp point-to-point mismatch: {me} called {posted.expects()} but {them} called {sent}: "
+                                "the receiving tensor must have the sent tensor's dtype and number of elements")
+        with self._lock:
+            link = self._in.get(source)
+        if link is not None:  # tell the sender, which fails with the same words
+            text = torch.frombuffer(bytearray(str(error).encode()), dtype=torch.uint8)
+            try:
+                link.send(_envelope(ERROR, 0, 0, 0, text.numel()), "recv", time.monotonic() + 1)
+                link.send(text, "recv", time.monotonic() + 1)
+            except CollectiveError:
+                pass  # the sender is gone: it has nothing to be told
+        posted.work.finish(error)
+        self.fail(error)
+
+    # the readers -------------------------------------------------------------------------------------
+    def _read_messages(self, source: int, wire: _UnixWire | _TcpWire) -> None:
+        """Drain a receiving link: each message into the receive it meets, or into the unexpected queue."""
+        raw = torch.empty(ENVELOPE.size, dtype=torch.uint8)
+        what = f"recv from {self._describe[source]}"
+        try:
+            while not self._stop.is_set():
+                if not wire.readable(_POLL_S):
+                    continue
+                wire.recv(raw, what, time.monotonic() + self.timeout_s)
+                envelope = _Envelope.read(raw, what, self._describe[source])
+                if not self._receive(source, wire, envelope, what):
+                    return
+        except CollectiveError as exc:
+            if not self._stop.is_set():
+                self._link_ended(source, exc)
+        except Exception as exc:  # noqa: BLE001 - a reader that stops must fail what waits on it
+            self.fail(CollectiveError(f"smddp {what} failed on rank {self.topo.rank}: {type(exc).__name__}: {exc}"))
+
+    def _receive(self, source: int, wire: _UnixWire | _TcpWire, envelope: _Envelope, what: str) -> bool:
+        with self._lock:
+            posted = next((p for p in self._posted if p.matches(source, envelope.tag)), None)
+            if posted is not None:
+                self._posted.remove(posted)
+        fits = posted is not None and envelope.dtype == posted.tensor.dtype and envelope.count == posted.tensor.numel()
+        if posted is not None and not fits:
+            self._mismatch(posted, source, self._sent(envelope.seq, envelope.tag, envelope.dtype, envelope.count))
+            return False
+        target = posted.buffer if posted is not None else torch.empty(envelope.nbytes, dtype=torch.uint8)
+        deadline = time.monotonic() + self.timeout_s
+        if envelope.address:
+            error = read_process(wire.pid, target, envelope.address)
+            if error:
+                raise CollectiveError(f"smddp {what}: reading the message from the sender's memory failed: {os.strerror(error)}")
+            wire.send(_envelope(ACK, 0, envelope.seq, 0, 0), what, deadline)  # the sender may reuse its tensor now
+        elif envelope.nbytes:
+            wire.recv(target, what, deadline)
+        if posted is not None:
+            posted.complete(source)
+        else:
+            arrived = _Arrived(source, envelope.seq, envelope.tag, envelope.dtype, envelope.count, target)
+            with self._lock:  # a receive posted meanwhile may match it now
+                posted = next((p for p in self._posted if p.matches(source, envelope.tag)), None)
+                if posted is not None:
+                    self._posted.remove(posted)
+                else:
+                    self._unexpected.append(arrived)
+            if posted is not None:
+                self._deliver(posted, arrived)
+        return True
+
+    def _read_verdicts(self, link: _OutLink) -> None:
+        """The receiver's answers to this rank's sends: done, send the bytes, or an error."""
+        raw = torch.empty(ENVELOPE.size, dtype=torch.uint8)
+        what = f"send to {self._describe[link.rank]}"
+        try:
+            while not self._stop.is_set():
+                if not link.wire.readable(_POLL_S):
+                    continue
+                link.wire.recv(raw, what, time.monotonic() + self.timeout_s)
+                verdict = _Envelope.read(raw, what, link.wire.peer)
+                if verdict.kind == ERROR:
+                    text = torch.empty(verdict.count, dtype=torch.uint8)
+                    link.wire.recv(text, what, time.monotonic() + self.timeout_s)
+                    raise CollectiveError(bytes(text.numpy()).decode("utf-8", "replace"))
+                with link.lock:
+                    pending = link.pending.pop(verdict.seq, None)
+                if pending is not None:
+                    pending.work.finish(value=[pending.data])
+        except Exception as exc:  # noqa: BLE001 - every failure ends the link's pending sends
+            if not isinstance(exc, CollectiveError):
+                exc = CollectiveError(f"smddp {what} failed on rank {self.topo.rank}: {type(exc).__name__}: {exc}")
+            if not self._stop.is_set():
+                with link.lock:
+                    waiting = list(link.pending.values())
+                    link.pending.clear()
+                for pending in waiting:
+                    pending.work.finish(exc)
+                if waiting or not exc.lost:
+                    self.fail(exc)
+
+    def _link_ended(self, source: int, error: CollectiveError) -> None:
+        """A receiving link ended: receives from its rank (and from any rank) fail with its error, and the
+        group with them; with none waiting it is only remembered (the peer may simply have finished)."""
+        with self._lock:
+            self._lost[source] = error
+            waiting = [p for p in self._posted if p.source in (source, ANY_SOURCE)]
+            self._posted = [p for p in self._posted if p not in waiting]
+        for posted in waiting:
+            posted.work.finish(error)
+        if waiting or not error.lost:
+            self.fail(error)
+
+    # failure and shutdown ----------------------------------------------------------------------------
+    def fail(self, error: CollectiveError) -> None:
+        """Fail everything pending and the group (which tells the peers), once."""
+        with self._lock:
+            if self._failure is not None:
+                return
+            self._failure = error
+            posted, self._posted = self._posted, []
+            links = list(self._out.values())
+        for waiting in posted:
+            waiting.work.finish(error)
+        for link in links:
+            for pending in list(link.pending.values()):
+                pending.work.finish(error)
+        self._fail_group(str(error))
+        self.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._lock:
+            wires = [*self._in.values(), *(link.wire for link in self._out.values())]
+        for wire in wires:
+            wire.close()
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout=1)
+        for wire in wires:
+            wire.release()
+        for closing in (self._unix, self._tcp_in, self._tcp_out):
+            if closing is not None:
+                closing.close()
+
+
+def _read_exact(sock: socket.socket, count: int) -> bytes:
+    data = bytearray()
+    while len(data) < count:
+        part = sock.recv(count - len(data))
+        if not part:
+            raise OSError("closed during the handshake")
+        data += part
+    return bytes(data)
+
+
+def _peer_pid(sock: socket.socket) -> int:
+    """The pid of the process at the other end of a Unix socket, from the kernel (SO_PEERCRED), or -1
+    when it is another user's."""
+    pid, uid, _ = struct.unpack("=3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    return pid if uid == os.getuid() else -1
