@@ -109,6 +109,7 @@ def _platform_notes(spec: JobSpec) -> list[str]:
         (spec.keep_alive_period_in_seconds is not None, "keep_alive_period_in_seconds (warm pools) is not emulated: every rehearsal starts fresh"),
         (bool(spec.tags), f"tags ({len(spec.tags)}) are not applied to anything here"),
         (bool(spec.debugger_hook_config) or spec.enable_sagemaker_metrics is not None, "debugger_hook_config/enable_sagemaker_metrics are SageMaker services and do nothing here"),
+        (spec.disable_output_compression, "disable_output_compression: the model and output still arrive as model.tar.gz and output.tar.gz here (SageMaker uploads them uncompressed)"),
         (bool(spec.checkpoint_local_path) and not spec.checkpoint_s3_uri, "checkpoint_local_path without checkpoint_s3_uri: nothing is restored or synced (as on SageMaker)"),
     ]
     return [line for applies, line in checks if applies]

@@ -23,6 +23,7 @@ from smddp_sdk.specs.json_files import locked
 from smddp_sdk.specs.processes import session_alive, signal_session
 
 PORT_PLACEHOLDER = "<free port, picked at start>"
+RANK_UMASK = 0o022  # as in docker, Slurm and SageMaker: what scripts write is 0644 (the job directory, 0700, keeps it private)
 _PORT_ENVS = (contract.MASTER_PORT_ENV, contract.SERVER_PORT_ENV, contract.AGENT_PORT_ENV)
 
 # Variables that say which job and rank a process belongs to. A job launched from inside another one
@@ -65,7 +66,8 @@ class ProcessBackend(HostBackend):
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [planned.get("PYTHONPATH"), os.environ.get("PYTHONPATH")]))
         env.update(extra_env)
         env[contract.PARENT_PID_ENV] = str(os.getpid())  # the runtime dies with us (PR_SET_PDEATHSIG)
-        process = subprocess.Popen(list(self.plan.process.command), env=env, cwd=self.plan.host(host).opt_ml, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(list(self.plan.process.command), env=env, cwd=self.plan.host(host).opt_ml, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                                   umask=RANK_UMASK)
         self.processes[host] = process
         self._copy_output(host, process, output)
         return {"pid": process.pid}
