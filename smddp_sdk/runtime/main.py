@@ -45,6 +45,8 @@ DEFAULT_AGENT_TIMEOUT = 600.0  # hosts may start minutes apart (image pulls)
 MAX_STOP_GRACE = 3600.0  # SMDDP_STOP_GRACE: a stop must end
 MAX_AGENT_TIMEOUT = 86_400.0
 POLL_INTERVAL = 0.1
+STOP_SIGNAL_WAIT_S = 1.0  # how long a rank's death by SIGTERM waits for the runtime's own, before it reads as a failure
+DEBUG_LEVEL = 10  # logging.DEBUG: container_log_level at or below it shows every host's set-up lines
 
 
 def main(environ: Mapping[str, str] | None = None) -> int:
@@ -63,6 +65,7 @@ def main(environ: Mapping[str, str] | None = None) -> int:
         env = read_training_env(environ)
         if bound:
             env = dataclasses.replace(env, visible_base=optml_mount.OPT_ML)
+        if bound and env.log_level <= DEBUG_LEVEL:
             console.say(contract.console_prefix(env.current_host, role="runtime"), f"this host's tree {opt_ml.base} is its /opt/ml (private mount namespace, {bound})")
         grace = number_env(environ, contract.STOP_GRACE_ENV, DEFAULT_STOP_GRACE, float, MAX_STOP_GRACE)
         agent_timeout = number_env(environ, contract.AGENT_TIMEOUT_ENV, DEFAULT_AGENT_TIMEOUT, float, MAX_AGENT_TIMEOUT)
@@ -111,6 +114,15 @@ class NodeRuntime:
     def say(self, text: str) -> None:
         self.console.say(self.prefix, text)
 
+    def detail(self, text: str) -> None:
+        """A set-up line that carries nothing to act on: shown at container_log_level DEBUG only."""
+        if self.env.log_level <= DEBUG_LEVEL:
+            self.say(text)
+
+    def say_once(self, text: str) -> None:
+        """A line every host would print alike: the master host's says it for the job, the others at DEBUG."""
+        (self.say if self.env.is_master else self.detail)(text)
+
     # --- the whole run ------------------------------------------------------------------------------
 
     def run(self) -> int:
@@ -152,6 +164,8 @@ class NodeRuntime:
         address = rendezvous_store.store_address(contract.bind_address(env.host_addresses, env.current_host), self.environ)
         if env.is_master:
             self.store = rendezvous_store.serve(address, env.ports.master, self.interpreter.python, self.say, scratch, world_size)
+            if self.store is not None:
+                self.detail(f"rendezvous store serving on {address}:{env.ports.master}")
         self.store_env = rendezvous_store.rank_environment(address, is_master=env.is_master, served=self.store is not None)
 
     def _plan(self) -> planning.RankPlan:
@@ -160,7 +174,7 @@ class NodeRuntime:
         shape = planning.launch_shape(env.framework_params, in_group)
         per_host = planning.processes_per_host(shape, env.framework_params, env.gpus_for_planning, env.num_neurons)
         plan = planning.plan_ranks(env.ordered_hosts, env.current_host, shape, per_host, planning.total_processes(shape, env.framework_params))
-        self.say(
+        self.say_once(
             f"job {env.job_name or '-'}: launch shape {plan.shape.value}, hosts {_listed(plan.hosts)}, "
             f"{plan.processes_per_host} processes per host, world size {plan.world_size}, "
             f"this host node rank {plan.node_rank}, ranks {[s.rank for s in plan.local_slots]}, "
@@ -196,7 +210,7 @@ class NodeRuntime:
     def _prepare_code(self) -> usercode.UserCommand:
         env, code_dir = self.env, self.env.opt_ml.code_dir
         if usercode.fetch_code(env.submit_directory, code_dir):
-            self.say(f"code from {env.submit_directory} unpacked into {code_dir}")
+            self.detail(f"code from {env.submit_directory} unpacked into {code_dir}")
         kind = usercode.entry_point_kind(env.user_entry_point, code_dir)
         usercode.check_entry_point(env.user_entry_point, code_dir, kind)
         cache = self.environ.get(contract.ENV_CACHE_ENV, "").strip()
@@ -225,7 +239,7 @@ class NodeRuntime:
             launches.append((slot, process_env, error_file, self._open_log(slot.rank)))
         for slot, process_env, error_file, log in launches:
             self.procs.append(spawn_rank(slot, command.argv, process_env, command.cwd, log, error_file, self.console))
-        self.say(f"started ranks {[p.slot.rank for p in self.procs]}: {shlex.join(command.argv)}")
+        self.say_once(f"started ranks {[p.slot.rank for p in self.procs]}: {shlex.join(command.argv)}")
 
     def _open_log(self, rank: int) -> BinaryIO:
         opt_ml = self.env.opt_ml
@@ -268,6 +282,9 @@ class NodeRuntime:
         for proc in self.procs:
             if not proc.poll() or proc.stopped:
                 continue
+            if self._stopped_with_the_host(proc.returncode):
+                proc.stopped = True  # scancel or a session-wide kill reached the rank first: a stop, not a failure
+                continue
             slot, pid = proc.slot, proc.popen.pid
             if proc.returncode == 0:
                 self.early_exits.append(FailureRecord(slot.host, slot.rank, 0, "", timestamp=proc.exited_at, source=SOURCE_EARLY_EXIT, local_rank=slot.local_rank, pid=pid))
@@ -277,6 +294,17 @@ class NodeRuntime:
                     host=slot.host, rank=slot.rank, local_rank=slot.local_rank, pid=pid, returncode=proc.returncode or 0, error_file=proc.error_file,
                     log_tail=proc.pump.tail(), observed_at=proc.exited_at)))
         return failures
+
+    def _stopped_with_the_host(self, returncode: int | None) -> bool:
+        """A rank that ended by SIGTERM or SIGINT (or its shell's 143 or 130) was stopped together with this
+        runtime when the runtime's own signal follows within STOP_SIGNAL_WAIT_S (Slurm's scancel signals every
+        process of the step at once, in no order)."""
+        if returncode not in (-signal.SIGTERM, -signal.SIGINT, 128 + signal.SIGTERM, 128 + signal.SIGINT):
+            return False
+        deadline = time.monotonic() + STOP_SIGNAL_WAIT_S
+        while self.signalled is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self.signalled is not None
 
     def _with_store_note(self, failure: FailureRecord) -> FailureRecord:
         """A rank that lost the rendezvous store (torch's Dist* errors) names what happened to the store, if anything
@@ -312,7 +340,7 @@ class NodeRuntime:
                 contract.write_success(self.env.opt_ml)
             except OSError as exc:  # output (or output/success) is a link the job made: not followed
                 self.say(f"output/success not written: {exc.strerror} (a link in {self.env.opt_ml.output_dir}?)")
-            self.say("all ranks on this host finished successfully")
+            self.detail("all ranks on this host finished successfully")
             return 0
         cause, others = verdict or (root_cause([*local_failures, *self.early_exits]) or self.remote_stop, local_failures)
         assert cause is not None
