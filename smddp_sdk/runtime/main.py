@@ -39,6 +39,7 @@ from smddp_sdk.specs.archives import append_inside
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.failure import SOURCE_EARLY_EXIT, SOURCE_RUNTIME, SOURCE_STOPPED, FailureRecord, failure_reason, must_stop, render_summary
 from smddp_sdk.specs.processes import Wakeup, pid_alive
+from smddp_sdk.specs.slurm_job import JOB_DIR_ENV as SLURM_JOB_DIR_ENV
 
 DEFAULT_STOP_GRACE = 5.0
 DEFAULT_AGENT_TIMEOUT = 600.0  # hosts may start minutes apart (image pulls)
@@ -108,6 +109,8 @@ class NodeRuntime:
         self.early_exits: list[FailureRecord] = []  # ranks that ended with 0 while others ran
         self.supervisor_gone = False
         self.supervised = bool(environ.get(contract.LIFELINE_ENV))
+        # Whoever watches the job prints its failure summary once (the supervisor; on Slurm `run` and `status`).
+        self.summary_elsewhere = self.supervised or bool(environ.get(SLURM_JOB_DIR_ENV))
         self.store: rendezvous_store.RendezvousStore | None = None
         self.store_env: dict[str, str] = {}
 
@@ -348,7 +351,7 @@ class NodeRuntime:
         contract.write_failure(self.env.opt_ml, failure_reason(cause, others))
         if self.signalled and cause.rank is None:  # stopped from outside (cancel, StopTrainingJob): no failure to report
             self.say(f"stopped by {self.signalled.name}")
-        elif self.supervised:  # the supervisor prints the job's summary, once, for every host
+        elif self.summary_elsewhere:
             self.say(f"this host failed; root cause: {cause.headline}")
         else:
             self.console.say(self.prefix, render_summary(cause, others))

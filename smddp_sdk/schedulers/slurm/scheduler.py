@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 from smddp_sdk.errors import SpecError, SpecIssue
 from smddp_sdk.schedulers import channels
 from smddp_sdk.schedulers.base import Capabilities, DryRun, JobRootScheduler
-from smddp_sdk.schedulers.job_files import Artifacts, ConfigFiles, default_job_root, package_parent, simulated_gpus, stage_code
+from smddp_sdk.schedulers.job_files import Artifacts, ConfigFiles, default_job_root, package_parent, stage_code
 from smddp_sdk.schedulers.options import PROCESSES_PER_HOST, RETRY_SCRIPT_ERRORS, Option, SchedulerOptions, job_root, with_default
 from smddp_sdk.schedulers.slurm.client import JobInfo, SlurmClient
 from smddp_sdk.schedulers.slurm.logs import job_lines
@@ -98,7 +98,7 @@ class SlurmScheduler(JobRootScheduler):
             "srun --auto-resume=1 (HyperPod replaces faulty nodes and restarts the step); 'auto': when the node is a HyperPod node (/opt/sagemaker_cluster), as AWS's samples decide",
             check=_auto_resume_setting,
         ),
-        with_default(PROCESSES_PER_HOST, None, "ranks per node (default: the instance type's GPU count, or the GPUs each node finds)"),
+        with_default(PROCESSES_PER_HOST, None, "ranks per node (default: the GPUs each node finds; on a CPU node one per CPU Slurm allots the job there, as torchrun's --nproc-per-node auto)"),
         Option("python", "str", None, "the Python on the nodes that has smddp-sdk (default: this one, the usual case with a shared file system; python3 with container_image)", check=_named),
         Option("client", "object", None, "the SlurmClient that runs sbatch, scontrol, sacct and scancel (tests give a fake)", code_only=True,
                convert=lambda client: client or SlurmClient()),
@@ -148,7 +148,7 @@ class SlurmScheduler(JobRootScheduler):
             handle=str(JobHandle(self.name, job_name)),
             code={"source": spec.source_dir or spec.entry_point, "dependencies": list(spec.dependencies), "snapshot": str(job_dir.code_dir)},
             config_files=ConfigFiles.of(spec, job_name=job_name, hosts=_placeholders(spec.instance_count), submit_directory=f"file://{job_dir.code_dir}"),
-            processes_per_host=simulated_gpus(spec, self.processes_per_host, gpus_passed=False) or None,  # 0: the GPUs found
+            processes_per_host=self.processes_per_host,  # None: each node's GPUs, else its cores (runtime/slurm_node.py)
             inputs={name: {"source": str(ch.local_path) if ch.local_path is not None else ch.s3_data, "distribution": ch.distribution} for name, ch in spec.inputs.items()},
             artifacts=Artifacts.of(spec, self.job_root, job_name),
         )
@@ -163,6 +163,9 @@ class SlurmScheduler(JobRootScheduler):
             notes.append(f"checkpoint_s3_uri {spec.checkpoint_s3_uri} is not synced on Slurm: /opt/ml/checkpoints of every node is the job's checkpoints/ folder on the shared file system")
         if spec.image_uri and not self.container_image:
             notes.append("image_uri is not used on Slurm: set scheduler_options container_image to run the nodes in an enroot image (pyxis)")
+        if self.processes_per_host is None:
+            notes.append("ranks per node: the GPUs each node finds, else one per CPU Slurm allots the job on it (SLURM_CPUS_ON_NODE; "
+                         "--exclusive gives it all); set scheduler_options processes_per_host to choose")
         if self._auto_resume() is not False:
             where = "on HyperPod's nodes (auto_resume: auto)" if self._auto_resume() is None else "(auto_resume: true)"
             notes.append(f"srun --auto-resume=1 {where}: HyperPod replaces a faulty node and restarts the step; the script must load its checkpoint")
@@ -244,7 +247,8 @@ class SlurmScheduler(JobRootScheduler):
             scheduler_job_id=str(record["slurm_job_id"]),
             job_dir=str(job_dir.path),
             logs=str(job_dir.logs_dir),
-            details={"slurm_state": info.state if info else None, "nodes": info.nodes if info else None, "checkpoints": str(job_dir.checkpoint_dir)},
+            details={"slurm_state": info.state if info else None, "nodes": info.nodes if info else None, "restarts": int(restarts or 0),
+                     "checkpoints": str(job_dir.checkpoint_dir)},
         )
 
     def _root_cause(self, job_dir: SlurmJobDir, info: JobInfo | None) -> tuple[FailureRecord | None, list[FailureRecord]]:
