@@ -11,7 +11,7 @@ from smddp_sdk.schedulers.hosttree.stacks import grouped, ranks_text
 from smddp_sdk.specs.contract import STACKS_SIGNAL
 
 
-@click.command("stacks", short_help="Show where every rank of a running job is, with its Python stack.", epilog=JOB_HELP)
+@click.command("stacks", short_help="Print every rank's Python stack of a running job.", epilog=JOB_HELP)
 @job_argument
 @scheduler_option
 @click.option("--timeout", type=click.FloatRange(min=0.5), default=10.0, show_default=True, metavar="SECONDS", help="How long to wait for the ranks to answer.")

@@ -40,6 +40,7 @@ from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.failure import SOURCE_EARLY_EXIT, SOURCE_RUNTIME, SOURCE_STOPPED, FailureRecord, failure_reason, must_stop, render_summary
 from smddp_sdk.specs.processes import Wakeup, pid_alive
 from smddp_sdk.specs.slurm_job import JOB_DIR_ENV as SLURM_JOB_DIR_ENV
+from smddp_sdk.specs.slurm_job import SlurmJobDir
 
 DEFAULT_STOP_GRACE = 5.0
 DEFAULT_AGENT_TIMEOUT = 600.0  # hosts may start minutes apart (image pulls)
@@ -113,6 +114,8 @@ class NodeRuntime:
         self.summary_elsewhere = self.supervised or bool(environ.get(SLURM_JOB_DIR_ENV))
         self.store: rendezvous_store.RendezvousStore | None = None
         self.store_env: dict[str, str] = {}
+        slurm_job = environ.get(SLURM_JOB_DIR_ENV)
+        self.stack_requests = stacks.RequestFile(SlurmJobDir(Path(slurm_job)).stacks_request) if slurm_job else None
 
     def say(self, text: str) -> None:
         self.console.say(self.prefix, text)
@@ -268,6 +271,8 @@ class NodeRuntime:
             if not stopping and (settled or self.remote_stop or self.signalled):
                 stopping = True
                 self._stop(failures)
+            if self.stack_requests and self.stack_requests.asked():  # `smddp-launch stacks` of a Slurm job
+                stacks.ask_ranks(p.popen.pid for p in self.procs if p.running)
             self.wake.wait(POLL_INTERVAL)
         failures += self._collect_exits()
         if not stopping and self.signalled:
@@ -325,6 +330,8 @@ class NodeRuntime:
             self.say(f"received {self.signalled.name}; forwarding it to every rank")
             if self.client:
                 self.client.report_failure(self._signal_failure())
+        elif self.remote_stop and self.remote_stop.error_type == "Signal":  # a cancel elsewhere: no failure to name
+            self.say(f"stopping: host {self.remote_stop.host} was stopped ({self.remote_stop.message})")
         elif self.remote_stop:
             self.say(f"stopping: {self.remote_stop.headline}")
         sig = self.signalled or signal.SIGTERM

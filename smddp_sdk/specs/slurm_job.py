@@ -27,6 +27,7 @@ class SlurmJobDir:
     batch_log = Below("logs_dir", "batch.log")
     result_file = Below("path", "result.json")
     cancel_file = Below("path", "cancel-requested")
+    stacks_request = Below("path", "stacks-requested")  # `smddp-launch stacks`: each new version is one request
 
     def node_tree(self, index: int) -> Path:
         return self.nodes_dir / str(index)

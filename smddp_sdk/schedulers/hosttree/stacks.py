@@ -42,14 +42,21 @@ def take_request(job_dir: Path) -> bool:
 
 
 def stack_files(job_dir: Path) -> dict[Path, tuple[str, int]]:
-    """Every rank's stacks file: path -> (host, rank)."""
+    """Every rank's stacks file of a host-tree job (a tree per host, named after it): path -> (host, rank)."""
     files = {}
     for host_dir in sorted(p for p in job_dir.iterdir() if p.is_dir()):
-        stacks_dir = OptMl(host_dir).rank_stacks_file(0).parent
-        for path in stacks_dir.glob("rank-*.txt") if stacks_dir.is_dir() else ():
-            match = _RANK_FILE.search(path.name)
-            if match:
-                files[path] = (host_dir.name, int(match.group(1)))
+        files.update(stack_files_of(OptMl(host_dir), host_dir.name))
+    return files
+
+
+def stack_files_of(tree: OptMl, host: str) -> dict[Path, tuple[str, int]]:
+    """The stacks files of one host's ranks: path -> (host, rank)."""
+    stacks_dir = tree.rank_stacks_file(0).parent
+    files = {}
+    for path in stacks_dir.glob("rank-*.txt") if stacks_dir.is_dir() else ():
+        match = _RANK_FILE.search(path.name)
+        if match:
+            files[path] = (host, int(match.group(1)))
     return files
 
 

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 from smddp_sdk.errors import SpecError, SpecIssue
 from smddp_sdk.schedulers import channels
 from smddp_sdk.schedulers.base import Capabilities, DryRun, JobRootScheduler
+from smddp_sdk.schedulers.hosttree.stacks import RankStack, answers, sizes, stack_files_of
 from smddp_sdk.schedulers.job_files import Artifacts, ConfigFiles, default_job_root, package_parent, stage_code
 from smddp_sdk.schedulers.options import PROCESSES_PER_HOST, RETRY_SCRIPT_ERRORS, Option, SchedulerOptions, job_root, with_default
 from smddp_sdk.schedulers.slurm.client import JobInfo, SlurmClient
@@ -71,9 +72,8 @@ class SlurmScheduler(JobRootScheduler):
     """Runs a job on a Slurm cluster; its options are declared below (``smddp-launch options slurm``)."""
 
     name: ClassVar[str] = "slurm"
-    capabilities: ClassVar[Capabilities] = Capabilities(lists_locally=True, instead={
+    capabilities: ClassVar[Capabilities] = Capabilities(lists_locally=True, stacks=True, instead={
         "interrupt": "Slurm has no spot capacity; to rehearse a restart, requeue the job: scontrol requeue <its slurm_job_id>",
-        "stacks": "on a node of the job: srun --jobid <its slurm_job_id> --overlap py-spy dump --pid <a rank's pid>",
         "remove": "the cluster keeps its jobs: `smddp-launch clean JOB` forgets it here; its directory stays under job_root",
     })
     options: ClassVar[SchedulerOptions] = SchedulerOptions.of(
@@ -286,6 +286,21 @@ class SlurmScheduler(JobRootScheduler):
         for line in job_lines(job_dir.logs_dir, finished):
             if line.matches(hosts, ranks):
                 yield line
+
+    def stacks(self, handle: JobHandle, *, timeout: float) -> list[RankStack]:
+        """Every rank's stacks: a request file in the shared job directory, which each node's runtime passes on
+        to its ranks (``runtime.stacks.RequestFile``); they write into their node's tree, read here."""
+        job_dir, _ = self._job(handle)
+        state = self.status(handle).state
+        if state is not JobState.RUNNING:
+            raise SpecError(SpecIssue("job", f"{handle} is {state.value.lower()}: only a running job has stacks to show", f"see its logs: smddp-launch logs {handle}"))
+        files = {}
+        for tree in map(OptMl, job_dir.node_trees()):
+            host = (contract.read_json_file(tree.resource_config_file, default={}) or {}).get("current_host", tree.base.name)
+            files.update(stack_files_of(tree, host))
+        before = sizes(files)
+        write_json_atomic(job_dir.stacks_request, {"asked": time.time()})  # a new file: every node sees a new request
+        return answers(files, before, timeout, settle=0.3)
 
     def cancel(self, handle: JobHandle) -> None:
         """scancel; a finished job is left alone (Slurm ignores it)."""
