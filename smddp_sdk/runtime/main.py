@@ -114,6 +114,7 @@ class NodeRuntime:
         self.summary_elsewhere = self.supervised or bool(environ.get(SLURM_JOB_DIR_ENV))
         self.store: rendezvous_store.RendezvousStore | None = None
         self.store_env: dict[str, str] = {}
+        self.code_entries: set[str] | None = None  # the code directory's own entries, before the ranks ran in it
         slurm_job = environ.get(SLURM_JOB_DIR_ENV)
         self.stack_requests = stacks.RequestFile(SlurmJobDir(Path(slurm_job)).stacks_request) if slurm_job else None
 
@@ -146,6 +147,7 @@ class NodeRuntime:
         with tempfile.TemporaryDirectory(prefix=f"{_SCRATCH_PREFIX}{os.getpid()}-", dir=scratch_root) as scratch:
             try:
                 command = self._prepare_code()
+                self.code_entries = _entries(self.env.opt_ml.code_dir)
                 python_path = rank_python_path(self.env.rank_opt_ml.code_dir, self.environ, scratch=Path(scratch))
                 if self.signalled is None and self.remote_stop is None:
                     self._serve_store(Path(scratch), plan.world_size)
@@ -340,6 +342,7 @@ class NodeRuntime:
     # --- outcome ------------------------------------------------------------------------------------
 
     def _finish(self, local_failures: list[FailureRecord]) -> int:
+        self._report_code_writes()
         if self.signalled and not local_failures:
             local_failures = [self._signal_failure()]
         status = "failed" if local_failures else ("stopped" if self.remote_stop else "ok")
@@ -366,6 +369,18 @@ class NodeRuntime:
             return 128 + int(self.signalled)
         # The root-cause rank's code as the runtime's own (SageMaker's contract); 1 for signals and odd codes.
         return cause.exit_code if 0 < cause.exit_code < 126 else EXIT_JOB_FAILED
+
+    def _report_code_writes(self) -> None:
+        """What the ranks wrote in their working directory, this host's own copy of the code, is lost with the job
+        (as on SageMaker; a torchrun user expects a shared directory): said once, naming it."""
+        if self.code_entries is None:
+            return
+        written = sorted(_entries(self.env.opt_ml.code_dir) - self.code_entries - {"__pycache__/"})
+        if written:
+            shown = ", ".join(written[:5]) + (f" and {len(written) - 5} more" if len(written) > 5 else "")
+            self.say(f"the ranks wrote {shown} in {self.env.rank_opt_ml.code_dir}, this host's own copy of the code: not archived, "
+                     "not seen by the other hosts, gone with the job (as on SageMaker); write checkpoints to /opt/ml/checkpoints "
+                     "(checkpoint_local_path: the next run finds them) and the model to SM_MODEL_DIR")
 
     def _write_records(self, records: list[FailureRecord]) -> None:
         """output/failures.json: every record this host knows, for the supervisor's root-cause rule."""
@@ -501,6 +516,14 @@ def _listed(names: tuple[str, ...], shown: int = 8) -> str:
 
 
 _SCRATCH_PREFIX = "smddp-runtime-"
+
+
+def _entries(directory: Path) -> set[str]:
+    """A directory's own entries, folders with a slash; empty where it cannot be read."""
+    try:
+        return {entry.name + ("/" if entry.is_dir(follow_symlinks=False) else "") for entry in os.scandir(directory)}
+    except OSError:
+        return set()
 
 
 def _sweep_stale_scratch() -> None:

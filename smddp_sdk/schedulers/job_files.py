@@ -137,6 +137,21 @@ def ranks_per_host(spec: JobSpec, num_gpus: int | None) -> int | None:
 # --- the code snapshot --------------------------------------------------------------------------
 
 
+def code_notes(spec: JobSpec) -> list[str]:
+    """The dry run's words on what the code does before and while it runs that a torchrun user would not expect:
+    a requirements.txt installed on every host, and relative paths resolving in each host's own copy of the code."""
+    source = Path(spec.source_dir) if spec.source_dir and "://" not in spec.source_dir else None
+    lines = []
+    if source is not None and (source / "requirements.txt").is_file():
+        lines.append(f"requirements.txt ({source / 'requirements.txt'}) is pip-installed on every host before the ranks start, as on SageMaker: "
+                     "local mode into one virtualenv over this Python's packages, containers into their Python "
+                     "(without network: the docker scheduler's wheelhouse option)")
+    lines.append("the ranks run in /opt/ml/code, each host's own copy of the code (as on SageMaker): what a script writes to a "
+                 "relative path stays on that host, is not archived and is gone with the job; write the model to SM_MODEL_DIR and "
+                 "checkpoints to checkpoint_local_path (default /opt/ml/checkpoints), which the next run finds")
+    return lines
+
+
 def stage_code(spec: JobSpec, dest: Path) -> Path:
     """Copy the job's code into ``dest``: ``source_dir``'s contents (or the lone entry point) plus each
     ``dependencies`` directory under its own name, the layout of v2's sourcedir.tar.gz."""

@@ -25,6 +25,7 @@ from smddp_sdk.errors import SpecIssue
 from smddp_sdk.schedulers import channels
 from smddp_sdk.schedulers.base import DryRun
 from smddp_sdk.schedulers.hosttree import checkpoints
+from smddp_sdk.schedulers.job_files import code_notes
 from smddp_sdk.specs.job import JobSpec
 
 _SAID: set[str] = set()
@@ -38,7 +39,7 @@ def issues(spec: JobSpec) -> list[SpecIssue]:
 def notes(spec: JobSpec, scheduler: str, host_count: int | None = None) -> list[str]:
     """One line per setting that is not emulated, or emulated with a difference worth knowing."""
     hosts = host_count if host_count is not None else spec.instance_count
-    lines = [*channels.notes(spec, hosts), *checkpoints.notes(spec)]
+    lines = [*channels.notes(spec, hosts), *checkpoints.notes(spec), *code_notes(spec)]
     lines += _version_notes(spec, scheduler)
     lines += _platform_notes(spec)
     lines += warnings(spec)

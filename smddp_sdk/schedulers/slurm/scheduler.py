@@ -29,7 +29,7 @@ from smddp_sdk.errors import SpecError, SpecIssue
 from smddp_sdk.schedulers import channels
 from smddp_sdk.schedulers.base import Capabilities, DryRun, JobRootScheduler
 from smddp_sdk.schedulers.hosttree.stacks import RankStack, answers, sizes, stack_files_of
-from smddp_sdk.schedulers.job_files import Artifacts, ConfigFiles, default_job_root, package_parent, stage_code
+from smddp_sdk.schedulers.job_files import Artifacts, ConfigFiles, code_notes, default_job_root, package_parent, stage_code
 from smddp_sdk.schedulers.options import PROCESSES_PER_HOST, RETRY_SCRIPT_ERRORS, Option, SchedulerOptions, job_root, with_default
 from smddp_sdk.schedulers.slurm.client import JobInfo, SlurmClient
 from smddp_sdk.schedulers.slurm.logs import job_lines
@@ -158,7 +158,7 @@ class SlurmScheduler(JobRootScheduler):
         return None if self.auto_resume == "auto" else bool(self.auto_resume)  # auto: the batch script looks on the node
 
     def _notes(self, spec: JobSpec) -> list[str]:
-        notes = channels.notes(spec, spec.instance_count)
+        notes = [*channels.notes(spec, spec.instance_count), *code_notes(spec)]
         if spec.checkpoint_s3_uri:
             notes.append(f"checkpoint_s3_uri {spec.checkpoint_s3_uri} is not synced on Slurm: /opt/ml/checkpoints of every node is the job's checkpoints/ folder on the shared file system")
         if spec.image_uri and not self.container_image:
