@@ -7,7 +7,7 @@ import click
 
 from smddp_sdk.cli.cmd_jobs import JOB_HELP, job_argument, job_target, scheduler_option
 from smddp_sdk.cli.common import console
-from smddp_sdk.schedulers.hosttree.stacks import grouped, ranks_text
+from smddp_sdk.schedulers.stacks import grouped, ranks_text
 from smddp_sdk.specs.contract import STACKS_SIGNAL
 
 

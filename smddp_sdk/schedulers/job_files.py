@@ -138,17 +138,15 @@ def ranks_per_host(spec: JobSpec, num_gpus: int | None) -> int | None:
 
 
 def code_notes(spec: JobSpec) -> list[str]:
-    """The dry run's words on what the code does before and while it runs that a torchrun user would not expect:
-    a requirements.txt installed on every host, and relative paths resolving in each host's own copy of the code."""
+    """The dry run's words on what happens to the code before the ranks start that a torchrun user would not
+    expect: a requirements.txt installed on every host. (What the ranks write to relative paths, into their
+    host's own copy of the code, each host names after the job: runtime/main.py.)"""
     source = Path(spec.source_dir) if spec.source_dir and "://" not in spec.source_dir else None
     lines = []
     if source is not None and (source / "requirements.txt").is_file():
         lines.append(f"requirements.txt ({source / 'requirements.txt'}) is pip-installed on every host before the ranks start, as on SageMaker: "
                      "local mode into one virtualenv over this Python's packages, containers into their Python "
                      "(without network: the docker scheduler's wheelhouse option)")
-    lines.append("the ranks run in /opt/ml/code, each host's own copy of the code (as on SageMaker): what a script writes to a "
-                 "relative path stays on that host, is not archived and is gone with the job; write the model to SM_MODEL_DIR and "
-                 "checkpoints to checkpoint_local_path (default /opt/ml/checkpoints), which the next run finds")
     return lines
 
 

@@ -1,4 +1,4 @@
-"""`stacks` groups ranks by where they are and prints each distinct stack once (hosttree/stacks.py), from
+"""`stacks` groups ranks by where they are and prints each distinct stack once (schedulers/stacks.py), from
 faulthandler dumps as ranks write them; the live jobs are in tests/collectives/test_hang_blame.py and
 tests/slurm/test_slurm_habits.py."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from smddp_sdk.schedulers.hosttree.stacks import RankStack, grouped, main_thread, ranks_text, where
+from smddp_sdk.schedulers.stacks import RankStack, grouped, main_thread, ranks_text, where
 
 SITE = "/usr/lib/python3.11/site-packages"
 LAUNCH = """\

@@ -13,7 +13,7 @@ import pytest
 
 from smddp_sdk.cli.cmd_jobs import render_status
 from smddp_sdk.errors import SpecError
-from smddp_sdk.schedulers.hosttree.stacks import grouped, ranks_text
+from smddp_sdk.schedulers.stacks import grouped, ranks_text
 from smddp_sdk.specs.failure import BORDER
 from smddp_sdk.specs.status import JobState
 from tests.slurm.test_slurm_cluster import FAILING, JOB_TIMEOUT, SLEEPING, slurm, spec_for, wait_until_running

@@ -28,13 +28,13 @@ from typing import Any, ClassVar
 from smddp_sdk.errors import SpecError, SpecIssue
 from smddp_sdk.schedulers import channels
 from smddp_sdk.schedulers.base import Capabilities, DryRun, JobRootScheduler
-from smddp_sdk.schedulers.hosttree.stacks import RankStack, answers, sizes, stack_files_of
 from smddp_sdk.schedulers.job_files import Artifacts, ConfigFiles, code_notes, default_job_root, package_parent, stage_code
 from smddp_sdk.schedulers.options import PROCESSES_PER_HOST, RETRY_SCRIPT_ERRORS, Option, SchedulerOptions, job_root, with_default
 from smddp_sdk.schedulers.slurm.client import JobInfo, SlurmClient
 from smddp_sdk.schedulers.slurm.logs import job_lines
 from smddp_sdk.schedulers.slurm.script import BatchPlan, render
 from smddp_sdk.schedulers.slurm.states import ENDINGS, job_state
+from smddp_sdk.schedulers.stacks import RankStack, answers, sizes, stack_files_of
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.failure import FailureRecord, decide
