@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -93,3 +95,27 @@ def test_a_torchrun_style_job_writes_0644_files_and_is_told_where_its_relative_f
     for ranks_view in seen:
         assert ranks_view["umask"] == 0o022
         assert not MPI_STYLE & set(ranks_view["names"]) and "TORCHELASTIC_RUN_ID" in ranks_view["names"]
+
+
+@pytest.mark.jobs
+def test_ranks_that_slurms_cancel_reaches_before_their_runtime_are_stopped_not_failed(tmp_path: Path) -> None:
+    """scancel signals every process of the step at once, in no order: here the ranks get SIGTERM first."""
+    from tests.integration.runtime_job import make_job, wait_all
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text("import time\nprint('up', flush=True)\ntime.sleep(120)\n")
+    job = make_job(tmp_path / "job", code, ["algo-1"], {"sagemaker_pytorch_ddp_enabled": True}, num_gpus=2)
+    runtime = job.start()["algo-1"]
+    children = Path(f"/proc/{runtime.pid}/task/{runtime.pid}/children")
+    deadline = time.monotonic() + 60
+    while len(children.read_text().split()) < 2 or not all(job.opt_ml("algo-1").rank_log_file(r).exists() and "up" in job.opt_ml("algo-1").rank_log_file(r).read_text() for r in (0, 1)):
+        assert time.monotonic() < deadline and runtime.poll() is None, "the ranks did not start"
+        time.sleep(0.2)
+    for pid in children.read_text().split():
+        os.kill(int(pid), signal.SIGTERM)
+    time.sleep(0.2)
+    runtime.send_signal(signal.SIGTERM)
+    (code_, out), = wait_all({"algo-1": runtime}, timeout=60).values()
+    assert code_ == 128 + signal.SIGTERM, out
+    assert "stopped by SIGTERM" in out and "exit code 143" not in out.split("stopped by SIGTERM")[0] and "this host failed" not in out, out
