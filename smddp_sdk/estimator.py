@@ -48,8 +48,6 @@ class Estimator:
 
     def __init__(self, entry_point: str | None = None, *, scheduler: str | None = None, scheduler_options: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         self.sagemaker_session = kwargs.pop("sagemaker_session", None)
-        if kwargs.pop("disable_output_compression", False):  # harmless: an unchanged notebook cell keeps working
-            print("smddp: note: disable_output_compression=True changes nothing here: the model still arrives as model.tar.gz", file=sys.stderr)
         arguments = {"entry_point": entry_point, **kwargs}
         self._arguments = {key: value for key, value in arguments.items() if value is not None}
         self._base_dir = Path.cwd()

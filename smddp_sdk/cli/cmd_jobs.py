@@ -526,7 +526,8 @@ def render_status(job_status: JobStatus, color: bool) -> str:
         lines.append(f"  model: {job_status.model_data}")
     lines += [f"  left out of {skipped}" for skipped in job_status.archive_skipped]
     if job_status.scheduler_job_id:
-        lines.append(f"  {job_status.handle.scheduler} job id: {job_status.scheduler_job_id}")
+        restarts = job_status.details.get("restarts")  # where the scheduler counts them (Slurm's requeues)
+        lines.append(f"  {job_status.handle.scheduler} job id: {job_status.scheduler_job_id}" + (f", restarts {restarts}" if restarts is not None else ""))
     return "\n".join(lines + attempt_lines(job_status) + goodput_lines(job_status))
 
 

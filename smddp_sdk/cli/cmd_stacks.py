@@ -1,5 +1,5 @@
-"""``stacks``: every rank's Python stack of a running job, to see where it hangs (schedulers with
-``capabilities.stacks``: local and docker)."""
+"""``stacks``: where every rank of a running job is, grouped, with each distinct Python stack once, to see
+where it hangs (schedulers with ``capabilities.stacks``: local, docker and Slurm)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import click
 
 from smddp_sdk.cli.cmd_jobs import JOB_HELP, job_argument, job_target, scheduler_option
 from smddp_sdk.cli.common import console
+from smddp_sdk.schedulers.stacks import grouped, ranks_text
 from smddp_sdk.specs.contract import STACKS_SIGNAL
 
 
@@ -16,18 +17,26 @@ from smddp_sdk.specs.contract import STACKS_SIGNAL
 @click.option("--timeout", type=click.FloatRange(min=0.5), default=10.0, show_default=True, metavar="SECONDS", help="How long to wait for the ranks to answer.")
 @click.pass_context
 def stacks_command(ctx: click.Context, job: str, options: list[tuple[str, str]], timeout: float) -> None:
-    """Print where every rank of JOB is: all threads' Python stacks, rank by rank (local and docker jobs).
+    """Print where every rank of JOB is (local, docker and Slurm jobs): one line per place, such as
+    'ranks 0-2: all_reduce #41 (...) at train.py:37' and 'rank 3: time.sleep(60) at train.py:30', then each
+    distinct stack once with the ranks that share it (all threads, without the launcher's frames).
 
-    Each rank writes them from a signal handler (faulthandler), so this works while a rank is stuck in
+    Each rank writes its stacks from a signal handler (faulthandler), so this works while a rank is stuck in
     a collective or in native code; they are also kept in the job's tree (<host>/output/stacks/).
     """
     handle, scheduler, _ = job_target(job, options)
     collected = scheduler.stacks(handle, timeout=timeout)
+    places, distinct = grouped(collected)
+    if places:
+        width = max(len(ranks_text(stacks)) for _, stacks in places) + 1
+        click.echo("where each rank is:")
+        for place, stacks in places:
+            click.echo(f"  {ranks_text(stacks) + ':':<{width}} {place}")
+    for text, stacks in distinct:
+        hosts = ", ".join(dict.fromkeys(stack.host for stack in stacks))
+        click.echo(f"=== {ranks_text(stacks)} ({hosts}) ===")
+        click.echo(text)
     silent = [stack for stack in collected if not stack.text]
-    for stack in collected:
-        if stack.text:
-            click.echo(f"=== {stack.host}/rank{stack.rank} ===")
-            click.echo(stack.text.rstrip("\n"))
     if silent:
         who = ", ".join(f"{stack.host}/rank{stack.rank}" for stack in silent)
         console(ctx).say(f"no stacks within {timeout:g} s from {who} (ended, or blocking {STACKS_SIGNAL.name})")

@@ -37,7 +37,7 @@ import torch
 from smddp_sdk.collectives import futex, native
 from smddp_sdk.collectives.calls import Call, describe
 from smddp_sdk.collectives.errors import CollectiveError, PeerRank
-from smddp_sdk.collectives.hangs import hang_warn_s, warn_hang
+from smddp_sdk.collectives.hangs import HangWatch
 from smddp_sdk.collectives.memory import allow_peer_reads, copy_bytes, read_process
 from smddp_sdk.specs.processes import pid_alive, runnable_tasks
 
@@ -311,7 +311,7 @@ class ShmArena:
         self._record = (ctypes.c_uint32 * RECORD_WORDS)()
         self.record_address = ctypes.addressof(self._record)
         self.slot_addresses = [(ctypes.c_void_p * n_local)(*(self._slot_address(i, half) for i in range(n_local))) for half in (0, 1)]
-        self._hang_warn_s = hang_warn_s()
+        self.hangs = HangWatch()  # the group's, once the rendezvous knows every rank (topology.build)
         self._prefault_own_slots()
 
     def _prefault_own_slots(self) -> None:
@@ -457,13 +457,10 @@ class ShmArena:
         """Carry a native barrier to its end: status is smddp_wait's (-1 done, i >= 0 peer i still
         missing after a slice, -2 - i peer i's call record differs)."""
         started = time.monotonic()
-        warned = False
         while status >= 0:
             now = time.monotonic()
             self._check_peers([status], what, now, deadline)
-            if not warned and now - started >= self._hang_warn_s:
-                warned = True
-                self._warn_hang(generation, what, now - started)
+            self._still_waiting(generation, what, now - started)
             status = self._native.smddp_wait(self.base_address, self.n, self.index, generation, self.record_address, 0, int(CHECK_EVERY_S * 1e9))
         if status <= -2:
             self._raise_mismatch(-2 - status, generation, what)
@@ -505,7 +502,6 @@ class ShmArena:
         start = time.monotonic()
         spin_until = start + self.spin_s
         next_check = start + CHECK_EVERY_S
-        warn_at = start + self._hang_warn_s
         while pending:
             peer = pending[-1]
             seen = self._counter(peer)
@@ -524,9 +520,7 @@ class ShmArena:
             if now >= next_check:
                 next_check = now + CHECK_EVERY_S
                 self._check_peers(pending, what, now, deadline)
-                if now >= warn_at:
-                    warn_at = float("inf")
-                    self._warn_hang(generation, what, now - start)
+                self._still_waiting(generation, what, now - start)
 
     def _raise_mismatch(self, peer: int, generation: int, what: str) -> None:
         mine = describe(list(self._record))
@@ -543,13 +537,24 @@ class ShmArena:
         generation = self._counter(local_index)
         return describe(self._record_of(local_index, generation)) if generation else "no collective yet"
 
-    def _warn_hang(self, generation: int, what: str, waited_s: float) -> None:
+    def latest_calls(self) -> dict[int, list[int] | None]:
+        """Every local rank's latest call record, by group rank (None: no collective yet): what the hang
+        warning knows of this host's ranks without asking anyone."""
+        calls: dict[int, list[int] | None] = {}
+        for i, peer in enumerate(self.peers):
+            generation = self._counter(i)
+            calls[peer.group_rank] = self._record_of(i, generation) if generation else None
+        return calls
+
+    def _still_waiting(self, generation: int, what: str, waited_s: float) -> None:
+        self.hangs.waiting(self._record, waited_s, what, lambda: self._transport_view(generation, what, waited_s))
+
+    def _transport_view(self, generation: int, what: str, waited_s: float) -> str:
+        """Whom this barrier waits for, as the arena alone sees it."""
         missing = [i for i in range(self.n) if i != self.index and (self._counter(i) - generation) & 0xFFFFFFFF >= 1 << 31]
-        if not missing:
-            return
-        who = "; ".join(f"rank {self.peers[i].group_rank} (last call: {self.last_call(i)})" for i in missing)
+        who = "; ".join(f"rank {self.peers[i].group_rank} (last call: {self.last_call(i)})" for i in missing) or "the other ranks of this host"
         host = os.environ.get("SM_CURRENT_HOST", "this host")
-        warn_hang(f"smddp: rank {self.peers[self.index].group_rank} has waited {waited_s:.0f} s in {what} ({describe(list(self._record))}) for {who} on {host}; they have not arrived")
+        return f"smddp: rank {self.peers[self.index].group_rank} has waited {waited_s:.0f} s in {what} ({describe(list(self._record))}) for {who} on {host}; they have not arrived"
 
     def _check_peers(self, pending: list[int], what: str, now: float, deadline: float) -> None:
         aborted = self.abort_message()

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from smddp_sdk.collectives import native
 from smddp_sdk.collectives.calls import Call, describe
 from smddp_sdk.collectives.errors import CollectiveError, PeerRank
-from smddp_sdk.collectives.hangs import hang_warn_s, this_rank, warn_hang
+from smddp_sdk.collectives.hangs import HangWatch, this_rank
 from smddp_sdk.specs.contract import LINK_ENCRYPT_ENV
 
 NONCE_BYTES = 16
@@ -367,7 +367,7 @@ class TcpMesh:
         self.node = node
         self._secret = _Secret(token)
         self._describe = dict(describe)  # node index -> its leader: "rank R (host H)" in messages, data in errors
-        self._hang_warn_s, self._hang_warned = hang_warn_s(), False
+        self.hangs = HangWatch()  # the group's, once the rendezvous knows every rank (topology.build)
         self.protection = PROTECTIONS.index(protection or link_protection())
         self._native = native.library() if native_progress else None  # None: Python threads move the bytes
         self._check_protection_available()
@@ -572,12 +572,9 @@ class TcpMesh:
         fail once the deadline has passed."""
         if time.monotonic() >= deadline:
             raise self._timed_out(what, peer, receiving)
-        if waited_s < self._hang_warn_s:
-            self._hang_warned = False  # a new call
-        elif not self._hang_warned:
-            self._hang_warned = True
-            on = "for" if receiving else "to send to"
-            warn_hang(f"smddp: {this_rank()} has waited {waited_s:.0f} s in {what} {on} {self._describe[peer]}, which has not arrived")
+        on = "for" if receiving else "to send to"
+        self.hangs.waiting(self.header[1:7], waited_s, what,
+                           lambda: f"smddp: {this_rank()} has waited {waited_s:.0f} s in {what} {on} {self._describe[peer]}, which has not arrived")
 
     def failure(self, what: str, peer: int, error: int) -> CollectiveError:
         """The error of a native transfer with peer that failed (error: an errno, -1 when the peer closed,

@@ -27,6 +27,7 @@ from datetime import timedelta
 import torch.distributed as dist
 
 from smddp_sdk.collectives.errors import CollectiveError, PeerRank
+from smddp_sdk.collectives.hangs import HangWatch
 from smddp_sdk.collectives.local import LocalComm
 from smddp_sdk.collectives.shm import (
     DEFAULT_SLOT_BYTES,
@@ -157,6 +158,10 @@ def build(store: dist.Store, rank: int, size: int, timeout: timedelta) -> tuple[
     if len(nodes) > 1 and rank == 0 and not os.environ.get(MESH_SECRET_ENV):
         _warn_store_token()
     mesh = _connect_mesh(values, topo, deadline) if len(nodes) > 1 and topo.is_leader else None
+    hangs = HangWatch(values, rank, hosts, arena.latest_calls if arena else None)
+    for transport in (arena, mesh):
+        if transport is not None:
+            transport.hangs = hangs
     return topo, LocalComm(arena), mesh
 
 

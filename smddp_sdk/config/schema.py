@@ -59,6 +59,7 @@ FIELD_DOCS: dict[str, str] = {
     "security_group_ids": "VPC security group ids for the SageMaker job.",
     "encrypt_inter_container_traffic": "Encrypt traffic between SageMaker hosts.",
     "enable_network_isolation": "Run the SageMaker container without network access.",
+    "disable_output_compression": "SageMaker uploads the model and output uncompressed (`CompressionType: NONE`); local schedulers still write `model.tar.gz`.",
     "debugger_hook_config": "SageMaker Debugger hook: false turns it off (as in SageMaker SDK v2).",
     "disable_profiler": "Turn off the SageMaker profiler.",
     "enable_sagemaker_metrics": "Publish metric_definitions to SageMaker's metrics.",

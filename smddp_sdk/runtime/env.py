@@ -135,7 +135,9 @@ def toolkit_variables(training: Mapping[str, Any], user_args: Sequence[str]) -> 
 
 
 def rank_env(env: TrainingEnv, plan: RankPlan, slot: RankSlot) -> dict[str, str]:
-    """The launcher variables of one rank, for mpirun-style and torchrun-style scripts alike."""
+    """The launcher variables of one rank, for mpirun-style and torchrun-style scripts alike; the mpirun-style
+    ones (``OMPI_COMM_WORLD_*``, ``SMDATAPARALLEL_LOCAL_RANK``) only where SageMaker's launcher sets them, not
+    for torch_distributed (scripts that detect MPI by them would take the wrong path)."""
     master = env.address_of(env.master_hostname)
     if plan.standalone:  # like the toolkit's plain process runner: where the master is, but no rank of its world
         return {"MASTER_ADDR": master, "MASTER_PORT": str(env.ports.master), "SM_CURRENT_HOST": slot.host}
@@ -150,17 +152,20 @@ def rank_env(env: TrainingEnv, plan: RankPlan, slot: RankSlot) -> dict[str, str]
         "GROUP_WORLD_SIZE": len(plan.hosts),
         "MASTER_ADDR": master,
         "MASTER_PORT": env.ports.master,
-        "SMDATAPARALLEL_LOCAL_RANK": slot.local_rank,
         "SMDATAPARALLEL_SERVER_ADDR": master,
         "SMDATAPARALLEL_SERVER_PORT": env.ports.server,
         "SAGEMAKER_INSTANCE_TYPE": env.instance_type,
-        "OMPI_COMM_WORLD_RANK": slot.rank,
-        "OMPI_COMM_WORLD_LOCAL_RANK": slot.local_rank,
-        "OMPI_COMM_WORLD_SIZE": plan.world_size,
-        "OMPI_COMM_WORLD_LOCAL_SIZE": local_world,
         "SM_CURRENT_HOST": slot.host,
         contract.MESH_SECRET_ENV: contract.mesh_secret(env.job_token),
     }
+    if plan.shape is not LaunchShape.TORCH_DISTRIBUTED:  # SageMaker's torchrun sets no MPI-style variables
+        values.update({
+            "SMDATAPARALLEL_LOCAL_RANK": slot.local_rank,
+            "OMPI_COMM_WORLD_RANK": slot.rank,
+            "OMPI_COMM_WORLD_LOCAL_RANK": slot.local_rank,
+            "OMPI_COMM_WORLD_SIZE": plan.world_size,
+            "OMPI_COMM_WORLD_LOCAL_SIZE": local_world,
+        })
     return {key: str(value) for key, value in values.items()}
 
 

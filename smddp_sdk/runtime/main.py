@@ -40,12 +40,16 @@ from smddp_sdk.specs.archives import append_inside
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.failure import SOURCE_EARLY_EXIT, SOURCE_RUNTIME, SOURCE_STOPPED, FailureRecord, failure_reason, must_stop, render_summary
 from smddp_sdk.specs.processes import Wakeup, pid_alive
+from smddp_sdk.specs.slurm_job import JOB_DIR_ENV as SLURM_JOB_DIR_ENV
+from smddp_sdk.specs.slurm_job import SlurmJobDir
 
 DEFAULT_STOP_GRACE = 5.0
 DEFAULT_AGENT_TIMEOUT = 600.0  # hosts may start minutes apart (image pulls)
 MAX_STOP_GRACE = 3600.0  # SMDDP_STOP_GRACE: a stop must end
 MAX_AGENT_TIMEOUT = 86_400.0
 POLL_INTERVAL = 0.1
+STOP_SIGNAL_WAIT_S = 1.0  # how long a rank's death by SIGTERM waits for the runtime's own, before it reads as a failure
+DEBUG_LEVEL = 10  # logging.DEBUG: container_log_level at or below it shows every host's set-up lines
 
 
 def main(environ: Mapping[str, str] | None = None) -> int:
@@ -70,6 +74,7 @@ def main(environ: Mapping[str, str] | None = None) -> int:
         env = read_training_env(environ)
         if bound:
             env = dataclasses.replace(env, visible_base=optml_mount.OPT_ML)
+        if bound and env.log_level <= DEBUG_LEVEL:
             console.say(contract.console_prefix(env.current_host, role="runtime"), f"this host's tree {opt_ml.base} is its /opt/ml (private mount namespace, {bound})")
         grace = number_env(environ, contract.STOP_GRACE_ENV, DEFAULT_STOP_GRACE, float, MAX_STOP_GRACE)
         agent_timeout = number_env(environ, contract.AGENT_TIMEOUT_ENV, DEFAULT_AGENT_TIMEOUT, float, MAX_AGENT_TIMEOUT)
@@ -160,11 +165,25 @@ class NodeRuntime:
         self.early_exits: list[FailureRecord] = []  # ranks that ended with 0 while others ran
         self.supervisor_gone = False
         self.supervised = bool(environ.get(contract.LIFELINE_ENV))
+        # Whoever watches the job prints its failure summary once (the supervisor; on Slurm `run` and `status`).
+        self.summary_elsewhere = self.supervised or bool(environ.get(SLURM_JOB_DIR_ENV))
         self.store: rendezvous_store.RendezvousStore | None = None
         self.store_env: dict[str, str] = {}
+        self.code_entries: set[str] | None = None  # the code directory's own entries, before the ranks ran in it
+        slurm_job = environ.get(SLURM_JOB_DIR_ENV)
+        self.stack_requests = stacks.RequestFile(SlurmJobDir(Path(slurm_job)).stacks_request) if slurm_job else None
 
     def say(self, text: str) -> None:
         self.console.say(self.prefix, text)
+
+    def detail(self, text: str) -> None:
+        """A set-up line that carries nothing to act on: shown at container_log_level DEBUG only."""
+        if self.env.log_level <= DEBUG_LEVEL:
+            self.say(text)
+
+    def say_once(self, text: str) -> None:
+        """A line every host would print alike: the master host's says it for the job, the others at DEBUG."""
+        (self.say if self.env.is_master else self.detail)(text)
 
     # --- the whole run ------------------------------------------------------------------------------
 
@@ -183,6 +202,7 @@ class NodeRuntime:
         with tempfile.TemporaryDirectory(prefix=f"{_SCRATCH_PREFIX}{os.getpid()}-", dir=scratch_root) as scratch:
             try:
                 command = self._prepare_code()
+                self.code_entries = _entries(self.env.opt_ml.code_dir)
                 python_path = rank_python_path(self.env.rank_opt_ml.code_dir, self.environ, scratch=Path(scratch))
                 if self.signalled is None and self.remote_stop is None:
                     self._serve_store(Path(scratch), plan.world_size)
@@ -208,6 +228,8 @@ class NodeRuntime:
         if env.is_master:
             self.store = rendezvous_store.serve(address, env.ports.master, self.interpreter.python, self.say, scratch, world_size, ahead=self.ahead.store)
             self.ahead.store = None
+            if self.store is not None:
+                self.detail(f"rendezvous store serving on {address}:{env.ports.master}")
         elif self.ahead.store is not None:
             self.ahead.store.drop()
             self.ahead.store = None
@@ -219,7 +241,7 @@ class NodeRuntime:
         shape = planning.launch_shape(env.framework_params, in_group)
         per_host = planning.processes_per_host(shape, env.framework_params, env.gpus_for_planning, env.num_neurons)
         plan = planning.plan_ranks(env.ordered_hosts, env.current_host, shape, per_host, planning.total_processes(shape, env.framework_params))
-        self.say(
+        self.say_once(
             f"job {env.job_name or '-'}: launch shape {plan.shape.value}, hosts {_listed(plan.hosts)}, "
             f"{plan.processes_per_host} processes per host, world size {plan.world_size}, "
             f"this host node rank {plan.node_rank}, ranks {[s.rank for s in plan.local_slots]}, "
@@ -255,7 +277,7 @@ class NodeRuntime:
     def _prepare_code(self) -> usercode.UserCommand:
         env, code_dir = self.env, self.env.opt_ml.code_dir
         if usercode.fetch_code(env.submit_directory, code_dir):
-            self.say(f"code from {env.submit_directory} unpacked into {code_dir}")
+            self.detail(f"code from {env.submit_directory} unpacked into {code_dir}")
         kind = usercode.entry_point_kind(env.user_entry_point, code_dir)
         usercode.check_entry_point(env.user_entry_point, code_dir, kind)
         cache = self.environ.get(contract.ENV_CACHE_ENV, "").strip()
@@ -292,7 +314,7 @@ class NodeRuntime:
         self.ahead.drop()  # more spares than ranks: not kept while the job trains
         warm = bool(self.procs) and all(p.warm for p in self.procs)
         events.record(self.env.opt_ml.output_dir / events.FILE_NAME, events.RANKS_STARTED, attempt=events.attempt_of(self.environ), host=self.env.current_host, warm=warm, ranks=[p.slot.rank for p in self.procs])
-        self.say(f"started ranks {[p.slot.rank for p in self.procs]}{' in spares started ahead' if warm else ''}: {shlex.join(command.argv)}")
+        self.say_once(f"started ranks {[p.slot.rank for p in self.procs]}{' in spares started ahead' if warm else ''}: {shlex.join(command.argv)}")
 
     def _open_log(self, rank: int) -> BinaryIO:
         opt_ml = self.env.opt_ml
@@ -318,6 +340,8 @@ class NodeRuntime:
             if not stopping and (settled or self.remote_stop or self.signalled):
                 stopping = True
                 self._stop(failures)
+            if self.stack_requests and self.stack_requests.asked():  # `smddp-launch stacks` of a Slurm job
+                stacks.ask_ranks(p.popen.pid for p in self.procs if p.running)
             self.wake.wait(POLL_INTERVAL)
         failures += self._collect_exits()
         if not stopping and self.signalled:
@@ -335,6 +359,9 @@ class NodeRuntime:
         for proc in self.procs:
             if not proc.poll() or proc.stopped:
                 continue
+            if self._stopped_with_the_host(proc.returncode):
+                proc.stopped = True  # scancel or a session-wide kill reached the rank first: a stop, not a failure
+                continue
             slot, pid = proc.slot, proc.popen.pid
             if proc.returncode == 0:
                 self.early_exits.append(FailureRecord(slot.host, slot.rank, 0, "", timestamp=proc.exited_at, source=SOURCE_EARLY_EXIT, local_rank=slot.local_rank, pid=pid))
@@ -344,6 +371,17 @@ class NodeRuntime:
                     host=slot.host, rank=slot.rank, local_rank=slot.local_rank, pid=pid, returncode=proc.returncode or 0, error_file=proc.error_file,
                     log_tail=proc.pump.tail(), observed_at=proc.exited_at)))
         return failures
+
+    def _stopped_with_the_host(self, returncode: int | None) -> bool:
+        """A rank that ended by SIGTERM or SIGINT (or its shell's 143 or 130) was stopped together with this
+        runtime when the runtime's own signal follows within STOP_SIGNAL_WAIT_S (Slurm's scancel signals every
+        process of the step at once, in no order)."""
+        if returncode not in (-signal.SIGTERM, -signal.SIGINT, 128 + signal.SIGTERM, 128 + signal.SIGINT):
+            return False
+        deadline = time.monotonic() + STOP_SIGNAL_WAIT_S
+        while self.signalled is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self.signalled is not None
 
     def _with_store_note(self, failure: FailureRecord) -> FailureRecord:
         """A rank that lost the rendezvous store (torch's Dist* errors) names what happened to the store, if anything
@@ -361,6 +399,8 @@ class NodeRuntime:
             self.say(f"received {self.signalled.name}; forwarding it to every rank")
             if self.client:
                 self.client.report_failure(self._signal_failure())
+        elif self.remote_stop and self.remote_stop.error_type == "Signal":  # a cancel elsewhere: no failure to name
+            self.say(f"stopping: host {self.remote_stop.host} was stopped ({self.remote_stop.message})")
         elif self.remote_stop:
             self.say(f"stopping: {self.remote_stop.headline}")
         sig = self.signalled or signal.SIGTERM
@@ -369,6 +409,7 @@ class NodeRuntime:
     # --- outcome ------------------------------------------------------------------------------------
 
     def _finish(self, local_failures: list[FailureRecord]) -> int:
+        self._report_code_writes()
         if self.signalled and not local_failures:
             local_failures = [self._signal_failure()]
         status = "failed" if local_failures else ("stopped" if self.remote_stop else "ok")
@@ -379,7 +420,7 @@ class NodeRuntime:
                 contract.write_success(self.env.opt_ml)
             except OSError as exc:  # output (or output/success) is a link the job made: not followed
                 self.say(f"output/success not written: {exc.strerror} (a link in {self.env.opt_ml.output_dir}?)")
-            self.say("all ranks on this host finished successfully")
+            self.detail("all ranks on this host finished successfully")
             return 0
         cause, others = verdict or (root_cause([*local_failures, *self.early_exits]) or self.remote_stop, local_failures)
         assert cause is not None
@@ -387,7 +428,7 @@ class NodeRuntime:
         contract.write_failure(self.env.opt_ml, failure_reason(cause, others))
         if self.signalled and cause.rank is None:  # stopped from outside (cancel, StopTrainingJob): no failure to report
             self.say(f"stopped by {self.signalled.name}")
-        elif self.supervised:  # the supervisor prints the job's summary, once, for every host
+        elif self.summary_elsewhere:
             self.say(f"this host failed; root cause: {cause.headline}")
         else:
             self.console.say(self.prefix, render_summary(cause, others))
@@ -395,6 +436,18 @@ class NodeRuntime:
             return 128 + int(self.signalled)
         # The root-cause rank's code as the runtime's own (SageMaker's contract); 1 for signals and odd codes.
         return cause.exit_code if 0 < cause.exit_code < 126 else EXIT_JOB_FAILED
+
+    def _report_code_writes(self) -> None:
+        """What the ranks wrote in their working directory, this host's own copy of the code, is lost with the job
+        (as on SageMaker; a torchrun user expects a shared directory): said once, naming it."""
+        if self.code_entries is None:
+            return
+        written = sorted(_entries(self.env.opt_ml.code_dir) - self.code_entries - {"__pycache__/"})
+        if written:
+            shown = ", ".join(written[:5]) + (f" and {len(written) - 5} more" if len(written) > 5 else "")
+            self.say(f"the ranks wrote {shown} in {self.env.rank_opt_ml.code_dir}, this host's own copy of the code: not archived, "
+                     "not seen by the other hosts, gone with the job (as on SageMaker); write checkpoints to /opt/ml/checkpoints "
+                     "(checkpoint_local_path: the next run finds them) and the model to SM_MODEL_DIR")
 
     def _write_records(self, records: list[FailureRecord]) -> None:
         """output/failures.json: every record this host knows, for the supervisor's root-cause rule."""
@@ -530,6 +583,14 @@ def _listed(names: tuple[str, ...], shown: int = 8) -> str:
 
 
 _SCRATCH_PREFIX = "smddp-runtime-"
+
+
+def _entries(directory: Path) -> set[str]:
+    """A directory's own entries, folders with a slash; empty where it cannot be read."""
+    try:
+        return {entry.name + ("/" if entry.is_dir(follow_symlinks=False) else "") for entry in os.scandir(directory)}
+    except OSError:
+        return set()
 
 
 def _sweep_stale_scratch() -> None:

@@ -25,7 +25,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from smddp_sdk.errors import ContractError, SmddpError
-from smddp_sdk.specs import contract
+from smddp_sdk.runtime.training_env import probe_gpu_count
+from smddp_sdk.specs import contract, limits
 from smddp_sdk.specs.archives import write_archive
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.json_files import read_json_object, write_json_atomic
@@ -91,7 +92,17 @@ def node_environ(environ: Mapping[str, str]) -> dict[str, str]:
     env.setdefault(contract.BIND_OPT_ML_ENV, "1")
     if node.get("processes_per_host") is not None:
         env.setdefault(contract.NUM_GPUS_ENV, str(node["processes_per_host"]))
+    elif probe_gpu_count() == 0:  # a CPU node: as torchrun's --nproc-per-node auto, a rank per core it has
+        env.setdefault(contract.NUM_GPUS_ENV, str(cpu_ranks(environ)))
     return env
+
+
+def cpu_ranks(environ: Mapping[str, str]) -> int:
+    """The ranks of a CPU node: the CPUs Slurm allotted the job on it (SLURM_CPUS_ON_NODE), else the cores
+    this task may run on; at most MAX_PROCESSES_PER_HOST."""
+    allotted = environ.get("SLURM_CPUS_ON_NODE", "").strip()
+    cores = int(allotted) if allotted.isdigit() and int(allotted) > 0 else len(os.sched_getaffinity(0))
+    return min(cores, limits.MAX_PROCESSES_PER_HOST)
 
 
 def _required(environ: Mapping[str, str], name: str) -> str:

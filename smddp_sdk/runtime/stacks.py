@@ -45,10 +45,34 @@ def register_stack_dump(path: str | os.PathLike[str] | None = None) -> Path | No
 
 def forward_stack_requests(pids: Callable[[], Iterable[int]]) -> None:
     """In a runtime (main thread): pass ``STACKS_SIGNAL`` on to the ranks instead of dying of it."""
+    signal.signal(STACKS_SIGNAL, lambda _signum, _frame: ask_ranks(pids()))
 
-    def forward(_signum: int, _frame: object) -> None:
-        for pid in pids():
-            with suppress(ProcessLookupError):  # the rank ended meanwhile
-                os.kill(pid, STACKS_SIGNAL)
 
-    signal.signal(STACKS_SIGNAL, forward)
+def ask_ranks(pids: Iterable[int]) -> None:
+    """Every rank writes its stacks (``STACKS_SIGNAL``)."""
+    for pid in pids:
+        with suppress(ProcessLookupError):  # the rank ended meanwhile
+            os.kill(pid, STACKS_SIGNAL)
+
+
+class RequestFile:
+    """Stacks requests as a file in a job directory every node shares (Slurm's: no one can signal the nodes'
+    runtimes from the login node): each new version of the file (written atomically: a new inode) is one."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._seen = self._version()
+
+    def _version(self) -> tuple[int, int] | None:
+        try:
+            found = os.stat(self.path)
+        except OSError:
+            return None
+        return found.st_ino, found.st_mtime_ns
+
+    def asked(self) -> bool:
+        """Whether a request came since the last look."""
+        version = self._version()
+        new = version is not None and version != self._seen
+        self._seen = version
+        return new

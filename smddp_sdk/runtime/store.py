@@ -338,7 +338,6 @@ def serve(address: str, port: int, python: str, say: Callable[[str], None], scra
     if problem:
         say(f"the rendezvous store did not start ({problem}); rank 0 will serve it")
         return None
-    say(f"rendezvous store serving on {address}:{port}")
     store.relay(say)
     return store
 

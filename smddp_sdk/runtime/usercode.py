@@ -221,7 +221,7 @@ def _run_quietly(command: list[str]) -> None:
 
 
 def _pip(code_dir: Path, kind: EntryPointKind, command: list[str], emit: Callable[[str], None]) -> None:
-    emit("running " + " ".join(command))
+    emit(f"installing {'the package and ' if kind is EntryPointKind.PYTHON_PACKAGE else ''}requirements.txt of the code: " + " ".join(command))
     process = subprocess.Popen(command, cwd=code_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
     assert process.stdout is not None
     tail: list[str] = []
@@ -230,4 +230,20 @@ def _pip(code_dir: Path, kind: EntryPointKind, command: list[str], emit: Callabl
         tail = (tail + [line.rstrip("\n")])[-20:]
     if process.wait() != 0:
         what = "the package and requirements.txt" if kind is EntryPointKind.PYTHON_PACKAGE else "requirements.txt"
-        raise InstallError(f"pip could not install {what} in {code_dir} (exit {process.returncode}):\n" + "\n".join(tail))
+        raise InstallError(pip_failure(what, code_dir, process.returncode, tail))
+
+
+# pip's words when it could not reach an index (it retries first, then gives up)
+_OFFLINE_SIGNS = ("NewConnectionError", "Temporary failure in name resolution", "Network is unreachable", "No matching distribution found")
+
+
+def pip_failure(what: str, code_dir: Path, code: int, tail: list[str]) -> str:
+    """pip's error first (not its first retry warning), then its last lines; where it found no index, how
+    to install without network."""
+    errors = [line for line in tail if line.startswith("ERROR:")]
+    headline = errors[-1].removeprefix("ERROR:").strip() if errors else f"exit {code}"
+    message = f"pip could not install {what} in {code_dir}: {headline}"
+    if any(sign in line for line in tail for sign in _OFFLINE_SIGNS):
+        message += ("; without network, install from wheels: `pip download -r requirements.txt -d wheels` where there is network, then "
+                    "the docker scheduler's `wheelhouse` option (-o wheelhouse=wheels), or PIP_FIND_LINKS=wheels and PIP_NO_INDEX=1 in the environment")
+    return message + f"\npip's last lines (exit {code}):\n" + "\n".join(tail)

@@ -28,7 +28,7 @@ from smddp_sdk.specs.status import JobHandle, JobState, JobStatus, LogLine
 
 if TYPE_CHECKING:  # the optional operations' types, defined where the jobs that have them live
     from smddp_sdk.schedulers.hosttree.attempts import Interruption
-    from smddp_sdk.schedulers.hosttree.stacks import RankStack
+    from smddp_sdk.schedulers.stacks import RankStack
 
 RECORD_FILE = "job.json"  # every job directory's record, written once when the job is submitted
 

@@ -137,6 +137,19 @@ def ranks_per_host(spec: JobSpec, num_gpus: int | None) -> int | None:
 # --- the code snapshot --------------------------------------------------------------------------
 
 
+def code_notes(spec: JobSpec) -> list[str]:
+    """The dry run's words on what happens to the code before the ranks start that a torchrun user would not
+    expect: a requirements.txt installed on every host. (What the ranks write to relative paths, into their
+    host's own copy of the code, each host names after the job: runtime/main.py.)"""
+    source = Path(spec.source_dir) if spec.source_dir and "://" not in spec.source_dir else None
+    lines = []
+    if source is not None and (source / "requirements.txt").is_file():
+        lines.append(f"requirements.txt ({source / 'requirements.txt'}) is pip-installed on every host before the ranks start, as on SageMaker: "
+                     "local mode into one virtualenv over this Python's packages, containers into their Python "
+                     "(without network: the docker scheduler's wheelhouse option)")
+    return lines
+
+
 def stage_code(spec: JobSpec, dest: Path) -> Path:
     """Copy the job's code into ``dest``: ``source_dir``'s contents (or the lone entry point) plus each
     ``dependencies`` directory under its own name, the layout of v2's sourcedir.tar.gz."""

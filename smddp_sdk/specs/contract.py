@@ -89,6 +89,12 @@ RUNTIME_VARIABLES = frozenset({
 RUNTIME_VARIABLE_PREFIXES = ("SM_HP_", "SM_CHANNEL_")  # one per hyperparameter and per channel
 
 
+def rank_call_file_of(stacks_file: Path) -> Path:
+    """Beside a rank's stacks file: the collective it waited in for a while ('all_reduce #41 (SUM, ...)'),
+    written by the smddp backend so that `smddp-launch stacks` can number the call every rank is in."""
+    return stacks_file.with_suffix(".call")
+
+
 def runtime_owned(name: str) -> bool:
     """Whether the node runtime sets ``name`` for every rank (so a value from the job would be replaced)."""
     return name in RUNTIME_VARIABLES or name.startswith(RUNTIME_VARIABLE_PREFIXES)
@@ -162,6 +168,10 @@ class OptMl:
     def rank_stacks_file(self, rank: int) -> Path:
         """Every thread's Python stack, appended by the rank on each STACKS_SIGNAL."""
         return self.output_dir / "stacks" / f"rank-{rank}.txt"
+
+    def rank_call_file(self, rank: int) -> Path:
+        """The collective the rank last waited in for a while (``rank_call_file_of`` its stacks file)."""
+        return rank_call_file_of(self.rank_stacks_file(rank))
 
     def make_dirs(self) -> None:
         """Create the directories a container finds in place when SageMaker starts it."""

@@ -122,6 +122,7 @@ class JobSpec:
     security_group_ids: tuple[str, ...] = ()
     encrypt_inter_container_traffic: bool = False
     enable_network_isolation: bool = False
+    disable_output_compression: bool = False
     debugger_hook_config: bool | None = None
     disable_profiler: bool = False
     enable_sagemaker_metrics: bool | None = None

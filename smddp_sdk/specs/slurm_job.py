@@ -28,6 +28,7 @@ class SlurmJobDir:
     result_file = Below("path", "result.json")
     attempts_file = Below("path", "attempts.jsonl")  # a line as each attempt starts and ends (the batch script)
     cancel_file = Below("path", "cancel-requested")
+    stacks_request = Below("path", "stacks-requested")  # `smddp-launch stacks`: each new version is one request
 
     def node_tree(self, index: int) -> Path:
         return self.nodes_dir / str(index)

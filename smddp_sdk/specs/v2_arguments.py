@@ -11,7 +11,6 @@ from __future__ import annotations
 # Arguments the estimator takes and turns into something else (not JobSpec fields).
 EMULATED_ARGUMENTS: dict[str, str] = {
     "sagemaker_session": "its region and boto3 session become the sagemaker scheduler's options; a LocalSession changes nothing",
-    "disable_output_compression": "accepted and ignored (a note says so): the model still arrives as model.tar.gz",
 }
 
 # Arguments with no equivalent here: the reason and what to do instead.

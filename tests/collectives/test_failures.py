@@ -104,7 +104,7 @@ def test_hang_warning_names_the_missing_rank_and_its_last_call(native_path):
     assert "timed out" in report["error"], report
     output = exits[0][1]
     assert "waited 1 s in broadcast" in output, output
-    assert "rank 1 (last call: all_reduce #1 (SUM, float32, 7 elements))" in output, output
+    assert "for rank 1 (host algo-1, last seen in all_reduce #1 (SUM, float32, 7 elements)), which has not entered it" in output, output
 
 
 @pytest.mark.parametrize("hosts", [["algo-1"] * 3], ids=["one-host"])

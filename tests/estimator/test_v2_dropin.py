@@ -88,9 +88,10 @@ def test_experiment_config_is_checked_before_anything_starts(project: Path) -> N
     assert not (project / "jobs").exists()
 
 
-def test_disable_output_compression_is_accepted_with_a_note(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert estimator(disable_output_compression=True).instance_count == 2
-    assert "note: disable_output_compression=True changes nothing here: the model still arrives as model.tar.gz" in capsys.readouterr().err
+def test_disable_output_compression_is_a_job_field_and_the_local_dry_run_says_what_differs(project: Path) -> None:
+    job = estimator(disable_output_compression=True)
+    assert job.spec.disable_output_compression is True  # sent as CompressionType NONE on SageMaker (tests/sagemaker/test_parity.py)
+    assert any("disable_output_compression: the model and output still arrive as model.tar.gz" in note for note in job.dryrun().notes)
 
 
 # --- v2 methods ---------------------------------------------------------------------------------

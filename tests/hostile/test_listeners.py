@@ -28,7 +28,7 @@ def _run_two_hosts(tmp_path: Path, script: str, ranks_per_host: int) -> dict[str
     code = tmp_path / "code"
     code.mkdir()
     shutil.copy(SCRIPTS / script, code / "train.py")
-    job = make_job(tmp_path / "job", code, ["algo-1", "algo-2"], {"sagemaker_distributed_dataparallel_enabled": True}, num_gpus=ranks_per_host)
+    job = make_job(tmp_path / "job", code, ["algo-1", "algo-2"], {"sagemaker_distributed_dataparallel_enabled": True, "sagemaker_container_log_level": 10}, num_gpus=ranks_per_host)
     results = wait_all(job.start(), timeout=180)
     for host, (code_, out) in results.items():
         assert code_ == 0, f"{host}:\n{out}"

@@ -75,6 +75,7 @@ CASES: dict[str, dict[str, Any]] = {
     "legacy-1.6-on-p4d": {**BASE, "framework_version": "1.6.0", "py_version": "py3", "distribution": SMDDP},
     "version-alias": {**BASE, "framework_version": "2.2", "py_version": "py310"},
     "output-path-prefix": {**BASE, "output_path": "s3://my-bucket/some/prefix/"},
+    "output-uncompressed": {**BASE, "distribution": SMDDP, "disable_output_compression": True},
 }
 
 

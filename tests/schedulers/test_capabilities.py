@@ -100,11 +100,10 @@ def test_what_each_scheduler_declares() -> None:
     declared = {name: {field for field in ("bound_to_owner", "cancel_on_interrupt", "lists_locally", *OPTIONAL_OPERATIONS)
                        if scheduler_class(name).capabilities.has(field)} for name in SCHEDULER_NAMES}
     host_tree = {"bound_to_owner", "cancel_on_interrupt", "lists_locally", "interrupt", "stacks", "remove"}
-    assert declared == {"local": host_tree, "docker": host_tree, "slurm": {"lists_locally"}, "sagemaker": set()}
+    assert declared == {"local": host_tree, "docker": host_tree, "slurm": {"lists_locally", "stacks"}, "sagemaker": set()}
 
 
 @pytest.mark.parametrize(("command", "scheduler", "said", "advice"), [
-    ("stacks", "slurm", "the slurm scheduler cannot show the ranks' Python stacks", "py-spy dump"),
     ("interrupt", "slurm", "the slurm scheduler cannot interrupt a job as a spot reclaim would", "scontrol requeue"),
     ("stacks", "sagemaker", "the sagemaker scheduler cannot show the ranks' Python stacks", "CloudWatch"),
     ("interrupt", "sagemaker", "the sagemaker scheduler cannot interrupt", "SageMaker interrupts spot jobs itself"),

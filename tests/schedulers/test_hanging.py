@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from smddp_sdk.schedulers.hosttree import hanging
-from smddp_sdk.schedulers.hosttree.stacks import RankStack
+from smddp_sdk.schedulers.stacks import RankStack
 
 WORKER = """Thread 0x00007f0000000001 (most recent call first):
   File "/usr/lib/python3.12/threading.py", line 355 in wait

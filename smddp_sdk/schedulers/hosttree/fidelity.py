@@ -25,6 +25,7 @@ from smddp_sdk.errors import SpecIssue
 from smddp_sdk.schedulers import channels
 from smddp_sdk.schedulers.base import DryRun
 from smddp_sdk.schedulers.hosttree import checkpoints
+from smddp_sdk.schedulers.job_files import code_notes
 from smddp_sdk.specs.job import JobSpec
 
 _SAID: set[str] = set()
@@ -38,7 +39,7 @@ def issues(spec: JobSpec) -> list[SpecIssue]:
 def notes(spec: JobSpec, scheduler: str, host_count: int | None = None) -> list[str]:
     """One line per setting that is not emulated, or emulated with a difference worth knowing."""
     hosts = host_count if host_count is not None else spec.instance_count
-    lines = [*channels.notes(spec, hosts), *checkpoints.notes(spec)]
+    lines = [*channels.notes(spec, hosts), *checkpoints.notes(spec), *code_notes(spec)]
     lines += _version_notes(spec, scheduler)
     lines += _platform_notes(spec)
     lines += warnings(spec)
@@ -109,6 +110,7 @@ def _platform_notes(spec: JobSpec) -> list[str]:
         (spec.keep_alive_period_in_seconds is not None, "keep_alive_period_in_seconds (warm pools) is not emulated: every rehearsal starts fresh"),
         (bool(spec.tags), f"tags ({len(spec.tags)}) are not applied to anything here"),
         (bool(spec.debugger_hook_config) or spec.enable_sagemaker_metrics is not None, "debugger_hook_config/enable_sagemaker_metrics are SageMaker services and do nothing here"),
+        (spec.disable_output_compression, "disable_output_compression: the model and output still arrive as model.tar.gz and output.tar.gz here (SageMaker uploads them uncompressed)"),
         (bool(spec.checkpoint_local_path) and not spec.checkpoint_s3_uri, "checkpoint_local_path without checkpoint_s3_uri: nothing is restored or synced (as on SageMaker)"),
     ]
     return [line for applies, line in checks if applies]

@@ -13,7 +13,7 @@ import re
 import time
 from collections.abc import Iterable
 
-from smddp_sdk.schedulers.hosttree.stacks import RankStack
+from smddp_sdk.schedulers.stacks import RankStack
 from smddp_sdk.specs.failure import SOURCE_TIMEOUT, FailureRecord
 
 INNERMOST_FRAMES = 8  # of the main thread, innermost first (faulthandler's order)

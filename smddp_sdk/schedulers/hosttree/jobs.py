@@ -33,6 +33,7 @@ from smddp_sdk.schedulers.hosttree.job_dir import JobDir, is_supervisor_of
 from smddp_sdk.schedulers.hosttree.plan import SHOWN_HOSTS, Checkpoints, HostPlan, HostTreePlan, Spot
 from smddp_sdk.schedulers.hosttree.supervisor import HEARTBEAT, LIFELINE, SCRATCH, backend_for, collect_job_artifacts
 from smddp_sdk.schedulers.job_files import Artifacts, ConfigFiles, output_root, package_parent, simulated_gpus, stage_code
+from smddp_sdk.schedulers.stacks import RankStack
 from smddp_sdk.specs import contract, goodput, processes
 from smddp_sdk.specs.failure import FailureRecord
 from smddp_sdk.specs.job import JobSpec, RetryPolicy
@@ -330,7 +331,7 @@ class HostTreeScheduler(JobRootScheduler):
             raise SpecError(SpecIssue("job", f"{handle} is not running (it is {state})", "interrupt a job while its hosts train"))
         request_interrupt(job_dir.path, interruption)
 
-    def stacks(self, handle: JobHandle, *, timeout: float) -> list[rank_stacks.RankStack]:
+    def stacks(self, handle: JobHandle, *, timeout: float) -> list[RankStack]:
         """Every rank's stacks, through the supervisor (``hosttree.stacks``); an ended job has none."""
         job_dir = self._job_dir(handle)
         if self.status(handle).state.is_terminal:

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from smddp_sdk.schedulers import stacks as rank_stacks
 from smddp_sdk.schedulers.hosttree import attempts, checkpoints, hanging, stacks
 from smddp_sdk.schedulers.hosttree.attempts import Interruption, Timeline
 from smddp_sdk.schedulers.hosttree.backend import HostBackend, HostExit
@@ -359,10 +360,10 @@ class Supervisor:
         ``smddp-launch stacks`` does), and only the running ones answer (``hosttree.hanging``)."""
         running = set(self.running_hosts())
         files = {path: who for path, who in stacks.stack_files(self.job_dir.path).items() if who[0] in running}
-        before = stacks.sizes(files)
+        before = rank_stacks.sizes(files)
         for host in running:
             self.backend.signal(host, contract.STACKS_SIGNAL)
-        answers = stacks.answers(files, before, HANGING_STACKS_TIMEOUT, HANGING_STACKS_SETTLE, every=False)
+        answers = rank_stacks.answers(files, before, HANGING_STACKS_TIMEOUT, HANGING_STACKS_SETTLE, every=False)
         return hanging.records(answers, self.plan.max_run)
 
     def owner_gone(self, owner: int) -> bool:

@@ -139,7 +139,7 @@ def build_request(spec: JobSpec, *, job_name: str, placement: Placement) -> dict
     """The ``CreateTrainingJob`` parameters, field for field what v2's ``PyTorch(...).fit()`` sends."""
     request: dict[str, Any] = {
         "AlgorithmSpecification": _algorithm(spec, placement),
-        "OutputDataConfig": {"S3OutputPath": placement.output_path},
+        "OutputDataConfig": {"S3OutputPath": placement.output_path, **({"CompressionType": "NONE"} if spec.disable_output_compression else {})},
         "TrainingJobName": job_name,
         "StoppingCondition": _stopping(spec),
         "ResourceConfig": _resources(spec),

@@ -47,7 +47,7 @@ class SlurmClient:
         """Whether the cluster could ever run ``script`` (sbatch --test-only): a clear error, not a job pending forever."""
         proc = self._run("sbatch", "--test-only", str(script))
         if proc.returncode != 0:
-            raise SpecError(SpecIssue("instance_count", f"Slurm cannot run this job: {_error_text(proc)}", "ask for fewer nodes, or another partition/account (sinfo lists them)"))
+            raise SpecError(refusal_issue(_error_text(proc)))
 
     def submit(self, script: Path) -> str:
         proc = self._run("sbatch", "--parsable", str(script))
@@ -80,6 +80,23 @@ class SlurmClient:
         proc = self._run("scancel", job_id)
         if proc.returncode != 0 and "Invalid job id" not in proc.stderr and "already completing" not in proc.stderr:
             raise UnavailableError(f"scancel {job_id} failed: {_error_text(proc)}")
+
+
+# What sbatch's refusal is about (its words) -> the setting to change and how.
+_REFUSALS = (
+    ("partition", "scheduler_options.partition", "name a partition the cluster has (sinfo -s lists them), or leave it unset for the default one"),
+    ("account", "scheduler_options.account", "name an account you may use (sacctmgr show assoc user=$USER), or leave it unset"),
+    ("qos", "scheduler_options.extra_sbatch", "ask for a QOS you may use (sacctmgr show assoc user=$USER)"),
+    ("time limit", "max_run", "ask for at most the partition's time limit (sinfo -o '%P %l')"),
+)
+
+
+def refusal_issue(error: str) -> SpecIssue:
+    """sbatch --test-only's refusal, on the setting it is about (node counts when it names none)."""
+    lowered = error.lower()
+    path, hint = next(((path, hint) for word, path, hint in _REFUSALS if word in lowered),
+                      ("instance_count", "ask for fewer nodes (sinfo lists what each partition has)"))
+    return SpecIssue(path, f"Slurm cannot run this job: {error}", hint)
 
 
 def _from_scontrol(text: str) -> JobInfo:

@@ -28,13 +28,14 @@ from typing import Any, ClassVar
 from smddp_sdk.errors import SpecError, SpecIssue
 from smddp_sdk.schedulers import channels
 from smddp_sdk.schedulers.base import Capabilities, DryRun, JobRootScheduler
-from smddp_sdk.schedulers.job_files import Artifacts, ConfigFiles, default_job_root, package_parent, simulated_gpus, stage_code
+from smddp_sdk.schedulers.job_files import Artifacts, ConfigFiles, code_notes, default_job_root, package_parent, stage_code
 from smddp_sdk.schedulers.options import PROCESSES_PER_HOST, RETRY_SCRIPT_ERRORS, Option, SchedulerOptions, job_root, with_default
 from smddp_sdk.schedulers.slurm.attempts import goodput_record
 from smddp_sdk.schedulers.slurm.client import JobInfo, SlurmClient
 from smddp_sdk.schedulers.slurm.logs import job_lines
 from smddp_sdk.schedulers.slurm.script import BatchPlan, render
 from smddp_sdk.schedulers.slurm.states import ENDINGS, job_state
+from smddp_sdk.schedulers.stacks import RankStack, answers, sizes, stack_files_of
 from smddp_sdk.specs import contract, goodput
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.failure import FailureRecord, decide
@@ -72,9 +73,8 @@ class SlurmScheduler(JobRootScheduler):
     """Runs a job on a Slurm cluster; its options are declared below (``smddp-launch options slurm``)."""
 
     name: ClassVar[str] = "slurm"
-    capabilities: ClassVar[Capabilities] = Capabilities(lists_locally=True, instead={
+    capabilities: ClassVar[Capabilities] = Capabilities(lists_locally=True, stacks=True, instead={
         "interrupt": "Slurm has no spot capacity; to rehearse a restart, requeue the job: scontrol requeue <its slurm_job_id>",
-        "stacks": "on a node of the job: srun --jobid <its slurm_job_id> --overlap py-spy dump --pid <a rank's pid>",
         "remove": "the cluster keeps its jobs: `smddp-launch clean JOB` forgets it here; its directory stays under job_root",
     })
     options: ClassVar[SchedulerOptions] = SchedulerOptions.of(
@@ -99,7 +99,7 @@ class SlurmScheduler(JobRootScheduler):
             "srun --auto-resume=1 (HyperPod replaces faulty nodes and restarts the step); 'auto': when the node is a HyperPod node (/opt/sagemaker_cluster), as AWS's samples decide",
             check=_auto_resume_setting,
         ),
-        with_default(PROCESSES_PER_HOST, None, "ranks per node (default: the instance type's GPU count, or the GPUs each node finds)"),
+        with_default(PROCESSES_PER_HOST, None, "ranks per node (default: the GPUs each node finds; on a CPU node one per CPU Slurm allots the job there, as torchrun's --nproc-per-node auto)"),
         Option("python", "str", None, "the Python on the nodes that has smddp-sdk (default: this one, the usual case with a shared file system; python3 with container_image)", check=_named),
         Option("client", "object", None, "the SlurmClient that runs sbatch, scontrol, sacct and scancel (tests give a fake)", code_only=True,
                convert=lambda client: client or SlurmClient()),
@@ -149,7 +149,7 @@ class SlurmScheduler(JobRootScheduler):
             handle=str(JobHandle(self.name, job_name)),
             code={"source": spec.source_dir or spec.entry_point, "dependencies": list(spec.dependencies), "snapshot": str(job_dir.code_dir)},
             config_files=ConfigFiles.of(spec, job_name=job_name, hosts=_placeholders(spec.instance_count), submit_directory=f"file://{job_dir.code_dir}"),
-            processes_per_host=simulated_gpus(spec, self.processes_per_host, gpus_passed=False) or None,  # 0: the GPUs found
+            processes_per_host=self.processes_per_host,  # None: each node's GPUs, else its cores (runtime/slurm_node.py)
             inputs={name: {"source": str(ch.local_path) if ch.local_path is not None else ch.s3_data, "distribution": ch.distribution} for name, ch in spec.inputs.items()},
             artifacts=Artifacts.of(spec, self.job_root, job_name),
             checkpoint_s3_uri=spec.checkpoint_s3_uri,
@@ -160,12 +160,15 @@ class SlurmScheduler(JobRootScheduler):
         return None if self.auto_resume == "auto" else bool(self.auto_resume)  # auto: the batch script looks on the node
 
     def _notes(self, spec: JobSpec) -> list[str]:
-        notes = channels.notes(spec, spec.instance_count)
+        notes = [*channels.notes(spec, spec.instance_count), *code_notes(spec)]
         if spec.checkpoint_s3_uri:
             notes.append(f"checkpoints: {spec.checkpoint_s3_uri} is restored into the job's checkpoints/ folder (every node's /opt/ml/checkpoints, "
                          "on the shared file system) before the step, and synced back every 5 s and after it, by the first node")
         if spec.image_uri and not self.container_image:
             notes.append("image_uri is not used on Slurm: set scheduler_options container_image to run the nodes in an enroot image (pyxis)")
+        if self.processes_per_host is None:
+            notes.append("ranks per node: the GPUs each node finds, else one per CPU Slurm allots the job on it (SLURM_CPUS_ON_NODE; "
+                         "--exclusive gives it all); set scheduler_options processes_per_host to choose")
         if self._auto_resume() is not False:
             where = "on HyperPod's nodes (auto_resume: auto)" if self._auto_resume() is None else "(auto_resume: true)"
             notes.append(f"srun --auto-resume=1 {where}: HyperPod replaces a faulty node and restarts the step; the script must load its checkpoint")
@@ -248,7 +251,8 @@ class SlurmScheduler(JobRootScheduler):
             scheduler_job_id=str(record["slurm_job_id"]),
             job_dir=str(job_dir.path),
             logs=str(job_dir.logs_dir),
-            details={"slurm_state": info.state if info else None, "nodes": info.nodes if info else None, "checkpoints": str(job_dir.checkpoint_dir)},
+            details={"slurm_state": info.state if info else None, "nodes": info.nodes if info else None, "restarts": int(restarts or 0),
+                     "checkpoints": str(job_dir.checkpoint_dir)},
         )
 
     def _root_cause(self, job_dir: SlurmJobDir, info: JobInfo | None) -> tuple[FailureRecord | None, list[FailureRecord]]:
@@ -286,6 +290,21 @@ class SlurmScheduler(JobRootScheduler):
         for line in job_lines(job_dir.logs_dir, finished):
             if line.matches(hosts, ranks):
                 yield line
+
+    def stacks(self, handle: JobHandle, *, timeout: float) -> list[RankStack]:
+        """Every rank's stacks: a request file in the shared job directory, which each node's runtime passes on
+        to its ranks (``runtime.stacks.RequestFile``); they write into their node's tree, read here."""
+        job_dir, _ = self._job(handle)
+        state = self.status(handle).state
+        if state is not JobState.RUNNING:
+            raise SpecError(SpecIssue("job", f"{handle} is {state.value.lower()}: only a running job has stacks to show", f"see its logs: smddp-launch logs {handle}"))
+        files = {}
+        for tree in map(OptMl, job_dir.node_trees()):
+            host = (contract.read_json_file(tree.resource_config_file, default={}) or {}).get("current_host", tree.base.name)
+            files.update(stack_files_of(tree, host))
+        before = sizes(files)
+        write_json_atomic(job_dir.stacks_request, {"asked": time.time()})  # a new file: every node sees a new request
+        return answers(files, before, timeout, settle=0.3)
 
     def cancel(self, handle: JobHandle) -> None:
         """scancel; a finished job is left alone (Slurm ignores it)."""

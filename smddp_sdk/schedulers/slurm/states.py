@@ -17,6 +17,7 @@ _STATES = {
     "CANCELLED": JobState.CANCELLED,
     **dict.fromkeys(("FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"), JobState.FAILED),
 }
+_STOPPED_CODES = (128 + 15, 128 + 2)  # how a step stopped by SIGTERM or SIGINT ends
 ENDINGS = {
     "NODE_FAIL": "a node of the job failed and Slurm ended the job",
     "TIMEOUT": "the job reached its time limit (max_run)",
@@ -32,6 +33,8 @@ def job_state(info: JobInfo | None, result: Mapping[str, Any] | None, *, cancel_
     if info is None:
         if result is not None:
             code = int(result.get("exit_code", 1))
+            if cancel_requested and code in _STOPPED_CODES:  # the step's end by the cancel's signal is no failure
+                return JobState.CANCELLED, "cancelled (smddp-launch cancel)"
             return (JobState.SUCCEEDED, "") if code == 0 else (JobState.FAILED, f"the job step ended with exit code {code}")
         if cancel_requested:
             return JobState.CANCELLED, "cancelled"
