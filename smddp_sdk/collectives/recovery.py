@@ -29,6 +29,7 @@ returns 0: load your checkpoint then.
 
 from __future__ import annotations
 
+import copy
 import os
 import random
 import signal
@@ -86,7 +87,7 @@ class Recoverable:
         optimizer.register_step_pre_hook(self._step_starts)
         optimizer.register_step_post_hook(self._step_ends)
         if self.folder is not None:
-            self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
+            self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm) or signal.SIG_DFL
 
     # --- at each step -------------------------------------------------------------------------------
 
@@ -96,7 +97,7 @@ class Recoverable:
         self._boundary = self._capture()
         self._stepped = False
         if self._stop_wanted:  # SIGTERM came inside the step: now the state is whole
-            self._save_and_stop()
+            self._save_and_stop("on SIGTERM, at the end of the step")
 
     def _capture(self) -> dict[str, Any]:
         buffers = {key: value.clone() for key, value in self.model.state_dict().items() if key in self._buffer_keys}
@@ -114,8 +115,8 @@ class Recoverable:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _tb: object) -> None:
-        if error is not None and isinstance(error, Exception):
-            self.save()
+        if isinstance(error, Exception):
+            self.save(f"after {type(error).__name__}")
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         if self._saving:
@@ -123,29 +124,29 @@ class Recoverable:
         elif self._in_step or self._stepped:
             self._stop_wanted = True  # step_done saves, then stops
         else:
-            self._save_and_stop()
+            self._save_and_stop("on SIGTERM")
 
-    def _save_and_stop(self) -> None:
-        self.save()
+    def _save_and_stop(self, why: str) -> None:
+        self.save(why)
         signal.signal(signal.SIGTERM, self._previous_handler)
         os.kill(os.getpid(), signal.SIGTERM)  # die as SIGTERM would have done without us
         raise SystemExit(128 + signal.SIGTERM)  # a handler that ignores it: end the loop anyway
 
-    def save(self) -> Path | None:
+    def save(self, why: str = "") -> Path | None:
         """Write the state as of the last completed step to this host's snapshot (None: nothing whole to write)."""
-        if self.folder is None or self.done is None or self._in_step or self._stepped:
+        path = self._own_path()
+        if path is None or self.done is None or self._in_step or self._stepped:
             return None
         self._saving = True
         try:
             model = {**self.model.state_dict(), **self._boundary["buffers"]}
             state = {"step": self.done, "model": model, "optimizer": self.optimizer.state_dict(), "extra": self._boundary["extra"], "rng": self._boundary["rng"]}
-            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            path = self.folder / f"rank-{dist.get_rank()}{SUFFIX}"  # one per rank, replaced by each save
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # one file per rank, replaced by each save
             partial = path.with_name(path.name + ".partial")
             with open(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600), "wb") as out:
                 torch.save(state, out)
             partial.rename(path)
-            print(f"rank {dist.get_rank()}: kept the state of step {self.done} for the restart ({path.name})", file=sys.stderr, flush=True)
+            print(f"rank {dist.get_rank()}: kept the state of step {self.done} for the restart {why}".rstrip(), file=sys.stderr, flush=True)
             return path
         finally:
             self._saving = False
@@ -199,15 +200,14 @@ class Recoverable:
         return None if self.folder is None else self.folder / f"rank-{dist.get_rank()}{SUFFIX}"
 
     def _delete_own(self) -> None:
-        if self.folder is not None:
-            for path in (self.folder / f"rank-{dist.get_rank()}{SUFFIX}", self.folder / f"rank-{dist.get_rank()}{SUFFIX}.partial"):
-                path.unlink(missing_ok=True)
+        path = self._own_path()
+        if path is not None:
+            path.unlink(missing_ok=True)
+            path.with_name(path.name + ".partial").unlink(missing_ok=True)
 
 
 def _state_of(item: Any) -> Any:
-    import copy
-
-    return copy.deepcopy(item.state_dict())
+    return copy.deepcopy(item.state_dict())  # small things (a scheduler, a scaler): copied at the step's end
 
 
 def _rng_states() -> dict[str, Any]:
