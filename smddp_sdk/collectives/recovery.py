@@ -170,9 +170,9 @@ class Recoverable:
         for name, item in self.extra.items():
             item.load_state_dict(received["extra"][name])
         _set_rng_states((mine or received)["rng"])
-        self._delete_own()
-        self.done = received["step"]
         self._boundary, self._stepped = self._capture(), False
+        self.done = received["step"]  # from here a stop keeps the restored state: the old snapshot can go
+        self._delete_own()
         events.record_from_rank(events.STATE_RESTORED, source="peer", step=self.done)
         print(f"rank {rank}: restored step {self.done} from rank {source}'s snapshot", flush=True)
         return self.done
