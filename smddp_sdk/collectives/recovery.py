@@ -4,15 +4,16 @@ In data-parallel training every rank holds the whole model and optimizer state. 
 that state usable across a restart of the job (docs/resuming.md, "Recovery without a checkpoint"):
 
     state = Recoverable(model, optimizer, extra={"scheduler": scheduler})
-    for step in range(state.restore(), steps):     # after init_process_group; 0 when no peer kept a state
-        ...                                         # forward, backward, optimizer.step(), scheduler.step()
-        state.step_done(step)
+    with state:                                         # an exception leaving the loop keeps the state too
+        for step in range(state.restore(), steps):     # after init_process_group; 0 when no peer kept a state
+            ...                                         # forward, backward, optimizer.step(), scheduler.step()
+            state.step_done(step)
 
 ``step_done`` copies nothing big: it records the step, the random generators' states and a clone of the
 model's buffers (the next forward changes them; parameters change only inside ``optimizer.step()``).
-When the loop is stopped (a collective raises because a peer was lost, or the runtime sends SIGTERM)
-the rank writes the state as of its last ``step_done`` to a snapshot on its host, then goes on dying.
-A stop inside ``optimizer.step()`` or between it and ``step_done`` is put off until ``step_done``; an
+When the loop is stopped (a collective raises because a peer was lost, or the runtime sends SIGTERM,
+which on a local job comes first) the rank writes the state as of its last ``step_done`` to a snapshot
+on its host, then goes on dying. A stop inside ``optimizer.step()`` or between it and ``step_done`` is put off until ``step_done``; an
 exception there leaves no snapshot, since the state is no longer that of a completed step.
 
 On the next attempt ``restore()`` on every rank: each tells the step of the newest snapshot its host
@@ -33,6 +34,7 @@ import copy
 import os
 import random
 import signal
+import stat
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -83,7 +85,7 @@ class Recoverable:
         self.done: int | None = None  # steps completed as of the last boundary
         self._boundary: dict[str, Any] = {}
         self._buffer_keys = {name for name, _ in model.named_buffers()}
-        self._in_step = self._stepped = self._saving = self._stop_wanted = False
+        self._in_step = self._stepped = self._saving = self._stop_wanted = self._stepped_once = False
         optimizer.register_step_pre_hook(self._step_starts)
         optimizer.register_step_post_hook(self._step_ends)
         if self.folder is not None:
@@ -93,6 +95,9 @@ class Recoverable:
 
     def step_done(self, step: int) -> None:
         """Mark the end of step ``step`` (0-based): its optimizer step has returned."""
+        if not self._stepped_once:  # training is going again (docs/resuming.md's recovery phases)
+            events.record_from_rank(events.FIRST_STEP, step=step + 1)
+            self._stepped_once = True
         self.done = step + 1
         self._boundary = self._capture()
         self._stepped = False
@@ -182,7 +187,7 @@ class Recoverable:
         if self.folder is None or not self.folder.is_dir():
             return None
         found = []
-        for path in self.folder.glob(f"rank-*{SUFFIX}"):
+        for path in filter(_ours, self.folder.glob(f"rank-*{SUFFIX}")):
             step = torch.load(path, weights_only=False, mmap=True)["step"]
             found.append((step, path.name == f"rank-{dist.get_rank()}{SUFFIX}", path))
         best = max(found, default=None)  # own file first among equals
@@ -191,7 +196,7 @@ class Recoverable:
     def _own_snapshot(self, step: int) -> dict[str, Any] | None:
         """This rank's own snapshot if it is of ``step`` (its random generators are this rank's)."""
         path = self._own_path()
-        if path is None or not path.exists():
+        if path is None or not _ours(path):
             return None
         state = torch.load(path, weights_only=False)
         return state if state["step"] == step else None
@@ -204,6 +209,18 @@ class Recoverable:
         if path is not None:
             path.unlink(missing_ok=True)
             path.with_name(path.name + ".partial").unlink(missing_ok=True)
+
+
+def _ours(path: Path) -> bool:
+    """A snapshot this user wrote as ``save`` does (a regular file, mode 0600): only those are unpickled."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    if stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) == 0o600:
+        return True
+    print(f"warning: {path} is not a snapshot this job wrote (a regular file of uid {os.getuid()}, mode 0600); left unread", file=sys.stderr, flush=True)
+    return False
 
 
 def _state_of(item: Any) -> Any:

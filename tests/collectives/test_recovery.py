@@ -97,6 +97,16 @@ def test_a_kept_state_resumes_bitwise_equal_and_a_half_done_step_is_never_kept(o
     assert _build()[3].restore() == 0  # nothing kept any more: the script's own checkpoint, or from scratch
 
 
+def test_a_snapshot_this_job_did_not_write_is_never_unpickled(one_rank: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    net, optimizer, scheduler, state = _build()
+    _train(net, optimizer, scheduler, state, 0, 2)
+    kept = state.save()
+    assert kept is not None
+    kept.chmod(0o644)  # as if someone else had put it there
+    assert _build()[3].restore() == 0
+    assert "is not a snapshot this job wrote" in capsys.readouterr().err
+
+
 def test_a_failed_collective_leaving_the_loop_keeps_the_last_completed_step(one_rank: Path) -> None:
     net, optimizer, scheduler, state = _build()
     with pytest.raises(CollectiveError), state:

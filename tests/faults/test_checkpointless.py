@@ -102,6 +102,8 @@ def test_a_lost_host_recovers_from_its_peers_without_a_checkpoint_bitwise_equal_
     restored = [e for host in ("algo-1", "algo-2") for e in events.read(job_dir / host / "output" / events.FILE_NAME) if e["event"] == events.STATE_RESTORED]
     assert sorted((e["attempt"], e["rank"], e["source"]) for e in restored) == [(2, rank, "peer") for rank in range(4)], restored
     resumed = restored[0]["step"]
+    first = [e for e in events.read(job_dir / "algo-2" / "output" / events.FILE_NAME) if e["event"] == events.FIRST_STEP]
+    assert [(e["step"], e["time"] > restored[0]["time"]) for e in first] == [(resumed + 1, True)] * 2, first  # the new host's ranks trained again
     assert {e["step"] for e in restored} == {resumed} and resumed == max(int(step) for _, _, step, _ in kept) and resumed > 20, (restored, kept)
     done = [int(step) for step in DONE.findall(log)]
     assert all(done.count(step) == 1 for step in done), done  # no completed step ran again
