@@ -18,6 +18,7 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from smddp_sdk.runtime import bootstrap
@@ -73,7 +74,17 @@ def main() -> None:
     request = read_request(sys.stdin.buffer)
     if request is None:
         os._exit(0)
-    bootstrap.exit_without_teardown(bootstrap.main(become(request)))
+    argv = become(request)
+    take_thread_count(torch, os.environ)
+    bootstrap.exit_without_teardown(bootstrap.main(argv))
+
+
+def take_thread_count(torch: Any, environ: Mapping[str, str]) -> None:
+    """The rank's OMP_NUM_THREADS, which torch read at import from the runtime's environment: a cold rank
+    uses it, and a different thread count changes how reductions are split, so the results' last bits."""
+    wanted = environ.get("OMP_NUM_THREADS", "")
+    if wanted.isdigit() and int(wanted) > 0 and torch.get_num_threads() != int(wanted):
+        torch.set_num_threads(int(wanted))
 
 
 if __name__ == "__main__":
