@@ -5,8 +5,10 @@ check says so at the call, naming the line of the user's script.
 - Active inside a training job (``TRAINING_JOB_NAME`` is set, as local and docker modes do) or when
   ``SMDDP_SAGEMAKER_CHECK=1``; ``SMDDP_SAGEMAKER_CHECK=0`` turns it off.
 - By default a ``SageMakerCompatibilityWarning`` (a ``UserWarning``: the usual ``warnings`` filters
-  apply) once per kind of problem and call site; CPU tensors, which every CPU rehearsal uses, are
-  reported once, by rank 0.
+  apply) once per kind of problem and call site; CPU tensors are reported once, by rank 0, where the
+  script could have used CUDA (the machine has it) or the check was asked for (``SMDDP_SAGEMAKER_CHECK=1``):
+  on a machine without CUDA every tensor is a CPU tensor, and the local scheduler's dry-run note says so
+  once, before the job.
 - ``SMDDP_SAGEMAKER_STRICT=1`` raises ``SageMakerCompatibilityError`` instead, as SMDDP would fail;
   CPU tensors stay a warning on a machine without CUDA (a CPU rehearsal could not run otherwise).
 
@@ -77,6 +79,8 @@ def check_call(method: str, tensors: Sequence[torch.Tensor], args: Sequence[obje
         _report("reduce_op", f"{_call(method)}(op=ReduceOp.{op}): AWS's SMDDP reduces with ReduceOp.SUM only (AVG fails with 'SMDDP does not support: ReduceOp'); sum and divide instead")
     if _DEVICE_KEY in _SEEN and not strict():
         return  # the hot path of a CPU rehearsal: said once already, no stack walk per call
+    if not _reports_cpu_tensors():
+        return
     if (os.environ.get("RANK", "0") == "0" or strict()) and any(t.device.type != "cuda" for t in tensors):
         hard = torch.cuda.is_available()  # said by rank 0 only: every rank of a CPU rehearsal would say it
         _report("device", f"{_call(method)} on a {tensors[0].device.type.upper()} tensor: AWS's SMDDP takes CUDA tensors only; move the model and data to the GPU on SageMaker (reported once)", once_per_process=True, may_raise=hard)
@@ -85,9 +89,15 @@ def check_call(method: str, tensors: Sequence[torch.Tensor], args: Sequence[obje
 def quiet_for_sum() -> bool:
     """Whether check_call says nothing more about a CPU all_reduce, broadcast, all_gather or barrier with
     ReduceOp.SUM (the native core then runs them without asking)."""
-    if not enabled():
+    if not enabled() or not _reports_cpu_tensors():
         return True
     return not strict() and (_DEVICE_KEY in _SEEN or os.environ.get("RANK", "0") != "0")
+
+
+@functools.cache
+def _reports_cpu_tensors() -> bool:
+    """CPU tensors are worth a word where the script had CUDA to use, or the check was asked for by name."""
+    return torch.cuda.is_available() or os.environ.get(CHECK_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _call(method: str) -> str:

@@ -125,7 +125,7 @@ def _notes(spec: JobSpec, per_host: int | None) -> tuple[str, ...]:
     instance = spec.instance
     if instance is not None and instance.gpus:
         ranks = f"each host runs {per_host} rank{'s' if per_host != 1 else ''}" if per_host else "each host runs one rank per GPU it finds"
-        notes.append(f"{spec.instance_type} has {instance.gpus} GPUs: {ranks}; on a CPU machine they run on CPU")
+        notes.append(f"{spec.instance_type} has {instance.gpus} GPUs: {ranks}; on a CPU machine they run on CPU tensors, which AWS's SMDDP refuses (on SageMaker, move the model and data to the GPU)")
     return tuple(notes)
 
 

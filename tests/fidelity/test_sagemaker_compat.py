@@ -53,7 +53,8 @@ def _run_script(tmp_path: Path, script: Path, **env: str) -> list[subprocess.Com
     port = _free_port()
     base = {k: v for k, v in os.environ.items() if not k.startswith(("SMDDP_SAGEMAKER", "TRAINING_JOB"))}
     base.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2", "SM_CURRENT_HOST": "algo-1",
-                 "PYTHONPATH": PROJECT_ROOT, "OMP_NUM_THREADS": "1", "TRAINING_JOB_NAME": "rehearsal", **env})
+                 "PYTHONPATH": PROJECT_ROOT, "OMP_NUM_THREADS": "1", "TRAINING_JOB_NAME": "rehearsal",
+                 "SMDDP_SAGEMAKER_CHECK": "1", **env})  # asked for by name: CPU tensors are reported on this CUDA-less machine too
     procs = [subprocess.Popen([sys.executable, str(script)], env={**base, "RANK": str(r), "LOCAL_RANK": str(r)},
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
     results = []
@@ -75,6 +76,20 @@ def test_warnings_name_the_script_line_once_per_call_site(tmp_path: Path) -> Non
     rank0, rank1 = (result.stdout for result in results)
     assert rank0.count("CUDA tensors only") == 1 and "CUDA tensors only" not in rank1  # CPU tensors: once, by rank 0
     assert f"{tmp_path / 'train.py'}:7: SageMakerCompatibilityWarning: dist.all_reduce on a CPU" in rank0
+
+
+def test_a_cpu_rehearsal_on_a_machine_without_cuda_is_not_told_about_cpu_tensors(tmp_path: Path) -> None:
+    """Inside a job (TRAINING_JOB_NAME) without SMDDP_SAGEMAKER_CHECK=1, a machine without CUDA has nothing
+    but CPU tensors: the local dry run's note says so once, and the ranks say the rest."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: CPU tensors are a choice of the script here, and are reported")
+    results = _run(tmp_path, SMDDP_SAGEMAKER_CHECK="")
+    for result in results:
+        assert result.returncode == 0 and "finished" in result.stdout, result.stdout
+        assert "CUDA tensors only" not in result.stdout, result.stdout
+        assert "SageMakerCompatibilityWarning: dist.all_reduce(op=ReduceOp.AVG)" in result.stdout, result.stdout
 
 
 def test_strict_mode_fails_where_smddp_would(tmp_path: Path) -> None:
