@@ -9,7 +9,6 @@ configuration object as a mapping of its fields; ``build_trainer`` makes our tra
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import re
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 
 from smddp_sdk.train import ModelTrainer, configs, distributed
+from tests.train.v3_case_objects import train_inputs, trainer_arguments, with_builders
 
 REPO = Path(__file__).resolve().parents[2]
 ORACLE_SCRIPT = Path(__file__).with_name("v3_oracle.py")
@@ -132,42 +132,9 @@ def oracle(code: dict[str, str]) -> dict[str, dict[str, Any]]:
 
 def build_trainer(case: dict[str, Any]) -> tuple[ModelTrainer, list[configs.InputData] | None]:
     """Our trainer from a case's text, the way v3_oracle.py builds v3's (same classes by the same names)."""
-    arguments = copy.deepcopy(case["trainer"])
-    for name, class_name in {
-        "source_code": "SourceCode",
-        "compute": "Compute",
-        "networking": "Networking",
-        "stopping_condition": "StoppingCondition",
-        "output_data_config": "OutputDataConfig",
-        "checkpoint_config": "CheckpointConfig",
-    }.items():
-        if name in arguments:
-            arguments[name] = getattr(configs, class_name)(**arguments[name])
-    if "distributed" in arguments:
-        ((kind, options),) = arguments["distributed"].items()
-        if "smp" in options:
-            options["smp"] = distributed.SMP(**options["smp"])
-        arguments["distributed"] = getattr(distributed, kind)(**options)
-    if "input_data_config" in arguments:
-        arguments["input_data_config"] = [_input(channel) for channel in arguments["input_data_config"]]
-    if "tags" in arguments:
-        arguments["tags"] = [configs.Tag(**tag) for tag in arguments["tags"]]
+    arguments = trainer_arguments(case["trainer"], configs, distributed)
     trainer = ModelTrainer(scheduler_options={"region": REGION, "account_id": ACCOUNT}, **arguments)
-    builders = case.get("with") or {}
-    if "retry_strategy" in builders:
-        trainer = trainer.with_retry_strategy(configs.RetryStrategy(**builders["retry_strategy"]))
-    if "metric_definitions" in builders:
-        trainer = trainer.with_metric_definitions([configs.MetricDefinition(**metric) for metric in builders["metric_definitions"]])
-    if "checkpoint_config" in builders:
-        trainer = trainer.with_checkpoint_config(configs.CheckpointConfig(**builders["checkpoint_config"]))
-    inputs = [_input(channel) for channel in case["inputs"]] if case.get("inputs") else None
-    return trainer, inputs
-
-
-def _input(channel: dict[str, Any]) -> configs.InputData:
-    source = channel["data_source"]
-    source = configs.S3DataSource(**source) if isinstance(source, dict) else source
-    return configs.InputData(**{**channel, "data_source": source})
+    return with_builders(trainer, case.get("with"), configs), train_inputs(case, configs)
 
 
 def ours(case: dict[str, Any]) -> dict[str, Any]:

@@ -18,15 +18,9 @@ import os
 import sys
 import tempfile
 
+from v3_case_objects import train_inputs, trainer_arguments, with_builders  # beside this file: the same objects as the test builds
+
 _CAPTURED: list = []
-_CONFIGS = {
-    "source_code": "SourceCode",
-    "compute": "Compute",
-    "networking": "Networking",
-    "stopping_condition": "StoppingCondition",
-    "output_data_config": "OutputDataConfig",
-    "checkpoint_config": "CheckpointConfig",
-}
 
 
 def _record_requests() -> None:
@@ -52,37 +46,10 @@ def _quiet_telemetry() -> None:
     telemetry_logging._send_telemetry_request = lambda *args, **kwargs: None
 
 
-def _trainer_arguments(trainer: dict) -> dict:
-    from sagemaker.train import configs, distributed
-
-    arguments = dict(trainer)
-    for name, class_name in _CONFIGS.items():
-        if name in arguments:
-            arguments[name] = getattr(configs, class_name)(**arguments[name])
-    if "distributed" in arguments:
-        ((kind, options),) = arguments["distributed"].items()
-        if "smp" in options:
-            options["smp"] = distributed.SMP(**options["smp"])
-        arguments["distributed"] = getattr(distributed, kind)(**options)
-    if "input_data_config" in arguments:
-        arguments["input_data_config"] = [_input(channel) for channel in arguments["input_data_config"]]
-    if "tags" in arguments:
-        arguments["tags"] = [configs.Tag(**tag) for tag in arguments["tags"]]
-    return arguments
-
-
-def _input(channel: dict):
-    from sagemaker.train import configs
-
-    source = channel["data_source"]
-    source = configs.S3DataSource(**source) if isinstance(source, dict) else source
-    return configs.InputData(**{**channel, "data_source": source})
-
-
 def _capture(case: dict) -> dict:
     import boto3
     from sagemaker.core.helper.session_helper import Session
-    from sagemaker.train import ModelTrainer, configs
+    from sagemaker.train import ModelTrainer, configs, distributed
 
     boto_session = boto3.Session(region_name=case["region"])
     s3 = boto_session.client("s3", region_name="us-east-1")
@@ -95,16 +62,9 @@ def _capture(case: dict) -> dict:
         name = role.rsplit("/", 1)[-1]
         if name not in {existing["RoleName"] for existing in iam.list_roles()["Roles"]}:
             iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))
-    trainer = ModelTrainer(sagemaker_session=Session(boto_session=boto_session), **_trainer_arguments(case["trainer"]))
-    builders = case.get("with") or {}
-    if "retry_strategy" in builders:
-        trainer = trainer.with_retry_strategy(configs.RetryStrategy(**builders["retry_strategy"]))
-    if "metric_definitions" in builders:
-        trainer = trainer.with_metric_definitions([configs.MetricDefinition(**metric) for metric in builders["metric_definitions"]])
-    if "checkpoint_config" in builders:
-        trainer = trainer.with_checkpoint_config(configs.CheckpointConfig(**builders["checkpoint_config"]))
-    inputs = [_input(channel) for channel in case["inputs"]] if case.get("inputs") else None
-    trainer.train(input_data_config=inputs, wait=False, logs=False)
+    trainer = ModelTrainer(sagemaker_session=Session(boto_session=boto_session), **trainer_arguments(case["trainer"], configs, distributed))
+    trainer = with_builders(trainer, case.get("with"), configs)
+    trainer.train(input_data_config=train_inputs(case, configs), wait=False, logs=False)
     return {"request": _CAPTURED[-1]}
 
 
