@@ -44,7 +44,7 @@ from smddp_sdk.collectives import native
 from smddp_sdk.collectives.errors import CollectiveError, PeerRank
 from smddp_sdk.collectives.memory import allow_peer_reads, as_bytes, memview, read_process
 from smddp_sdk.collectives.store_values import StoreValues
-from smddp_sdk.collectives.tcp import _HELLO, _REPLY, HANDSHAKE_S, MAX_PENDING, NONCE_BYTES, TcpMesh
+from smddp_sdk.collectives.tcp import _HELLO, _REPLY, HANDSHAKE_S, MAX_PENDING, NONCE_BYTES, TcpMesh, recv_exact
 from smddp_sdk.collectives.topology import Topology, advertised_address
 
 ANY_SOURCE = -1
@@ -375,7 +375,7 @@ class PointToPoint:
                 if _peer_pid(sock) not in {self.pids[r] for r in self.topo.local_ranks}:
                     raise OSError("not a process of this group on this host")  # another user's: refused unread
                 sock.settimeout(HANDSHAKE_S)
-                claimed, address = PROBE.unpack(_read_exact(sock, PROBE.size))
+                claimed, address = PROBE.unpack(recv_exact(sock, PROBE.size))
                 if not 0 <= claimed < self.topo.size or not self._local(claimed) or _peer_pid(sock) != self.pids[claimed]:
                     raise OSError("not a rank of this group on this host")
                 word = torch.zeros(1, dtype=torch.int64)
@@ -412,7 +412,7 @@ class PointToPoint:
             sock.settimeout(HANDSHAKE_S)
             nonce = os.urandom(NONCE_BYTES)
             sock.sendall(nonce)
-            theirs, dialer, target, protection, proof = _HELLO.unpack(_read_exact(sock, _HELLO.size))
+            theirs, dialer, target, protection, proof = _HELLO.unpack(recv_exact(sock, _HELLO.size))
             transcript = mesh._secret.transcript(nonce, theirs, dialer, target, protection)
             if target != mesh.node or not 0 <= dialer < self.topo.size or self._local(dialer) \
                     or not hmac.compare_digest(proof, mesh._secret.dialer_proof(transcript)):
@@ -481,7 +481,7 @@ class PointToPoint:
             try:  # the receiver reads a word of ours: whether the kernel lets it read our messages so
                 sock.sendall(PROBE.pack(self.topo.rank, word.data_ptr()))
                 sock.settimeout(HANDSHAKE_S)
-                readable = _read_exact(sock, 1) == b"\x01"
+                readable = recv_exact(sock, 1) == b"\x01"
             except OSError as exc:
                 sock.close()
                 raise _lost("send", self._describe[dst], exc) from exc
@@ -696,15 +696,6 @@ class PointToPoint:
             if closing is not None:
                 closing.close()
 
-
-def _read_exact(sock: socket.socket, count: int) -> bytes:
-    data = bytearray()
-    while len(data) < count:
-        part = sock.recv(count - len(data))
-        if not part:
-            raise OSError("closed during the handshake")
-        data += part
-    return bytes(data)
 
 
 def _peer_pid(sock: socket.socket) -> int:

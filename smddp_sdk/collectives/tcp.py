@@ -205,7 +205,7 @@ def _records(views: Sequence[memoryview], size: int) -> Iterator[list[memoryview
         yield record
 
 
-def _recv_exact(sock: socket.socket, count: int) -> bytes:
+def recv_exact(sock: socket.socket, count: int) -> bytes:
     data = bytearray()
     while len(data) < count:
         part = sock.recv(count - len(data))
@@ -493,9 +493,9 @@ class TcpMesh:
                 continue
             nonce = os.urandom(NONCE_BYTES)
             try:
-                transcript = self._secret.transcript(_recv_exact(sock, NONCE_BYTES), nonce, self.node, peer, self.protection)
+                transcript = self._secret.transcript(recv_exact(sock, NONCE_BYTES), nonce, self.node, peer, self.protection)
                 sock.sendall(_HELLO.pack(nonce, self.node, peer, self.protection, self._secret.dialer_proof(transcript)))
-                theirs, proof = _REPLY.unpack(_recv_exact(sock, _REPLY.size))
+                theirs, proof = _REPLY.unpack(recv_exact(sock, _REPLY.size))
             except OSError as exc:  # ConnectionError and timeouts included
                 sock.close()
                 why = f"it closed the handshake ({exc}): does it hold this job's mesh secret? is its listener flooded?"
@@ -617,7 +617,7 @@ class TcpMesh:
                     return False
             else:  # straight from the socket: its errors must not come back here
                 sock.settimeout(_HEADER_WAIT_S)
-                wire = _recv_exact(sock, HEADER_BYTES + (TAG_BYTES if records else 0))
+                wire = recv_exact(sock, HEADER_BYTES + (TAG_BYTES if records else 0))
                 header[:] = wire[:HEADER_BYTES]
                 if records is not None and not records.open([header], wire[HEADER_BYTES:]):
                     return False
