@@ -46,7 +46,7 @@ import torch
 import torch.distributed as dist
 
 from smddp_sdk.specs import events
-from smddp_sdk.specs.contract import SCRATCH_ENV
+from smddp_sdk.specs.contract import SCRATCH_ENV, SNAPSHOTS
 
 __all__ = ["Recoverable", "choose_source", "snapshot_dir"]
 
@@ -73,7 +73,7 @@ def snapshot_dir(environ: Mapping[str, str] | None = None) -> Path | None:
     """This host's snapshot folder in the job's scratch directory; None outside a local job."""
     environ = os.environ if environ is None else environ
     scratch, host = environ.get(SCRATCH_ENV), environ.get("SM_CURRENT_HOST")
-    return Path(scratch) / "snapshots" / host if scratch and host else None
+    return Path(scratch) / SNAPSHOTS / host if scratch and host else None
 
 
 class Recoverable:

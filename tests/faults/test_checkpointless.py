@@ -99,6 +99,7 @@ def test_a_lost_host_recovers_from_its_peers_without_a_checkpoint_bitwise_equal_
         assert tensor.numpy().tobytes() == recovered[name].numpy().tobytes(), name
     kept = KEPT.findall(log)
     assert kept and {host for host, _, _, _ in kept} == {"algo-1"}, kept  # the survivors kept it; algo-2's ranks died with their runtime
+    assert "the ranks of algo-1 kept their last completed step" in log and "from scratch" not in log, log[-4000:]  # the supervisor says so
     restored = [e for host in ("algo-1", "algo-2") for e in events.read(job_dir / host / "output" / events.FILE_NAME) if e["event"] == events.STATE_RESTORED]
     assert sorted((e["attempt"], e["rank"], e["source"]) for e in restored) == [(2, rank, "peer") for rank in range(4)], restored
     resumed = restored[0]["step"]

@@ -191,13 +191,22 @@ class Supervisor:
         self.backend.standbys = standbys
         self.save()
         sync = checkpoints.for_plan(self.plan, stream=self)
+        kept = self.kept_states()
         if sync is None:
-            self.say(f"warning: attempt {attempt} starts the script from scratch: the job has no checkpoint_s3_uri to restore from")
+            self.say(kept or f"warning: attempt {attempt} starts the script from scratch: the job has no checkpoint_s3_uri to restore from")
             return None
         self.timeline.enter(attempts.DOWNLOADING, f"attempt {attempt}: restoring checkpoints from {sync.uri}")
         if sync.restore() == 0:
-            self.say(f"warning: attempt {attempt} starts the script from scratch: no checkpoint was synced to {sync.uri} (the script wrote none to its checkpoint directory)")
+            self.say(kept or f"warning: attempt {attempt} starts the script from scratch: no checkpoint was synced to {sync.uri} (the script wrote none to its checkpoint directory)")
         return sync
+
+    def kept_states(self) -> str | None:
+        """What the ranks kept for checkpointless recovery (collectives/recovery.py), said instead of a
+        from-scratch warning; None when they kept nothing."""
+        kept = sorted(path.parent.name for path in (self.job_dir.path / SCRATCH / contract.SNAPSHOTS).glob("*/*.snapshot"))
+        if not kept:
+            return None
+        return f"the ranks of {', '.join(dict.fromkeys(kept))} kept their last completed step: the script's restore() takes it from a peer (recovery without a checkpoint)"
 
     def archive_attempt(self, attempt: int) -> None:
         """Move what an ended attempt left in each host's tree (failure records, model, output) to
