@@ -49,11 +49,14 @@ def test_a_warm_restart_wakes_standbys_and_ends_bitwise_equal_to_a_straight_run(
             assert [(e["attempt"], e["warm"]) for e in started] == [(attempt, attempt > 1)], (tree, host, phases)
             formed = [e for e in phases if e["event"] == "process_group_formed"]
             assert len(formed) == 1 and formed[0]["world_size"] == 2 and formed[0]["time"] >= started[0]["time"]
-            if attempt > 1 and host == "algo-1":  # rank 0 restored a checkpoint, then stepped
+            if attempt > 1 and host == "algo-1":  # rank 0 restored a checkpoint, then stepped (its first collective in the step)
                 names = [e["event"] for e in phases if e["rank"] == 0]
-                assert names == ["process_group_formed", "state_restored", "first_step"], phases
-    woken = [line for line in (job_dir / "console.log").read_text().splitlines() if "in spares started ahead" in line]
-    assert sorted(line.split("]")[0] for line in woken) == ["[algo-1", "[algo-1", "[algo-2", "[algo-2"], woken  # their output is the job's
+                assert names == ["process_group_formed", "state_restored", "first_collective", "first_step"], phases
+    console = (job_dir / "console.log").read_text().splitlines()
+    woken = [line for line in console if "in spares started ahead" in line]
+    assert [line.split("]")[0] for line in woken] == ["[algo-1", "[algo-1"], woken  # the master host says it for the job
+    starts = [line for line in console if line.startswith("[algo-2/rank1]") and "starting at epoch" in line]
+    assert len(starts) == 3, console[-60:]  # a rank's output in a spare is the job's, as a cold rank's
     deadline = time.monotonic() + 10  # the last standby's spares die with it (PR_SET_PDEATHSIG), a moment later
     while _processes_of(job_dir) and time.monotonic() < deadline:
         time.sleep(0.1)
