@@ -121,7 +121,7 @@ def test_without_root_an_unprivileged_user_namespace_binds_the_tree(tmp_path):
     code = tmp_path / "code"
     code.mkdir()
     (code / "train.py").write_text("import os\nopen('/opt/ml/model/who.txt', 'w').write(str(os.getuid()))\n")
-    job = make_job(tmp_path / "job", code, ["algo-1"], {})
+    job = make_job(tmp_path / "job", code, ["algo-1"], {"sagemaker_container_log_level": 10})  # DEBUG: the binding's set-up line
     command = ["unshare", "--user", "--map-user=1000", "--map-group=1000"]
     probe = subprocess.run([*command, "true"], capture_output=True, text=True)
     if probe.returncode != 0:
