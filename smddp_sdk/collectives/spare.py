@@ -24,7 +24,7 @@ from typing import Any
 from smddp_sdk.runtime import bootstrap
 from smddp_sdk.runtime.procs import die_with_parent
 from smddp_sdk.runtime.usercode import BOOTSTRAP_MODULE
-from smddp_sdk.specs.contract import PARENT_PID_ENV
+from smddp_sdk.specs.contract import PARENT_PID_ENV, RANK_UMASK
 
 READY_FD_ENV = "SMDDP_SPARE_READY_FD"  # a pipe: one byte once torch is imported, then closed
 
@@ -75,6 +75,7 @@ def main() -> None:
     if request is None:
         os._exit(0)
     argv = become(request)
+    os.umask(RANK_UMASK)  # as a rank started cold (runtime/procs.py)
     take_thread_count(torch, os.environ)
     bootstrap.exit_without_teardown(bootstrap.main(argv))
 

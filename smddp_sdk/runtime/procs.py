@@ -24,7 +24,7 @@ from typing import BinaryIO
 from smddp_sdk.runtime.logs import Console, LogPump, rank_prefix
 from smddp_sdk.runtime.plan import RankSlot
 from smddp_sdk.runtime.usercode import BOOTSTRAP_MODULE
-from smddp_sdk.specs.contract import PARENT_PID_ENV, torchelastic_error_file
+from smddp_sdk.specs.contract import PARENT_PID_ENV, RANK_UMASK, torchelastic_error_file
 
 SPARE_MODULE = "smddp_sdk.collectives.spare"
 SPARE_READY_FD_ENV = "SMDDP_SPARE_READY_FD"  # the spare's READY_FD_ENV
@@ -129,6 +129,7 @@ def spawn_rank(slot: RankSlot, argv: Sequence[str], env: Mapping[str, str], cwd:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # a group to stop it by, and its own scheduler autogroup, as torchrun's workers
+            umask=RANK_UMASK,
         )
     assert popen.stdout is not None
     pump = LogPump(popen.stdout, log, rank_prefix(slot.host, slot.rank), console)

@@ -53,6 +53,7 @@ LIFELINE_ENV = "SMDDP_LIFELINE"
 HOST_SESSION_ENV = "SMDDP_HOST_SESSION"  # the runtime's session id, inherited by its ranks (which lead sessions of their own)
 PARENT_PID_ENV = "SMDDP_PARENT_PID"  # the process whose death stops this one (PR_SET_PDEATHSIG)
 SCRATCH_ENV = "SMDDP_SCRATCH_DIR"  # where the runtime keeps its scratch files (default: a temp dir)
+RANK_UMASK = 0o022  # ranks create files 0644, as on SageMaker, docker and Slurm; the runtime's own stay 0600 (a local job's directory is 0700)
 SNAPSHOTS = "snapshots"  # in the scratch directory: the states ranks kept for checkpointless recovery (collectives/recovery.py)
 BIND_OPT_ML_ENV = "SMDDP_BIND_OPT_ML"  # "1": the runtime binds its tree on a private /opt/ml (local mode)
 ENV_CACHE_ENV = "SMDDP_ENV_CACHE"  # a folder: requirements.txt goes into a cached virtualenv there (local mode)

@@ -72,12 +72,17 @@ def test_a_failure_file_linked_to_a_secret_is_not_read(tmp_path: Path, monkeypat
 
 
 def test_job_files_are_the_callers_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """docs/local-mode.md: the job directory is 0700 and its files 0600, code and host trees included."""
+    """docs/local-mode.md: the job directory is 0700 and what the supervisor and the runtimes write is 0600,
+    code and host trees included; the ranks write as on SageMaker (umask 0022), inside that directory."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("SMDDP_JOB_ROOT", str(tmp_path / "jobs"))
     (tmp_path / "train.py").write_text(textwrap.dedent(HOSTILE_SCRIPT.format(secret=str(tmp_path / "none"))))
     (tmp_path / "train.py").chmod(0o755)
     PyTorch(entry_point="train.py", instance_type="local", instance_count=2).fit(logs=False)
+    (job_dir,) = (tmp_path / "jobs").iterdir()
+    assert job_dir.stat().st_mode & 0o777 == 0o700
+    by_ranks = {job_dir / host / place for host in ("algo-1", "algo-2") for place in ("model/weights.bin", "output/data")}
+    assert all(path.stat().st_mode & 0o777 in (0o644, 0o755) for path in by_ranks), by_ranks  # umask 0022, as on SageMaker
     shared = [f"{oct(p.lstat().st_mode & 0o777)} {p}" for p in (tmp_path / "jobs").rglob("*")
-              if not p.is_symlink() and not stat.S_ISFIFO(p.lstat().st_mode) and p.lstat().st_mode & 0o077]
+              if p not in by_ranks and not p.is_symlink() and not stat.S_ISFIFO(p.lstat().st_mode) and p.lstat().st_mode & 0o077]
     assert shared == [], shared

@@ -23,7 +23,6 @@ from smddp_sdk.specs.json_files import locked
 from smddp_sdk.specs.processes import session_alive, signal_session
 
 PORT_PLACEHOLDER = "<free port, picked at start>"
-RANK_UMASK = 0o022  # as in docker, Slurm and SageMaker: what scripts write is 0644 (the job directory, 0700, keeps it private)
 _PORT_ENVS = (contract.MASTER_PORT_ENV, contract.SERVER_PORT_ENV, contract.AGENT_PORT_ENV)
 
 # Variables that say which job and rank a process belongs to. A job launched from inside another one
@@ -69,8 +68,7 @@ class ProcessBackend(HostBackend):
             process = standby.process
             self.readers.append(standby.reader)
         else:
-            process = subprocess.Popen(list(self.plan.process.command), env=env, cwd=self.plan.host(host).opt_ml, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                                       umask=RANK_UMASK)
+            process = subprocess.Popen(list(self.plan.process.command), env=env, cwd=self.plan.host(host).opt_ml, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
             self._copy_output(host, process, output)
         self.processes[host] = process
         return {"pid": process.pid, "warm": warm}
@@ -94,7 +92,7 @@ class ProcessBackend(HostBackend):
             if host.host not in self.standbys:
                 env = {**self._environment(host.host), contract.STANDBY_ENV: spares}
                 self.standbys[host.host] = Standby(subprocess.Popen(
-                    list(self.plan.process.command), env=env, cwd=host.opt_ml, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, umask=RANK_UMASK
+                    list(self.plan.process.command), env=env, cwd=host.opt_ml, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
                 ))
 
     def poll(self, host: str) -> HostExit | None:
