@@ -58,7 +58,7 @@ def note_call(text: str) -> None:
     stacks_file = os.environ.get(STACKS_FILE_ENV)
     if stacks_file:
         try:  # not through a link, as the stacks file itself
-            fd = os.open(rank_call_file_of(Path(stacks_file)), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+            fd = os.open(rank_call_file_of(Path(stacks_file)), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
         except OSError:
             return
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

@@ -111,9 +111,10 @@ def _record(exit_code: int, error_type: str, message: str, trace: str, blame: Ma
         **(blame or {}),  # the peers a failed collective named: lost, awaited
     }
     try:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as handle:
+        # 0600 whatever the rank's umask (0022): the runtime's own record, as its logs
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600), "w", encoding="utf-8") as handle:
             json.dump(record, handle)
         os.replace(tmp, path)  # the runtime never reads half a file
     except OSError as exc:

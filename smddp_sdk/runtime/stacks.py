@@ -28,9 +28,9 @@ def register_stack_dump(path: str | os.PathLike[str] | None = None) -> Path | No
     if not target:
         return None
     try:
-        Path(target).parent.mkdir(parents=True, exist_ok=True)
+        Path(target).parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # the runtime's files, whatever the rank's umask
         # Not blocking and not through a link: a FIFO left in its place would stop the rank before it ran.
-        fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError:
         return None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
