@@ -19,7 +19,8 @@ from smddp_sdk.specs.contract import STACKS_SIGNAL
 def stacks_command(ctx: click.Context, job: str, options: list[tuple[str, str]], timeout: float) -> None:
     """Print where every rank of JOB is (local, docker and Slurm jobs): one line per place, such as
     'ranks 0-2: all_reduce #41 (...) at train.py:37' and 'rank 3: time.sleep(60) at train.py:30', then each
-    distinct stack once with the ranks that share it (all threads, without the launcher's frames).
+    distinct stack of the script's thread once with the ranks that share it (without the launcher's frames;
+    every thread is in the job's stacks files).
 
     Each rank writes its stacks from a signal handler (faulthandler), so this works while a rank is stuck in
     a collective or in native code; they are also kept in the job's tree (<host>/output/stacks/).

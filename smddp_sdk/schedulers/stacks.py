@@ -90,14 +90,24 @@ _CODE_DIR = f"{_OPT_ML}/code/"
 
 def threads(text: str) -> list[list[Frame]]:
     """Each thread's frames in a faulthandler dump, innermost first (as it writes them)."""
+    return [_frames(block) for block in _THREAD.split(text)[1:]]
+
+
+def _frames(block: str) -> list[Frame]:
+    return [Frame(m["file"], int(m["line"]), m["function"]) for m in _FRAME.finditer(block)]
+
+
+def _main_block(text: str) -> str:
+    """The dump of the thread that runs the script: the one the launcher started (any thread can take the
+    signal); the first where none is."""
     blocks = _THREAD.split(text)[1:]
-    return [[Frame(m["file"], int(m["line"]), m["function"]) for m in _FRAME.finditer(block)] for block in blocks]
+    found = next((block for block in blocks if (frames := _frames(block)) and frames[-1].function == "_run_module_as_main"), blocks[0] if blocks else "")
+    return f"Thread{found}" if found else ""
 
 
 def main_thread(text: str) -> list[Frame]:
-    """The thread that runs the script: the one the launcher started (any thread can take the signal)."""
-    found = threads(text)
-    return next((frames for frames in found if frames and frames[-1].function == "_run_module_as_main"), found[0] if found else [])
+    """The frames of the thread that runs the script (``_main_block``)."""
+    return _frames(_main_block(text))
 
 
 def where(stack: RankStack) -> str:
@@ -118,14 +128,16 @@ def where(stack: RankStack) -> str:
 
 
 def grouped(stacks: list[RankStack]) -> tuple[list[tuple[str, list[RankStack]]], list[tuple[str, list[RankStack]]]]:
-    """(where each group of ranks is, the distinct stacks with the ranks that share each), both in rank
-    order: four ranks in one collective are one line and one stack, not four."""
+    """(where each group of ranks is, the distinct stacks of the script's thread with the ranks that share
+    each), both in rank order: four ranks in one collective are one line and one stack, not four. Helper
+    threads (the backend's, the data loader's) differ between ranks from moment to moment, so they do not
+    split a group; the stacks files in the job's tree keep every thread."""
     answered = [stack for stack in stacks if stack.text]
     places: dict[str, list[RankStack]] = {}
     texts: dict[str, list[RankStack]] = {}
     for stack in sorted(answered, key=lambda s: s.rank):
         places.setdefault(where(stack), []).append(stack)
-        texts.setdefault(_comparable(stack.text), []).append(stack)
+        texts.setdefault(_comparable(_main_block(stack.text)), []).append(stack)
     return list(places.items()), list(texts.items())
 
 
