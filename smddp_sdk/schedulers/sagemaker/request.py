@@ -141,7 +141,7 @@ def build_request(spec: JobSpec, *, job_name: str, placement: Placement) -> dict
         "AlgorithmSpecification": _algorithm(spec, placement),
         "OutputDataConfig": {"S3OutputPath": placement.output_path, **({"CompressionType": "NONE"} if spec.disable_output_compression else {})},
         "TrainingJobName": job_name,
-        "StoppingCondition": _stopping(spec),
+        "StoppingCondition": stopping_condition(spec),
         "ResourceConfig": _resources(spec),
         "RoleArn": placement.role_arn,
     }
@@ -181,7 +181,8 @@ def _sagemaker_metrics(spec: JobSpec) -> bool | None:
     return None
 
 
-def _stopping(spec: JobSpec) -> dict[str, int]:
+def stopping_condition(spec: JobSpec) -> dict[str, int]:
+    """CreateTrainingJob's StoppingCondition (v2 and v3 send the same)."""
     stopping = {"MaxRuntimeInSeconds": spec.max_run}
     if spec.max_wait is not None:
         stopping["MaxWaitTimeInSeconds"] = spec.max_wait

@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from smddp_sdk.schedulers.sagemaker.request import S3Location, role_arn
+from smddp_sdk.schedulers.sagemaker.request import S3Location, role_arn, stopping_condition
 from smddp_sdk.specs.contract import encode_hyperparameters as encode_v2_hyperparameters
 from smddp_sdk.specs.job import JobSpec, TrainingInput
 
@@ -71,7 +71,7 @@ def build_request(spec: JobSpec, *, job_name: str, region: str, role: str, defau
         "InputDataConfig": _channels(spec, input_prefix(spec, job_name, default_bucket)),
         "OutputDataConfig": {"S3OutputPath": spec.output_path or default_output_path(spec, default_bucket), "CompressionType": "GZIP"},
         "ResourceConfig": _resources(spec),
-        "StoppingCondition": _stopping(spec),
+        "StoppingCondition": stopping_condition(spec),
     }
     if spec.subnets or spec.security_group_ids:
         request["VpcConfig"] = {key: list(values) for key, values in (("SecurityGroupIds", spec.security_group_ids), ("Subnets", spec.subnets)) if values}
@@ -148,12 +148,6 @@ def _resources(spec: JobSpec) -> dict[str, Any]:
         resources["KeepAlivePeriodInSeconds"] = spec.keep_alive_period_in_seconds
     return resources
 
-
-def _stopping(spec: JobSpec) -> dict[str, int]:
-    stopping = {"MaxRuntimeInSeconds": spec.max_run}
-    if spec.max_wait is not None:
-        stopping["MaxWaitTimeInSeconds"] = spec.max_wait
-    return stopping
 
 
 def _checkpoints(spec: JobSpec, job_name: str, default_bucket: str) -> dict[str, str]:
