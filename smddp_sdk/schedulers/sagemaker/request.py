@@ -219,13 +219,16 @@ def _hyperparameters(spec: JobSpec, job_name: str, placement: Placement) -> dict
     return encode_hyperparameters(decoded)
 
 
+def switched_on(spec: JobSpec) -> dict[str, bool]:
+    """CreateTrainingJob's boolean switches the job turns on (v2 and v3 send them alike, only when on)."""
+    switches = (("EnableNetworkIsolation", spec.enable_network_isolation),
+                ("EnableInterContainerTrafficEncryption", spec.encrypt_inter_container_traffic),
+                ("EnableManagedSpotTraining", spec.use_spot_instances))
+    return {name: True for name, on in switches if on}
+
+
 def _add_flags(request: dict[str, Any], spec: JobSpec) -> None:
-    if spec.enable_network_isolation:
-        request["EnableNetworkIsolation"] = True
-    if spec.encrypt_inter_container_traffic:
-        request["EnableInterContainerTrafficEncryption"] = True
-    if spec.use_spot_instances:
-        request["EnableManagedSpotTraining"] = True
+    request.update(switched_on(spec))
     if spec.checkpoint_s3_uri:
         checkpoint = {"S3Uri": spec.checkpoint_s3_uri}
         if spec.checkpoint_local_path:

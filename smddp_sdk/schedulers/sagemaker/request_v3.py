@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from smddp_sdk.schedulers.sagemaker.request import S3Location, role_arn, stopping_condition
+from smddp_sdk.schedulers.sagemaker.request import S3Location, role_arn, stopping_condition, switched_on
 from smddp_sdk.specs.contract import encode_hyperparameters as encode_v2_hyperparameters
 from smddp_sdk.specs.job import JobSpec, TrainingInput
 
@@ -79,12 +79,7 @@ def build_request(spec: JobSpec, *, job_name: str, region: str, role: str, defau
         request["Tags"] = [dict(tag) for tag in spec.tags]
     if spec.environment:
         request["Environment"] = dict(spec.environment)
-    if spec.use_spot_instances:
-        request["EnableManagedSpotTraining"] = True
-    if spec.encrypt_inter_container_traffic:
-        request["EnableInterContainerTrafficEncryption"] = True
-    if spec.enable_network_isolation:
-        request["EnableNetworkIsolation"] = True
+    request.update(switched_on(spec))
     if spec.checkpoint_s3_uri or spec.checkpoint_local_path:
         request["CheckpointConfig"] = _checkpoints(spec, job_name, default_bucket)
     if spec.max_retry_attempts is not None:
