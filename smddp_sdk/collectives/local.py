@@ -17,6 +17,15 @@ from smddp_sdk.collectives.shm import ShmArena
 
 # below this many bytes every rank reduces the whole message itself: one barrier instead of two
 SYMMETRIC_LIMIT = 256 << 10
+# ... and this many where the host's ranks outnumber its cores: there every rank reducing everything is
+# n times the work on fewer cores, and a second barrier costs a yield, not a wake-up (4 ranks on 2 cores,
+# 2-3 runs each: 64 KB 114 -> 90 us, 256 KB 367 -> 260 us; 8 and 16 KB even)
+CROWDED_SYMMETRIC_LIMIT = 8 << 10
+
+
+def symmetric_limit(arena: ShmArena) -> int:
+    """Up to how many bytes an all_reduce chunk of this host is symmetric (the native core's rule too)."""
+    return CROWDED_SYMMETRIC_LIMIT if arena.crowded else SYMMETRIC_LIMIT
 # zero-copy reductions work through their shard in blocks this size, so that the combine, the scaling
 # and the copies to the peers reread the block from L2 instead of memory (3.8 -> 2.8 ms for a 21 MB
 # fp32 shard of two ranks here)
@@ -100,7 +109,7 @@ class LocalComm:
             return
         nbytes = x.numel() * x.element_size()
         half = arena.next_half()
-        symmetric = nbytes <= SYMMETRIC_LIMIT if forced == "auto" else forced == "oneshot"
+        symmetric = nbytes <= symmetric_limit(arena) if forced == "auto" else forced == "oneshot"
         if symmetric and arena.native:
             codes = native_codes(x.dtype, op)
             if codes is not None and arena.allreduce_small(x, codes, half, what, deadline):

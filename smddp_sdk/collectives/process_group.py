@@ -36,7 +36,7 @@ from smddp_sdk.collectives.algorithms import forced_algorithm
 from smddp_sdk.collectives.calls import Call
 from smddp_sdk.collectives.communicator import Communicator
 from smddp_sdk.collectives.errors import CollectiveError
-from smddp_sdk.collectives.local import SINGLE_COPY_FROM, STREAMED_FROM, SYMMETRIC_LIMIT, OwnSource, shard_bounds
+from smddp_sdk.collectives.local import SINGLE_COPY_FROM, STREAMED_FROM, OwnSource, shard_bounds, symmetric_limit
 from smddp_sdk.collectives.memory import as_bytes
 from smddp_sdk.collectives.p2p import ANY_SOURCE, PointToPoint
 from smddp_sdk.collectives.reduce import RedOpType, check_supported, red_op_type
@@ -209,14 +209,14 @@ class SmddpProcessGroup:
                                     _address(kernels.smddp_exchange),
                                     _address(kernels.smddp_reduce), *comm.inter_host_rules(forced), int(CHECK_EVERY_S * 1e9))
         if local:
-            # local.py's rule: symmetric up to SYMMETRIC_LIMIT, always where oneshot is forced, never where another is
-            symmetric_limit = {"auto": SYMMETRIC_LIMIT, "oneshot": 1 << 62}.get(forced, -1)
+            # local.py's rule: symmetric up to symmetric_limit, always where oneshot is forced, never where another is
+            symmetric_up_to = {"auto": symmetric_limit(arena), "oneshot": 1 << 62}.get(forced, -1)
             self._core_attach(arena.base_address, arena.n, arena.index, arena.slot_bytes,
                               *(ctypes.addressof(slots) for slots in arena.slot_addresses), ctypes.addressof(arena.counters),
                               arena.record_address, *(_address(kernel) for kernel in
                                                       (kernels.smddp_barrier, kernels.smddp_allreduce_small, kernels.smddp_reduce)),
                               *(int(budget * 1e9) for budget in arena.spin_budgets()), arena.cores, int(CHECK_EVERY_S * 1e9),
-                              symmetric_limit, SINGLE_COPY_FROM, STREAMED_FROM)
+                              symmetric_up_to, SINGLE_COPY_FROM, STREAMED_FROM)
         self._core_attached = True
         self._set_core_mode()
         method = weakref.WeakMethod(self._set_core_mode)  # the profiler's listener must not keep the group

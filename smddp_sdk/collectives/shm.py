@@ -56,7 +56,9 @@ LINE = 64
 ABORT_MESSAGE_BYTES = 1024
 PAGE = 4096
 _SPIN_S_UNDERSUBSCRIBED = 30e-6  # poll this long before sleeping when every rank has a core of its own
-_SPIN_S_OVERSUBSCRIBED = 2e-6  # ... and this long when ranks outnumber cores (polling steals the peer's slice)
+_SPIN_S_LOADED = 2e-6  # ... and this long when the machine is loaded (polling steals the peer's slice)
+_SPIN_S_BLOCKING = 1e-3  # ... and this long in the core's blocking calls, whatever the load (spin_budgets)
+_YIELD_S_CROWDED = 300e-6  # ranks outnumber cores: poll this long with sched_yield, loaded or not
 CHECK_EVERY_S = 0.05  # how often a waiting rank checks the deadline, the abort record and peer liveness
 # control line words (32-bit): generation, sleeping waiters, a call record per generation parity, then
 # the errno of the rank's last single-copy read (0: it read everything) and its pid
@@ -349,17 +351,34 @@ class ShmArena:
     def native(self) -> bool:
         return self._native is not None
 
-    def spin_budgets(self) -> tuple[float, float]:
-        """Seconds to poll before sleeping: (on a calm machine, on a loaded one). Polling catches a peer
-        that arrives within microseconds without a wake-up (51 µs against 115 µs for a 4 KB allreduce
-        here), but only while every runnable task has a core: when ranks outnumber cores, or the load
-        tasks runnable on the machine do (other jobs), polling burns the slice the peer needs (4 KB all_reduce 164 µs with
-        30 µs of polling, 63 µs with 5, at load 13 on 2 cores). SMDDP_SPIN_US overrides both."""
+    def spin_budgets(self) -> tuple[float, float, float]:
+        """Seconds to poll before sleeping: (on a calm machine, on a loaded one, in a blocking call of the
+        core). Polling catches a peer that arrives within microseconds without a wake-up (51 µs against
+        115 µs for a 4 KB allreduce here), but only while every runnable task has a core: when the load
+        tasks runnable on the machine do (other jobs), polling burns the slice the peer needs (4 KB
+        all_reduce 164 µs with 30 µs of polling, 63 µs with 5, at load 13 on 2 cores).
+        A blocking call of the core (the caller's thread waits in it, nothing of the rank's own runs
+        meanwhile) polls up to 1 ms when the ranks have a core each, loaded or not: a rank that sleeps
+        gives its core away, and its wake-up waits behind whatever took it, often on its peer's core, so
+        that the peer, arriving late next time, sleeps too; the pair stays in that state (4 KB all_reduce
+        86 µs at 30 µs of polling, 28 µs at 2, 6.6 µs at 1 ms, with other sessions' tasks runnable).
+        The native wait pauses for the first 30 µs of a budget and yields after that, so that a peer a
+        wake-up put on this rank's core gets it (a pause of 1 ms there cost 1.7 ms a call).
+        Where the ranks outnumber the cores, every wait polls with sched_yield (``crowded``), which hands
+        the core to a runnable peer without a sleep and wake-up, as Open MPI's ranks do when
+        oversubscribed (4 ranks on 2 cores, 64 KB all_reduce 120 µs against 190 µs-1.8 ms sleeping after
+        2 µs). Figures: docs/performance.md, issue 37. SMDDP_SPIN_US overrides all three."""
         forced = os.environ.get(SPIN_US_ENV)
         if forced:
-            return float(forced) * 1e-6, float(forced) * 1e-6
-        calm = _SPIN_S_UNDERSUBSCRIBED if self.n <= self.cores else _SPIN_S_OVERSUBSCRIBED
-        return calm, _SPIN_S_OVERSUBSCRIBED
+            return (float(forced) * 1e-6,) * 3
+        if self.crowded:
+            return (_YIELD_S_CROWDED,) * 3
+        return _SPIN_S_UNDERSUBSCRIBED, _SPIN_S_LOADED, _SPIN_S_BLOCKING
+
+    @property
+    def crowded(self) -> bool:
+        """The host's ranks outnumber the cores: waits poll with sched_yield (smddp_native.c's the same)."""
+        return self.n > self.cores
 
     def _refresh_spin_budget(self, now: float) -> None:
         """The budget for the machine's load now (native core: the same rule in smddp_core.cpp's spin()).
@@ -371,7 +390,7 @@ class ShmArena:
         if now - self._spin_checked_at < LoadSamples.SAMPLE_EVERY_S:
             return
         self._spin_checked_at = now
-        calm, loaded = self.spin_budgets()
+        calm, loaded, _ = self.spin_budgets()
         self._load.add(runnable_tasks() > self.cores)
         self.spin_s = loaded if self._load.loaded else calm
 
@@ -512,7 +531,9 @@ class ShmArena:
                 continue
             now = time.monotonic()
             if now < spin_until:
-                continue  # busy poll: sched_yield would hand the core to other jobs for a whole slice
+                if self.crowded:
+                    os.sched_yield()  # the peer is likely waiting for this core
+                continue  # else busy poll: sched_yield would hand the core to other jobs for a whole slice
             if futex.available():
                 futex.wait(self.base_address + peer * LINE, seen, CHECK_EVERY_S)
             else:

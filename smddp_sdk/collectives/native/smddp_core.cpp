@@ -304,7 +304,7 @@ class SmddpCore : public c10d::PyProcessGroup {
   // side's counters and record, so both paths number and tag collectives alike.
   void attach(uintptr_t base, int n, int index, long slot_bytes, uintptr_t slots0, uintptr_t slots1,
               uintptr_t counters, uintptr_t record, uintptr_t barrier_fn, uintptr_t allreduce_fn, uintptr_t reduce_fn,
-              long calm_spin_ns, long loaded_spin_ns, int cores, long slice_ns, long symmetric_limit,
+              long calm_spin_ns, long loaded_spin_ns, long blocking_spin_ns, int cores, long slice_ns, long symmetric_limit,
               long single_copy_from, long streamed_from) {
     base_ = reinterpret_cast<char*>(base);
     n_ = n;
@@ -319,6 +319,7 @@ class SmddpCore : public c10d::PyProcessGroup {
     reduce_ = reinterpret_cast<ReduceFn>(reduce_fn);
     calm_spin_ns_ = spin_ns_ = calm_spin_ns;
     loaded_spin_ns_ = loaded_spin_ns;
+    blocking_spin_ns_ = blocking_spin_ns;
     cores_ = cores;
     slice_ns_ = slice_ns;
     symmetric_limit_ = symmetric_limit;
@@ -662,10 +663,17 @@ class SmddpCore : public c10d::PyProcessGroup {
   }
 
  private:
-  // Counts a call the core runs and releases the inline claim however the call ends.
+  // Counts a call the core runs and releases the inline claim however the call ends; while it runs, the
+  // caller's thread waits in it (spin(): the blocking budget).
   struct Claim {
-    explicit Claim(SmddpCore* core) : core_(core) { core_->calls_++; }
-    ~Claim() { core_->end_job(); }
+    explicit Claim(SmddpCore* core) : core_(core) {
+      core_->calls_++;
+      core_->blocking_ = true;
+    }
+    ~Claim() {
+      core_->blocking_ = false;
+      core_->end_job();
+    }
     SmddpCore* core_;
   };
 
@@ -1556,7 +1564,8 @@ class SmddpCore : public c10d::PyProcessGroup {
 
   // shm.py's spin rule (ShmArena._refresh_spin_budget, LoadSamples): how long a waiting rank polls before
   // it sleeps. Every 125 ms a sample of "more tasks runnable than cores" goes into the last 8; the machine
-  // counts as loaded (poll briefly) while a majority of them say so, so one passing task never does.
+  // counts as loaded (poll briefly) while a majority of them say so, so one passing task never does. A
+  // blocking call (under a Claim) polls blocking_spin_ns_, whatever the load (shm.py's spin_budgets).
   long spin() {
     auto now = std::chrono::steady_clock::now();
     if (now - spin_checked_ >= std::chrono::milliseconds(125)) {
@@ -1564,7 +1573,7 @@ class SmddpCore : public c10d::PyProcessGroup {
       load_samples_ = static_cast<uint8_t>((load_samples_ << 1) | (runnable_tasks() > cores_ ? 1 : 0));
       spin_ns_ = __builtin_popcount(load_samples_) > 4 ? loaded_spin_ns_ : calm_spin_ns_;
     }
-    return spin_ns_;
+    return blocking_ ? blocking_spin_ns_ : spin_ns_;
   }
 
   // specs/processes.py's runnable_tasks: /proc/loadavg's runnable count, else the 1-minute load average.
@@ -1628,6 +1637,8 @@ class SmddpCore : public c10d::PyProcessGroup {
   uint8_t load_samples_ = 0;  // spin(): the last 8 samples, the newest in bit 0
   long calm_spin_ns_ = 0;
   long loaded_spin_ns_ = 0;
+  long blocking_spin_ns_ = 0;
+  bool blocking_ = false;  // a Claim runs: the caller's thread waits in this call
   int cores_ = 1;
   std::chrono::steady_clock::time_point spin_checked_;
   long slice_ns_ = 0;

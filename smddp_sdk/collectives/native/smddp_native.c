@@ -14,10 +14,12 @@
  * calls declared below, so building needs no OpenSSL headers and loading no libcrypto: without it only
  * plain links work, and tcp.py refuses a protected one with the reason.
  */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <dlfcn.h>
 #include <errno.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +31,7 @@
 
 #define LINE 64
 #define REC_WORDS 6
+#define PAUSE_NS 30000L /* shm.py's _SPIN_S_UNDERSUBSCRIBED */
 
 enum { DT_F32 = 0, DT_F64 = 1, DT_F16 = 2, DT_BF16 = 3, DT_I32 = 4, DT_I64 = 5, DT_U8 = 6, DT_I8 = 7, DT_I16 = 8 };
 enum { OP_SUM = 0, OP_PROD = 1, OP_MIN = 2, OP_MAX = 3, OP_AVG = 4 }; /* AVG: the sum divided by the sources (floats) */
@@ -52,11 +55,26 @@ static void publish(char *base, int index, uint32_t generation, const uint32_t *
         syscall(SYS_futex, word(base, index, 0), FUTEX_WAKE, 0x7fffffff, NULL, NULL, 0);
 }
 
-/* Wait for every peer to reach generation; compare their records with ours.
+/* The cores this process may run on (shm.py's ShmArena.cores), counted once. */
+static int cores_here(void) {
+    static int cores;
+    if (!cores) {
+        cpu_set_t set;
+        int count = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+        __atomic_store_n(&cores, count > 0 ? count : 1, __ATOMIC_RELAXED);
+    }
+    return cores;
+}
+
+/* Wait for every peer to reach generation; compare their records with ours. Polls for spin_ns first:
+ * with pause up to PAUSE_NS, then with sched_yield, which hands the core to a runnable peer (the one
+ * this rank waits for, likely: a wake-up may have put it on this core) without the cost of a sleep and
+ * wake-up; with sched_yield from the start where the host's ranks outnumber the cores.
  * Returns -1 when all arrived and agree, i (>= 0) when peer i is still missing after slice_ns,
  * -2 - i when peer i arrived with a different call record. */
 int smddp_wait(char *base, int n, int index, uint32_t generation, const uint32_t *record, long spin_ns, long slice_ns) {
     long start = now_ns();
+    int crowded = n > cores_here();
     for (int peer = 0; peer < n; peer++) {
         if (peer == index) continue;
         uint32_t *counter = word(base, peer, 0);
@@ -66,8 +84,9 @@ int smddp_wait(char *base, int n, int index, uint32_t generation, const uint32_t
             long elapsed = now_ns() - start;
             if (elapsed >= slice_ns) return peer;
             if (elapsed < spin_ns) {
+                if (crowded || elapsed >= PAUSE_NS) sched_yield();
 #if defined(__x86_64__) || defined(__i386__)
-                __builtin_ia32_pause();
+                else __builtin_ia32_pause();
 #endif
                 continue;
             }
