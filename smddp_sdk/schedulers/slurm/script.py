@@ -104,7 +104,9 @@ def render(plan: BatchPlan) -> str:
         *plan.extra_sbatch,
     ]
     exports = {JOB_DIR_ENV: str(plan.job_dir), "PYTHONPATH": plan.python_path, **plan.environment}
-    step = shlex.join(["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=0", "--open-mode=append", f"--output={job_dir.logs_dir}/%N.log"])
+    # --quiet: srun's own progress lines on a cancel ("Job step aborted", "got SIGCONT", "forcing job termination")
+    # go; its errors (a task's exit code, a node failure) stay.
+    step = shlex.join(["srun", "--quiet", "--ntasks-per-node=1", "--kill-on-bad-exit=0", "--open-mode=append", f"--output={job_dir.logs_dir}/%N.log"])
     if plan.auto_resume:
         step += " --auto-resume=1"
     elif plan.auto_resume is None:
