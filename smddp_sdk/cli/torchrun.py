@@ -132,14 +132,17 @@ def _hosts(value: str | None) -> int | None:
     return count
 
 
-def _per_host(value: str | None, params: dict[str, Any]) -> int | None:
+def _per_host(value: str | None, params: dict[str, Any]) -> int | str | None:
     """torchrun's ``--nproc-per-node``: a number, ``gpu`` (None: one rank per GPU, the scheduler's own
-    rule), ``cpu`` (this machine's CPUs) or ``auto`` (gpu where this machine has one, else cpu)."""
+    rule), ``cpu`` (this machine's CPUs) or ``auto`` (gpu where this machine has one, else cpu; ``auto``
+    itself to a scheduler that counts it on each host, Slurm's)."""
     if value is None or value == "gpu":
         return None
     if value == "auto":
-        here = _runs_here(params.get("scheduler") or "local")
-        return os.cpu_count() or 1 if here and not shutil.which("nvidia-smi") else None
+        scheduler = params.get("scheduler") or "local"
+        if _counts_on_hosts(scheduler):
+            return "auto"
+        return os.cpu_count() or 1 if _runs_here(scheduler) and not shutil.which("nvidia-smi") else None
     if value == "cpu":
         return os.cpu_count() or 1
     try:
@@ -225,6 +228,15 @@ def module_file(module: str, code_dir: Path) -> str:
         "entry_point", f"-m {module}: neither {base.with_suffix('.py')} nor {base / '__main__.py'} is in {code_dir}",
         "-m runs a module of the code directory (the current one); run from the directory that holds the package",
     ))
+
+
+def _counts_on_hosts(scheduler: str) -> bool:
+    """Whether the scheduler's processes_per_host takes ``auto`` (its hosts count their own GPUs and CPUs)."""
+    try:
+        options = scheduler_class(scheduler).options
+    except SpecError:
+        return False
+    return any(option.name == "processes_per_host" and not option.issues("auto") for option in options)
 
 
 def _runs_here(scheduler: str) -> bool:

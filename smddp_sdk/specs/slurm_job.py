@@ -11,6 +11,7 @@ from pathlib import Path
 from smddp_sdk.specs.contract import Below
 
 JOB_DIR_ENV = "SMDDP_SLURM_JOB_DIR"  # set in the batch script: the node runtime builds its tree from Slurm's env
+AUTO_RANKS = "auto"  # processes_per_host as torchrun's --nproc-per-node auto: counted on each node (node.json)
 
 
 @dataclass(frozen=True)

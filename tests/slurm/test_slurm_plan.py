@@ -125,7 +125,7 @@ def test_script_renders_every_option(tmp_path: Path) -> None:
         'scontrol requeue "$SLURM_JOB_ID"',
     ):
         assert line in script, line
-    step = next(line for line in script.splitlines() if line.startswith("srun --ntasks-per-node"))
+    step = next(line for line in script.splitlines() if line.startswith("srun --quiet --ntasks-per-node"))
     assert "--auto-resume=1" in step and "--container-image=nvcr.io#nvidia/pytorch:24.01-py3" in step and f"--container-mounts={tmp_path}:{tmp_path}" in step
 
 
