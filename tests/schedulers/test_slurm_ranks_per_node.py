@@ -15,7 +15,15 @@ from smddp_sdk.runtime.plan import LaunchShape, processes_per_host
 from smddp_sdk.schedulers import get_scheduler
 from smddp_sdk.specs import contract
 from smddp_sdk.specs.slurm_job import JOB_DIR_ENV
-from tests.slurm.test_slurm_plan import FakeSlurm, code, spec_for  # noqa: F401  (code: a fixture)
+from tests.slurm.test_slurm_plan import FakeSlurm, spec_for
+
+
+@pytest.fixture
+def code(tmp_path: Path) -> Path:
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.py").write_text("print('hi')\n")
+    return source
 
 
 def node_env(tmp_path: Path, code: Path, cpus: str = "96", **options) -> dict[str, str]:
