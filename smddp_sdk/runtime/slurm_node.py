@@ -26,7 +26,7 @@ from pathlib import Path
 
 from smddp_sdk.errors import ContractError, SmddpError
 from smddp_sdk.runtime.training_env import probe_gpu_count
-from smddp_sdk.specs import contract, limits
+from smddp_sdk.specs import contract, events, limits
 from smddp_sdk.specs.archives import write_archive
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.json_files import read_json_object, write_json_atomic
@@ -73,6 +73,11 @@ def node_environ(environ: Mapping[str, str]) -> dict[str, str]:
         hyperparameters=contract.read_json_file(tree.hyperparameters_file, required=True),
         input_data=contract.read_json_file(tree.input_data_config_file, default={}),
     )
+    # The node's scratch in the shared job directory, not on the node: a requeued job runs again, maybe on other
+    # nodes, and its ranks restore the state the stopped ones kept there (collectives/recovery.py).
+    scratch = job_dir.node_scratch(index)
+    scratch.parent.mkdir(mode=0o700, exist_ok=True)
+    scratch.mkdir(mode=0o700, exist_ok=True)
     master, server, agent = job_ports(int(_required(environ, "SLURM_JOB_ID")))
     env = dict(environ)
     env.update(
@@ -90,6 +95,8 @@ def node_environ(environ: Mapping[str, str]) -> dict[str, str]:
     env.setdefault(contract.SERVER_PORT_ENV, str(server))
     env.setdefault(contract.AGENT_PORT_ENV, str(agent))
     env.setdefault(contract.BIND_OPT_ML_ENV, "1")
+    env.setdefault(contract.SCRATCH_ENV, str(scratch))
+    env.setdefault(events.ATTEMPT_ENV, str(1 + int(environ.get("SLURM_RESTART_COUNT") or 0)))  # a requeue is the next attempt
     ranks = node.get("processes_per_host")  # None: the runtime's rule, the GPUs found else 1 (SageMaker's)
     if ranks == AUTO_RANKS:  # torchrun's --nproc-per-node auto: the GPUs, else a rank per CPU Slurm allotted here
         ranks = None if probe_gpu_count() else cpu_ranks(environ)

@@ -30,6 +30,10 @@ class SlurmJobDir:
     attempts_file = Below("path", "attempts.jsonl")  # a line as each attempt starts and ends (the batch script)
     cancel_file = Below("path", "cancel-requested")
     stacks_request = Below("path", "stacks-requested")  # `smddp-launch stacks`: each new version is one request
+    scratch_dir = Below("path", "scratch")  # scratch/<node index>: each node's SMDDP_SCRATCH_DIR, kept across requeues
+
+    def node_scratch(self, index: int) -> Path:
+        return self.scratch_dir / str(index)
 
     def node_tree(self, index: int) -> Path:
         return self.nodes_dir / str(index)

@@ -114,12 +114,13 @@ def render(plan: BatchPlan) -> str:
     container = [f"--container-image={plan.container_image}", f"--container-mounts={plan.job_dir}:{plan.job_dir}"] if plan.container_image else []
     finish = ["srun", "--nodes=1", "--ntasks=1", *container] if plan.container_image else []
     attempts = shlex.quote(str(job_dir.attempts_file))
+    scratch = shlex.quote(str(job_dir.scratch_dir))
     lines = [
         "#!/bin/bash",
         f"# smddp-sdk job {plan.job_name}: one task per node runs the node runtime (docs/slurm.md)",
         *(f"#SBATCH {directive}" for directive in directives),  # sbatch reads these itself, not a shell
         "",
-        *_retry_bound(plan.retry),
+        *_retry_bound(plan.retry, scratch),
         *(f"export {key}={shlex.quote(value)}" for key, value in exports.items()),
         "",
         "# When each attempt (a requeue is one) ran, for the goodput `status` shows (specs.goodput).",
@@ -143,7 +144,7 @@ def render(plan: BatchPlan) -> str:
             '  scontrol requeue "$SLURM_JOB_ID" && exit 0',
             "fi",
         ]
-    lines.append('exit "$code"')
+    lines += [f"rm -rf {scratch}  # the nodes' scratch: kept for a requeue (above), gone once the job ends", 'exit "$code"']
     return "\n".join(lines) + "\n"
 
 
@@ -162,7 +163,7 @@ def _checkpoint_sync(plan: BatchPlan, finish: list[str]) -> list[str]:
     ]
 
 
-def _retry_bound(retry: RetryPolicy) -> list[str]:
+def _retry_bound(retry: RetryPolicy, scratch: str) -> list[str]:
     """Slurm requeues a job whose node failed however often it fails: the policy's bound stops it here."""
     if not retry.max_retry_attempts:
         return []
@@ -170,6 +171,7 @@ def _retry_bound(retry: RetryPolicy) -> list[str]:
     return [
         f'if [ "${{SLURM_RESTART_COUNT:-0}}" -gt {bound} ]; then',
         f'  echo "smddp: requeued ${{SLURM_RESTART_COUNT}} times, more than max_retry_attempts ({bound}): not running again"',
+        f"  rm -rf {scratch}",
         "  exit 1",
         "fi",
         "",
