@@ -50,7 +50,7 @@ def torchrun_options(func: Any) -> Any:
     decorators = [
         _option("--hosts", "--nnodes", "nnodes", metavar="N", help="Hosts (instance_count); torchrun's N:N is N. An elastic range N:M (N<M) is refused: hosts here are a fixed number."),
         _option("--nproc-per-host", "--nproc-per-node", "nproc", metavar="N|auto|gpu|cpu",
-                help="Ranks per host (the processes_per_host option): gpu = one per GPU; cpu = this machine's CPUs; auto = gpu on a machine with a GPU, else cpu (torchrun's rule)."),
+                help="Ranks per host (the processes_per_host option): gpu = one per GPU; cpu = this machine's CPUs; auto = gpu on a machine with a GPU, else cpu (torchrun's rule; on Slurm each node counts its own)."),
         _option("--max-restarts", "max_restarts", type=click.IntRange(0), metavar="N",
                 help="Run the whole job again up to N times after any failure, the script's own included (max_retry_attempts with retry_script_errors); 0 = none."),
         _option("--standalone", is_flag=True, help="One host on this machine (torchrun's single-node rendezvous); same as --hosts 1."),

@@ -84,3 +84,10 @@ def test_the_dry_run_says_how_many_ranks_a_node_runs(tmp_path: Path, code: Path)
 def test_anything_else_is_refused(tmp_path: Path, value) -> None:
     with pytest.raises(SpecError, match="processes_per_host"):
         get_scheduler("slurm", job_root=str(tmp_path / "jobs"), client=FakeSlurm(), processes_per_host=value)
+
+
+def test_torchruns_nproc_per_node_auto_reaches_slurm_as_auto_and_sagemaker_as_its_gpu_rule() -> None:
+    from smddp_sdk.cli.torchrun import _per_host
+
+    assert _per_host("auto", {"scheduler": "slurm"}) == "auto"  # counted on each node, not on the login node
+    assert _per_host("auto", {"scheduler": "sagemaker"}) is None
