@@ -50,7 +50,7 @@ def torchrun_options(func: Any) -> Any:
     decorators = [
         _option("--hosts", "--nnodes", "nnodes", metavar="N", help="Hosts (instance_count); torchrun's N:N is N. An elastic range N:M (N<M) is refused: hosts here are a fixed number."),
         _option("--nproc-per-host", "--nproc-per-node", "nproc", metavar="N|auto|gpu|cpu",
-                help="Ranks per host (the processes_per_host option): gpu = one per GPU; cpu = this machine's CPUs; auto = gpu on a machine with a GPU, else cpu (torchrun's rule)."),
+                help="Ranks per host (the processes_per_host option): gpu = one per GPU; cpu = this machine's CPUs; auto = gpu on a machine with a GPU, else cpu (torchrun's rule; on Slurm each node counts its own)."),
         _option("--max-restarts", "max_restarts", type=click.IntRange(0), metavar="N",
                 help="Run the whole job again up to N times after any failure, the script's own included (max_retry_attempts with retry_script_errors); 0 = none."),
         _option("--standalone", is_flag=True, help="One host on this machine (torchrun's single-node rendezvous); same as --hosts 1."),
@@ -132,14 +132,17 @@ def _hosts(value: str | None) -> int | None:
     return count
 
 
-def _per_host(value: str | None, params: dict[str, Any]) -> int | None:
+def _per_host(value: str | None, params: dict[str, Any]) -> int | str | None:
     """torchrun's ``--nproc-per-node``: a number, ``gpu`` (None: one rank per GPU, the scheduler's own
-    rule), ``cpu`` (this machine's CPUs) or ``auto`` (gpu where this machine has one, else cpu)."""
+    rule), ``cpu`` (this machine's CPUs) or ``auto`` (gpu where this machine has one, else cpu; ``auto``
+    itself to a scheduler that counts it on each host, Slurm's)."""
     if value is None or value == "gpu":
         return None
     if value == "auto":
-        here = _runs_here(params.get("scheduler") or "local")
-        return os.cpu_count() or 1 if here and not shutil.which("nvidia-smi") else None
+        scheduler = params.get("scheduler") or "local"
+        if _counts_on_hosts(scheduler):
+            return "auto"
+        return os.cpu_count() or 1 if _runs_here(scheduler) and not shutil.which("nvidia-smi") else None
     if value == "cpu":
         return os.cpu_count() or 1
     try:
@@ -225,6 +228,15 @@ def module_file(module: str, code_dir: Path) -> str:
         "entry_point", f"-m {module}: neither {base.with_suffix('.py')} nor {base / '__main__.py'} is in {code_dir}",
         "-m runs a module of the code directory (the current one); run from the directory that holds the package",
     ))
+
+
+def _counts_on_hosts(scheduler: str) -> bool:
+    """Whether the scheduler's processes_per_host takes ``auto`` (its hosts count their own GPUs and CPUs)."""
+    try:
+        options = scheduler_class(scheduler).options
+    except SpecError:
+        return False
+    return any(option.name == "processes_per_host" and not option.issues("auto") for option in options)
 
 
 def _runs_here(scheduler: str) -> bool:

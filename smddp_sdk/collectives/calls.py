@@ -4,6 +4,7 @@ A record is six 32-bit words (sequence number, op, dtype, element count low/high
 a rank's barrier word in shared memory; a peer compares it when it sees the rank arrive. A mismatch
 (another collective, dtype, size, reduce op or root) raises on every rank of the host instead of
 returning garbage. Sizes that may legitimately differ between ranks (all_to_all splits) carry count 0.
+The tables and ``describe`` are specs/call_record.py's, so that readers without torch (``stacks``) decode it.
 """
 
 from __future__ import annotations
@@ -12,18 +13,11 @@ from dataclasses import dataclass
 
 import torch
 
-NO_ROOT = 0xFFFFFFFF
-OPS = (
-    "barrier", "all_reduce", "all_reduce_coalesced", "reduce", "broadcast", "scatter", "all_gather",
-    "all_gather_coalesced", "all_gather_into_tensor", "all_gather_into_tensor_coalesced", "gather",
-    "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_tensor_coalesced", "all_to_all",
-    "all_to_all_single", "shared_buffers", "destroy_process_group",
-)
-REDUCE_OPS = ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM", "UNUSED")
-DTYPES = (
-    None, torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.uint8, torch.int8, torch.int16,
-    torch.int32, torch.int64, torch.bool,
-)
+from smddp_sdk.specs.call_record import DTYPE_NAMES, NO_ROOT, OPS, REDUCE_OPS, describe
+
+__all__ = ["Call", "DTYPES", "describe"]
+
+DTYPES = tuple(getattr(torch, name) if name else None for name in DTYPE_NAMES)  # a record's dtype code: the index
 _DTYPE_CODE = {d: i for i, d in enumerate(DTYPES)}
 _OP_CODE = {name: i for i, name in enumerate(OPS)}
 
@@ -43,21 +37,3 @@ class Call:
         op_code = _OP_CODE.get(self.op, 31) << 4 | (REDUCE_OPS.index(self.reduce_op) + 1 if self.reduce_op else 0)
         return (seq & 0xFFFFFFFF, op_code, _DTYPE_CODE.get(self.dtype, 0xFF), self.count & 0xFFFFFFFF,
                 self.count >> 32 & 0xFFFFFFFF, NO_ROOT if self.root < 0 else self.root)
-
-
-def describe(words: tuple[int, ...] | list[int]) -> str:
-    """A record as a person reads it: 'all_reduce #12 (SUM, float32, 1024 elements)'."""
-    seq, op_code, dtype_code, low, high, root = (int(w) for w in words)
-    name_index, reduce_index = op_code >> 4, op_code & 15
-    name = OPS[name_index] if name_index < len(OPS) else "another collective"
-    details = []
-    if reduce_index:
-        details.append(REDUCE_OPS[reduce_index - 1])
-    if 0 < dtype_code < len(DTYPES):
-        details.append(str(DTYPES[dtype_code]).removeprefix("torch."))
-    count = high << 32 | low
-    if count:
-        details.append(f"{count} elements")
-    if root != NO_ROOT:
-        details.append(f"root {root}")
-    return f"{name} #{seq}" + (f" ({', '.join(details)})" if details else "")

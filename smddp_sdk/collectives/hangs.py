@@ -15,12 +15,10 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 
 from smddp_sdk.collectives.calls import describe
 from smddp_sdk.collectives.errors import CollectiveError
 from smddp_sdk.collectives.store_values import StoreValues
-from smddp_sdk.specs.contract import STACKS_FILE_ENV, rank_call_file_of
 
 HANG_WARN_ENV = "SMDDP_HANG_WARN_S"
 DEFAULT_HANG_WARN_S = 60.0
@@ -51,18 +49,6 @@ def warn_hang(message: str) -> None:
 def behind(theirs: int, mine: int) -> bool:
     """Whether call number ``theirs`` comes before ``mine``, wrap-safe on 32 bits."""
     return 0 < (mine - theirs) & 0xFFFFFFFF < 1 << 31
-
-
-def note_call(text: str) -> None:
-    """Beside the rank's stacks file (a job's rank): the call it waits in, for `smddp-launch stacks`."""
-    stacks_file = os.environ.get(STACKS_FILE_ENV)
-    if stacks_file:
-        try:  # not through a link, as the stacks file itself
-            fd = os.open(rank_call_file_of(Path(stacks_file)), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
-        except OSError:
-            return
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text + "\n")
 
 
 class HangWatch:
@@ -125,7 +111,6 @@ class HangWatch:
     # A diagnostic never fails the collective it describes: a store that cannot be reached, or a value a
     # stranger wrote, only makes the warning know less.
     def _publish(self, record: Sequence[int]) -> None:
-        note_call(describe(list(record)))
         if self._values is None:
             return
         try:

@@ -34,11 +34,12 @@ from dataclasses import dataclass
 
 import torch
 
-from smddp_sdk.collectives import futex, native
+from smddp_sdk.collectives import call_file, futex, native
 from smddp_sdk.collectives.calls import Call, describe
 from smddp_sdk.collectives.errors import CollectiveError, PeerRank
 from smddp_sdk.collectives.hangs import HangWatch
 from smddp_sdk.collectives.memory import allow_peer_reads, copy_bytes, read_process
+from smddp_sdk.specs.call_record import RECORD_AT, RECORD_WORDS
 from smddp_sdk.specs.processes import pid_alive, runnable_tasks
 
 SHM_DIR_ENV = "SMDDP_SHM_DIR"
@@ -65,7 +66,6 @@ CHECK_EVERY_S = 0.05  # how often a waiting rank checks the deadline, the abort 
 _WAITERS_WORD = 1
 _SEQ, _GENERATION, _PHASE, _SINGLE_COPY_OFF = 0, 1, 2, 3  # ShmArena.counters
 _RECORD_WORD = 2
-RECORD_WORDS = 6
 _VERDICT_WORD = 14
 _PID_WORD = 15
 
@@ -310,7 +310,7 @@ class ShmArena:
             allow_peer_reads()
         self._words[local_index * LINE // 4 + _PID_WORD] = os.getpid()  # for the core's reads; read after a barrier
         self._native = native.library()
-        self._record = (ctypes.c_uint32 * RECORD_WORDS)()
+        self._record = call_file.call_words(RECORD_AT, RECORD_WORDS)  # where `smddp-launch stacks` reads the current call
         self.record_address = ctypes.addressof(self._record)
         self.slot_addresses = [(ctypes.c_void_p * n_local)(*(self._slot_address(i, half) for i in range(n_local))) for half in (0, 1)]
         self.hangs = HangWatch()  # the group's, once the rendezvous knows every rank (topology.build)
@@ -591,6 +591,7 @@ class ShmArena:
                                   awaited=[PeerRank(self.peers[i].group_rank) for i in pending])
 
     def close(self) -> None:
+        call_file.release(self._record)
         try:
             del self._bytes, self._words
             self._map.close()

@@ -51,10 +51,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
-from smddp_sdk.collectives import native
+from smddp_sdk.collectives import call_file, native
 from smddp_sdk.collectives.calls import Call, describe
 from smddp_sdk.collectives.errors import CollectiveError, PeerRank
 from smddp_sdk.collectives.hangs import HangWatch, this_rank
+from smddp_sdk.specs.call_record import HEADER_AT
 from smddp_sdk.specs.contract import LINK_ENCRYPT_ENV
 
 NONCE_BYTES = 16
@@ -378,7 +379,8 @@ class TcpMesh:
         self._connected = False
         self._pool: ThreadPoolExecutor | None = None  # the Python path's sender threads
         # the header of the call now running, shared with the native core; [7] counts its exchanges
-        self.header = (ctypes.c_uint32 * HEADER_WORDS)(0 if os.environ.get(CHECK_CALLS_ENV) == "0" else HEADER_MAGIC)
+        self.header = call_file.call_words(HEADER_AT, HEADER_WORDS)  # where `smddp-launch stacks` reads the current call
+        self.header[0] = 0 if os.environ.get(CHECK_CALLS_ENV) == "0" else HEADER_MAGIC
         self._header_bytes = HEADER_BYTES if self.header[0] else 0
 
     def _check_protection_available(self) -> None:
@@ -751,6 +753,7 @@ class TcpMesh:
                 self._native.smddp_link_close(sock.fileno())
             sock.close()
         self._socks.clear()
+        call_file.release(self.header)
         if self._pool:
             self._pool.shutdown(wait=False)
             self._pool = None

@@ -26,11 +26,11 @@ from pathlib import Path
 
 from smddp_sdk.errors import ContractError, SmddpError
 from smddp_sdk.runtime.training_env import probe_gpu_count
-from smddp_sdk.specs import contract, limits
+from smddp_sdk.specs import contract, events, limits
 from smddp_sdk.specs.archives import write_archive
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.json_files import read_json_object, write_json_atomic
-from smddp_sdk.specs.slurm_job import JOB_DIR_ENV, SlurmJobDir, scontrol_records
+from smddp_sdk.specs.slurm_job import AUTO_RANKS, JOB_DIR_ENV, SlurmJobDir, scontrol_records
 
 PORT_BASE = 20000  # below the kernel's ephemeral range, so no outgoing connection is handed one
 PORT_SLOTS = 4000  # distinct port triples; two live jobs on one node collide only 1 in 4000
@@ -73,6 +73,11 @@ def node_environ(environ: Mapping[str, str]) -> dict[str, str]:
         hyperparameters=contract.read_json_file(tree.hyperparameters_file, required=True),
         input_data=contract.read_json_file(tree.input_data_config_file, default={}),
     )
+    # The node's scratch in the shared job directory, not on the node: a requeued job runs again, maybe on other
+    # nodes, and its ranks restore the state the stopped ones kept there (collectives/recovery.py).
+    scratch = job_dir.node_scratch(index)
+    scratch.parent.mkdir(mode=0o700, exist_ok=True)
+    scratch.mkdir(mode=0o700, exist_ok=True)
     master, server, agent = job_ports(int(_required(environ, "SLURM_JOB_ID")))
     env = dict(environ)
     env.update(
@@ -90,10 +95,13 @@ def node_environ(environ: Mapping[str, str]) -> dict[str, str]:
     env.setdefault(contract.SERVER_PORT_ENV, str(server))
     env.setdefault(contract.AGENT_PORT_ENV, str(agent))
     env.setdefault(contract.BIND_OPT_ML_ENV, "1")
-    if node.get("processes_per_host") is not None:
-        env.setdefault(contract.NUM_GPUS_ENV, str(node["processes_per_host"]))
-    elif probe_gpu_count() == 0:  # a CPU node: as torchrun's --nproc-per-node auto, a rank per core it has
-        env.setdefault(contract.NUM_GPUS_ENV, str(cpu_ranks(environ)))
+    env.setdefault(contract.SCRATCH_ENV, str(scratch))
+    env.setdefault(events.ATTEMPT_ENV, str(1 + int(environ.get("SLURM_RESTART_COUNT") or 0)))  # a requeue is the next attempt
+    ranks = node.get("processes_per_host")  # None: the runtime's rule, the GPUs found else 1 (SageMaker's)
+    if ranks == AUTO_RANKS:  # torchrun's --nproc-per-node auto: the GPUs, else a rank per CPU Slurm allotted here
+        ranks = None if probe_gpu_count() else cpu_ranks(environ)
+    if ranks is not None:
+        env.setdefault(contract.NUM_GPUS_ENV, str(ranks))
     return env
 
 

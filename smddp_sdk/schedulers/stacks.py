@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from smddp_sdk.specs.call_record import read_call_file
 from smddp_sdk.specs.contract import OptMl, rank_call_file_of
 
 _RANK_FILE = re.compile(r"rank-(\d+)\.txt$")
@@ -18,7 +19,7 @@ class RankStack:
     host: str
     rank: int
     text: str  # "" when the rank did not answer in time
-    call: str = ""  # the collective it last waited in for a while ('all_reduce #41 (SUM, ...)'), if any
+    call: str = ""  # the collective it is in, or last began ('all_reduce #41 (SUM, ...)'), if any
     base: str = ""  # its host's /opt/ml tree here, to read the source lines its frames name
 
 
@@ -58,15 +59,8 @@ def answers(files: dict[Path, tuple[str, int]], before: dict[Path, int], timeout
         with open(path, encoding="utf-8", errors="replace") as handle:
             handle.seek(before[path])
             text = handle.read()
-        stacks.append(RankStack(host, rank, text, _read_call(rank_call_file_of(path)), str(path.parents[2])))
+        stacks.append(RankStack(host, rank, text, read_call_file(rank_call_file_of(path)), str(path.parents[2])))
     return sorted(stacks, key=lambda stack: stack.rank)
-
-
-def _read_call(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace").strip()[:200]
-    except OSError:
-        return ""
 
 
 # --- where each rank is ---------------------------------------------------------------------------

@@ -92,8 +92,8 @@ RUNTIME_VARIABLE_PREFIXES = ("SM_HP_", "SM_CHANNEL_")  # one per hyperparameter 
 
 
 def rank_call_file_of(stacks_file: Path) -> Path:
-    """Beside a rank's stacks file: the collective it waited in for a while ('all_reduce #41 (SUM, ...)'),
-    written by the smddp backend so that `smddp-launch stacks` can number the call every rank is in."""
+    """Beside a rank's stacks file: the record of the collective it is in (specs/call_record.py), which the
+    smddp backend keeps there as each call begins, so that `smddp-launch stacks` can number every rank's call."""
     return stacks_file.with_suffix(".call")
 
 
@@ -172,7 +172,7 @@ class OptMl:
         return self.output_dir / "stacks" / f"rank-{rank}.txt"
 
     def rank_call_file(self, rank: int) -> Path:
-        """The collective the rank last waited in for a while (``rank_call_file_of`` its stacks file)."""
+        """The record of the collective the rank is in (``rank_call_file_of`` its stacks file)."""
         return rank_call_file_of(self.rank_stacks_file(rank))
 
     def make_dirs(self) -> None:

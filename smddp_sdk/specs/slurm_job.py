@@ -11,6 +11,7 @@ from pathlib import Path
 from smddp_sdk.specs.contract import Below
 
 JOB_DIR_ENV = "SMDDP_SLURM_JOB_DIR"  # set in the batch script: the node runtime builds its tree from Slurm's env
+AUTO_RANKS = "auto"  # processes_per_host as torchrun's --nproc-per-node auto: counted on each node (node.json)
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,10 @@ class SlurmJobDir:
     attempts_file = Below("path", "attempts.jsonl")  # a line as each attempt starts and ends (the batch script)
     cancel_file = Below("path", "cancel-requested")
     stacks_request = Below("path", "stacks-requested")  # `smddp-launch stacks`: each new version is one request
+    scratch_dir = Below("path", "scratch")  # scratch/<node index>: each node's SMDDP_SCRATCH_DIR, kept across requeues
+
+    def node_scratch(self, index: int) -> Path:
+        return self.scratch_dir / str(index)
 
     def node_tree(self, index: int) -> Path:
         return self.nodes_dir / str(index)

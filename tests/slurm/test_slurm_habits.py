@@ -1,7 +1,8 @@
 """What a first Slurm user meets, on a real cluster (scripts/slurm-cluster.sh): `stacks` of a running job
 grouped by where each rank is; a cancel that never reads as a failure; a failure summary printed once
 (by `status`, not by every node's log); Slurm's job id and restarts in `status`; a bad partition reported on
-the partition; and ranks per CPU node planned from the CPUs Slurm allots, not from the instance type's GPUs."""
+the partition; and ranks per CPU node with processes_per_host auto planned from the CPUs Slurm allots, not from
+the instance type's GPUs."""
 
 from __future__ import annotations
 
@@ -77,9 +78,9 @@ def test_a_partition_the_cluster_lacks_is_reported_on_the_partition(tmp_path: Pa
 
 
 def test_ranks_per_cpu_node_come_from_the_cpus_slurm_allots_not_the_instance_types_gpus(tmp_path: Path) -> None:
-    scheduler = slurm(tmp_path, extra_sbatch=["--cpus-per-task=2"])
+    scheduler = slurm(tmp_path, extra_sbatch=["--cpus-per-task=2"], processes_per_host="auto")  # torchrun's --nproc-per-node auto
     spec = spec_for(tmp_path, PLANNED, 1, "cpu-node", instance_type="ml.p4d.24xlarge")  # 8 GPUs on SageMaker
-    assert any("one per CPU Slurm allots" in note for note in scheduler.dryrun(spec).notes)
+    assert any("else one per CPU: the CPUs Slurm allots" in note for note in scheduler.dryrun(spec).notes)
     status = scheduler.wait(scheduler.submit(spec), poll=0.5, timeout=JOB_TIMEOUT)
     assert status.state is JobState.SUCCEEDED, status
     planned = [line.text.split() for line in scheduler.logs(status.handle) if line.text.startswith("planned")]

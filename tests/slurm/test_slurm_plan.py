@@ -88,7 +88,7 @@ def test_script_asks_for_one_task_per_node_and_runs_the_node_runtime(tmp_path: P
         "--open-mode=append",
         "--no-requeue",
     ]
-    assert f'srun --ntasks-per-node=1 --kill-on-bad-exit=0 --open-mode=append --output={tmp_path}/job-1/logs/%N.log "${{auto_resume[@]}}" /usr/bin/python3 -m smddp_sdk.runtime\n' in script
+    assert f'srun --quiet --ntasks-per-node=1 --kill-on-bad-exit=0 --open-mode=append --output={tmp_path}/job-1/logs/%N.log "${{auto_resume[@]}}" /usr/bin/python3 -m smddp_sdk.runtime\n' in script
     assert f"export {JOB_DIR_ENV}={tmp_path / 'job-1'}\n" in script
     assert script.rstrip().endswith('exit "$code"')
     assert "if [ -d /opt/sagemaker_cluster ]; then auto_resume=(--auto-resume=1); fi" in script  # auto: decided on the node
@@ -125,7 +125,7 @@ def test_script_renders_every_option(tmp_path: Path) -> None:
         'scontrol requeue "$SLURM_JOB_ID"',
     ):
         assert line in script, line
-    step = next(line for line in script.splitlines() if line.startswith("srun --ntasks-per-node"))
+    step = next(line for line in script.splitlines() if line.startswith("srun --quiet --ntasks-per-node"))
     assert "--auto-resume=1" in step and "--container-image=nvcr.io#nvidia/pytorch:24.01-py3" in step and f"--container-mounts={tmp_path}:{tmp_path}" in step
 
 

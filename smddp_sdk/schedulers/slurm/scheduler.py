@@ -29,19 +29,19 @@ from smddp_sdk.errors import SpecError, SpecIssue
 from smddp_sdk.schedulers import channels
 from smddp_sdk.schedulers.base import Capabilities, DryRun, JobRootScheduler
 from smddp_sdk.schedulers.job_files import Artifacts, ConfigFiles, code_notes, default_job_root, package_parent, stage_code
-from smddp_sdk.schedulers.options import PROCESSES_PER_HOST, RETRY_SCRIPT_ERRORS, Option, SchedulerOptions, job_root, with_default
+from smddp_sdk.schedulers.options import RETRY_SCRIPT_ERRORS, Option, SchedulerOptions, job_root
 from smddp_sdk.schedulers.slurm.attempts import goodput_record
 from smddp_sdk.schedulers.slurm.client import JobInfo, SlurmClient
 from smddp_sdk.schedulers.slurm.logs import job_lines
 from smddp_sdk.schedulers.slurm.script import BatchPlan, render
 from smddp_sdk.schedulers.slurm.states import ENDINGS, job_state
 from smddp_sdk.schedulers.stacks import RankStack, answers, sizes, stack_files_of
-from smddp_sdk.specs import contract, goodput
+from smddp_sdk.specs import contract, goodput, limits
 from smddp_sdk.specs.contract import OptMl
 from smddp_sdk.specs.failure import FailureRecord, decide
 from smddp_sdk.specs.job import JobSpec, RetryPolicy, make_job_name
 from smddp_sdk.specs.json_files import read_json_object, write_json_atomic
-from smddp_sdk.specs.slurm_job import SlurmJobDir
+from smddp_sdk.specs.slurm_job import AUTO_RANKS, SlurmJobDir
 from smddp_sdk.specs.status import HostStatus, JobHandle, JobState, JobStatus, LogLine
 
 NODE_FAILURE = "NodeFailure"
@@ -56,6 +56,10 @@ def _sbatch_options(value: Any, path: str) -> list[SpecIssue]:
     if isinstance(lines, (list, tuple)) and all(isinstance(line, str) and line.startswith("-") for line in lines):
         return []
     return [SpecIssue(path, f"must be a list of sbatch options starting with '-', got {value!r}", "e.g. ['--exclusive', '--gres=gpu:8']")]
+
+
+def _ranks_per_node(value: Any, path: str) -> list[SpecIssue]:
+    return [] if value == AUTO_RANKS else limits.processes_per_host_issues(value, path)
 
 
 def _auto_resume_setting(value: Any, path: str) -> list[SpecIssue]:
@@ -99,7 +103,10 @@ class SlurmScheduler(JobRootScheduler):
             "srun --auto-resume=1 (HyperPod replaces faulty nodes and restarts the step); 'auto': when the node is a HyperPod node (/opt/sagemaker_cluster), as AWS's samples decide",
             check=_auto_resume_setting,
         ),
-        with_default(PROCESSES_PER_HOST, None, "ranks per node (default: the GPUs each node finds; on a CPU node one per CPU Slurm allots the job there, as torchrun's --nproc-per-node auto)"),
+        Option("processes_per_host", "int or 'auto'", None,
+               "ranks per node: N; 'auto' as torchrun's --nproc-per-node auto on each node (its GPUs, else one per CPU Slurm allots the job "
+               "there); default: the GPUs each node finds, else 1, as SageMaker's CPU instances and torchrun's default",
+               check=_ranks_per_node),
         Option("python", "str", None, "the Python on the nodes that has smddp-sdk (default: this one, the usual case with a shared file system; python3 with container_image)", check=_named),
         Option("client", "object", None, "the SlurmClient that runs sbatch, scontrol, sacct and scancel (tests give a fake)", code_only=True,
                convert=lambda client: client or SlurmClient()),
@@ -113,7 +120,7 @@ class SlurmScheduler(JobRootScheduler):
     container_image: str | None
     retry_script_errors: bool
     auto_resume: str | bool
-    processes_per_host: int | None
+    processes_per_host: int | str | None
     python: str | None
     client: SlurmClient
 
@@ -149,7 +156,7 @@ class SlurmScheduler(JobRootScheduler):
             handle=str(JobHandle(self.name, job_name)),
             code={"source": spec.source_dir or spec.entry_point, "dependencies": list(spec.dependencies), "snapshot": str(job_dir.code_dir)},
             config_files=ConfigFiles.of(spec, job_name=job_name, hosts=_placeholders(spec.instance_count), submit_directory=f"file://{job_dir.code_dir}"),
-            processes_per_host=self.processes_per_host,  # None: each node's GPUs, else its cores (runtime/slurm_node.py)
+            processes_per_host=self.processes_per_host,  # None: each node's GPUs, else 1; auto: else its CPUs (runtime/slurm_node.py)
             inputs={name: {"source": str(ch.local_path) if ch.local_path is not None else ch.s3_data, "distribution": ch.distribution} for name, ch in spec.inputs.items()},
             artifacts=Artifacts.of(spec, self.job_root, job_name),
             checkpoint_s3_uri=spec.checkpoint_s3_uri,
@@ -166,9 +173,7 @@ class SlurmScheduler(JobRootScheduler):
                          "on the shared file system) before the step, and synced back every 5 s and after it, by the first node")
         if spec.image_uri and not self.container_image:
             notes.append("image_uri is not used on Slurm: set scheduler_options container_image to run the nodes in an enroot image (pyxis)")
-        if self.processes_per_host is None:
-            notes.append("ranks per node: the GPUs each node finds, else one per CPU Slurm allots the job on it (SLURM_CPUS_ON_NODE; "
-                         "--exclusive gives it all); set scheduler_options processes_per_host to choose")
+        notes += ranks_notes(self.processes_per_host, self.extra_sbatch)
         if self._auto_resume() is not False:
             where = "on HyperPod's nodes (auto_resume: auto)" if self._auto_resume() is None else "(auto_resume: true)"
             notes.append(f"srun --auto-resume=1 {where}: HyperPod replaces a faulty node and restarts the step; the script must load its checkpoint")
@@ -326,6 +331,19 @@ class SlurmScheduler(JobRootScheduler):
     def job_record(self, handle: JobHandle) -> dict[str, Any]:
         """What ``schedule`` wrote to ``job.json``: handle, spec, request, Slurm job id."""
         return self._job(handle)[1]
+
+
+def ranks_notes(processes_per_host: int | str | None, extra_sbatch: Sequence[str]) -> list[str]:
+    """What the dry run says of the ranks per node, which only the nodes can count (runtime/slurm_node.py)."""
+    if processes_per_host is None:
+        return ["ranks per node: the GPUs each node finds, else 1 (as SageMaker's CPU instances and torchrun's default); "
+                "processes_per_host N chooses, 'auto' runs one per CPU Slurm allots the job on a CPU node (torchrun's --nproc-per-node auto)"]
+    if processes_per_host != AUTO_RANKS:
+        return []
+    whole = any(line.split("=")[0] == "--exclusive" for line in extra_sbatch)
+    allotted = ("every core of the node (--exclusive): as many ranks as it has cores, each with its own threads" if whole
+                else "the CPUs Slurm allots the job there (SLURM_CPUS_ON_NODE: --cpus-per-task, or every core with --exclusive)")
+    return [f"ranks per node (processes_per_host auto): the GPUs each node finds, else one per CPU: {allotted}; at most {limits.MAX_PROCESSES_PER_HOST}"]
 
 
 def _placeholders(nodes: int) -> list[str]:

@@ -43,7 +43,7 @@ class BatchPlan:
     handle: str = ""
     code: Mapping[str, Any] = field(default_factory=dict)
     config_files: ConfigFiles = field(default_factory=lambda: ConfigFiles((), ""))
-    processes_per_host: int | None = None  # None: the GPUs each node finds
+    processes_per_host: int | str | None = None  # None: the GPUs each node finds, else 1; AUTO_RANKS: else its CPUs
     inputs: Mapping[str, Any] = field(default_factory=dict)
     artifacts: Artifacts = field(default_factory=lambda: Artifacts(Path(), Path()))
     experiment_config: Mapping[str, str] = field(default_factory=dict)
@@ -104,7 +104,9 @@ def render(plan: BatchPlan) -> str:
         *plan.extra_sbatch,
     ]
     exports = {JOB_DIR_ENV: str(plan.job_dir), "PYTHONPATH": plan.python_path, **plan.environment}
-    step = shlex.join(["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=0", "--open-mode=append", f"--output={job_dir.logs_dir}/%N.log"])
+    # --quiet: srun's own progress lines on a cancel ("Job step aborted", "got SIGCONT", "forcing job termination")
+    # go; its errors (a task's exit code, a node failure) stay.
+    step = shlex.join(["srun", "--quiet", "--ntasks-per-node=1", "--kill-on-bad-exit=0", "--open-mode=append", f"--output={job_dir.logs_dir}/%N.log"])
     if plan.auto_resume:
         step += " --auto-resume=1"
     elif plan.auto_resume is None:
@@ -112,12 +114,13 @@ def render(plan: BatchPlan) -> str:
     container = [f"--container-image={plan.container_image}", f"--container-mounts={plan.job_dir}:{plan.job_dir}"] if plan.container_image else []
     finish = ["srun", "--nodes=1", "--ntasks=1", *container] if plan.container_image else []
     attempts = shlex.quote(str(job_dir.attempts_file))
+    scratch = shlex.quote(str(job_dir.scratch_dir))
     lines = [
         "#!/bin/bash",
         f"# smddp-sdk job {plan.job_name}: one task per node runs the node runtime (docs/slurm.md)",
         *(f"#SBATCH {directive}" for directive in directives),  # sbatch reads these itself, not a shell
         "",
-        *_retry_bound(plan.retry),
+        *_retry_bound(plan.retry, scratch),
         *(f"export {key}={shlex.quote(value)}" for key, value in exports.items()),
         "",
         "# When each attempt (a requeue is one) ran, for the goodput `status` shows (specs.goodput).",
@@ -141,7 +144,7 @@ def render(plan: BatchPlan) -> str:
             '  scontrol requeue "$SLURM_JOB_ID" && exit 0',
             "fi",
         ]
-    lines.append('exit "$code"')
+    lines += [f"rm -rf {scratch}  # the nodes' scratch: kept for a requeue (above), gone once the job ends", 'exit "$code"']
     return "\n".join(lines) + "\n"
 
 
@@ -160,7 +163,7 @@ def _checkpoint_sync(plan: BatchPlan, finish: list[str]) -> list[str]:
     ]
 
 
-def _retry_bound(retry: RetryPolicy) -> list[str]:
+def _retry_bound(retry: RetryPolicy, scratch: str) -> list[str]:
     """Slurm requeues a job whose node failed however often it fails: the policy's bound stops it here."""
     if not retry.max_retry_attempts:
         return []
@@ -168,6 +171,7 @@ def _retry_bound(retry: RetryPolicy) -> list[str]:
     return [
         f'if [ "${{SLURM_RESTART_COUNT:-0}}" -gt {bound} ]; then',
         f'  echo "smddp: requeued ${{SLURM_RESTART_COUNT}} times, more than max_retry_attempts ({bound}): not running again"',
+        f"  rm -rf {scratch}",
         "  exit 1",
         "fi",
         "",
