@@ -97,8 +97,8 @@ def node_environ(environ: Mapping[str, str]) -> dict[str, str]:
     env.setdefault(contract.BIND_OPT_ML_ENV, "1")
     env.setdefault(contract.SCRATCH_ENV, str(scratch))
     env.setdefault(events.ATTEMPT_ENV, str(1 + int(environ.get("SLURM_RESTART_COUNT") or 0)))  # a requeue is the next attempt
-    ranks = node.get("processes_per_host")  # None: the runtime's rule, the GPUs found else 1 (SageMaker's)
-    if ranks == AUTO_RANKS:  # torchrun's --nproc-per-node auto: the GPUs, else a rank per CPU Slurm allotted here
+    ranks = node.get("processes_per_host")
+    if ranks in (None, AUTO_RANKS):  # as torchrun's --nproc-per-node auto: the GPUs, else a rank per CPU Slurm allotted here
         ranks = None if probe_gpu_count() else cpu_ranks(environ)
     if ranks is not None:
         env.setdefault(contract.NUM_GPUS_ENV, str(ranks))

@@ -1,6 +1,6 @@
-"""Ranks per Slurm node (runtime/slurm_node.py, the dry run's note): a CPU node runs one rank, as SageMaker's CPU
-instances and torchrun's default do; ``processes_per_host: auto`` (torchrun's ``--nproc-per-node auto``) runs one
-per CPU Slurm allots the job there, which ``--exclusive`` makes every core; a number is that number. GPUs are
+"""Ranks per Slurm node (runtime/slurm_node.py, the dry run's note): by default, or with ``processes_per_host: auto``
+(torchrun's ``--nproc-per-node auto``), a CPU node runs one rank per CPU Slurm allots the job there, which
+``--exclusive`` makes every core; a number is that number (1 as on a SageMaker CPU instance). GPUs are
 counted by a fake ``nvidia-smi`` on PATH, the process the node runtime asks."""
 
 from __future__ import annotations
@@ -51,13 +51,13 @@ def gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     return with_gpus
 
 
-def test_a_cpu_node_runs_one_rank_by_default_as_on_sagemaker_even_with_every_core(tmp_path: Path, code: Path) -> None:
-    env = node_env(tmp_path, code, cpus="96", extra_sbatch=["--exclusive"])
-    assert contract.NUM_GPUS_ENV not in env and ranks(env) == 1
+def test_a_cpu_node_runs_a_rank_per_allotted_cpu_by_default(tmp_path: Path, code: Path) -> None:
+    assert ranks(node_env(tmp_path, code, cpus="96", extra_sbatch=["--exclusive"])) == 96
 
 
 def test_auto_is_one_rank_per_allotted_cpu_and_a_number_is_that_number(tmp_path: Path, code: Path) -> None:
     assert ranks(node_env(tmp_path / "auto", code, cpus="6", processes_per_host="auto")) == 6
+    assert ranks(node_env(tmp_path / "one", code, cpus="6", processes_per_host=1)) == 1
     assert ranks(node_env(tmp_path / "three", code, cpus="6", processes_per_host=3)) == 3
 
 
@@ -71,8 +71,7 @@ def test_the_dry_run_says_how_many_ranks_a_node_runs(tmp_path: Path, code: Path)
     def notes(**options) -> str:
         dry = get_scheduler("slurm", job_root=str(tmp_path / "jobs"), client=FakeSlurm(), **options).dryrun(spec_for(code))
         return "\n".join(note for note in dry.notes if note.startswith("ranks per node"))
-    assert "else 1 (as SageMaker's CPU instances and torchrun's default)" in notes()
-    assert "'auto' runs one per CPU" in notes()
+    assert "else one per CPU" in notes() and notes() == notes(processes_per_host="auto")
     assert "every core of the node (--exclusive)" in notes(processes_per_host="auto", extra_sbatch=["--exclusive"])
     assert "SLURM_CPUS_ON_NODE" in notes(processes_per_host="auto")
     assert notes(processes_per_host=4) == ""

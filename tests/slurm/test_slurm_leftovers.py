@@ -1,6 +1,6 @@
 """Slurm's leftovers of #38 and #39 on a real cluster (scripts/slurm-cluster.sh): a cancelled job's logs carry
-none of Slurm's exit-code lines; a CPU node runs one rank unless processes_per_host says otherwise, even with
-``--exclusive``; and a job that Slurm requeues mid-training recovers without a checkpoint: the stopped ranks
+none of Slurm's exit-code lines; a whole CPU node (``--exclusive``) runs a rank per core unless processes_per_host
+says otherwise; and a job that Slurm requeues mid-training recovers without a checkpoint: the stopped ranks
 keep their last completed step in the nodes' scratch in the shared job directory, the requeued job's ranks
 restore it from a peer, and the parameters end bitwise equal to a straight run's."""
 
@@ -44,8 +44,8 @@ def test_a_cancelled_jobs_logs_carry_no_exit_code_from_slurm(tmp_path: Path) -> 
     assert any(text.startswith("cancelled at ") for text in logged), logged
 
 
-def test_a_whole_cpu_node_runs_one_rank_unless_processes_per_host_says_auto(tmp_path: Path) -> None:
-    for options, name in (({}, "one"), ({"processes_per_host": "auto"}, "auto")):
+def test_a_whole_cpu_node_runs_a_rank_per_core_unless_processes_per_host_says_one(tmp_path: Path) -> None:
+    for options, name in (({"processes_per_host": 1}, "one"), ({}, "auto")):
         scheduler = slurm(tmp_path, extra_sbatch=["--exclusive"], **options)
         status = scheduler.wait(scheduler.submit(spec_for(tmp_path, PLANNED, 1, f"whole-{name}")), poll=0.5, timeout=JOB_TIMEOUT)
         assert status.state is JobState.SUCCEEDED, status

@@ -104,8 +104,8 @@ class SlurmScheduler(JobRootScheduler):
             check=_auto_resume_setting,
         ),
         Option("processes_per_host", "int or 'auto'", None,
-               "ranks per node: N; 'auto' as torchrun's --nproc-per-node auto on each node (its GPUs, else one per CPU Slurm allots the job "
-               "there); default: the GPUs each node finds, else 1, as SageMaker's CPU instances and torchrun's default",
+               "ranks per node: N, or 'auto' (the default) as torchrun's --nproc-per-node auto on each node: its GPUs, else one per CPU "
+               "Slurm allots the job there",
                check=_ranks_per_node),
         Option("python", "str", None, "the Python on the nodes that has smddp-sdk (default: this one, the usual case with a shared file system; python3 with container_image)", check=_named),
         Option("client", "object", None, "the SlurmClient that runs sbatch, scontrol, sacct and scancel (tests give a fake)", code_only=True,
@@ -156,7 +156,7 @@ class SlurmScheduler(JobRootScheduler):
             handle=str(JobHandle(self.name, job_name)),
             code={"source": spec.source_dir or spec.entry_point, "dependencies": list(spec.dependencies), "snapshot": str(job_dir.code_dir)},
             config_files=ConfigFiles.of(spec, job_name=job_name, hosts=_placeholders(spec.instance_count), submit_directory=f"file://{job_dir.code_dir}"),
-            processes_per_host=self.processes_per_host,  # None: each node's GPUs, else 1; auto: else its CPUs (runtime/slurm_node.py)
+            processes_per_host=self.processes_per_host,  # None or auto: each node's GPUs, else its CPUs (runtime/slurm_node.py)
             inputs={name: {"source": str(ch.local_path) if ch.local_path is not None else ch.s3_data, "distribution": ch.distribution} for name, ch in spec.inputs.items()},
             artifacts=Artifacts.of(spec, self.job_root, job_name),
             checkpoint_s3_uri=spec.checkpoint_s3_uri,
@@ -335,15 +335,13 @@ class SlurmScheduler(JobRootScheduler):
 
 def ranks_notes(processes_per_host: int | str | None, extra_sbatch: Sequence[str]) -> list[str]:
     """What the dry run says of the ranks per node, which only the nodes can count (runtime/slurm_node.py)."""
-    if processes_per_host is None:
-        return ["ranks per node: the GPUs each node finds, else 1 (as SageMaker's CPU instances and torchrun's default); "
-                "processes_per_host N chooses, 'auto' runs one per CPU Slurm allots the job on a CPU node (torchrun's --nproc-per-node auto)"]
-    if processes_per_host != AUTO_RANKS:
+    if processes_per_host not in (None, AUTO_RANKS):
         return []
     whole = any(line.split("=")[0] == "--exclusive" for line in extra_sbatch)
     allotted = ("every core of the node (--exclusive): as many ranks as it has cores, each with its own threads" if whole
                 else "the CPUs Slurm allots the job there (SLURM_CPUS_ON_NODE: --cpus-per-task, or every core with --exclusive)")
-    return [f"ranks per node (processes_per_host auto): the GPUs each node finds, else one per CPU: {allotted}; at most {limits.MAX_PROCESSES_PER_HOST}"]
+    return [f"ranks per node (processes_per_host auto, torchrun's --nproc-per-node auto): the GPUs each node finds, else one per CPU: "
+            f"{allotted}; at most {limits.MAX_PROCESSES_PER_HOST}; processes_per_host N chooses (1 as on a SageMaker CPU instance)"]
 
 
 def _placeholders(nodes: int) -> list[str]:

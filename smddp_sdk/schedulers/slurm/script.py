@@ -43,7 +43,7 @@ class BatchPlan:
     handle: str = ""
     code: Mapping[str, Any] = field(default_factory=dict)
     config_files: ConfigFiles = field(default_factory=lambda: ConfigFiles((), ""))
-    processes_per_host: int | str | None = None  # None: the GPUs each node finds, else 1; AUTO_RANKS: else its CPUs
+    processes_per_host: int | str | None = None  # None or AUTO_RANKS: the GPUs each node finds, else its allotted CPUs
     inputs: Mapping[str, Any] = field(default_factory=dict)
     artifacts: Artifacts = field(default_factory=lambda: Artifacts(Path(), Path()))
     experiment_config: Mapping[str, str] = field(default_factory=dict)
