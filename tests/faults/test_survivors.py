@@ -130,6 +130,8 @@ def test_the_survivors_stay_up_and_the_replaced_host_rejoins_bitwise_equal_to_a_
     assert [(e["host"], e["generation"]) for e in events.read(job_dir / events.FILE_NAME) if e["event"] == events.PEER_LOST] == [("algo-2", 1)]
     assert "algo-2 was lost" in message and "replacing it alone" in message and events.RESTART not in {e["event"] for e in events.read(job_dir / events.FILE_NAME)}
     assert len(host_events(job_dir, "algo-2", events.RANKS_STARTED)) == 2
+    if what == "rank":  # its runtime wrote why it failed: set aside, not the replacement's
+        assert (job_dir / "replaced-1" / "algo-2" / "failures.json").is_file() and not (job_dir / "algo-2" / "output" / "failures.json").exists()
     restored = [e for host in ("algo-1", "algo-2") for e in host_events(job_dir, host, events.STATE_RESTORED)]
     assert sorted(e["rank"] for e in restored) == [0, 1, 2, 3] and len({e["step"] for e in restored}) == 1, restored
     resumed = restored[0]["step"]

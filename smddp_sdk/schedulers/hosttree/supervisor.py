@@ -339,6 +339,16 @@ class Supervisor:
             if when is not None and self.timeline.mark(event, when):
                 self.save()
 
+    def set_aside_failures(self, host: str) -> None:
+        """What the lost host's runtime and ranks wrote of their failure moves to ``replaced-<generation>/<host>/``:
+        kept as evidence, never read as the replacement's (the job's verdict reads the host's tree)."""
+        opt_ml = OptMl(self.job_dir.host_dir(host))
+        kept = self.job_dir.path / f"replaced-{self.generation}" / host
+        for path in (opt_ml.output_dir / "failure", opt_ml.failures_file, opt_ml.errors_dir):
+            if path.exists() and not path.is_symlink():
+                kept.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(path), str(kept / path.name))
+
     def mark_replacements(self) -> None:
         """A host replaced alone: when its group re-formed (the last rank's ``group_reformed`` of that
         generation) and its new ranks trained again (their first ``first_step``), from the hosts' event files."""
@@ -473,6 +483,7 @@ class Supervisor:
         self.state.setdefault("replacements", []).append(
             {"attempt": self.timeline.attempt, "host": host, "generation": self.generation, "fault": ended.ended, "detected": time.time()})
         self.say(f"{host} was lost ({how}); replacing it alone while the other hosts train on (group generation {self.generation})")
+        self.set_aside_failures(host)
         self.backend.forget(host)
         info = self.backend.start(host, {**self.host_env, contract.GROUP_GENERATION_ENV: str(self.generation)}, self.copy_output)
         self.state["hosts"][host] = {**info, "state": JobState.RUNNING.value, "exit_code": None, "replaced": self.generation}
