@@ -171,7 +171,7 @@ class Recoverable:
     def step(self, step: int) -> Iterator[None]:
         """One step: ``step_done(step)`` at its end. A lost peer (``is_peer_loss``) in a job that survives
         one ends it quietly for ``steps`` to recover; another error keeps the state (as ``with state:``) and
-        goes on."""
+        is raised."""
         try:
             yield
         except Exception as error:
