@@ -204,11 +204,18 @@ def run_checkpointless(workdir: Path, kind: str | None, steps: int = 60) -> Run:
     if kind is None:
         return _finish(scheduler, handle, ())
     done = re.compile(r"rank 0: step (\d+) done")
-    _wait(lambda: any(int(step) >= 20 for step in done.findall((job_dir / "console.log").read_text(errors="replace"))), "step 20", poll=0.05)
+    _wait(lambda: any(int(step) >= 20 for step in done.findall(_log_text(job_dir))), "step 20", poll=0.05)
     killed = time.time()
     _kill_runtime(_state(job_dir)["hosts"]["algo-2"])
     _wait(lambda: _stepped_since(job_dir, killed) is not None, "a step done after the fault", poll=0.05)
     return _finish(scheduler, handle, (_stepped_since(job_dir, killed) - killed,))
+
+
+def _log_text(job_dir: Path) -> str:
+    try:
+        return (job_dir / "console.log").read_text(errors="replace")
+    except FileNotFoundError:  # not written yet
+        return ""
 
 
 def _stepped_since(job_dir: Path, since: float) -> float | None:
