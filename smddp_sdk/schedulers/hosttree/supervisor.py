@@ -485,7 +485,12 @@ class Supervisor:
         self.say(f"{host} was lost ({how}); replacing it alone while the other hosts train on (group generation {self.generation})")
         self.set_aside_failures(host)
         self.backend.forget(host)
-        info = self.backend.start(host, {**self.host_env, contract.GROUP_GENERATION_ENV: str(self.generation)}, self.copy_output)
+        try:
+            info = self.backend.start(host, {**self.host_env, contract.GROUP_GENERATION_ENV: str(self.generation)}, self.copy_output)
+        except Exception as exc:  # noqa: BLE001 - the host cannot start again: the whole restart, with the reason
+            self.say(f"{host} could not be started again ({exc}); every host restarts")
+            self.restart_every_host = True
+            return False
         self.state["hosts"][host] = {**info, "state": JobState.RUNNING.value, "exit_code": None, "replaced": self.generation}
         if self.retries_left > 0:
             self.backend.start_standbys()  # the next one's
