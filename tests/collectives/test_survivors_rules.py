@@ -41,6 +41,9 @@ def test_a_lost_host_is_replaced_alone_unless_it_served_the_store_another_failed
     assert why_not_replace("algo-1", HOSTS, failed=[], retries_left=1) == "algo-1 served the rendezvous store and the coordinator"
     assert why_not_replace("algo-2", HOSTS, failed=["algo-3"], retries_left=1) == "algo-3 failed too"
     assert why_not_replace("algo-3", HOSTS, failed=[], retries_left=0) == "no retry is left (max_retry_attempts)"
+    assert why_not_replace("algo-1", HOSTS, failed=[], retries_left=1, rejoining=["algo-2"]) == (
+        "algo-1 failed while algo-2 rejoined (its ranks did not re-form the group: see their error)")  # a survivor, not a loss
+    assert why_not_replace("algo-2", HOSTS, failed=[], retries_left=1, rejoining=["algo-2"]) == ""  # its replacement lost again
 
 
 def test_a_replaced_rank_joins_the_generation_the_supervisor_names() -> None:

@@ -470,7 +470,9 @@ class Supervisor:
         if not wanted or self.stop_reason is not None or host in self.stopped_by_us:
             return False
         failed = [name for name, other in self.exits.items() if other.code != 0]
-        why = survivors.why_not_replace(host, self.hosts, failed=failed, retries_left=self.retries_left)
+        self.mark_replacements()
+        rejoining = [item["host"] for item in self.state.get("replacements", []) if item["attempt"] == self.timeline.attempt and "training" not in item]
+        why = survivors.why_not_replace(host, self.hosts, failed=failed, retries_left=self.retries_left, rejoining=rejoining)
         how = f"exited with code {ended.code}" + (f" ({ended.signal})" if ended.signal else "")
         if why:
             self.say(f"{host} was lost ({how}); every host restarts: {why}")
