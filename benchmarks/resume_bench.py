@@ -16,6 +16,15 @@ starting the runtimes, importing torch and joining the process group. Reported: 
 repeats (the machine is shared, so single runs are noisy; give ``uptime`` with the figures).
 
 ``run_interrupted`` and ``run_straight`` are also the proof in ``tests/faults/test_resume.py``.
+
+    python benchmarks/resume_bench.py --survivors --repeats 3
+
+Recovery without a checkpoint instead: ``examples/checkpointless`` (2 hosts x 2 ranks, smddp's DDP, 60 steps
+of 0.1 s pause), algo-2's runtime SIGKILLed once rank 0 has done step 20, in three ways per repeat: the
+survivors stay up (``survive_host_loss`` and ``warm_restart``: algo-2 replaced alone, the group re-formed),
+a warm restart of every host and a cold one (the survivors' snapshots restored from a peer). Measured: from
+the fault until a step completes again (the earliest ``first_step`` after it in the hosts' ``events.jsonl``);
+every run ends bitwise equal to a straight run.
 """
 
 from __future__ import annotations
@@ -47,6 +56,8 @@ from smddp_sdk.specs.job import JobSpec  # noqa: E402
 from smddp_sdk.specs.status import JobHandle, JobState, JobStatus  # noqa: E402
 
 SCRIPTS = ROOT / "tests" / "faults" / "scripts"
+CHECKPOINTLESS = ROOT / "examples" / "checkpointless"
+SURVIVOR_KINDS = ("survivors", "warm", "cold")
 TIMEOUT = 300.0
 RESUMED = re.compile(r"rank 0: starting at epoch (\d+) from epoch-\d+\.pt")
 
@@ -171,11 +182,81 @@ def same_params(one: Run, other: Run) -> bool:
     return mine.keys() == theirs.keys() and all(mine[name].numpy().tobytes() == theirs[name].numpy().tobytes() for name in mine)
 
 
+def run_checkpointless(workdir: Path, kind: str | None, steps: int = 60) -> Run:
+    """The checkpointless example; with ``kind`` (one of SURVIVOR_KINDS), algo-2's runtime SIGKILLed after step 20."""
+    scheduler = LocalScheduler(job_root=workdir / "jobs", processes_per_host=2, stop_grace_period=3,
+                               warm_restart=kind in ("survivors", "warm"), survive_host_loss=kind == "survivors")
+    spec = JobSpec.from_mapping(
+        {
+            "entry_point": "train.py",
+            "source_dir": str(CHECKPOINTLESS),
+            "instance_type": "local",
+            "instance_count": 2,
+            "distribution": {"smdistributed": {"dataparallel": {"enabled": True}}},
+            "job_name": f"checkpointless-{kind or 'straight'}",
+            "max_retry_attempts": 1,
+            "max_run": 600,
+            "hyperparameters": {"steps": steps, "pause": 0.1, "ddp": "smddp"},
+        }
+    )
+    handle = scheduler.submit(spec)
+    job_dir = scheduler.job_root / handle.job_id
+    if kind is None:
+        return _finish(scheduler, handle, ())
+    done = re.compile(r"rank 0: step (\d+) done")
+    _wait(lambda: any(int(step) >= 20 for step in done.findall(_log_text(job_dir))), "step 20", poll=0.05)
+    killed = time.time()
+    _kill_runtime(_state(job_dir)["hosts"]["algo-2"])
+    _wait(lambda: _stepped_since(job_dir, killed) is not None, "a step done after the fault", poll=0.05)
+    return _finish(scheduler, handle, (_stepped_since(job_dir, killed) - killed,))
+
+
+def _log_text(job_dir: Path) -> str:
+    try:
+        return (job_dir / "console.log").read_text(errors="replace")
+    except FileNotFoundError:  # not written yet
+        return ""
+
+
+def _stepped_since(job_dir: Path, since: float) -> float | None:
+    """The earliest ``first_step`` any rank recorded after ``since`` (this attempt's hosts' events)."""
+    times = [e["time"] for path in job_dir.glob("*/output/" + events.FILE_NAME) for e in events.read(path) if e["event"] == events.FIRST_STEP and e["time"] > since]
+    return min(times, default=None)
+
+
+def survivors_main(repeats: int) -> int:
+    loads = []
+    with tempfile.TemporaryDirectory() as tmp:
+        straight = run_checkpointless(Path(tmp), None)
+    if straight.status.state is not JobState.SUCCEEDED:
+        print(f"the straight run ended {straight.status.state.value}: {straight.status.message}", file=sys.stderr)
+        return 1
+    results: dict[str, list[float]] = {kind: [] for kind in SURVIVOR_KINDS}
+    for repeat in range(repeats):
+        for kind in SURVIVOR_KINDS:
+            with tempfile.TemporaryDirectory() as tmp:
+                run = run_checkpointless(Path(tmp), kind)
+            loads.append(os.getloadavg()[0])
+            if run.status.state is not JobState.SUCCEEDED or not same_params(run, straight):
+                problem = run.status.message if run.status.state is not JobState.SUCCEEDED else "its parameters differ from the straight run's"
+                print(f"repeat {repeat} ({kind}): the job ended {run.status.state.value}: {problem}", file=sys.stderr)
+                return 1
+            results[kind].append(run.seconds_to_training[0])
+            print(f"repeat {repeat} ({kind}): runtime SIGKILL -> a step done again {run.seconds_to_training[0]:.2f} s (equal to the straight run)", flush=True)
+    for kind, values in results.items():
+        print(f"{kind}: runtime SIGKILL -> a step done again: median {statistics.median(values):.2f} s, max {max(values):.2f} s ({len(values)} runs)")
+    print(f"load: median {statistics.median(loads):.1f}, max {max(loads):.1f} (1-minute average at the end of each run)")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--ranks", type=int, default=2, help="ranks per host (2 hosts)")
+    parser.add_argument("--survivors", action="store_true", help="recovery without a checkpoint: survivors staying up vs warm vs cold restart")
     args = parser.parse_args()
+    if args.survivors:
+        return survivors_main(args.repeats)
     loads = []
     with tempfile.TemporaryDirectory() as tmp:
         straight = run_straight(Path(tmp), scheduler=local_scheduler(Path(tmp), args.ranks))

@@ -1,8 +1,9 @@
 """Data-parallel training that recovers without a checkpoint (docs/resuming.md, "Recovery without a checkpoint").
 
 It writes no checkpoint. When a host is lost, the surviving ranks keep the state of their last completed
-step on their host; the retried job's ranks take it from them (``restore()``) and go on from the next step,
-so the run ends with the same parameters, bit for bit, as one that ran straight through. Each rank's batch
+step on their host; the retried job's ranks take it from them (``restore()``) and go on from the next step.
+With the local option ``survive_host_loss`` the survivors do not even stop: the lost host is replaced alone,
+the group re-forms and the interrupted step runs again (``steps()``/``step()``). Either way the run ends with the same parameters, bit for bit, as one that ran straight through. Each rank's batch
 depends only on the step and the rank. Rank 0 prints every step it completes and saves the final
 parameters as ``model/params.pt``.
 """
@@ -36,18 +37,17 @@ def main() -> None:
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=10, gamma=0.5)
 
     state = Recoverable(model, optimizer, extra={"scheduler": scheduler})
-    with state:  # a lost peer or a stop keeps the last completed step on this host
-        for step in range(state.restore(), args.steps):  # 0, or the step after the one a peer kept
+    for step in state.steps(args.steps):  # from restore(): 0, or the step after the one a peer kept
+        with state.step(step):  # its end is step_done; a lost peer ends it early, and steps() gives it again
             x = torch.randn(8, 16, generator=torch.Generator().manual_seed(step * 1000 + rank))
             loss = (model(x) - x.sum(dim=1, keepdim=True)).pow(2).mean()
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
             scheduler.step()
-            state.step_done(step)
             if rank == 0:
                 print(f"rank 0: step {step} done, loss {loss.item():.6f}", flush=True)
-            time.sleep(args.pause)
+        time.sleep(args.pause)
 
     if rank == 0:
         torch.save(net.state_dict(), Path(os.environ["SM_MODEL_DIR"]) / "params.pt")

@@ -74,7 +74,8 @@ def status(ctx: click.Context, job: str, options: list[tuple[str, str]], as_json
     model_data, output_data, archive_skipped, submitted, started, ended (seconds since the epoch), duration,
     attempt, attempts, retries_left (local and docker jobs), interruptions, transitions, training_seconds,
     billable_seconds, goodput (wall, productive and ratio; per attempt trained, redone and productive seconds;
-    per recovery its phases detect, stop, restart, cold_start and restore, its total and the work redone), scheduler_job_id (Slurm's job id, SageMaker's ARN), job_dir, logs, undescribed, and
+    per recovery its phases detect, stop, restart, cold_start and restore, its total and the work redone; per host replaced alone
+    its marks fault, detected, reformed and training), scheduler_job_id (Slurm's job id, SageMaker's ARN), job_dir, logs, undescribed, and
     details: what only that scheduler reports (Slurm's slurm_state and nodes; SageMaker's TrainingJobStatus
     and SecondaryStatus)."""
     handle, scheduler, _ = job_target(job, options)

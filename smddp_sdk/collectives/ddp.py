@@ -456,16 +456,35 @@ class DistributedDataParallel(torch.nn.Module):
         self._sync = True
         self._callback_queued = False
         self._launched = 0  # buckets launched this backward, always in index order (the same on every rank)
-        with torch.no_grad():
-            for tensor in tensors:
-                dist.broadcast(tensor, src=self._source, group=self.process_group)
         params = [p for p in module.parameters() if p.requires_grad]
         cap_bytes = int((bucket_cap_mb or DEFAULT_BUCKET_CAP_MB) * (1 << 20))
         self._buckets = _plan_buckets(params, cap_bytes, FIRST_BUCKET_BYTES if bucket_cap_mb is None else cap_bytes)
         self._place = {p: (b, i) for b in self._buckets for i, p in enumerate(b.params)}
-        self._allocate()
+        self._join(keep=False)
         for param in params:
             param.register_post_accumulate_grad_hook(self._gradient_ready)
+
+    def _join(self, *, keep: bool) -> None:
+        """The construction's collectives: parameters and buffers from rank 0 (``keep``: received into
+        copies, this rank's own left as they are), then the fusion buffers."""
+        with torch.no_grad():
+            for tensor in [*self.module.parameters(), *self.module.buffers()]:
+                into = tensor.clone() if keep and dist.get_rank() != self._source else tensor
+                dist.broadcast(into, src=self._source, group=self.process_group)
+        self._allocate()
+
+    def rejoin(self) -> None:
+        """After the group re-formed in place (``SmddpProcessGroup.reform``): the collectives a replaced
+        rank's new wrapper runs at construction, matched here without changing this rank's parameters,
+        and fusion buffers in the new arena. A backward cut short leaves nothing behind: every gradient is
+        dropped (the old buffers are gone)."""
+        self._callback_queued, self._launched = False, 0
+        for bucket in self._buckets:
+            bucket.staged.clear()
+            bucket.own_sources, bucket.work = [], None
+            for param in bucket.params:
+                param.grad = None
+        self._join(keep=True)
 
     def forward(self, *inputs, **kwargs):
         if self.broadcast_buffers and self.training and self._world > 1:

@@ -20,11 +20,12 @@ import atexit
 import ctypes
 import functools
 import math
+import os
 import queue
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -43,6 +44,7 @@ from smddp_sdk.collectives.reduce import RedOpType, check_supported, red_op_type
 from smddp_sdk.collectives.shm import CHECK_EVERY_S
 from smddp_sdk.collectives.store_values import KEY_PREFIX
 from smddp_sdk.collectives.topology import build
+from smddp_sdk.specs.contract import GROUP_GENERATION_ENV
 
 BACKEND_NAME = "smddp"
 
@@ -156,8 +158,8 @@ class SmddpProcessGroup:
         self._timeout = timeout
         self._group_name = ""
         self._group_desc = ""
-        topo, local, mesh = build(store, rank, size, timeout)
-        self._comm = Communicator(topo, local, mesh, timeout.total_seconds())
+        self._generation = group_generation()  # > 0 in the ranks of a replaced host: they join a re-formed group
+        self._comm = self._connect()
         self._exec = threading.Lock()  # one collective at a time, in call order
         self._core_waits_for_check = False
         self._core_attached = False
@@ -184,6 +186,33 @@ class SmddpProcessGroup:
 
     def getGroupDesc(self) -> str:  # noqa: N802
         return self._group_desc
+
+    def _connect(self) -> Communicator:
+        """Rendezvous for this generation (each under a store prefix of its own): arena and mesh."""
+        store = self._store if self._generation == 0 else dist.PrefixStore(f"smddp-generation-{self._generation}/", self._store)
+        topo, local, mesh = build(store, self.rank(), self.size(), self._timeout)
+        return Communicator(topo, local, mesh, self._timeout.total_seconds())
+
+    def reform(self) -> int:
+        """Re-form the group in place after a peer was lost (collective with the replaced ranks, which
+        start in the next generation): the old arena and mesh go, a new rendezvous makes new ones, and
+        this object -- the one torch and DDP hold -- carries on. Returns the new generation."""
+        if hasattr(self, "_core_mode"):
+            self._core_mode(0)  # nothing runs on the old transports meanwhile
+        self._stop_worker(timeout=5)
+        if self._p2p is not None:
+            self._p2p.close()
+            self._p2p = None
+        self._comm.close()
+        self._generation += 1
+        self._comm = self._connect()
+        self._core_attached = False
+        self._attach_core()
+        return self._generation
+
+    @property
+    def generation(self) -> int:
+        return self._generation
 
     @property
     def topology(self):  # for tests and diagnostics
@@ -772,6 +801,14 @@ class SmddpProcessGroup:
     @cuda_goes_to_nccl
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int) -> dist.Work:
         return self._point_to_point("recv", tensors, ANY_SOURCE).recv(tensors[0], ANY_SOURCE, tag)
+
+
+def group_generation(environ: Mapping[str, str] | None = None) -> int:
+    """Which re-formation of the job's group a new rank joins (GROUP_GENERATION_ENV; 0: the first)."""
+    raw = (os.environ if environ is None else environ).get(GROUP_GENERATION_ENV, "0")
+    if not raw.isdigit():
+        raise CollectiveError(f"{GROUP_GENERATION_ENV}={raw!r} must be a number (the supervisor sets it for a replaced host)")
+    return int(raw)
 
 
 def smddp_backend(group: dist.ProcessGroup | None) -> SmddpProcessGroup | None:

@@ -22,6 +22,20 @@ others through the process group, every rank loads it and the snapshots are dele
 random generators' states of its own snapshot when its host kept one of that step, else the sender's
 (the same when ranks seed alike; seed data by step and rank otherwise, as the example does).
 
+Survivors stay up (a local job with ``survive_host_loss``): the loop is driven by ``steps`` and each
+step runs in ``step``, whose exit absorbs a lost peer instead of raising it:
+
+    state = Recoverable(model, optimizer, extra={"scheduler": scheduler})
+    for step in state.steps(total):   # restore(), then each step; after a lost peer, the interrupted one again
+        with state.step(step):        # its end is step_done(step); a lost peer ends it early, without an error
+            ...
+
+The supervisor replaces the lost host alone; here the smddp group re-forms in place (``reform``: the same
+torch ProcessGroup object, a new rendezvous generation that the replaced ranks join), smddp's DDP runs
+the collectives of its construction again (``rejoin``), and every rank takes the newest whole state, the
+survivors' in memory, as ``restore()`` takes it from snapshots: the same collectives the replaced ranks'
+``restore()`` runs. Then the interrupted step runs again, from the state of the one before it.
+
 Snapshots live in the job's scratch directory (``SMDDP_SCRATCH_DIR``), under ``snapshots/<host>/``, mode
 0600. The local scheduler gives its hosts one and removes it when the job ends; the Slurm scheduler gives
 each node ``scratch/<node index>`` in the shared job directory (0700), since a requeue runs the job again in
@@ -38,7 +52,9 @@ import random
 import signal
 import stat
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -47,10 +63,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from smddp_sdk.collectives.errors import CollectiveError
 from smddp_sdk.specs import events
-from smddp_sdk.specs.contract import SCRATCH_ENV, SNAPSHOTS
+from smddp_sdk.specs.contract import SCRATCH_ENV, SNAPSHOTS, SURVIVORS_ENV
 
-__all__ = ["Recoverable", "choose_source", "snapshot_dir"]
+__all__ = ["Recoverable", "choose_source", "is_peer_loss", "snapshot_dir"]
 
 SUFFIX = ".snapshot"
 
@@ -71,6 +88,23 @@ def choose_source(steps: Sequence[int | None]) -> int | None:
     return None if best is None else steps.index(best)
 
 
+def is_peer_loss(error: BaseException | None) -> bool:
+    """Whether an error (or one it was raised from) is a collective's failure: a peer lost, or the group
+    broken by it. Re-forming the group is the cure for these and no other error."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, CollectiveError):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def survivors_enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """The job runs with ``survive_host_loss``: a lost host is replaced alone (SURVIVORS_ENV)."""
+    return (os.environ if environ is None else environ).get(SURVIVORS_ENV) == "1"
+
+
 def snapshot_dir(environ: Mapping[str, str] | None = None) -> Path | None:
     """This host's snapshot folder in the job's scratch directory; None where the scheduler gives none."""
     environ = os.environ if environ is None else environ
@@ -88,6 +122,8 @@ class Recoverable:
         self._boundary: dict[str, Any] = {}
         self._buffer_keys = {name for name, _ in model.named_buffers()}
         self._in_step = self._stepped = self._saving = self._stop_wanted = self._stepped_once = False
+        self._lost: BaseException | None = None  # the peer loss that ended the current step (``step``)
+        self._reformed_at: int | None = None  # the steps done at the last re-formation: one per step at most
         optimizer.register_step_pre_hook(self._step_starts)
         optimizer.register_step_post_hook(self._step_ends)
         if self.folder is not None:
@@ -116,6 +152,70 @@ class Recoverable:
     def _step_ends(self, *_: Any) -> None:
         self._in_step, self._stepped = False, True
 
+    # --- survivors stay up (a loop of ``steps`` and ``step``) ---------------------------------------
+
+    def steps(self, total: int) -> Iterator[int]:
+        """The steps to run, from ``restore()`` up to ``total``; after a step ended by a lost peer, the
+        group re-forms, every rank takes the newest whole state, and that step comes again."""
+        step = self.restore()
+        while step < total:
+            yield step
+            if self._lost is None:
+                step += 1
+                continue
+            try:
+                step = self._recover()
+            except BaseException:
+                self.save("after the group could not re-form")  # the whole restart that follows takes it
+                raise
+
+    @contextmanager
+    def step(self, step: int) -> Iterator[None]:
+        """One step: ``step_done(step)`` at its end. A lost peer (``is_peer_loss``) in a job that survives
+        one ends it quietly for ``steps`` to recover; another error keeps the state (as ``with state:``) and
+        is raised."""
+        try:
+            yield
+        except Exception as error:
+            if survivors_enabled() and is_peer_loss(error) and self._reformed_at != self.done:
+                self._lost = error
+                print(f"rank {dist.get_rank()}: step {step} ended by a lost peer ({error}); re-forming the group", file=sys.stderr, flush=True)
+                return
+            self.save(f"after {type(error).__name__}")
+            raise
+        self.step_done(step)
+
+    def _recover(self) -> int:
+        """Re-form the group with the replaced ranks, then take the newest whole state: the first step to run."""
+        from smddp_sdk.collectives.ddp import DistributedDataParallel
+        from smddp_sdk.collectives.process_group import smddp_backend
+
+        error, self._lost = self._lost, None
+        lost = sorted({str(peer) for peer in getattr(error, "lost", ())})
+        events.record_from_rank(events.PEER_LOST, lost=lost, done=self.done or 0)
+        backend = smddp_backend(None)
+        if backend is None:
+            raise RuntimeError("a lost peer can be survived on the smddp backend only (dist.init_process_group('smddp'))") from error
+        if isinstance(self.model, torch.nn.parallel.DistributedDataParallel):
+            raise RuntimeError("torch's DistributedDataParallel cannot go on after a lost peer: its reducer keeps the failed "
+                               "backward's state and its construction's collectives cannot be matched; use smddp_sdk.collectives.ddp."
+                               "DistributedDataParallel") from error
+        started = time.monotonic()
+        generation = backend.reform()
+        if isinstance(self.model, DistributedDataParallel):
+            self.model.rejoin()
+        events.record_from_rank(events.GROUP_REFORMED, generation=generation, pid=os.getpid(), seconds=round(time.monotonic() - started, 3))
+        self._reformed_at = self.done
+        whole = self._whole_state()
+        done = self._take_newest(whole["step"] if whole else 0, lambda: whole, self._own_rng)
+        if done == 0 and self.done:
+            raise RuntimeError(f"no rank kept a whole state after the lost peer (this rank had {self.done} steps done)") from error
+        print(f"rank {dist.get_rank()}: the group re-formed (generation {generation}); going on from step {done}", flush=True)
+        return done
+
+    def _own_rng(self, step: int) -> Mapping[str, Any] | None:
+        return self._boundary.get("rng") if self.done == step else None
+
     # --- when the loop is stopped ------------------------------------------------------------------
 
     def __enter__(self) -> Recoverable:
@@ -142,12 +242,13 @@ class Recoverable:
     def save(self, why: str = "") -> Path | None:
         """Write the state as of the last completed step to this host's snapshot (None: nothing whole to write)."""
         path = self._own_path()
-        if path is None or self.done is None or self._in_step or self._stepped:
+        if path is None:
             return None
         self._saving = True
         try:
-            model = {**self.model.state_dict(), **self._boundary["buffers"]}
-            state = {"step": self.done, "model": model, "optimizer": self.optimizer.state_dict(), "extra": self._boundary["extra"], "rng": self._boundary["rng"]}
+            state = self._whole_state()
+            if state is None:
+                return None
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # one file per rank, replaced by each save
             partial = path.with_name(path.name + ".partial")
             with open(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600), "wb") as out:
@@ -158,30 +259,48 @@ class Recoverable:
         finally:
             self._saving = False
 
+    def _whole_state(self) -> dict[str, Any] | None:
+        """The state as of the last completed step, or None when there is none (no step done, or the
+        parameters have moved on since: inside ``optimizer.step()`` or after it, before ``step_done``)."""
+        if self.done is None or self._in_step or self._stepped:
+            return None
+        model = {**self.model.state_dict(), **self._boundary["buffers"]}
+        return {"step": self.done, "model": model, "optimizer": self.optimizer.state_dict(), "extra": self._boundary["extra"], "rng": self._boundary["rng"]}
+
     # --- on the next attempt -----------------------------------------------------------------------
 
     def restore(self) -> int:
         """Load the newest snapshot any rank's host kept (sent by a peer); the steps done, 0 when none."""
-        own, rank = self._newest_own(), dist.get_rank()
+        own = self._newest_own()
+        return self._take_newest(own[0] if own else 0, lambda: torch.load(own[1], weights_only=False), self._own_snapshot_rng)
+
+    def _own_snapshot_rng(self, step: int) -> Mapping[str, Any] | None:
+        mine = self._own_snapshot(step)
+        return mine["rng"] if mine else None
+
+    def _take_newest(self, own_step: int, own_state: Any, own_rng: Any) -> int:
+        """Every rank tells its step (one small all-reduce); the lowest rank with the newest sends its
+        state (``own_state()``) to all; each loads it, with its own random generators (``own_rng(step)``)
+        where it has them for that step, else the sender's. Returns the steps done, 0 when no rank has any."""
+        rank = dist.get_rank()
         steps = torch.zeros(dist.get_world_size(), dtype=torch.int64)  # every rank's step, by a sum: one small collective
-        steps[rank] = own[0] if own else 0
+        steps[rank] = own_step
         dist.all_reduce(steps)
         source = choose_source(steps.tolist())
         if source is None:
             return 0
-        state = torch.load(own[1], weights_only=False) if rank == source else None
-        received = _broadcast_state(state, source)
-        mine = self._own_snapshot(received["step"]) if rank != source else received
+        received = _broadcast_state(own_state() if rank == source else None, source)
+        rng = (own_rng(received["step"]) if rank != source else None) or received["rng"]
         self.model.load_state_dict(received["model"])
         self.optimizer.load_state_dict(received["optimizer"])
         for name, item in self.extra.items():
             item.load_state_dict(received["extra"][name])
-        _set_rng_states((mine or received)["rng"])
-        self._boundary, self._stepped = self._capture(), False
+        _set_rng_states(rng)
+        self._boundary, self._stepped, self._in_step = self._capture(), False, False
         self.done = received["step"]  # from here a stop keeps the restored state: the old snapshot can go
         self._delete_own()
         events.record_from_rank(events.STATE_RESTORED, source="peer", step=self.done)
-        print(f"rank {rank}: restored step {self.done} from rank {source}'s snapshot", flush=True)
+        print(f"rank {rank}: restored step {self.done} from rank {source}", flush=True)
         return self.done
 
     def _newest_own(self) -> tuple[int, Path] | None:

@@ -18,6 +18,11 @@ clients give up connecting after ``connect_timeout`` (and carry on alone), a hos
 by then counts as failed, the coordinator decides the verdict at the latest ``verdict_timeout`` after
 the first failure, and a host whose connection drops before it reported counts as failed.
 
+With ``survivors`` (a job with ``survive_host_loss``) a host other than the first may be lost and replaced
+alone: its failures and its disconnection stop nobody (the supervisor restarts it, the others' ranks
+re-form their group), and its replacement joins in its place. A failure of the first host, which serves
+the coordinator and the rendezvous store, stops every host as always.
+
 The coordinator listens on the master host's own address when the scheduler maps hosts to addresses
 (loopback in local mode), else on every interface (a container network, SageMaker's VPC). Whoever can
 reach it cannot stall or kill it: lines are bounded (``MAX_HELLO_BYTES`` before the handshake,
@@ -160,8 +165,9 @@ def _wait_for(event: threading.Event, gave_up: threading.Event, timeout: float) 
 class Coordinator:
     """The job-wide failure service, run by the runtime on the job's first host."""
 
-    def __init__(self, hosts: Sequence[str], token: str, port: int, *, log: Log, address: str = "", connect_timeout: float = 600.0, verdict_timeout: float = 15.0) -> None:
+    def __init__(self, hosts: Sequence[str], token: str, port: int, *, log: Log, address: str = "", connect_timeout: float = 600.0, verdict_timeout: float = 15.0, survivors: bool = False) -> None:
         self.hosts = tuple(hosts)
+        self.survivors = survivors
         self._token = token
         self._log = log
         self._connect_timeout = connect_timeout
@@ -257,7 +263,7 @@ class Coordinator:
                 self._handle(host, message)
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 self._log(f"ignored a malformed {str(message.get('type'))[:40]!r} message from {host}: {type(exc).__name__}")
-        self._on_gone(host)
+        self._on_gone(host, channel)
 
     def _timed_handshake(self, channel: _Channel) -> str | None:
         """The handshake, cut off after HANDSHAKE_TIMEOUT in all (a peer trickling bytes cannot hold it)."""
@@ -282,6 +288,9 @@ class Coordinator:
             self._log(f"turned away a coordination peer claiming {host!r}: {reason}")
             return None
         with self._lock:
+            if self._replaceable(host):
+                self._finals.pop(host, None)  # a replacement: what its predecessor reported is over
+                self._gone.discard(host)
             self._channels[host] = channel
             cause = root_cause(self._failures.values()) if self._stop_sent else None
             pending = [{"type": "stop", "failure": cause.to_json() if cause else None}] if self._stop_sent else []
@@ -300,9 +309,13 @@ class Coordinator:
         if host not in self.hosts:
             return f"host {host!r} is not one of this job's hosts {list(self.hosts)}"
         with self._lock:
-            if host in self._channels or host in self._finals:
+            if host in self._channels or (host in self._finals and not self._replaceable(host)):
                 return f"host {host!r} is already connected"
         return None
+
+    def _replaceable(self, host: str) -> bool:
+        """A host lost and replaced alone (``survivors``): any but the first, before a stop was sent."""
+        return self.survivors and host != self.hosts[0] and not self._stop_sent and self._finals.get(host) != "ok"
 
     # --- job state --------------------------------------------------------------------------------
 
@@ -319,8 +332,11 @@ class Coordinator:
             self._check_complete()
 
     def _on_failure(self, failure: FailureRecord) -> None:
-        """Stop every host at once on a culprit's failure; on a victim's, after the settle time."""
+        """Stop every host at once on a culprit's failure; on a victim's, after the settle time. A
+        replaceable host's failure stops nobody: it ends alone and the supervisor replaces it."""
         with self._lock:
+            if failure.host is not None and self._replaceable(failure.host):
+                return
             self._failures.setdefault((failure.host, failure.rank), failure)
             if self._stop_sent or is_early_exit(failure):  # an exit with 0: evidence for the verdict, no failure
                 return
@@ -346,9 +362,13 @@ class Coordinator:
             channel.send({"type": "stop", "failure": cause.to_json()})
         _daemon_timer(self._verdict_timeout, self._decide)
 
-    def _on_gone(self, host: str) -> None:
+    def _on_gone(self, host: str, channel: _Channel) -> None:
         with self._lock:
-            self._channels.pop(host, None)
+            if self._channels.get(host) is channel:  # not its replacement's
+                del self._channels[host]
+            if self._replaceable(host):
+                self._log(f"the runtime on {host} is gone; the other hosts train on while it is replaced")
+                return
             reported = host in self._finals
             if not reported:
                 self._gone.add(host)

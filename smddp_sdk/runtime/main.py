@@ -165,6 +165,7 @@ class NodeRuntime:
         self.early_exits: list[FailureRecord] = []  # ranks that ended with 0 while others ran
         self.supervisor_gone = False
         self.supervised = bool(environ.get(contract.LIFELINE_ENV))
+        self.survivors = self.supervised and environ.get(contract.SURVIVORS_ENV) == "1"  # a lost host is replaced alone
         # Whoever watches the job prints its failure summary once (the supervisor; on Slurm `run` and `status`).
         self.summary_elsewhere = self.supervised or bool(environ.get(SLURM_JOB_DIR_ENV))
         self.store: rendezvous_store.RendezvousStore | None = None
@@ -259,7 +260,7 @@ class NodeRuntime:
             try:
                 self.coordinator = Coordinator(
                     env.hosts, env.job_token, env.ports.agent, log=self.say, address=contract.bind_address(env.host_addresses, env.current_host),
-                    connect_timeout=self.agent_timeout, verdict_timeout=self.grace + 10.0,
+                    connect_timeout=self.agent_timeout, verdict_timeout=self.grace + 10.0, survivors=self.survivors,
                 )
             except OSError as exc:
                 raise UnavailableError(
@@ -465,7 +466,8 @@ class NodeRuntime:
             return None
         self.client.report_final(status, [*failures, *self.early_exits])  # exits with 0 are the verdict's evidence
         verdict = None
-        if status != "ok":
+        replaced = self.survivors and not self.env.is_master  # the others train on: no verdict comes for this host
+        if status != "ok" and not replaced:
             verdict = self.client.wait_verdict(self.grace + 15.0)
         if self.coordinator is not None:
             self._serve_until_everyone_reported()

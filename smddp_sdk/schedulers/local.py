@@ -40,12 +40,14 @@ class LocalScheduler(HostTreeScheduler):
         with_default(PROCESSES_PER_HOST, None, "ranks per simulated host (default: the instance type's GPU count, else 1)"),
         Option("keep_job_dir", "bool", True, "keep the job directory (logs, /opt/ml trees) after the job", check=boolean),
         Option("warm_restart", "bool", False, "keep a standby runtime per host, its ranks started ahead with torch imported, so a retry or an interruption restarts in seconds (docs/resuming.md)", check=boolean),
+        Option("survive_host_loss", "bool", False, "replace a lost host alone while the other hosts' ranks train on, for scripts that loop with Recoverable.steps (docs/resuming.md)", check=boolean),
         STOP_GRACE_PERIOD,
         RETRY_SCRIPT_ERRORS,
         INTERRUPT_AFTER,
     )
     keep_job_dir: bool
     warm_restart: bool
+    survive_host_loss: bool
 
     # --- planning ---------------------------------------------------------------------------------
 
@@ -89,6 +91,7 @@ class LocalScheduler(HostTreeScheduler):
             **dict(spec.environment),
             **({contract.LINK_ENCRYPT_ENV: "1"} if spec.encrypt_inter_container_traffic else {}),  # the spec wins: never clear text by mistake
             **({contract.WARM_RESTART_ENV: "1"} if self.warm_restart else {}),
+            **({contract.SURVIVORS_ENV: "1"} if self.survive_host_loss else {}),
         }
         # The runtime must import smddp_sdk; the user's own PYTHONPATH (if any) comes after it.
         environment["PYTHONPATH"] = os.pathsep.join(filter(None, [package_parent(), spec.environment.get("PYTHONPATH")]))

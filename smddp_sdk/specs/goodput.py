@@ -31,6 +31,18 @@ the file and the event format of docs/resuming.md's recovery phases). The rule:
   ============== ==================================================================================
 
   A phase whose marks are missing is None (shown as unknown), never guessed.
+
+- a host **replaced alone** (``survive_host_loss``: the others trained on) is a recovery inside an attempt,
+  from its ``fault`` (the lost host's runtime ended) to training again (the replaced ranks' ``first_step``),
+  in the phases of ``REPLACEMENT_PHASES``; it redoes no completed step, and its total is not productive:
+
+  ============== ==================================================================================
+  ``detect``     the fault -> the supervisor noticed it and started the host again (``peer_lost``)
+  ``rejoin``     noticed -> the group re-formed with the new ranks (``group_reformed``): the host's
+                 start (warm from a standby, or cold) and the new rendezvous
+  ``transfer``   re-formed -> every rank holds the state sent by a survivor (``state_restored``),
+                 then the interrupted step runs again (``first_step``)
+  ============== ==================================================================================
 """
 
 from __future__ import annotations
@@ -42,6 +54,7 @@ from dataclasses import dataclass
 from typing import Any
 
 PHASES = ("detect", "stop", "restart", "cold_start", "restore")
+REPLACEMENT_PHASES = ("detect", "rejoin", "transfer")
 
 
 def event_times(texts: Iterable[str], event: str) -> list[float]:
@@ -124,6 +137,33 @@ class Recovery:
 
 
 @dataclass(frozen=True)
+class Replacement:
+    """A host replaced alone while the others trained on (seconds since the epoch; None: not recorded)."""
+
+    attempt: int
+    host: str
+    fault: float | None = None  # the lost host's runtime ended
+    detected: float | None = None  # the supervisor started it again
+    reformed: float | None = None  # the last rank's ``group_reformed`` of this re-formation
+    training: float | None = None  # the first ``first_step`` of the replaced ranks
+
+    @classmethod
+    def from_json(cls, item: Mapping[str, Any]) -> Replacement:
+        def number(key: str) -> float | None:
+            value = item.get(key)
+            return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+        return cls(int(item.get("attempt", 1)), str(item.get("host", "")), number("fault"), number("detected"), number("reformed"), number("training"))
+
+    def phases(self) -> dict[str, float | None]:
+        return {"detect": _span(self.fault, self.detected), "rejoin": _span(self.detected, self.reformed), "transfer": _span(self.reformed, self.training)}
+
+    @property
+    def total(self) -> float | None:
+        return _span(self.fault, self.training)
+
+
+@dataclass(frozen=True)
 class AttemptGoodput:
     attempt: int
     outcome: str
@@ -141,6 +181,7 @@ class Goodput:
     ratio: float | None
     attempts: tuple[AttemptGoodput, ...] = ()
     recoveries: tuple[Recovery, ...] = ()
+    replacements: tuple[Replacement, ...] = ()
 
 
 def _span(start: float | None, end: float | None) -> float | None:
@@ -164,21 +205,24 @@ def recovery(faulted: AttemptMarks, following: AttemptMarks | None) -> Recovery:
     )
 
 
-def compute(attempts: Sequence[AttemptMarks], *, started: float, ended: float | None, now: float | None = None) -> Goodput:
+def compute(attempts: Sequence[AttemptMarks], *, started: float, ended: float | None, now: float | None = None,
+            replacements: Sequence[Replacement] = ()) -> Goodput:
     """The goodput of a job that began at ``started`` (and ended at ``ended``, or runs) from its attempts,
-    oldest first, by the rule of this module's docstring."""
+    oldest first, and its hosts replaced alone, by the rule of this module's docstring."""
     now = time.time() if now is None else now
     wall = max(0.0, (ended if ended is not None else now) - started)
     rows = []
     for marks in attempts:
         trained, redone = marks.trained(now), marks.redone()
+        paused = [item.total for item in replacements if item.attempt == marks.attempt]
+        redone = None if redone is None or None in paused else redone + sum(value for value in paused if value is not None)
         productive = None if trained is None or redone is None else max(0.0, trained - redone)
         rows.append(AttemptGoodput(marks.attempt, marks.outcome, trained, redone, productive))
     known = [row.productive for row in rows]
     productive = sum(value for value in known if value is not None) if rows and None not in known else None
     ratio = productive / wall if productive is not None and wall > 0 else None
     recoveries = tuple(recovery(marks, following) for marks, following in zip(attempts, attempts[1:]) if marks.fault is not None)
-    return Goodput(wall, productive, ratio, tuple(rows), recoveries)
+    return Goodput(wall, productive, ratio, tuple(rows), recoveries, tuple(replacements))
 
 
 def seconds(value: float | None) -> str:
@@ -189,7 +233,7 @@ def seconds(value: float | None) -> str:
 def render(goodput: Goodput) -> list[str]:
     """The lines ``status`` shows: the goodput, then one line per recovery with its phases; none when nothing
     is known (a job whose script has no smddp process group, and no recovery)."""
-    if goodput.productive is None and not goodput.recoveries:
+    if goodput.productive is None and not goodput.recoveries and not goodput.replacements:
         return []
     ratio = "unknown" if goodput.ratio is None else f"{goodput.ratio * 100:.1f} %"
     lines = [f"goodput {ratio}: productive training {seconds(goodput.productive)} of {seconds(goodput.wall)}"]
@@ -197,6 +241,10 @@ def render(goodput: Goodput) -> list[str]:
         phases = ", ".join(f"{name.replace('_', ' ')} {seconds(value)}" for name, value in item.phases().items())
         lines.append(f"recovery after attempt {item.attempt} ({item.outcome}): {seconds(item.total)} to training again "
                      f"({phases}); work redone {seconds(item.redone)}")
+    for replaced in goodput.replacements:
+        phases = ", ".join(f"{'state transfer' if name == 'transfer' else name} {seconds(value)}" for name, value in replaced.phases().items())
+        lines.append(f"{replaced.host} replaced alone in attempt {replaced.attempt}, the others training on: {seconds(replaced.total)} "
+                     f"to training again ({phases}); no completed step redone")
     return lines
 
 
@@ -214,4 +262,5 @@ def from_record(record: Mapping[str, Any], now: float | None = None) -> Goodput 
         marks = record.get("marks") if isinstance(record.get("marks"), Mapping) else {}
         items.append(AttemptMarks.from_json({**marks, "attempt": record.get("attempt", len(items) + 1), "started": running, "ended": None}))
     ended = record.get("ended")
-    return compute(items, started=float(started), ended=float(ended) if isinstance(ended, (int, float)) else None, now=now)
+    replaced = [Replacement.from_json(item) for item in record.get("replacements") or () if isinstance(item, Mapping)]
+    return compute(items, started=float(started), ended=float(ended) if isinstance(ended, (int, float)) else None, now=now, replacements=replaced)

@@ -71,6 +71,10 @@ class HostBackend(abc.ABC):
     def signal(self, host: str, sig: int) -> None:
         """Send ``sig`` to every process of the host (its runtime, its ranks and their children)."""
 
+    def forget(self, host: str) -> None:
+        """The host is started again (replaced alone, ``survive_host_loss``): its old end is no longer its end."""
+        self.exits.pop(host, None)
+
     def drain(self, timeout: float) -> None:
         """Wait (at most ``timeout`` s) until every host's output has been copied."""
         deadline = time.monotonic() + timeout

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from smddp_sdk.schedulers import stacks as rank_stacks
-from smddp_sdk.schedulers.hosttree import attempts, checkpoints, hanging, stacks
+from smddp_sdk.schedulers.hosttree import attempts, checkpoints, hanging, stacks, survivors
 from smddp_sdk.schedulers.hosttree.attempts import Interruption, Timeline
 from smddp_sdk.schedulers.hosttree.backend import HostBackend, HostExit
 from smddp_sdk.schedulers.hosttree.console_log import StampedLog
@@ -95,6 +95,9 @@ class Supervisor:
         self.interruption: Interruption | None = None
         self.hanging: list[FailureRecord] = []  # the ranks still running when max_run passed
         self.sync: checkpoints.CheckpointSync | None = None  # the running attempt's checkpoint sync
+        self.host_env: dict[str, str] = {}  # what every host of the attempt gets (start_hosts), a replaced one too
+        self.generation = 0  # the smddp group's re-formations this attempt: one per host replaced alone
+        self.restart_every_host = False  # a lost host could not be replaced alone: the others stop too
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -274,6 +277,7 @@ class Supervisor:
         if self.plan.backend == "process":  # a container has its lifeline mount in its plan, and a /tmp of its own
             extra |= {contract.LIFELINE_ENV: str(self.job_dir.path / LIFELINE), contract.SCRATCH_ENV: str(self.job_dir.path / SCRATCH)}
         extra[events.ATTEMPT_ENV] = str(self.timeline.attempt)
+        self.host_env, self.generation, self.restart_every_host = extra, 0, False
         for host in self.hosts:
             info = self.backend.start(host, extra, self.copy_output)
             self.state["hosts"][host] = {**info, "state": JobState.RUNNING.value, "exit_code": None}
@@ -312,6 +316,7 @@ class Supervisor:
             self.last_heartbeat = now
             (self.job_dir.path / HEARTBEAT).touch()
             self.mark_script_progress()
+            self.mark_replacements()
         if self.state.get("standbys_ready") is None and self.backend.standbys_ready():
             self.update(standbys_ready=time.time())  # the next attempt can start warm (docs/resuming.md)
         if stacks.take_request(self.job_dir.path):  # `smddp-launch stacks`: the runtimes pass it to their ranks
@@ -333,6 +338,45 @@ class Supervisor:
             when = goodput.first_between(goodput.event_times(texts, event), self.attempt_started, None)
             if when is not None and self.timeline.mark(event, when):
                 self.save()
+
+    def set_aside_failures(self, host: str) -> None:
+        """What the lost host's runtime and ranks wrote of their failure moves to ``replaced-<generation>/<host>/``:
+        kept as evidence, never read as the replacement's (the job's verdict reads the host's tree)."""
+        opt_ml = OptMl(self.job_dir.host_dir(host))
+        kept = self.job_dir.path / f"replaced-{self.generation}" / host
+        for path in (opt_ml.output_dir / "failure", opt_ml.failures_file, opt_ml.errors_dir):
+            if path.exists() and not path.is_symlink():
+                kept.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(path), str(kept / path.name))
+
+    def mark_replacements(self) -> None:
+        """A host replaced alone: when its group re-formed (the last rank's ``group_reformed`` of that
+        generation) and its new ranks trained again (their first ``first_step``), from the hosts' event files."""
+        open_items = [item for item in self.state.get("replacements", []) if "training" not in item and item["attempt"] == self.timeline.attempt]
+        if not open_items:
+            return
+        found = {host: self.host_events(host) for host in self.hosts}
+        for item in open_items:
+            reformed = [e["time"] for items in found.values() for e in items if e["event"] == events.GROUP_REFORMED and e.get("generation") == item["generation"]]
+            training = [e["time"] for e in found[item["host"]] if e["event"] == events.FIRST_STEP and e["time"] >= item["detected"]]
+            if reformed:
+                item["reformed"] = max(reformed)
+            if training:
+                item["training"] = min(training)
+        self.save()
+
+    def host_events(self, host: str) -> list[dict[str, Any]]:
+        """A host's events (in docker mode a container wrote them: bounded, links not followed)."""
+        raw = read_inside(self.job_dir.host_dir(host), "output/events.jsonl", 1024 * 1024)
+        found = []
+        for line in (raw or b"").decode("utf-8", errors="replace").splitlines():
+            try:
+                item = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(item, dict) and isinstance(item.get("time"), (int, float)):
+                found.append(item)
+        return found
 
     def mark_fault(self) -> None:
         """Before the attempt's entry is closed: its first collective (if not seen yet), the fault that ended it (the
@@ -401,6 +445,9 @@ class Supervisor:
             ended = self.backend.poll(host)
             if ended is None:
                 continue
+            if ended.code != 0 and self.replaced_alone(host, ended):
+                changed = True
+                continue
             self.exits[host] = ended
             cancelled = self.stop_reason is not None and self.stop_reason[0] is JobState.CANCELLED and host in self.stopped_by_us
             state = JobState.SUCCEEDED if ended.code == 0 else JobState.CANCELLED if cancelled else JobState.FAILED
@@ -410,8 +457,46 @@ class Supervisor:
             if ended.code != 0 and self.stop_reason is None and not any(e.code != 0 for h, e in self.exits.items() if h != host):
                 self.event(events.FAULT, kind="host_failed", detail=f"{host} exited with code {ended.code}" + (f" ({ended.signal})" if ended.signal else ""))
             changed = True
+        if self.restart_every_host and self.stop_reason is None:
+            self.stop(JobState.FAILED, "")  # the root cause decides the message, as after any fault
         if changed:
             self.save()
+
+    def replaced_alone(self, host: str, ended: HostExit) -> bool:
+        """A lost host of a job that survives one (``survive_host_loss``): started again alone, warm from its
+        standby where there is one, its ranks joining the next generation of the group the others re-form.
+        False when it is not to be (``survivors.why_not_replace``, said once): every host restarts then."""
+        wanted = self.plan.process is not None and self.plan.process.environment.get(contract.SURVIVORS_ENV) == "1"
+        if not wanted or self.stop_reason is not None or host in self.stopped_by_us:
+            return False
+        failed = [name for name, other in self.exits.items() if other.code != 0]
+        self.mark_replacements()
+        rejoining = [item["host"] for item in self.state.get("replacements", []) if item["attempt"] == self.timeline.attempt and "training" not in item]
+        why = survivors.why_not_replace(host, self.hosts, failed=failed, retries_left=self.retries_left, rejoining=rejoining)
+        how = f"exited with code {ended.code}" + (f" ({ended.signal})" if ended.signal else "")
+        if why:
+            self.say(f"{host} was lost ({how}); every host restarts: {why}")
+            self.restart_every_host = True  # record_exits stops the others once this exit is recorded
+            return False
+        self.retries_left -= 1  # a replacement is a retry of one host
+        self.generation += 1
+        self.state["retries_left"] = self.retries_left
+        self.event(events.PEER_LOST, host=host, detail=how, generation=self.generation)
+        self.state.setdefault("replacements", []).append(
+            {"attempt": self.timeline.attempt, "host": host, "generation": self.generation, "fault": ended.ended, "detected": time.time()})
+        self.say(f"{host} was lost ({how}); replacing it alone while the other hosts train on (group generation {self.generation})")
+        self.set_aside_failures(host)
+        self.backend.forget(host)
+        try:
+            info = self.backend.start(host, {**self.host_env, contract.GROUP_GENERATION_ENV: str(self.generation)}, self.copy_output)
+        except Exception as exc:  # noqa: BLE001 - the host cannot start again: the whole restart, with the reason
+            self.say(f"{host} could not be started again ({exc}); every host restarts")
+            self.restart_every_host = True
+            return False
+        self.state["hosts"][host] = {**info, "state": JobState.RUNNING.value, "exit_code": None, "replaced": self.generation}
+        if self.retries_left > 0:
+            self.backend.start_standbys()  # the next one's
+        return True
 
     # --- the outcome ----------------------------------------------------------------------------
 
@@ -527,6 +612,7 @@ class Supervisor:
         final = next((limit for limit in attempts.LIMITS_EXCEEDED if message.startswith(limit)), final)
         try:
             self.mark_fault() if state is JobState.FAILED else self.mark_script_progress()
+            self.mark_replacements()
         except Exception as exc:  # noqa: BLE001 - the marks never keep the job's end from being recorded
             self.say(f"warning: the last attempt's goodput marks were not recorded: {exc}")
         self.timeline.end_attempt(final, message, self.attempt_started)
