@@ -95,6 +95,15 @@ class LoadSamples:
         return self._bits.bit_count() > self.WINDOW // 2
 
 
+def spin_budgets(n_local: int, cores: int) -> tuple[float, float]:
+    """ShmArena.spin_budgets' rule for n_local ranks on this many cores (point-to-point's rings share it)."""
+    forced = os.environ.get(SPIN_US_ENV)
+    if forced:
+        return float(forced) * 1e-6, float(forced) * 1e-6
+    calm = _SPIN_S_UNDERSUBSCRIBED if n_local <= cores else _SPIN_S_OVERSUBSCRIBED
+    return calm, _SPIN_S_OVERSUBSCRIBED
+
+
 class ShmUnavailable(Exception):
     """Shared memory cannot hold this group's arena; the caller falls back to TCP."""
 
@@ -355,11 +364,7 @@ class ShmArena:
         here), but only while every runnable task has a core: when ranks outnumber cores, or the load
         tasks runnable on the machine do (other jobs), polling burns the slice the peer needs (4 KB all_reduce 164 µs with
         30 µs of polling, 63 µs with 5, at load 13 on 2 cores). SMDDP_SPIN_US overrides both."""
-        forced = os.environ.get(SPIN_US_ENV)
-        if forced:
-            return float(forced) * 1e-6, float(forced) * 1e-6
-        calm = _SPIN_S_UNDERSUBSCRIBED if self.n <= self.cores else _SPIN_S_OVERSUBSCRIBED
-        return calm, _SPIN_S_OVERSUBSCRIBED
+        return spin_budgets(self.n, self.cores)
 
     def _refresh_spin_budget(self, now: float) -> None:
         """The budget for the machine's load now (native core: the same rule in smddp_core.cpp's spin()).
