@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -99,12 +100,15 @@ def test_a_ring_whose_counters_were_tampered_with_is_refused(tmp_path, kind):
 
 
 # between real ranks -----------------------------------------------------------------------------------
-def run_ranks(n: int, scenario: str, env: dict[str, str], native_path: str = "1", timeout: float = 180) -> list[dict]:
+def run_ranks(n: int, scenario: str, env: dict[str, str], native_path: str = "1", timeout: float = 180,
+              meanwhile: Callable[[dist.TCPStore], None] = lambda store: None) -> list[dict]:
+    """Start n ranks on one host on the scenario (p2p_ring_worker.py); meanwhile runs while they do."""
     hosts = ["algo-1"] * n
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout))
     procs = [subprocess.Popen([sys.executable, "-m", "tests.collectives.p2p_ring_worker", scenario], cwd=PROJECT_ROOT,
                               env=rank_env(r, hosts, store.port, {**env, "SMDDP_NATIVE": native_setting(native_path, r)}),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(n)]
+    meanwhile(store)
     outputs = []
     for proc in procs:
         try:
