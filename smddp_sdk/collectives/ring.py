@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 import time
 
 import torch
@@ -65,6 +66,7 @@ class Ring:
         self._data = memoryview(self._map)[RING_HEADER:]
         self.address = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
         self._native = native.library()
+        self._sleepers = threading.Lock()
 
     @classmethod
     def create(cls, directory: str, name: str, capacity: int) -> tuple[Ring, str, int]:
@@ -136,10 +138,16 @@ class Ring:
             if not futex.available():
                 time.sleep(50e-6)
                 continue
-            self._words[sleepers] += 1
+            self._count_sleeper(sleepers, 1)
             if self._have(space) < max(want, 1) and self._words[counter] == seen:
                 futex.wait(self.address + counter * 4, seen, slice_s - elapsed)
-            self._words[sleepers] -= 1
+            self._count_sleeper(sleepers, -1)
+
+    def _count_sleeper(self, word: int, step: int) -> None:
+        """Only this process sleeps on a ring end's word (the reader's threads, or the writer's), so a
+        lock here keeps its count exact, as the kernels' atomic add does."""
+        with self._sleepers:
+            self._words[word] = (self._words[word] + step) & _MASK
 
     def available(self) -> int:
         """Bytes there to read now."""
