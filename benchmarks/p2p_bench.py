@@ -1,7 +1,7 @@
 """Point-to-point benchmark: ping-pong between two ranks over smddp, gloo and Open MPI in the same run.
 
     bash benchmarks/setup-mpi.sh                 # once: Open MPI and mpi4py (the anchor)
-    python3 benchmarks/p2p_bench.py              # 2 ranks on one host (smddp: Unix socket + single copy)
+    python3 benchmarks/p2p_bench.py              # 2 ranks on one host (smddp: shared-memory ring + single copy)
     python3 benchmarks/p2p_bench.py --hosts 2    # 2 simulated hosts (smddp: TCP with integrity records)
 
 Rank 0 sends a buffer, rank 1 receives it and sends it back; one-way time = round trip / 2, bandwidth =

@@ -4,9 +4,13 @@ Links. One connection per ordered pair of ranks, dialed by the sender on its fir
 receiver: its forward direction carries the sender's messages, its reverse direction the receiver's
 verdicts (acknowledgements, errors). Ranks that share a host's arena talk over a Unix socket (an abstract
 name derived from the job's secret; each end checks the other's credentials against the pid of the
-verified rendezvous greeting), and messages from SINGLE_COPY_FROM bytes are read by the receiver straight
-from the sender's memory (process_vm_readv, one copy, as Open MPI's shared-memory transport does) unless
-the kernel refuses. Every other pair talks TCP through tcp.py's TcpMesh: the same handshake (each end
+verified rendezvous greeting). The sender also creates a shared-memory ring for the pair (ring.py; the
+arena's rules for the file) and offers it when it dials; once the receiver has opened it, the link's
+messages go through the ring (polled, then a futex: no system call while both ends run) and the socket
+carries only the receiver's verdicts and tells either end when the other is gone. Messages from
+SINGLE_COPY_FROM bytes are read by the receiver straight from the sender's memory (process_vm_readv, one
+copy, as Open MPI's shared-memory transport does; only their envelope goes through the ring) unless the
+kernel refuses. Every other pair talks TCP through tcp.py's TcpMesh: the same handshake (each end
 proves a secret of this rendezvous) and the same link protection (integrity or encryption records) as the
 collectives' links, never bypassed. A rank opens its listeners on its first point-to-point call.
 
@@ -14,7 +18,9 @@ Messages. An envelope (32 bytes, a message of its own on the link: kind, sequenc
 count, single-copy address) then, unless read from the sender's memory, the payload as a second message.
 Each receiving link has a reader thread that always drains it: a message meets the first posted receive
 that matches it (source or any source, and tag), else it waits in an unexpected queue for one, so order
-per (source, destination, tag) is kept and outstanding sends and receives never deadlock. A send's Work
+per (source, destination, tag) is kept and outstanding sends and receives never deadlock. A receive from
+one rank over a ring is waited for by polling that ring on the caller's own thread (the reader steps
+aside meanwhile), so a small message costs no hand-off between threads. A send's Work
 completes once its bytes are written, as MPI's eager sends do (one read from the sender's memory: once
 the receiver acknowledges it; whether the kernel allows such reads is probed when the link is made). A
 message whose dtype or size differs from the receive it meets fails the receive, and the receiver tells
@@ -33,6 +39,7 @@ import socket
 import struct
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -43,9 +50,12 @@ import torch.distributed as dist
 from smddp_sdk.collectives import native
 from smddp_sdk.collectives.errors import CollectiveError, PeerRank
 from smddp_sdk.collectives.memory import allow_peer_reads, as_bytes, memview, read_process
+from smddp_sdk.collectives.ring import Ring, SpinBudget, ring_bytes, valid_capacity
+from smddp_sdk.collectives.shm import CHECK_EVERY_S, ShmUnavailable, shm_dir, unlink_own
 from smddp_sdk.collectives.store_values import StoreValues
 from smddp_sdk.collectives.tcp import _HELLO, _REPLY, HANDSHAKE_S, MAX_PENDING, NONCE_BYTES, TcpMesh, recv_exact
 from smddp_sdk.collectives.topology import Topology, advertised_address
+from smddp_sdk.specs.processes import pid_alive
 
 ANY_SOURCE = -1
 _PROBE_WORD = 0x534D444450325021
@@ -53,7 +63,8 @@ SINGLE_COPY_FROM = 256 << 10  # local messages from this size are read from the 
 ENVELOPE = struct.Struct("=8I")  # magic, kind << 8 | dtype, sequence, tag, count low/high, address low/high
 MAGIC = 0x50444D53  # b"SMDP"
 DATA, ACK, ERROR = 1, 2, 3
-PROBE = struct.Struct("=iQ")  # a local dialer's rank and the address of a word the listener reads back
+PROBE = struct.Struct("=iQI")  # a local dialer's rank, the address of a word the listener reads back, its ring's bytes (0: none)
+READABLE, RING_OPEN = 1, 2  # the listener's answer to the probe: bits
 _POLL_S = 0.1  # how often an idle reader looks whether its link is being closed
 _SLICE_S = 0.05
 # every dtype this torch knows, in a fixed order: its index travels in the envelope
@@ -78,6 +89,7 @@ class P2PWork(dist.Work):
         self._future: torch.futures.Future = torch.futures.Future()
         self._peer, self._timeout_s, self._what = peer, timeout_s, what
         self.source = -1
+        self.attend: Callable[[float], None] | None = None  # works towards completion until a deadline (a ring receive)
 
     def finish(self, error: BaseException | None = None, value: object = None) -> None:
         if self._done.is_set():
@@ -90,7 +102,10 @@ class P2PWork(dist.Work):
             self._future.set_exception(error)
 
     def wait(self, timeout: timedelta = timedelta(0)) -> bool:  # noqa: ARG002 - the group timeout applies
-        if not self._done.wait(self._timeout_s):
+        deadline = time.monotonic() + self._timeout_s
+        if self.attend is not None and not self._done.is_set():
+            self.attend(deadline)
+        if not self._done.wait(max(0.0, deadline - time.monotonic())):
             awaited = [self._peer] if self._peer else []
             raise CollectiveError(f"smddp {self._what} timed out after {self._timeout_s:.0f} s waiting for "
                                   f"{self._peer or 'any rank'} (hung peer or different code path)", awaited=awaited)
@@ -248,6 +263,74 @@ class _TcpWire:
         pass  # the mesh closes its sockets and native links
 
 
+class _RingOut:
+    """A local link's sending end over a ring: messages into the ring, the receiver's verdicts from the socket."""
+
+    def __init__(self, ring: Ring, link: _UnixWire, spin: SpinBudget) -> None:
+        self.ring, self.link, self.spin = ring, link, spin
+        self.peer, self.pid, self.single_copy = link.peer, link.pid, link.single_copy
+
+    def send(self, data: torch.Tensor, what: str, deadline: float) -> None:
+        done, total = 0, data.numel()
+        while done < total:
+            done += self.ring.put(data, done)
+            if done < total:
+                _await(self.ring, True, min(total - done, self.ring.capacity // 4), self, what, deadline)
+
+    def recv(self, data: torch.Tensor, what: str, deadline: float) -> None:
+        self.link.recv(data, what, deadline)
+
+    def readable(self, timeout: float) -> bool:
+        return self.link.readable(timeout)
+
+    def close(self) -> None:
+        self.link.close()
+
+    def release(self) -> None:
+        self.link.release()  # the mapping stays until nothing uses it: a thread may still be in a ring call
+
+
+class _RingIn:
+    """A local link's receiving end over a ring; the socket carries verdicts back and tells when the sender
+    is gone. Whoever drains the ring holds ``draining``: the reader thread, or a receive waiting on it."""
+
+    def __init__(self, ring: Ring, link: _UnixWire, spin: SpinBudget) -> None:
+        self.ring, self.link, self.spin = ring, link, spin
+        self.peer, self.pid = link.peer, link.pid
+        self.draining = threading.Lock()
+
+    def readable(self, timeout: float) -> bool:
+        """An envelope is in the ring (the reader thread's wait: asleep at once, no polling)."""
+        return self.ring.wait(False, ENVELOPE.size, 0.0, timeout) > 0
+
+    def recv(self, data: torch.Tensor, what: str, deadline: float) -> None:
+        done, total = 0, data.numel()
+        while done < total:
+            done += self.ring.take(data, done)
+            if done < total:
+                _await(self.ring, False, 1, self, what, deadline)
+
+    def send(self, data: torch.Tensor, what: str, deadline: float) -> None:
+        self.link.send(data, what, deadline)
+
+    def close(self) -> None:
+        self.link.close()
+
+    def release(self) -> None:
+        self.link.release()
+
+
+def _await(ring: Ring, space: bool, want: int, end: _RingOut | _RingIn, what: str, deadline: float) -> None:
+    """Until the ring has want bytes free (space) or to read: polls, then sleeps; fails when the other end
+    exits or the deadline passes."""
+    while not ring.wait(space, want, end.spin.seconds(), CHECK_EVERY_S):
+        if not pid_alive(end.pid):
+            raise _lost(what, end.peer, None)
+        if time.monotonic() >= deadline:
+            raise CollectiveError(f"smddp {what} timed out: {end.peer} did not {'take' if space else 'finish'} the message "
+                                  "within the process-group timeout", awaited=[end.peer])
+
+
 def _shut(sock: socket.socket) -> None:
     try:
         sock.shutdown(socket.SHUT_RDWR)
@@ -298,7 +381,7 @@ class _Envelope:
 class _OutLink:
     """This rank's link to a receiver: sends in call order, a reader for the receiver's verdicts."""
 
-    wire: _UnixWire | _TcpWire
+    wire: _UnixWire | _TcpWire | _RingOut
     rank: int
     single_copy: bool
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -317,7 +400,7 @@ class PointToPoint:
         self._posted: list[_Recv] = []
         self._unexpected: list[_Arrived] = []
         self._out: dict[int, _OutLink] = {}
-        self._in: dict[int, _UnixWire | _TcpWire] = {}
+        self._in: dict[int, _UnixWire | _TcpWire | _RingIn] = {}
         self._lost: dict[int, CollectiveError] = {}  # receiving links that ended, by source
         self._failure: CollectiveError | None = None
         self._stop = threading.Event()
@@ -327,6 +410,8 @@ class PointToPoint:
         self._unix: socket.socket | None = None
         self._tcp_in: TcpMesh | None = None
         self._tcp_out: TcpMesh | None = None
+        self._spin = SpinBudget(len(topo.local_ranks))
+        self._ring_bytes = 0
 
     # set-up ------------------------------------------------------------------------------------------
     def _local(self, peer: int) -> bool:
@@ -340,6 +425,10 @@ class PointToPoint:
             self._started = True
         me = self.topo.rank
         if len(self.topo.local_ranks) > 1:
+            try:
+                self._ring_bytes = ring_bytes()
+            except ValueError as exc:
+                raise CollectiveError(f"smddp point-to-point: {exc}") from exc
             allow_peer_reads()
             self._unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             self._unix.bind(self._unix_name(me))
@@ -356,6 +445,33 @@ class PointToPoint:
 
     def _unix_name(self, rank: int) -> bytes:
         return b"\0smddp-p2p-" + self.values.derive_name("p2p local", str(rank)).encode()
+
+    def ring_path(self, src: int, dst: int) -> str:
+        """Where the ring from src to dst is made: a name only the job's ranks can derive."""
+        return os.path.join(shm_dir(), "smddp-p2p-" + self.values.derive_name("p2p ring", str(src), str(dst)))
+
+    def _make_ring(self, dst: int) -> tuple[Ring, str, int] | None:
+        """The ring this rank offers dst, or None (rings off, or the file could not be made: said once)."""
+        if not self._ring_bytes:
+            return None
+        path = self.ring_path(self.topo.rank, dst)
+        try:
+            return Ring.create(os.path.dirname(path), os.path.basename(path), self._ring_bytes)
+        except ShmUnavailable as exc:
+            warnings.warn(f"smddp: point-to-point to {self._describe[dst]} goes through a socket, not shared memory: {exc}", RuntimeWarning, stacklevel=2)
+            return None
+
+    def _open_ring(self, src: int, capacity: int) -> Ring | None:
+        """The ring src offers (checked as the arena is), or None: its messages then come over the socket."""
+        if not capacity or not self._ring_bytes:
+            return None
+        try:
+            if not valid_capacity(capacity):
+                raise CollectiveError(f"smddp: refusing the point-to-point ring of {self._describe[src]}: {capacity} bytes")
+            return Ring.open(self.ring_path(src, self.topo.rank), capacity)
+        except (CollectiveError, OSError) as exc:
+            warnings.warn(f"smddp: point-to-point from {self._describe[src]} goes through a socket, not shared memory: {exc}", RuntimeWarning, stacklevel=2)
+            return None
 
     def _spawn(self, target: Callable[..., None], name: str, *args: object) -> None:
         thread = threading.Thread(target=target, args=args, name=name, daemon=True)
@@ -375,15 +491,18 @@ class PointToPoint:
                 if _peer_pid(sock) not in {self.pids[r] for r in self.topo.local_ranks}:
                     raise OSError("not a process of this group on this host")  # another user's: refused unread
                 sock.settimeout(HANDSHAKE_S)
-                claimed, address = PROBE.unpack(recv_exact(sock, PROBE.size))
+                claimed, address, capacity = PROBE.unpack(recv_exact(sock, PROBE.size))
                 if not 0 <= claimed < self.topo.size or not self._local(claimed) or _peer_pid(sock) != self.pids[claimed]:
                     raise OSError("not a rank of this group on this host")
                 word = torch.zeros(1, dtype=torch.int64)
-                sock.sendall(bytes([read_process(self.pids[claimed], word, address) == 0 and int(word) == _PROBE_WORD]))
+                readable = read_process(self.pids[claimed], word, address) == 0 and int(word) == _PROBE_WORD
+                ring = self._open_ring(claimed, capacity)
+                sock.sendall(bytes([readable * READABLE | (ring is not None) * RING_OPEN]))
             except OSError:
                 sock.close()  # a stranger (or a rank that died while connecting): nothing is kept
                 continue
-            self._add_in(claimed, _UnixWire(sock, self._describe[claimed], self.pids[claimed]))
+            wire = _UnixWire(sock, self._describe[claimed], self.pids[claimed])
+            self._add_in(claimed, _RingIn(ring, wire, self._spin) if ring is not None else wire)
 
     def _accept_tcp(self) -> None:
         """Take connections on the TCP listener; each proves itself on a thread of its own within
@@ -434,11 +553,15 @@ class PointToPoint:
                 proving.pop(sock, None)
         self._add_in(dialer, _TcpWire(mesh, dialer, self._describe[dialer]))
 
-    def _add_in(self, source: int, wire: _UnixWire | _TcpWire) -> None:
+    def _add_in(self, source: int, wire: _UnixWire | _TcpWire | _RingIn) -> None:
         with self._lock:
             self._in[source] = wire
             self._lost.pop(source, None)
-        self._spawn(self._read_messages, f"smddp-p2p-from-{source}", source, wire)
+        if isinstance(wire, _RingIn):
+            self._spawn(self._read_ring, f"smddp-p2p-ring-from-{source}", source, wire)
+            self._spawn(self._watch, f"smddp-p2p-watch-{source}", source, wire)
+        else:
+            self._spawn(self._read_messages, f"smddp-p2p-from-{source}", source, wire)
 
     def _out_link(self, dst: int) -> _OutLink:
         with self._lock:
@@ -447,7 +570,7 @@ class PointToPoint:
             return link
         deadline = time.monotonic() + self.timeout_s
         if self._local(dst):
-            wire: _UnixWire | _TcpWire = self._dial_unix(dst, deadline)
+            wire: _UnixWire | _TcpWire | _RingOut = self._dial_unix(dst, deadline)
         else:
             assert self._tcp_out is not None
             address = tuple(self.values.get(f"p2p/tcp/{dst}"))
@@ -460,9 +583,10 @@ class PointToPoint:
         self._spawn(self._read_verdicts, f"smddp-p2p-to-{dst}", link)
         return link
 
-    def _dial_unix(self, dst: int, deadline: float) -> _UnixWire:
-        """Connect to the local receiver's listener (it opens on the receiver's first point-to-point call)
-        and check that the listening process is that rank."""
+    def _dial_unix(self, dst: int, deadline: float) -> _UnixWire | _RingOut:
+        """Connect to the local receiver's listener (it opens on the receiver's first point-to-point call),
+        check that the listening process is that rank, and offer it a ring (removed from its directory
+        once the receiver has answered, whatever it answered)."""
         why = "no attempt"
         while time.monotonic() < deadline:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -478,16 +602,21 @@ class PointToPoint:
                 raise CollectiveError(f"smddp send: the local listener of {self._describe[dst]} is another process "
                                       f"(pid {_peer_pid(sock)}, not {self.pids[dst]}): something else took its name")
             word = torch.tensor([_PROBE_WORD], dtype=torch.int64)
+            made = self._make_ring(dst)
             try:  # the receiver reads a word of ours: whether the kernel lets it read our messages so
-                sock.sendall(PROBE.pack(self.topo.rank, word.data_ptr()))
+                sock.sendall(PROBE.pack(self.topo.rank, word.data_ptr(), made[0].capacity if made else 0))
                 sock.settimeout(HANDSHAKE_S)
-                readable = recv_exact(sock, 1) == b"\x01"
+                answer = recv_exact(sock, 1)[0]
             except OSError as exc:
                 sock.close()
                 raise _lost("send", self._describe[dst], exc) from exc
+            finally:
+                if made is not None:
+                    unlink_own(made[1], made[2])
+                    os.close(made[2])
             wire = _UnixWire(sock, self._describe[dst], self.pids[dst])
-            wire.single_copy = readable
-            return wire
+            wire.single_copy = bool(answer & READABLE)
+            return _RingOut(made[0], wire, self._spin) if made is not None and answer & RING_OPEN else wire
         raise CollectiveError(f"smddp send: {self._describe[dst]} did not start receiving within the process-group timeout "
                               f"({why})", awaited=[self._describe[dst]])
 
@@ -540,6 +669,8 @@ class PointToPoint:
                 self._posted.append(posted)
         if arrived is not None:
             self._deliver(posted, arrived)
+        elif src != ANY_SOURCE:
+            work.attend = lambda deadline: self._attend(src, work, deadline)
         return work
 
     def _deliver(self, posted: _Recv, arrived: _Arrived) -> None:
@@ -574,23 +705,93 @@ class PointToPoint:
     # the readers -------------------------------------------------------------------------------------
     def _read_messages(self, source: int, wire: _UnixWire | _TcpWire) -> None:
         """Drain a receiving link: each message into the receive it meets, or into the unexpected queue."""
-        raw = torch.empty(ENVELOPE.size, dtype=torch.uint8)
         what = f"recv from {self._describe[source]}"
         try:
             while not self._stop.is_set():
-                if not wire.readable(_POLL_S):
-                    continue
-                wire.recv(raw, what, time.monotonic() + self.timeout_s)
-                envelope = _Envelope.read(raw, what, self._describe[source])
-                if not self._receive(source, wire, envelope, what):
+                if wire.readable(_POLL_S) and not self._next_message(source, wire, what):
                     return
-        except CollectiveError as exc:
+        except Exception as exc:  # noqa: BLE001 - a reader that stops must fail what waits on it
+            self._reader_failed(source, exc, what)
+
+    def _reader_failed(self, source: int, exc: Exception, what: str) -> None:
+        if isinstance(exc, CollectiveError):
             if not self._stop.is_set():
                 self._link_ended(source, exc)
-        except Exception as exc:  # noqa: BLE001 - a reader that stops must fail what waits on it
+        else:
             self.fail(CollectiveError(f"smddp {what} failed on rank {self.topo.rank}: {type(exc).__name__}: {exc}"))
 
-    def _receive(self, source: int, wire: _UnixWire | _TcpWire, envelope: _Envelope, what: str) -> bool:
+    def _next_message(self, source: int, wire: _UnixWire | _TcpWire | _RingIn, what: str) -> bool:
+        """Read one envelope and its message; False once the link is done with (a mismatch failed it)."""
+        raw = torch.empty(ENVELOPE.size, dtype=torch.uint8)
+        wire.recv(raw, what, time.monotonic() + self.timeout_s)
+        return self._receive(source, wire, _Envelope.read(raw, what, self._describe[source]), what)
+
+    def _drain(self, source: int, wire: _RingIn, what: str) -> bool:
+        """Every message whose envelope is in the ring now (the caller holds wire.draining)."""
+        while not self._stop.is_set() and wire.ring.available() >= ENVELOPE.size:
+            if not self._next_message(source, wire, what):
+                return False
+        return True
+
+    def _read_ring(self, source: int, wire: _RingIn) -> None:
+        """The ring's reader thread: asleep until a message comes, then drains the ring, unless a receive
+        is waiting on it, which drains it itself (see _attend)."""
+        what = f"recv from {self._describe[source]}"
+        try:
+            while not self._stop.is_set():
+                if not wire.readable(_POLL_S) or not wire.draining.acquire(timeout=_POLL_S):
+                    continue
+                try:
+                    if not self._drain(source, wire, what):
+                        return
+                finally:
+                    wire.draining.release()
+        except Exception as exc:  # noqa: BLE001 - a reader that stops must fail what waits on it
+            self._reader_failed(source, exc, what)
+
+    def _attend(self, source: int, work: P2PWork, deadline: float) -> None:
+        """A receive from a rank whose link is a ring waits by polling that ring on its own thread (for the
+        spin budget, then asleep on it) and takes the messages itself: its own without a hand-off, the
+        others' into their receives or the unexpected queue. Returns when done, at the deadline, or when
+        the link fails (the failure finishes the receive)."""
+        wire = self._in.get(source)
+        if not isinstance(wire, _RingIn):
+            return
+        what = f"recv from {self._describe[source]}"
+        failure: Exception | None = None
+        with wire.draining:
+            try:
+                while not work.is_completed() and not self._stop.is_set() and time.monotonic() < deadline:
+                    if wire.ring.wait(False, ENVELOPE.size, self._spin.seconds(), CHECK_EVERY_S):
+                        if not self._drain(source, wire, what):
+                            break
+                    elif not pid_alive(wire.pid):
+                        break  # the watcher takes what is left and ends the link, which fails this receive
+            except Exception as exc:  # noqa: BLE001 - handled once the ring is let go
+                failure = exc
+        if failure is not None:
+            self._reader_failed(source, failure, what)
+
+    def _watch(self, source: int, wire: _RingIn) -> None:
+        """A ring link's socket carries nothing forward: it only ends, when the sender exits. What the
+        sender wrote before is still received, then the link ends as a socket link would."""
+        what = f"recv from {self._describe[source]}"
+        try:
+            while not self._stop.is_set():
+                if wire.link.readable(_POLL_S):
+                    wire.link.recv(torch.empty(1, dtype=torch.uint8), what, time.monotonic() + self.timeout_s)
+                    raise CollectiveError(f"smddp {what}: {wire.peer} sent bytes on a ring link's socket (out of step)")
+        except CollectiveError as exc:
+            if self._stop.is_set():
+                return
+            with wire.draining:
+                try:
+                    self._drain(source, wire, what)
+                except CollectiveError:
+                    pass  # a message cut short by the exit: the link's end below says what happened
+            self._link_ended(source, exc)
+
+    def _receive(self, source: int, wire: _UnixWire | _TcpWire | _RingIn, envelope: _Envelope, what: str) -> bool:
         with self._lock:
             posted = next((p for p in self._posted if p.matches(source, envelope.tag)), None)
             if posted is not None:

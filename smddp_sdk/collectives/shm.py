@@ -57,7 +57,7 @@ LINE = 64
 ABORT_MESSAGE_BYTES = 1024
 PAGE = 4096
 _SPIN_S_UNDERSUBSCRIBED = 30e-6  # poll this long before sleeping when every rank has a core of its own
-_SPIN_S_LOADED = 2e-6  # ... and this long when the machine is loaded (polling steals the peer's slice)
+SPIN_S_LOADED = 2e-6  # ... and this long when the machine is loaded (polling steals the peer's slice)
 _SPIN_S_BLOCKING = 1e-3  # ... and this long in the core's blocking calls, whatever the load (spin_budgets)
 _YIELD_S_CROWDED = 300e-6  # ranks outnumber cores: poll this long with sched_yield, loaded or not
 CHECK_EVERY_S = 0.05  # how often a waiting rank checks the deadline, the abort record and peer liveness
@@ -95,6 +95,16 @@ class LoadSamples:
     @property
     def loaded(self) -> bool:
         return self._bits.bit_count() > self.WINDOW // 2
+
+
+def spin_budgets(n_local: int, cores: int) -> tuple[float, float, float]:
+    """ShmArena.spin_budgets' rule for n_local ranks on this many cores (point-to-point's rings share it)."""
+    forced = os.environ.get(SPIN_US_ENV)
+    if forced:
+        return (float(forced) * 1e-6,) * 3
+    if n_local > cores:
+        return (_YIELD_S_CROWDED,) * 3
+    return _SPIN_S_UNDERSUBSCRIBED, SPIN_S_LOADED, _SPIN_S_BLOCKING
 
 
 class ShmUnavailable(Exception):
@@ -368,12 +378,7 @@ class ShmArena:
         the core to a runnable peer without a sleep and wake-up, as Open MPI's ranks do when
         oversubscribed (4 ranks on 2 cores, 64 KB all_reduce 120 µs against 190 µs-1.8 ms sleeping after
         2 µs). Figures: docs/performance.md, issue 37. SMDDP_SPIN_US overrides all three."""
-        forced = os.environ.get(SPIN_US_ENV)
-        if forced:
-            return (float(forced) * 1e-6,) * 3
-        if self.crowded:
-            return (_YIELD_S_CROWDED,) * 3
-        return _SPIN_S_UNDERSUBSCRIBED, _SPIN_S_LOADED, _SPIN_S_BLOCKING
+        return spin_budgets(self.n, self.cores)
 
     @property
     def crowded(self) -> bool:

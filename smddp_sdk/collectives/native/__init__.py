@@ -223,6 +223,11 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.smddp_link_open.argtypes = [c.c_int, c.c_int, c.c_long, c.c_char_p]
     lib.smddp_link_close.argtypes = [c.c_int]
     lib.smddp_link_close.restype = None
+    lib.smddp_ring_put.argtypes = [c.c_void_p, c.c_long, c.c_void_p, c.c_long]
+    lib.smddp_ring_take.argtypes = [c.c_void_p, c.c_long, c.c_void_p, c.c_long]
+    lib.smddp_ring_wait.argtypes = [c.c_void_p, c.c_long, c.c_int, c.c_long, c.c_long, c.c_long]
+    for fn in (lib.smddp_ring_put, lib.smddp_ring_take, lib.smddp_ring_wait):
+        fn.restype = c.c_long
     for fn in (lib.smddp_wait, lib.smddp_barrier, lib.smddp_reduce, lib.smddp_reduce_shard, lib.smddp_allreduce_small, lib.smddp_exchange,
                lib.smddp_crypto_load, lib.smddp_link_open):
         fn.restype = c.c_int

@@ -556,3 +556,95 @@ int smddp_exchange(struct smddp_transfer *t, int count, long slice_ns) {
         }
     }
 }
+
+
+/* --- point-to-point rings (ring.py): one per ordered pair of ranks on a host, a byte stream ----------
+ * The ring's first RING_HEADER bytes hold its counters as 32-bit words, each on a line of its own:
+ *   [16] head: bytes written so far (mod 2^32), advanced by the writer only  [17] readers asleep on it
+ *   [32] tail: bytes consumed so far, advanced by the reader only           [33] writers asleep on it
+ * then capacity bytes of data (a power of two); byte k of the stream is at data[k & (capacity - 1)].
+ * capacity comes from the caller, never from the shared words, and a head and tail further apart than
+ * capacity (a corrupted ring) is an error, so nothing outside the mapping is ever touched. */
+#define RING_HEADER 256
+#define RING_HEAD 16
+#define RING_READERS 17
+#define RING_TAIL 32
+#define RING_WRITERS 33
+
+static inline uint32_t *ring_word(char *ring, int w) { return (uint32_t *)ring + w; }
+
+/* Bytes in the ring, or -1 when head and tail make no sense. */
+static long ring_used(char *ring, long capacity) {
+    uint32_t used = __atomic_load_n(ring_word(ring, RING_HEAD), __ATOMIC_ACQUIRE) -
+                    __atomic_load_n(ring_word(ring, RING_TAIL), __ATOMIC_ACQUIRE);
+    return used > (uint32_t)capacity ? -1 : (long)used;
+}
+
+/* Advance a counter and wake whoever sleeps on it. */
+static void ring_publish(char *ring, int counter, int sleepers, uint32_t value) {
+    __atomic_store_n(ring_word(ring, counter), value, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(ring_word(ring, sleepers), __ATOMIC_SEQ_CST))
+        syscall(SYS_futex, ring_word(ring, counter), FUTEX_WAKE, 0x7fffffff, NULL, NULL, 0);
+}
+
+/* Write what fits of src's n bytes; returns the bytes written (0: full), -1 when the ring is corrupt. */
+long smddp_ring_put(char *ring, long capacity, const char *src, long n) {
+    long used = ring_used(ring, capacity);
+    if (used < 0) return -1;
+    if (n > capacity - used) n = capacity - used;
+    if (n <= 0) return 0;
+    uint32_t head = __atomic_load_n(ring_word(ring, RING_HEAD), __ATOMIC_RELAXED);
+    char *data = ring + RING_HEADER;
+    long at = head & (capacity - 1), first = n < capacity - at ? n : capacity - at;
+    memcpy(data + at, src, first);
+    memcpy(data, src + first, n - first);
+    ring_publish(ring, RING_HEAD, RING_READERS, head + (uint32_t)n);
+    return n;
+}
+
+/* Take up to n bytes into dst; returns the bytes taken (0: empty), -1 when the ring is corrupt. */
+long smddp_ring_take(char *ring, long capacity, char *dst, long n) {
+    long used = ring_used(ring, capacity);
+    if (used < 0) return -1;
+    if (n > used) n = used;
+    if (n <= 0) return 0;
+    uint32_t tail = __atomic_load_n(ring_word(ring, RING_TAIL), __ATOMIC_RELAXED);
+    const char *data = ring + RING_HEADER;
+    long at = tail & (capacity - 1), first = n < capacity - at ? n : capacity - at;
+    memcpy(dst, data + at, first);
+    memcpy(dst + first, data, n - first);
+    ring_publish(ring, RING_TAIL, RING_WRITERS, tail + (uint32_t)n);
+    return n;
+}
+
+/* Until want bytes are in the ring (space == 0: the reader) or free (space == 1: the writer): poll for
+ * spin_ns, then sleep on the other end's counter. Returns how many there are, 0 when slice_ns passed
+ * first, -1 when the ring is corrupt. */
+long smddp_ring_wait(char *ring, long capacity, int space, long want, long spin_ns, long slice_ns) {
+    int counter = space ? RING_TAIL : RING_HEAD, sleepers = space ? RING_WRITERS : RING_READERS;
+    if (want > capacity) want = capacity;
+    long start = now_ns();
+    for (;;) {
+        long used = ring_used(ring, capacity);
+        if (used < 0) return -1;
+        long have = space ? capacity - used : used;
+        if (have >= want && have > 0) return have;
+        long elapsed = now_ns() - start;
+        if (elapsed >= slice_ns) return 0;
+        if (elapsed < spin_ns) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+            continue;
+        }
+        long left = slice_ns - elapsed;
+        struct timespec ts = {left / 1000000000L, left % 1000000000L};
+        __atomic_fetch_add(ring_word(ring, sleepers), 1, __ATOMIC_SEQ_CST);
+        uint32_t seen = __atomic_load_n(ring_word(ring, counter), __ATOMIC_SEQ_CST);
+        used = ring_used(ring, capacity);
+        have = space ? capacity - used : used;
+        if (used >= 0 && (have < want || have == 0))
+            syscall(SYS_futex, ring_word(ring, counter), FUTEX_WAIT, seen, &ts, NULL, 0);
+        __atomic_fetch_sub(ring_word(ring, sleepers), 1, __ATOMIC_SEQ_CST);
+    }
+}
