@@ -19,7 +19,7 @@
 // this file); this file holds what needs torch: the ProcessGroup, the tensors' checks and the binding.
 //
 // Built on first use by smddp_sdk/collectives/native/__init__.py; see docs/collectives.md ("Native hot path").
-#include <torch/csrc/distributed/c10d/PyProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <pybind11/stl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -102,11 +102,30 @@ class DoneWork : public c10d::Work {
   std::vector<at::Tensor> result_;
 };
 
+// A collective's Work made in Python, kept with its Python object (what torch's
+// PyProcessGroup::PyWorkHolder does; PyProcessGroup.hpp itself would pull in torch's JIT bindings, a
+// third of this file's compile time).
+class PythonWork : public c10d::Work {
+ public:
+  explicit PythonWork(pybind11::object work)
+      : work_(work.cast<c10::intrusive_ptr<c10d::Work>>()), object_(std::move(work)) {}
+  ~PythonWork() override {
+    pybind11::gil_scoped_acquire gil;  // a Python object is released under the GIL
+    object_ = pybind11::object();
+  }
+  bool wait(std::chrono::milliseconds timeout) override { return work_->wait(timeout); }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return work_->getFuture(); }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  pybind11::object object_;
+};
+
 }  // namespace
 
-class SmddpCore : public c10d::PyProcessGroup, public Engine {
+class SmddpCore : public c10d::ProcessGroup, public Engine {
  public:
-  using c10d::PyProcessGroup::PyProcessGroup;
+  using c10d::ProcessGroup::ProcessGroup;
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override {
@@ -274,8 +293,9 @@ class SmddpCore : public c10d::PyProcessGroup, public Engine {
     return python("_python_gather", outputs, inputs, opts);
   }
 
-  // torch's trampoline (PyProcessGroup) finds Python overrides only on instances of ProcessGroup itself,
-  // not of a C++ subclass such as this one; so every method it forwards is forwarded again here.
+  // This class is its own trampoline (torch's PyProcessGroup finds Python overrides only on instances of
+  // ProcessGroup itself, and its header costs a third of this file's compile): every method the Python
+  // group defines is forwarded here.
   const std::string getBackendName() const override {
     pybind11::gil_scoped_acquire gil;
     if (auto method = python_override("getBackendName")) return method().cast<std::string>();
@@ -419,7 +439,7 @@ class SmddpCore : public c10d::PyProcessGroup, public Engine {
     pybind11::gil_scoped_acquire gil;
     pybind11::function implementation = pybind11::get_override(static_cast<const SmddpCore*>(this), method);
     TORCH_CHECK(implementation, "smddp: the Python group defines no ", method);
-    return c10::make_intrusive<c10d::PyProcessGroup::PyWorkHolder>(implementation(args...));
+    return c10::make_intrusive<PythonWork>(implementation(args...));
   }
 
   // A Python override of a non-collective method, if the group defines one.
