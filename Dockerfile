@@ -28,12 +28,13 @@ COPY ${WHEELS}/deps /tmp/wheels/deps
 RUN /opt/smddp/venv/bin/pip install --no-index --find-links /tmp/wheels/deps -r /tmp/wheels/deps/requirements.txt
 
 # Stage 2: smddp's native kernels (C) and core (C++ against the installed torch), built from their sources
-# alone (the builder is stdlib plus torch), so this slow layer (a minute or more) is reused until they or
+# alone (the builder is stdlib plus torch), so this slow layer (half a minute or more) is reused until they or
 # the wheels change, not rebuilt by every change to smddp-sdk. Where the base image has no compilers or
 # Python headers, nothing is prebuilt: the backend builds them on first use if it can, else runs its
 # Python path and says so once.
 FROM deps AS native
-COPY smddp_sdk/collectives/native/__init__.py smddp_sdk/collectives/native/smddp_native.c smddp_sdk/collectives/native/smddp_core.cpp /tmp/native/
+COPY smddp_sdk/collectives/native/__init__.py smddp_sdk/collectives/native/smddp_native.c /tmp/native/
+COPY smddp_sdk/collectives/native/core/ /tmp/native/core/
 RUN mkdir -p /opt/smddp/native \
     && { /opt/smddp/venv/bin/python /tmp/native/__init__.py --into /opt/smddp/native \
          || echo "no C/C++ toolchain in the base image: smddp's collectives build their native code on first use or use the Python path"; }

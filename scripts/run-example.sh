@@ -35,8 +35,8 @@ def built(name: str) -> bool:
 if native.mode() != "off" and not (built(native.library_name()) and built(native.core_name())):
     started = time.monotonic()
     try:
+        native.build_core(with_kernels=True)  # says "smddp: building the native core ..."; the kernels beside it
         native.build()
-        native.build_core()  # says "smddp: building the native core ... (once; about a minute)"
     except native.NativeUnavailable as exc:
         print(f"note: smddp's native code cannot be built here ({exc}); the smddp backend uses its Python path")
     else:

@@ -16,8 +16,8 @@ fi
 echo "==> installing smddp-sdk and its dev extras"
 "$PYTHON" -m pip install --quiet --disable-pip-version-check -e ".[dev]"
 
-# smddp's native kernels and core, built now into the user cache (about a minute, once per torch version)
-# rather than by the first job's ranks; without a C/C++ toolchain the backend uses its Python path.
+# smddp's native kernels and core, built now into the user cache (once per torch version; it prints how
+# long it took) rather than by the first job's ranks; without a C/C++ toolchain the backend uses its Python path.
 echo "==> building smddp's native code (cached)"
 "$PYTHON" -m smddp_sdk.collectives.native >/dev/null \
   || echo "note: smddp's native code could not be built here; the smddp backend will use its Python path"

@@ -60,7 +60,7 @@ in node order; the ring accumulates shard j from host j around to host j-1; recu
 halving_doubling combine two partial results per step, always the one of the lower (virtual) host first,
 so both partners of a step compute the same bits. ``SMDDP_ALLREDUCE_ALGO`` (auto or one of the names
 above) forces one path: oneshot also forces the symmetric shared-memory step, the others the sharded one.
-The native core (smddp_core.cpp) runs the same algorithms with the same rules, byte for byte.
+The native core (native/core/engine.cpp) runs the same algorithms with the same rules, byte for byte.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ BLOCK_BYTES = 512 << 10
 # memory directly (ShmArena.single_copy_read): one copy instead of two through the slots
 SINGLE_COPY_FROM = 1 << 20
 # ... up to this many bytes of gathered result (all ranks' parts). From here an all_gather copies through
-# the slots again, the native core with non-temporal stores (smddp_core.cpp's stream_copy): the kernel pins
+# the slots again, the native core with non-temporal stores (native/core/engine.cpp's stream_copy): the kernel pins
 # the peer's 4 KB pages one by one, so a read costs about two memcpys (32 MB: 7.0 ms of CPU, memcpy 3.8),
 # while the slots stay in cache and only the result goes to memory (64 MB here: 13.4 ms of CPU for both
 # ranks against 17.6 single copy; at 16 MB the two were even).

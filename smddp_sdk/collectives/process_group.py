@@ -1,7 +1,7 @@
 """The `smddp` ProcessGroup: torch's method names mapped onto the Communicator's four primitives.
 
 torch 2.13 cannot subclass the C++ Backend from Python, so the group is a ProcessGroup subclass that torch
-uses directly. Its base is the native core (native/smddp_core.cpp) where that builds: blocking
+uses directly. Its base is the native core (native/core/) where that builds: blocking
 collectives of a one-host group, and all_reduce, reduce, all_gather, gather, broadcast, scatter,
 reduce_scatter_tensor and reduce_scatter (a list, even or uneven), all_to_all and barrier across hosts,
 then run in C++ without entering Python, and everything else comes back to the methods here under

@@ -80,7 +80,7 @@ class LoadSamples:
     taken by a rank, any passing task (a shell, a kernel thread, the benchmark's parent) tips one sample
     over, and a rule that trusted one sample a second left a quiet machine's ranks sleeping after 2 µs of
     polling for that whole second (4 KB calls of ~100 µs instead of ~10). A sustained load still turns
-    the budget within WINDOW // 2 + 1 samples (about half a second). smddp_core.cpp's spin() keeps the
+    the budget within WINDOW // 2 + 1 samples (about half a second). native/core/engine.cpp's spin() keeps the
     same rule."""
 
     WINDOW = 8
@@ -386,7 +386,7 @@ class ShmArena:
         return self.n > self.cores
 
     def _refresh_spin_budget(self, now: float) -> None:
-        """The budget for the machine's load now (native core: the same rule in smddp_core.cpp's spin()).
+        """The budget for the machine's load now (native core: the same rule in core/engine.cpp's spin()).
         The tasks runnable now, not the 1-minute load average: that one lags, so a busy minute before (or
         another backend's polling ranks in the same benchmark) kept the ranks of a now quiet machine
         sleeping after 2 µs (4 KB calls of 90-200 µs instead of 10-15). Sampled every SAMPLE_EVERY_S and

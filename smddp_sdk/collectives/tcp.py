@@ -25,7 +25,7 @@ bytes alone. Every host must use the same protection; the handshake refuses a di
 Every exchange carries a call header ahead of each peer's bytes: the collective's call record (calls.py:
 sequence number, op, reduce op, dtype, element count, root) and the exchange's step within the call. A
 receiver compares the header it gets with its own before it uses the data, so hosts that run different
-collectives fail at once naming both calls, instead of reducing garbage. The native core (smddp_core.cpp)
+collectives fail at once naming both calls, instead of reducing garbage. The native core (native/core/)
 writes the same header, byte for byte.
 
 An exchange moves its bytes in the native progress loop (smddp_native.c: one thread polls every socket,

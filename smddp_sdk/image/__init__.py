@@ -58,7 +58,7 @@ def _pyproject() -> str:
         f'[project]\nname = "smddp-sdk"\nversion = "{__version__}"\nrequires-python = ">=3.10"\ndependencies = [\n{dependencies}]\n\n'
         '[project.scripts]\nsmddp-launch = "smddp_sdk.cli.main:main"\n\n'
         '[tool.setuptools.packages.find]\ninclude = ["smddp_sdk*"]\n\n'
-        '[tool.setuptools.package-data]\nsmddp_sdk = ["py.typed", "schedulers/sagemaker/*.json", "image/Dockerfile", "image/train", "image/build-image.sh", "image/dockerignore", "image/image-requirements.txt", "_compat/**/*"]\n'
+        '[tool.setuptools.package-data]\nsmddp_sdk = ["py.typed", "schedulers/sagemaker/*.json", "collectives/native/*.c", "collectives/native/core/*.cpp", "collectives/native/core/*.hpp", "collectives/native/*.so", "image/Dockerfile", "image/train", "image/build-image.sh", "image/dockerignore", "image/image-requirements.txt", "_compat/**/*"]\n'
     )
 
 

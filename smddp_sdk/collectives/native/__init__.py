@@ -1,6 +1,6 @@
 """smddp's native code, compiled on first use: the kernels (smddp_native.c, loaded through ctypes) and the
-core (smddp_core.cpp, a torch extension: the C++ ProcessGroup base that runs one-host collectives without
-Python).
+core (core/: smddp_core.cpp, a torch extension holding the C++ ProcessGroup base that runs collectives
+without Python, and engine.cpp, its protocol and algorithms on bytes, free of torch headers).
 
 SMDDP_NATIVE chooses: "auto" (default) uses both when they build and falls back with one note each when
 they cannot (no C or C++ compiler, no Python or torch headers): without the core, every call goes through
@@ -8,7 +8,8 @@ the Python group; without the kernels, through the pure-Python path. "1" require
 why one is missing); "0" loads neither. Builds are cached per user under $XDG_CACHE_HOME/smddp-sdk/native
 (or ~/.cache/...), keyed by a hash of the source, the compiler flags and (for the core) the torch and
 Python versions, so a change rebuilds and concurrent ranks never load a half-written file (write, then
-rename; the core, about a minute to compile, is built by one process while the others wait). Files
+rename; the core is built by one process while the others wait). The core's units compile at once (and
+beside the kernels in `build_all`), so its build takes about as long as its torch unit alone. Files
 prebuilt next to this one (the Docker image does it) are used before the cache.
 
 The kernels protect the links between hosts with OpenSSL's libcrypto, opened when they load: the one
@@ -32,17 +33,19 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 NATIVE_ENV = "SMDDP_NATIVE"
 CACHE_ENV = "SMDDP_NATIVE_CACHE"
 SOURCE = Path(__file__).with_name("smddp_native.c")
-_FLAGS = ["-O3", "-shared", "-fPIC", "-std=gnu11", "-fno-strict-aliasing"]
+_FLAGS = ["-O3", "-fPIC", "-std=gnu11", "-fno-strict-aliasing"]
 
-CORE_SOURCE = Path(__file__).with_name("smddp_core.cpp")
-_CORE_FLAGS = ["-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-std=c++20", "-DTORCH_EXTENSION_NAME=smddp_core", "-DTORCH_API_INCLUDE_EXTENSION_H"]
+CORE_DIR = Path(__file__).with_name("core")
+_CORE_FLAGS = ["-O2", "-fPIC", "-fvisibility=hidden", "-std=c++20", "-DTORCH_EXTENSION_NAME=smddp_core", "-DTORCH_API_INCLUDE_EXTENSION_H"]
 
 _lib: ctypes.CDLL | None = None
 _loaded = False
@@ -107,20 +110,40 @@ def _compiler(variable: str, candidates: tuple[str, ...], package: str) -> str:
     return compiler
 
 
-def _compile(target: Path, command: Callable[[str], list[str]], source: Path) -> None:
-    """Run command(output) into a temporary file next to target, then rename it into place."""
+@contextmanager
+def _partial(target: Path) -> Iterator[Path]:
+    """A temporary path next to target, renamed onto it if the block succeeds (atomic: a concurrent rank
+    sees no file or a whole one), removed otherwise."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, partial = tempfile.mkstemp(dir=target.parent, suffix=".so.part")
+    fd, partial = tempfile.mkstemp(dir=target.parent, prefix=f".{target.stem}-", suffix=".part")
     os.close(fd)
     try:
-        argv = command(partial)
-        result = subprocess.run(argv, capture_output=True, text=True)
-        if result.returncode:
-            raise NativeUnavailable(f"{argv[0]} failed to build {source.name}: {result.stderr.strip()[-2000:]}")
-        os.replace(partial, target)  # atomic: a concurrent rank sees no file or a whole one
+        yield Path(partial)
+        os.replace(partial, target)
     finally:
         if os.path.exists(partial):
             os.unlink(partial)
+
+
+def _run_at_once(steps: list[tuple[Path, list[str]]]) -> None:
+    """Run every compiler command (source, argv) at once and wait for all of them; every failure is
+    reported together, each naming its source with the compiler's own message."""
+    failures = []
+    with ExitStack() as stack:
+        running = []
+        for source, argv in steps:
+            errors = stack.enter_context(tempfile.TemporaryFile(mode="w+"))  # a file, not a pipe: never blocks
+            running.append((source, argv, errors, subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=errors)))
+        for source, argv, errors, process in running:
+            if process.wait():
+                errors.seek(0)
+                failures.append(f"{os.path.basename(argv[0])} failed to build {source.name}: {errors.read().strip()[-2000:]}")
+    if failures:
+        raise NativeUnavailable("\n".join(failures))
+
+
+def _kernels_argv(compiler: str, output: Path) -> list[str]:
+    return [compiler, *_flags(), "-shared", "-o", str(output), str(SOURCE), "-ldl"]  # dlopen: libcrypto
 
 
 def build(directory: Path | None = None) -> Path:
@@ -128,7 +151,8 @@ def build(directory: Path | None = None) -> Path:
     target = (directory or cache_dir()) / library_name()
     if not target.exists():
         compiler = _compiler("CC", ("cc", "gcc", "clang"), "gcc")
-        _compile(target, lambda output: [compiler, *_flags(), "-o", output, str(SOURCE), "-ldl"], SOURCE)  # dlopen: libcrypto
+        with _partial(target) as partial:
+            _run_at_once([(SOURCE, _kernels_argv(compiler, partial))])
     return target
 
 
@@ -147,16 +171,23 @@ def _torch_build_flags() -> tuple[list[str], list[str]]:
     return [abi, *(f"-I{p}" for p in includes)], libs
 
 
+def core_sources() -> list[Path]:
+    """Every file of the core (the cache key covers them all); its .cpp files are the units."""
+    return sorted(p for p in CORE_DIR.iterdir() if p.suffix in (".cpp", ".hpp"))
+
+
 def core_name() -> str:
     import torch
 
-    key = [CORE_SOURCE.read_bytes(), " ".join(_CORE_FLAGS).encode(), torch.__version__.encode(), sys.version.encode(), platform.machine().encode()]
+    sources = [p.name.encode() + b"\0" + p.read_bytes() for p in core_sources()]
+    key = [*sources, " ".join(_CORE_FLAGS).encode(), torch.__version__.encode(), sys.version.encode(), platform.machine().encode()]
     return f"smddp_core-{hashlib.sha256(b'|'.join(key)).hexdigest()[:16]}.so"
 
 
-def build_core(directory: Path | None = None) -> Path:
+def build_core(directory: Path | None = None, with_kernels: bool = False) -> Path:
     """Compile the core into directory (default: the cache) unless already there; one process builds,
-    concurrent ones wait for it. Returns the path."""
+    concurrent ones wait for it. Its units compile at once, then link; with_kernels: the kernels too,
+    beside them, if they are not built yet. Returns the core's path."""
     import torch
 
     target = (directory or cache_dir()) / core_name()
@@ -168,15 +199,34 @@ def build_core(directory: Path | None = None) -> Path:
     with open(target.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
         if not target.exists():
-            print(f"smddp: building the native core for torch {torch.__version__} (once; about a minute)", file=sys.stderr, flush=True)
-            _compile(target, lambda output: [compiler, *_CORE_FLAGS, *flags, "-o", output, str(CORE_SOURCE), *libs], CORE_SOURCE)
+            print(f"smddp: building the native core for torch {torch.__version__} (once; about 30 s on 2 cores)", file=sys.stderr, flush=True)
+            kernels = (directory or cache_dir()) / library_name() if with_kernels else None
+            _build_core(target, compiler, flags, libs, kernels if kernels and not kernels.exists() else None)
     return target
+
+
+def _build_core(target: Path, compiler: str, flags: list[str], libs: list[str], kernels: Path | None) -> None:
+    """The core's units (and the kernels, where given) compiled at once, then the core linked."""
+    units = [p for p in core_sources() if p.suffix == ".cpp"]
+    units.sort(key=lambda p: p.name != "smddp_core.cpp")  # the torch unit, the longest, first
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.stem}-") as scratch, _partial(target) as partial:
+        objects = [Path(scratch) / f"{unit.stem}.o" for unit in units]
+        steps = [(unit, [compiler, *_CORE_FLAGS, *flags, "-c", "-o", str(obj), str(unit)]) for unit, obj in zip(units, objects)]
+        kernels_partial = Path(scratch) / "kernels.so"
+        if kernels:
+            steps.append((SOURCE, _kernels_argv(_compiler("CC", ("cc", "gcc", "clang"), "gcc"), kernels_partial)))
+        try:
+            _run_at_once(steps)
+        finally:
+            if kernels and kernels_partial.exists():
+                os.replace(kernels_partial, kernels)  # built whole even where a unit of the core failed
+        _run_at_once([(target, [compiler, "-shared", "-o", str(partial), *map(str, objects), *libs])])
 
 
 def _load_core() -> type:
     import torch.distributed  # noqa: F401 - registers the ProcessGroup base class the core derives from
 
-    prebuilt = CORE_SOURCE.with_name(core_name())
+    prebuilt = SOURCE.with_name(core_name())
     path = prebuilt if prebuilt.exists() else build_core()
     spec = importlib.util.spec_from_file_location("smddp_core", path)
     if spec is None or spec.loader is None:
@@ -290,16 +340,19 @@ def library() -> ctypes.CDLL | None:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m smddp_sdk.collectives.native [--into DIR] [--kernels-only]`: build now (the Docker image
-    prebuilds into the package)."""
+    """`python -m smddp_sdk.collectives.native [--into DIR] [--kernels-only]`: build now, the kernels beside
+    the core's units (the Docker image prebuilds into the package); prints the paths, and how long it took."""
     directory = Path(argv[argv.index("--into") + 1]) if "--into" in argv else None
+    started = time.monotonic()
     try:
+        core_path = None if "--kernels-only" in argv else build_core(directory, with_kernels=True)
         print(build(directory))
-        if "--kernels-only" not in argv:
-            print(build_core(directory))
+        if core_path:
+            print(core_path)
     except NativeUnavailable as exc:
         print(f"smddp: {exc}", file=sys.stderr)
         return 1
+    print(f"smddp: native code ready in {time.monotonic() - started:.0f} s", file=sys.stderr)
     return 0
 
 
