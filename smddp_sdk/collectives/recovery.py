@@ -22,10 +22,11 @@ others through the process group, every rank loads it and the snapshots are dele
 random generators' states of its own snapshot when its host kept one of that step, else the sender's
 (the same when ranks seed alike; seed data by step and rank otherwise, as the example does).
 
-Snapshots live in the job's scratch directory (``SMDDP_SCRATCH_DIR``, which the local scheduler gives
-its hosts and removes when the job ends), under ``snapshots/<host>/``, mode 0600; without it (docker,
-Slurm, SageMaker, where a restart gets fresh containers or machines) nothing is kept and ``restore()``
-returns 0: load your checkpoint then.
+Snapshots live in the host's scratch directory (``SMDDP_SCRATCH_DIR``), under ``snapshots/<host>/``, mode
+0600. The local scheduler gives its hosts one in the job directory; the docker scheduler mounts a folder of
+the job directory per host into its container, so the snapshots outlive a container's restart; both remove
+it when the job ends. Without it (Slurm, SageMaker, where a restart gets fresh machines) nothing is kept and
+``restore()`` returns 0: load your checkpoint then.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def choose_source(steps: Sequence[int | None]) -> int | None:
 
 
 def snapshot_dir(environ: Mapping[str, str] | None = None) -> Path | None:
-    """This host's snapshot folder in the job's scratch directory; None outside a local job."""
+    """This host's snapshot folder in its scratch directory; None where the job gives none (Slurm, SageMaker)."""
     environ = os.environ if environ is None else environ
     scratch, host = environ.get(SCRATCH_ENV), environ.get("SM_CURRENT_HOST")
     return Path(scratch) / SNAPSHOTS / host if scratch and host else None
