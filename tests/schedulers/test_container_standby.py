@@ -91,6 +91,8 @@ def test_a_failed_standby_is_removed_and_its_host_starts_cold(scheduler: DockerS
     assert status.state is JobState.SUCCEEDED, status
     hosts = state_of(tmp_path, "warm-broken")["hosts"]
     assert {host["container"]: host["warm"] for host in hosts.values()} == {"warm-broken-algo-1-r1": False, "warm-broken-algo-2-r1": False}
+    said = [line.text for line in scheduler.logs(handle) if "had ended" in line.text]
+    assert sorted(said) == [f"smddp: the standby container of {host} had ended; {host} starts cold" for host in ("algo-1", "algo-2")]
     assert engine_objects(tmp_path) == []
 
 

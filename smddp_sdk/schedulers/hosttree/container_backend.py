@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+from smddp_sdk.errors import UnavailableError
 from smddp_sdk.schedulers.hosttree import docker_cli
 from smddp_sdk.schedulers.hosttree.backend import HostBackend, HostExit, Output, Standby
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir
@@ -84,6 +85,7 @@ class ContainerBackend(HostBackend):
             return {"container": name, "warm": True}
         if standby is not None:  # it failed: removed, and the host starts cold in a container of the same name
             standby.drop()
+            output(host, f"smddp: the standby container of {host} had ended; {host} starts cold".encode())
             self.create(host)
         # The attach client is ours (it dies with us); the container lives on its own, which is why the
         # runtime inside also watches the lifeline FIFO mounted into it.
@@ -98,7 +100,10 @@ class ContainerBackend(HostBackend):
         if not self.warm or self.standbys:
             return
         restart = self.restart + 1
-        docker_cli.run(self.docker, *self.plan.network[:-1], self.network(restart))
+        try:
+            docker_cli.run(self.docker, *self.plan.network[:-1], self.network(restart))
+        except UnavailableError:  # no standbys this time: the next attempt starts cold, as without warm_restart
+            return
         self.ahead.add(self.network(restart))
         spares = str(self.plan.ranks.processes_per_host or 1) if self.plan.ranks else "1"
         for item in self.plan.hosts:
