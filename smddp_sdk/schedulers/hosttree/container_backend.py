@@ -96,7 +96,7 @@ class ContainerBackend(HostBackend):
 
     def start_standbys(self) -> None:
         """The next attempt's network and a standby container per host on it, its spare ranks importing
-        torch while this attempt trains (``docker run`` returns at once: nothing here waits for the engine)."""
+        torch while this attempt trains (only the network is made here; each ``docker run`` goes on by itself)."""
         if not self.warm or self.standbys:
             return
         restart = self.restart + 1
