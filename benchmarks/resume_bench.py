@@ -125,8 +125,8 @@ def _submit(scheduler: HostTreeScheduler, workdir: Path, name: str, epochs: int)
             "checkpoint_s3_uri": f"file://{workdir / 'checkpoints' / name}",
             "max_retry_attempts": 1,
             "use_spot_instances": True,
-            "max_run": 600,
-            "max_wait": 900,
+            "max_run": 1800,  # a loaded machine
+            "max_wait": 2400,
             "hyperparameters": {"epochs": epochs},
         }
     )

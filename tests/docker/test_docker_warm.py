@@ -77,7 +77,7 @@ def run_example(docker: DockerScheduler, name: str, hyperparameters: dict[str, A
     spec = JobSpec.from_mapping({
         "entry_point": "train.py", "source_dir": str(EXAMPLE), "instance_type": "local", "instance_count": 2,
         "distribution": {"smdistributed": {"dataparallel": {"enabled": True}}}, "job_name": f"checkpointless-{name}",
-        "max_retry_attempts": 1, "max_run": 600, "hyperparameters": hyperparameters,
+        "max_retry_attempts": 1, "max_run": 1800, "hyperparameters": hyperparameters,
     })
     handle = docker.submit(spec)
     job_dir = docker.job_root / handle.job_id
