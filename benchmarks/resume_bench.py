@@ -211,7 +211,7 @@ def main() -> int:
             kill, interrupt = run.seconds_to_training
             print(f"repeat {repeat} ({kind}): {'container' if args.docker else 'runtime'} SIGKILL -> training {kill:.1f} s; interruption -> training {interrupt:.1f} s (equal to the straight run)", flush=True)
     for kind, runs in results.items():
-        for index, name in enumerate(("runtime SIGKILL", "spot interruption")):
+        for index, name in enumerate((f"{'container' if args.docker else 'runtime'} SIGKILL", "spot interruption")):
             values = [run.seconds_to_training[index] for run in runs]
             print(f"{kind}: {name} -> training again: median {statistics.median(values):.1f} s, max {max(values):.1f} s ({len(values)} runs)")
         phases = [phase for run in runs for phase in run.phases]
