@@ -1,6 +1,7 @@
 """Time from a fault to training again, for a local job retried from its checkpoints: cold and warm.
 
     python benchmarks/resume_bench.py --repeats 3
+    python benchmarks/resume_bench.py --repeats 3 --docker smddp-sdk:<version>   # containers (a running engine)
 
 Each repeat runs ``tests/faults/scripts/resume_train.py`` (2 hosts x 2 ranks, torch on CPU, a checkpoint
 per epoch) as a managed spot job with ``max_retry_attempts=1`` twice: with today's restart (every host's
@@ -13,7 +14,9 @@ seconds finds them still importing torch). Both runs end bitwise equal to a stra
 seconds from the fault until the script prints that it resumed ("starting at epoch N from epoch-M.pt"),
 which spans stopping the hosts, the last checkpoint sync, archiving the attempt, restoring the checkpoints,
 starting the runtimes, importing torch and joining the process group. Reported: median and max over
-repeats (the machine is shared, so single runs are noisy; give ``uptime`` with the figures).
+repeats (the machine is shared, so single runs are noisy; give ``uptime`` with the figures). With
+``--docker IMAGE`` the hosts are containers of that image (``gpus: none``): the first fault kills algo-2's
+container, and warm restarts wake standby containers.
 
 ``run_interrupted`` and ``run_straight`` are also the proof in ``tests/faults/test_resume.py``.
 
@@ -48,6 +51,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from smddp_sdk.schedulers.docker import DockerScheduler  # noqa: E402
 from smddp_sdk.schedulers.hosttree.attempts import Interruption  # noqa: E402
 from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler  # noqa: E402
 from smddp_sdk.schedulers.local import LocalScheduler  # noqa: E402
@@ -58,7 +62,7 @@ from smddp_sdk.specs.status import JobHandle, JobState, JobStatus  # noqa: E402
 SCRIPTS = ROOT / "tests" / "faults" / "scripts"
 CHECKPOINTLESS = ROOT / "examples" / "checkpointless"
 SURVIVOR_KINDS = ("survivors", "warm", "cold")
-TIMEOUT = 300.0
+TIMEOUT = 900.0  # a loaded machine: standbys may take minutes to import torch beside the training
 RESUMED = re.compile(r"rank 0: starting at epoch (\d+) from epoch-\d+\.pt")
 
 
@@ -108,6 +112,10 @@ def local_scheduler(workdir: Path, ranks: int = 1, warm: bool = False) -> LocalS
     return LocalScheduler(job_root=workdir / "jobs", processes_per_host=ranks, stop_grace_period=3, warm_restart=warm)
 
 
+def docker_scheduler(workdir: Path, image: str, ranks: int = 1, warm: bool = False) -> DockerScheduler:
+    return DockerScheduler(job_root=workdir / "jobs", image=image, processes_per_host=ranks, stop_grace_period=3, gpus="none", warm_restart=warm)
+
+
 def _kill_runtime(host: dict[str, Any]) -> None:
     """SIGKILL a host's runtime: its process here, its container (whose first process it is) in docker mode."""
     if "container" in host:
@@ -128,8 +136,8 @@ def _submit(scheduler: HostTreeScheduler, workdir: Path, name: str, epochs: int)
             "checkpoint_s3_uri": f"file://{workdir / 'checkpoints' / name}",
             "max_retry_attempts": 1,
             "use_spot_instances": True,
-            "max_run": 600,
-            "max_wait": 900,
+            "max_run": 1800,  # a loaded machine
+            "max_wait": 2400,
             "hyperparameters": {"epochs": epochs},
         }
     )
@@ -254,12 +262,21 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--ranks", type=int, default=2, help="ranks per host (2 hosts)")
     parser.add_argument("--survivors", action="store_true", help="recovery without a checkpoint: survivors staying up vs warm vs cold restart")
+    parser.add_argument("--docker", metavar="IMAGE", help="run the hosts as containers of IMAGE (docker mode) instead of local processes")
     args = parser.parse_args()
+    if args.survivors and args.docker:
+        parser.error("--survivors measures local jobs only (survive_host_loss is a local option): leave out --docker")
     if args.survivors:
         return survivors_main(args.repeats)
+
+    def scheduler(workdir: Path, warm: bool = False) -> HostTreeScheduler:
+        if args.docker:
+            return docker_scheduler(workdir, args.docker, args.ranks, warm)
+        return local_scheduler(workdir, args.ranks, warm)
+
     loads = []
     with tempfile.TemporaryDirectory() as tmp:
-        straight = run_straight(Path(tmp), scheduler=local_scheduler(Path(tmp), args.ranks))
+        straight = run_straight(Path(tmp), scheduler=scheduler(Path(tmp)))
     if straight.status.state is not JobState.SUCCEEDED:
         print(f"the straight run ended {straight.status.state.value}: {straight.status.message}", file=sys.stderr)
         return 1
@@ -267,7 +284,7 @@ def main() -> int:
     for repeat in range(args.repeats):
         for kind, runs in results.items():
             with tempfile.TemporaryDirectory() as tmp:
-                run = run_interrupted(Path(tmp), scheduler=local_scheduler(Path(tmp), args.ranks, warm=kind == "warm"), warm=kind == "warm")
+                run = run_interrupted(Path(tmp), scheduler=scheduler(Path(tmp), warm=kind == "warm"), warm=kind == "warm")
             loads.append(os.getloadavg()[0])
             if run.status.state is not JobState.SUCCEEDED or not same_params(run, straight):
                 problem = run.status.message if run.status.state is not JobState.SUCCEEDED else "its parameters differ from the straight run's"
@@ -275,9 +292,9 @@ def main() -> int:
                 return 1
             runs.append(run)
             kill, interrupt = run.seconds_to_training
-            print(f"repeat {repeat} ({kind}): runtime SIGKILL -> training {kill:.1f} s; interruption -> training {interrupt:.1f} s (equal to the straight run)", flush=True)
+            print(f"repeat {repeat} ({kind}): {'container' if args.docker else 'runtime'} SIGKILL -> training {kill:.1f} s; interruption -> training {interrupt:.1f} s (equal to the straight run)", flush=True)
     for kind, runs in results.items():
-        for index, name in enumerate(("runtime SIGKILL", "spot interruption")):
+        for index, name in enumerate((f"{'container' if args.docker else 'runtime'} SIGKILL", "spot interruption")):
             values = [run.seconds_to_training[index] for run in runs]
             print(f"{kind}: {name} -> training again: median {statistics.median(values):.1f} s, max {max(values):.1f} s ({len(values)} runs)")
         phases = [phase for run in runs for phase in run.phases]

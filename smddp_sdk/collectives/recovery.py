@@ -36,12 +36,13 @@ the collectives of its construction again (``rejoin``), and every rank takes the
 survivors' in memory, as ``restore()`` takes it from snapshots: the same collectives the replaced ranks'
 ``restore()`` runs. Then the interrupted step runs again, from the state of the one before it.
 
-Snapshots live in the job's scratch directory (``SMDDP_SCRATCH_DIR``), under ``snapshots/<host>/``, mode
-0600. The local scheduler gives its hosts one and removes it when the job ends; the Slurm scheduler gives
-each node ``scratch/<node index>`` in the shared job directory (0700), since a requeue runs the job again in
-a new allocation, maybe on other nodes: it survives the requeue and the batch script removes it when the
-job ends. Without one (docker, SageMaker, where a restart gets fresh containers or machines) nothing is
-kept and ``restore()`` returns 0: load your checkpoint then.
+Snapshots live in the host's scratch directory (``SMDDP_SCRATCH_DIR``), under ``snapshots/<host>/``, mode
+0600. The local scheduler gives its hosts one in the job directory; the docker scheduler mounts a folder of
+the job directory per host into its container, so the snapshots outlive a container's restart; both remove
+it when the job ends. The Slurm scheduler gives each node ``scratch/<node index>`` in the shared job
+directory (0700), since a requeue runs the job again in a new allocation, maybe on other nodes: it survives
+the requeue and the batch script removes it when the job ends. Without one (SageMaker, where a restart gets
+fresh machines) nothing is kept and ``restore()`` returns 0: load your checkpoint then.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ def survivors_enabled(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def snapshot_dir(environ: Mapping[str, str] | None = None) -> Path | None:
-    """This host's snapshot folder in the job's scratch directory; None where the scheduler gives none."""
+    """This host's snapshot folder in its scratch directory; None where the scheduler gives none (SageMaker)."""
     environ = os.environ if environ is None else environ
     scratch, host = environ.get(SCRATCH_ENV), environ.get("SM_CURRENT_HOST")
     return Path(scratch) / SNAPSHOTS / host if scratch and host else None

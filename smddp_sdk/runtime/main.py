@@ -118,7 +118,8 @@ class Ahead:
 
 def _stand_by(environ: dict[str, str]) -> tuple[Ahead, dict[str, str] | None]:
     """A standby (warm restart): start the spares (and a store helper), then wait for the environment of
-    the attempt this runtime will run (one JSON object on stdin). End of file instead: not needed; None."""
+    the attempt this runtime will run (one JSON object on stdin, added to its own: a local host's whole
+    environment, a container's token and restart count). End of file instead: not needed; None."""
     count = environ[contract.STANDBY_ENV]
     ahead = Ahead([start_spare(sys.executable, environ) for _ in range(int(count) if count.isdigit() else 0)])
     if rendezvous_store.store_address("-", environ):  # the master host's runtime serves the store (local mode)
@@ -133,7 +134,9 @@ def _stand_by(environ: dict[str, str]) -> tuple[Ahead, dict[str, str] | None]:
     if not isinstance(given, dict):
         ahead.drop()
         return ahead, None
-    return ahead, {str(key): str(value) for key, value in given.items()}
+    # What it was started with (a container's planned environment), with the attempt's on top.
+    kept = {key: value for key, value in environ.items() if key != contract.STANDBY_ENV}
+    return ahead, {**kept, **{str(key): str(value) for key, value in given.items()}}
 
 
 def _fail_before_start(opt_ml: OptMl, console: Console, exc: SmddpError) -> int:

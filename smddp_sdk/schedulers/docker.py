@@ -29,14 +29,15 @@ from smddp_sdk.schedulers.hosttree.docker_cli import ENGINE_HINT, LABEL_HOST, LA
 from smddp_sdk.schedulers.hosttree.host_trees import HostTree
 from smddp_sdk.schedulers.hosttree.job_dir import JobDir
 from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler
-from smddp_sdk.schedulers.hosttree.plan import HostPlan, HostTreePlan
-from smddp_sdk.schedulers.hosttree.supervisor import LIFELINE
+from smddp_sdk.schedulers.hosttree.plan import HostPlan, HostTreePlan, Ranks
+from smddp_sdk.schedulers.hosttree.supervisor import LIFELINE, SCRATCH
 from smddp_sdk.schedulers.job_files import default_job_root, ranks_per_host
 from smddp_sdk.schedulers.options import (
     INTERRUPT_AFTER,
     PROCESSES_PER_HOST,
     RETRY_SCRIPT_ERRORS,
     STOP_GRACE_PERIOD,
+    WARM_RESTART,
     Option,
     SchedulerOptions,
     boolean,
@@ -57,10 +58,21 @@ BUILD_COMMAND = "scripts/build-image.sh (in a smddp-sdk checkout)"
 CODE_MOUNT = "/opt/smddp/code"  # the job's code snapshot, read-only; the runtime copies it to /opt/ml/code
 LIFELINE_MOUNT = "/opt/smddp/lifeline"  # the supervisor's FIFO: the runtime stops its ranks when it closes
 WHEELHOUSE_MOUNT = "/opt/smddp/wheelhouse"  # the `wheelhouse` option's folder, read-only: pip's only source
+SCRATCH_MOUNT = "/opt/smddp/scratch"  # the host's scratch folder in the job directory: outlives its container (recovery snapshots)
 
 
 def _network(job_name: str) -> str:
     return f"smddp-{job_name}"
+
+
+def _warm_restart_note(job_name: str, per_host: int | None) -> str:
+    spares = f"{per_host} spare rank{'s' if per_host != 1 else ''}" if per_host else "one spare rank"
+    return (
+        f"warm_restart: while an attempt trains, a standby container per host (`docker run -i` of its argv above, named "
+        f"<container>-r<N> on network {_network(job_name)}-r<N> for restart N, with -e {contract.STANDBY_ENV}) starts {spares} "
+        "with torch imported; a retry or an interruption wakes it through its stdin (the new job token and restart count) "
+        "instead of creating the containers again; the job's end removes what no attempt used"
+    )
 
 
 def _wheelhouse_issues(folder: Any, path: str) -> list[SpecIssue]:
@@ -95,6 +107,7 @@ class DockerScheduler(HostTreeScheduler):
         with_default(STOP_GRACE_PERIOD, 30.0),
         RETRY_SCRIPT_ERRORS,
         INTERRUPT_AFTER,
+        WARM_RESTART,
         Option("docker", "str", "docker", "the docker CLI to run", check=is_text),
         Option("wheelhouse", "path", None, "folder of wheels mounted read-only; requirements.txt installs from it offline",
                check=_wheelhouse_issues, convert=lambda folder: Path(folder).expanduser().absolute() if folder else None),
@@ -106,6 +119,7 @@ class DockerScheduler(HostTreeScheduler):
     user: str
     docker: str
     wheelhouse: Path | None
+    warm_restart: bool
 
     # --- planning (pure) ------------------------------------------------------------------------
 
@@ -113,14 +127,18 @@ class DockerScheduler(HostTreeScheduler):
         """The network, every container's exact ``docker create`` argv and the config files; touches nothing."""
         job_name = spec.job_name or make_job_name(spec.base_job_name)
         notes = [*self._gpu_plan(spec)[1], f"{contract.JOB_TOKEN_ENV}: {TOKEN_PLACEHOLDER}, given to `docker create` through its environment (-e {contract.JOB_TOKEN_ENV}), never on its command line"]
+        per_host = ranks_per_host(spec, self._simulated_gpus(spec, gpus_passed=self._gpu_plan(spec)[0] is not None))
         plan = self._plan(
             spec, job_name,
             image=self._image(spec),
             network=("network", "create", "--driver", "bridge", "--label", f"{LABEL_JOB}={job_name}", _network(job_name)),
+            ranks=Ranks(spec.distribution.launcher, per_host, per_host and per_host * spec.instance_count),
             docker_cli=self.docker,
             keep_containers=self.keep_containers,
         )
         plan = replace(plan, code={**plan.code, "mounted_at": CODE_MOUNT})
+        if self.warm_restart:
+            notes.append(_warm_restart_note(job_name, per_host))
         return self._dryrun(spec, plan, notes)
 
     def _image(self, spec: JobSpec) -> str:
@@ -158,6 +176,7 @@ class DockerScheduler(HostTreeScheduler):
             "-v", f"{opt_ml}:/opt/ml",
             "-v", f"{job_dir.code_dir}:{CODE_MOUNT}:ro",
             "-v", f"{job_dir.path / LIFELINE}:{LIFELINE_MOUNT}",
+            "-v", f"{job_dir.path / SCRATCH / host}:{SCRATCH_MOUNT}",
         ]
         for channel_name, channel in sorted(spec.inputs.items()):
             if (source := channels.bind_mount_source(channel)) is not None:  # others are files in the tree
@@ -174,7 +193,7 @@ class DockerScheduler(HostTreeScheduler):
         return name, argv
 
     def _environment(self, spec: JobSpec, job_name: str, gpu_flag: str | None) -> dict[str, str]:
-        env = {"TRAINING_JOB_NAME": job_name, contract.LIFELINE_ENV: LIFELINE_MOUNT}
+        env = {"TRAINING_JOB_NAME": job_name, contract.LIFELINE_ENV: LIFELINE_MOUNT, contract.SCRATCH_ENV: SCRATCH_MOUNT}
         if not self.user.startswith("0:"):
             env["HOME"] = "/tmp"  # the calling user has no home in the image
         num_gpus = self._simulated_gpus(spec, gpus_passed=gpu_flag is not None)
@@ -185,6 +204,8 @@ class DockerScheduler(HostTreeScheduler):
         env.update(spec.environment)  # the user's settings win
         if spec.encrypt_inter_container_traffic:  # except over this one: never clear text by mistake
             env[contract.LINK_ENCRYPT_ENV] = "1"
+        if self.warm_restart:  # the backend keeps a standby container per host (container_backend.py)
+            env[contract.WARM_RESTART_ENV] = "1"
         return env
 
     # --- running --------------------------------------------------------------------------------
@@ -208,6 +229,9 @@ class DockerScheduler(HostTreeScheduler):
             tree.opt_ml.output_dir.mkdir(parents=True, exist_ok=True)
         # Made here so that the bind mount finds a FIFO, not a directory the engine would create.
         os.mkfifo(job_dir.path / LIFELINE, 0o600)
+        for tree in trees:  # each host's scratch, the caller's alone; the supervisor removes it when the job ends
+            (job_dir.path / SCRATCH / tree.host).mkdir(mode=0o700, parents=True, exist_ok=True)
+        (job_dir.path / SCRATCH).chmod(0o700)
         return trees
 
     # --- the engine -----------------------------------------------------------------------------

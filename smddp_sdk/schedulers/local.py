@@ -22,7 +22,7 @@ from smddp_sdk.schedulers.hosttree.jobs import HostTreeScheduler
 from smddp_sdk.schedulers.hosttree.plan import HostTreePlan, Process, Ranks
 from smddp_sdk.schedulers.hosttree.process_backend import PORT_PLACEHOLDER
 from smddp_sdk.schedulers.job_files import default_job_root, package_parent, ranks_per_host
-from smddp_sdk.schedulers.options import INTERRUPT_AFTER, PROCESSES_PER_HOST, RETRY_SCRIPT_ERRORS, STOP_GRACE_PERIOD, Option, SchedulerOptions, boolean, job_root, with_default
+from smddp_sdk.schedulers.options import INTERRUPT_AFTER, PROCESSES_PER_HOST, RETRY_SCRIPT_ERRORS, STOP_GRACE_PERIOD, WARM_RESTART, Option, SchedulerOptions, boolean, job_root, with_default
 from smddp_sdk.specs import contract, limits
 from smddp_sdk.specs.job import JobSpec, TrainingInput, make_job_name
 
@@ -39,7 +39,7 @@ class LocalScheduler(HostTreeScheduler):
         job_root("where job directories go (default $SMDDP_JOB_ROOT or ~/.smddp/jobs)", default_job_root),
         with_default(PROCESSES_PER_HOST, None, "ranks per simulated host (default: the instance type's GPU count, else 1)"),
         Option("keep_job_dir", "bool", True, "keep the job directory (logs, /opt/ml trees) after the job", check=boolean),
-        Option("warm_restart", "bool", False, "keep a standby runtime per host, its ranks started ahead with torch imported, so a retry or an interruption restarts in seconds (docs/resuming.md)", check=boolean),
+        WARM_RESTART,
         Option("survive_host_loss", "bool", False, "replace a lost host alone while the other hosts' ranks train on, for scripts that loop with Recoverable.steps (docs/resuming.md)", check=boolean),
         STOP_GRACE_PERIOD,
         RETRY_SCRIPT_ERRORS,

@@ -146,6 +146,7 @@ def absolute_path(default: Callable[[], Path]) -> Callable[[Any], Path]:
 
 PROCESSES_PER_HOST = Option("processes_per_host", "int", None, "ranks per host (default: the instance type's GPU count, else 1)", check=limits.processes_per_host_issues)
 RETRY_SCRIPT_ERRORS = Option("retry_script_errors", "bool", False, "with max_retry_attempts, also retry a job whose script failed (SageMaker retries only its own failures; torchrun's --max-restarts)", check=boolean)
+WARM_RESTART = Option("warm_restart", "bool", False, "keep a standby runtime per host, its ranks started ahead with torch imported, so a retry or an interruption restarts in seconds (docs/resuming.md)", check=boolean)
 STOP_GRACE_PERIOD = Option("stop_grace_period", "float", 10.0, "seconds between SIGTERM and SIGKILL on cancel", check=seconds, convert=float)
 
 

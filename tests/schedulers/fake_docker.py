@@ -5,7 +5,10 @@ State lives in $FAKE_DOCKER_STATE (one JSON file per container or network). A "c
 ``start -a`` process itself; what it does comes from its FAKE_RUN environment variable:
 ``exit:<code>:<seconds>`` (print a line, wait, exit), ``sleep`` (until signalled; SIGTERM exits 143),
 ``die:<seconds>`` (as if the engine killed it: exit 137), ``die-once:<seconds>`` (``die`` at the
-container name's first start, ``exit:0:0.1`` after). Every command line it was given is appended to
+container name's first start, ``exit:0:0.1`` after). ``run -i`` is ``create`` and ``start -a``; a container
+with ``SMDDP_STANDBY_SPARES`` is a standby (warm restart): it prints ``smddp: standby ready`` (after
+FAKE_STANDBY_READY seconds; ``fail`` there exits 1 at once instead) and waits on its stdin for a JSON object
+added to its environment (end of file: it exits 0), as the runtime's standby does. Every command line it was given is appended to
 ``argv.log`` there, one JSON list a line, as anyone could read it in /proc/*/cmdline; every container
 created, with its environment, to ``created.log`` (kept after ``rm``).
 """
@@ -37,6 +40,9 @@ def main(argv: list[str]) -> int:
         return create(args)
     elif command == "start":
         return start(args)
+    elif command == "run":
+        create([word for word in args if word != "-i"])
+        return start([args[args.index("--name") + 1]])
     elif command == "inspect":
         print(json.dumps(state_of(args[-1])))
     elif command == "kill":
@@ -45,7 +51,7 @@ def main(argv: list[str]) -> int:
         for name in args[2:]:
             signal_container(name, signal.SIGTERM)
     elif command == "ps":
-        every = "-aq" in args
+        every = "-aq" in args or "-a" in args
         label = args[args.index("--filter") + 1].removeprefix("label=")
         for item in records("container"):
             if label_matches(item, label) and (every or item["State"]["Running"]):
@@ -81,7 +87,8 @@ def create(args: list[str]) -> int:
     name = args[args.index("--name") + 1]
     labels = [args[i + 1] for i, word in enumerate(args) if word == "--label"]
     env = environment([args[i + 1] for i, word in enumerate(args) if word == "-e"])
-    save("container", name, {"Name": name, "Labels": labels, "Env": env,
+    mounts = dict(reversed(args[i + 1].split(":")[:2]) for i, word in enumerate(args) if word == "-v")  # target: source
+    save("container", name, {"Name": name, "Hostname": args[args.index("--hostname") + 1], "Labels": labels, "Env": env, "Mounts": mounts,
                              "State": {"Running": False, "Status": "created", "ExitCode": 0, "OOMKilled": False, "FinishedAt": "", "Pid": 0}})
     with open(STATE / "created.log", "a") as log:
         log.write(json.dumps({"Name": name, "Env": env}) + "\n")
@@ -104,18 +111,52 @@ def start(args: list[str]) -> int:
     record = load("container", name)
     record["State"].update(Running=True, Status="running", Pid=os.getpid())
     save("container", name, record)
-    host = "algo-" + name.rsplit("-", 1)[-1]
+    host = record["Hostname"]
     env = record["Env"]
+    if "SMDDP_STANDBY_SPARES" in env:
+        woken = stand_by(env)
+        if woken is None:
+            return finish(name, 0 if env.get("FAKE_STANDBY_READY") != "fail" else 1)
+        env = {**env, **woken}
+        record["Env"] = env
+        save("container", name, record)
     behaviour = env.get(f"FAKE_RUN_{host.replace('-', '_').upper()}") or env.get("FAKE_RUN", "exit:0:0.1")
     if behaviour.startswith("die-once:"):
-        first = STATE / f"started-{name}"
+        first = STATE / f"started-{env.get('TRAINING_JOB_NAME', '')}-{host}"  # a host's first start, whatever its container's name
         behaviour = "exit:0:0.1" if first.exists() else behaviour.replace("die-once:", "die:", 1)
         first.touch()
-    code = run(behaviour, env.get("TRAINING_JOB_NAME", ""), host)
-    record = load("container", name)
+    if env.get("FAKE_SNAPSHOT"):  # a rank's recovery snapshot, in the host's scratch folder (mounted at SMDDP_SCRATCH_DIR)
+        keep_snapshot(record["Mounts"].get(env.get("SMDDP_SCRATCH_DIR", "")), host)
+    return finish(name, run(behaviour, env.get("TRAINING_JOB_NAME", ""), host))
+
+
+def keep_snapshot(scratch: str | None, host: str) -> None:
+    if scratch:
+        folder = Path(scratch) / "snapshots" / host
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "rank-0.snapshot").write_bytes(b"fake")
+
+
+def finish(name: str, code: int) -> int:
+    try:
+        record = load("container", name)
+    except FileNotFoundError:  # removed while it ran (rm -f)
+        return code
     record["State"].update(Running=False, Status="exited", ExitCode=code, FinishedAt="2026-01-01T00:00:00.5Z")
     save("container", name, record)
     return code
+
+
+def stand_by(env: dict) -> dict | None:
+    """The runtime's standby: ready, then the attempt's variables from stdin; None at end of file (or ``fail``)."""
+    ready = env.get("FAKE_STANDBY_READY", "0")
+    if ready == "fail":
+        print("fake standby: could not start its spares", flush=True)
+        return None
+    time.sleep(float(ready))
+    print("smddp: standby ready", flush=True)
+    raw = sys.stdin.read()
+    return json.loads(raw) if raw else None
 
 
 def run(behaviour: str, job: str, host: str) -> int:

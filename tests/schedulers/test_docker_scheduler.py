@@ -74,7 +74,7 @@ def test_dryrun_plans_one_labelled_container_per_host_on_a_job_network(code_dir,
         assert f"{LABEL_JOB}=unit-job" in option_values(argv, "--label")
         assert f"{LABEL_HOST}={host}" in option_values(argv, "--label")
         job_dir = tmp_path / "jobs" / "unit-job"
-        assert option_values(argv, "-v") == [f"{job_dir / host}:/opt/ml", f"{job_dir / 'code'}:/opt/smddp/code:ro", f"{job_dir / 'lifeline'}:/opt/smddp/lifeline"]
+        assert option_values(argv, "-v") == [f"{job_dir / host}:/opt/ml", f"{job_dir / 'code'}:/opt/smddp/code:ro", f"{job_dir / 'lifeline'}:/opt/smddp/lifeline", f"{job_dir / 'scratch' / host}:/opt/smddp/scratch"]
         assert "SMDDP_LIFELINE=/opt/smddp/lifeline" in option_values(argv, "-e")
         assert option_values(argv, "--user") == [f"{os.getuid()}:{os.getgid()}"]
         assert option_values(argv, "--shm-size") == ["2g"]

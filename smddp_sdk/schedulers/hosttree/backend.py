@@ -92,7 +92,7 @@ class HostBackend(abc.ABC):
         """After the job: sweep what is left (stray processes, containers, the network)."""
 
     def start_standbys(self) -> None:
-        """Start the next attempt's standbys, where the backend can (processes: yes, containers: not yet)."""
+        """Start the next attempt's standbys (a process per host, or a container) when the plan asks for warm restarts."""
 
     def drop_standbys(self) -> None:
         """Standbys no attempt will use: their stdin closes (they end quietly), their sessions are killed."""

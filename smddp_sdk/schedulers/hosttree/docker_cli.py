@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from smddp_sdk.errors import UnavailableError
@@ -39,12 +39,13 @@ def run(docker: str, *args: str, check: bool = True, timeout: float = 120, env: 
     return proc.stdout or ""
 
 
-def remove_job(docker: str, job: str) -> None:
-    """Remove every container and the network of ``job`` (by label); nothing to do is fine."""
-    ids = run(docker, "ps", "-aq", "--filter", f"label={LABEL_JOB}={job}", check=False).split()
-    if ids:
-        run(docker, "rm", "-f", *ids, check=False)
-    networks = run(docker, "network", "ls", "-q", "--filter", f"label={LABEL_JOB}={job}", check=False).split()
+def remove_job(docker: str, job: str, sparing: Collection[str] = ()) -> None:
+    """Remove every container and network of ``job`` (by label) but those named in ``sparing``; nothing to do is fine."""
+    label = f"label={LABEL_JOB}={job}"
+    names = [name for name in run(docker, "ps", "-a", "--filter", label, "--format", "{{.Names}}", check=False).split() if name not in sparing]
+    if names:
+        run(docker, "rm", "-f", *names, check=False)
+    networks = [name for name in run(docker, "network", "ls", "--filter", label, "--format", "{{.Name}}", check=False).split() if name not in sparing]
     if networks:
         run(docker, "network", "rm", *networks, check=False)
 

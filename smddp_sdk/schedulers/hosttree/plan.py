@@ -106,7 +106,7 @@ class HostTreePlan:
     process: Process | None = None  # local: every host's runtime
     image: str = ""  # docker
     network: tuple[str, ...] = ()  # docker: the ``docker network create`` argv
-    ranks: Ranks | None = None
+    ranks: Ranks | None = None  # local: how many; docker: how many spares a standby starts (warm_restart)
     inputs: Mapping[str, Any] = field(default_factory=dict)  # local: where each channel comes from
     max_run: int = DEFAULT_MAX_RUN
     grace: float = STOP_GRACE_PERIOD.default  # seconds between SIGTERM and SIGKILL
@@ -179,7 +179,8 @@ class HostTreePlan:
             "hosts": [item.to_json() for item in self.hosts],
             "config_files": self.config_files.to_json(),
             **({"process": self.process.to_json()} if self.process else {}),
-            **({"ranks": self.ranks.to_json(), "inputs": dict(self.inputs)} if self.ranks else {}),
+            **({"ranks": self.ranks.to_json()} if self.ranks else {}),
+            **({"inputs": dict(self.inputs)} if self.process else {}),
             "artifacts": self.artifacts.to_json(),
             "backend": self.backend,
             "max_run": self.max_run,

@@ -206,7 +206,8 @@ class Supervisor:
     def kept_states(self) -> str | None:
         """What the ranks kept for checkpointless recovery (collectives/recovery.py), said instead of a
         from-scratch warning; None when they kept nothing."""
-        kept = sorted(path.parent.name for path in (self.job_dir.path / SCRATCH / contract.SNAPSHOTS).glob("*/*.snapshot"))
+        scratch = self.job_dir.path / SCRATCH  # local hosts share it; a container has its own folder in it (<host>/snapshots/<host>)
+        kept = sorted(path.parent.name for pattern in ("", "*/") for path in scratch.glob(f"{pattern}{contract.SNAPSHOTS}/*/*.snapshot"))
         if not kept:
             return None
         return f"the ranks of {', '.join(dict.fromkeys(kept))} kept their last completed step: the script's restore() takes it from a peer (recovery without a checkpoint)"
