@@ -190,23 +190,28 @@ def same_params(one: Run, other: Run) -> bool:
     return mine.keys() == theirs.keys() and all(mine[name].numpy().tobytes() == theirs[name].numpy().tobytes() for name in mine)
 
 
-def run_checkpointless(workdir: Path, kind: str | None, steps: int = 60) -> Run:
-    """The checkpointless example; with ``kind`` (one of SURVIVOR_KINDS), algo-2's runtime SIGKILLed after step 20."""
-    scheduler = LocalScheduler(job_root=workdir / "jobs", processes_per_host=2, stop_grace_period=3,
-                               warm_restart=kind in ("survivors", "warm"), survive_host_loss=kind == "survivors")
-    spec = JobSpec.from_mapping(
+def checkpointless_spec(name: str, hyperparameters: dict[str, Any]) -> JobSpec:
+    """``examples/checkpointless`` as a job of 2 hosts with one retry (this bench's and tests/faults' own)."""
+    return JobSpec.from_mapping(
         {
             "entry_point": "train.py",
             "source_dir": str(CHECKPOINTLESS),
             "instance_type": "local",
             "instance_count": 2,
             "distribution": {"smdistributed": {"dataparallel": {"enabled": True}}},
-            "job_name": f"checkpointless-{kind or 'straight'}",
+            "job_name": name,
             "max_retry_attempts": 1,
             "max_run": 600,
-            "hyperparameters": {"steps": steps, "pause": 0.1, "ddp": "smddp"},
+            "hyperparameters": hyperparameters,
         }
     )
+
+
+def run_checkpointless(workdir: Path, kind: str | None, steps: int = 60) -> Run:
+    """The checkpointless example; with ``kind`` (one of SURVIVOR_KINDS), algo-2's runtime SIGKILLed after step 20."""
+    scheduler = LocalScheduler(job_root=workdir / "jobs", processes_per_host=2, stop_grace_period=3,
+                               warm_restart=kind in ("survivors", "warm"), survive_host_loss=kind == "survivors")
+    spec = checkpointless_spec(f"checkpointless-{kind or 'straight'}", {"steps": steps, "pause": 0.1, "ddp": "smddp"})
     handle = scheduler.submit(spec)
     job_dir = scheduler.job_root / handle.job_id
     if kind is None:

@@ -16,15 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.resume_bench import checkpointless_spec
 from smddp_sdk.schedulers.local import LocalScheduler
 from smddp_sdk.specs import events
-from smddp_sdk.specs.job import JobSpec
 from smddp_sdk.specs.status import JobState
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(900)]
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "checkpointless"
 DONE = re.compile(r"rank 0: step (\d+) done")
 TIMEOUT = 300.0
 
@@ -32,19 +31,7 @@ TIMEOUT = 300.0
 def run(workdir: Path, name: str, hyperparameters: dict, *, kill_after: int | None = None, warm: bool = False) -> tuple[JobState, str, dict, Path, str]:
     """The example as a local job; with ``kill_after``, algo-2's runtime is SIGKILLed once rank 0 has done that step."""
     scheduler = LocalScheduler(job_root=workdir / "jobs", processes_per_host=2, stop_grace_period=3, warm_restart=warm)
-    spec = JobSpec.from_mapping(
-        {
-            "entry_point": "train.py",
-            "source_dir": str(EXAMPLE),
-            "instance_type": "local",
-            "instance_count": 2,
-            "distribution": {"smdistributed": {"dataparallel": {"enabled": True}}},
-            "job_name": f"checkpointless-{name}",
-            "max_retry_attempts": 1,
-            "max_run": 600,
-            "hyperparameters": hyperparameters,
-        }
-    )
+    spec = checkpointless_spec(f"checkpointless-{name}", hyperparameters)
     handle = scheduler.submit(spec)
     job_dir = workdir / "jobs" / handle.job_id
     if kill_after is not None:

@@ -16,15 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.resume_bench import checkpointless_spec
 from smddp_sdk.schedulers.local import LocalScheduler
 from smddp_sdk.specs import events, goodput
-from smddp_sdk.specs.job import JobSpec
 from smddp_sdk.specs.status import JobState
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(900)]
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "checkpointless"
 DONE = re.compile(r"rank 0: step (\d+) done")
 TIMEOUT = 300.0
 STEPS = 60
@@ -33,19 +32,7 @@ HYPERPARAMETERS = {"steps": STEPS, "pause": 0.1, "ddp": "smddp"}
 
 def start(workdir: Path, name: str, *, survive: bool) -> tuple[LocalScheduler, object, Path]:
     scheduler = LocalScheduler(job_root=workdir / "jobs", processes_per_host=2, stop_grace_period=3, warm_restart=survive, survive_host_loss=survive)
-    spec = JobSpec.from_mapping(
-        {
-            "entry_point": "train.py",
-            "source_dir": str(EXAMPLE),
-            "instance_type": "local",
-            "instance_count": 2,
-            "distribution": {"smdistributed": {"dataparallel": {"enabled": True}}},
-            "job_name": f"survivors-{name}",
-            "max_retry_attempts": 1,
-            "max_run": 600,
-            "hyperparameters": HYPERPARAMETERS,
-        }
-    )
+    spec = checkpointless_spec(f"survivors-{name}", HYPERPARAMETERS)
     handle = scheduler.submit(spec)
     return scheduler, handle, workdir / "jobs" / handle.job_id
 
