@@ -16,9 +16,9 @@ which on a local job comes first) the rank writes the state as of its last ``ste
 on its host, then goes on dying. A stop inside ``optimizer.step()`` or between it and ``step_done`` is put off until ``step_done``; an
 exception there leaves no snapshot, since the state is no longer that of a completed step.
 
-On the next attempt ``restore()`` on every rank: each tells the step of the newest snapshot its host
-holds; the newest wins (``choose_source``), the lowest rank holding it sends its state to all the
-others through the process group, every rank loads it and the snapshots are deleted. A rank takes the
+On the next attempt ``restore()`` on every rank: each tells the step of its own snapshot; the lowest
+rank that kept one (``choose_source``: its buffers are the ones DDP goes on with) sends its state to all
+the others through the process group, every rank loads it and the snapshots are deleted. A rank takes the
 random generators' states of its own snapshot when its host kept one of that step, else the sender's
 (the same when ranks seed alike; seed data by step and rank otherwise, as the example does).
 
@@ -32,7 +32,7 @@ step runs in ``step``, whose exit absorbs a lost peer instead of raising it:
 
 The supervisor replaces the lost host alone; here the smddp group re-forms in place (``reform``: the same
 torch ProcessGroup object, a new rendezvous generation that the replaced ranks join), smddp's DDP runs
-the collectives of its construction again (``rejoin``), and every rank takes the newest whole state, the
+the collectives of its construction again (``rejoin``), and every rank takes the lowest rank's whole state, the
 survivors' in memory, as ``restore()`` takes it from snapshots: the same collectives the replaced ranks'
 ``restore()`` runs. Then the interrupted step runs again, from the state of the one before it.
 
@@ -83,10 +83,12 @@ class _Tensor:
 
 
 def choose_source(steps: Sequence[int | None]) -> int | None:
-    """The rank whose snapshot every rank restores: the lowest holding the newest step (a snapshot of
-    step 0 is no progress); None when no rank holds one."""
-    best = max((step for step in steps if step), default=None)
-    return None if best is None else steps.index(best)
+    """The rank whose state every rank restores: the lowest that kept one (a state of step 0 is no
+    progress); None when none did. Not the newest: a rank may have finished one step more than rank 0
+    before the stop, but its buffers (BatchNorm's running statistics) are its own, and DDP broadcasts rank
+    0's before every forward; only the lowest rank's own state goes on as an uninterrupted run would. The
+    others redo at most the one step they had finished alone."""
+    return next((rank for rank, step in enumerate(steps) if step), None)
 
 
 def is_peer_loss(error: BaseException | None) -> bool:
@@ -157,7 +159,7 @@ class Recoverable:
 
     def steps(self, total: int) -> Iterator[int]:
         """The steps to run, from ``restore()`` up to ``total``; after a step ended by a lost peer, the
-        group re-forms, every rank takes the newest whole state, and that step comes again."""
+        group re-forms, every rank takes the lowest rank's whole state, and that step comes again."""
         step = self.restore()
         while step < total:
             yield step
@@ -187,7 +189,7 @@ class Recoverable:
         self.step_done(step)
 
     def _recover(self) -> int:
-        """Re-form the group with the replaced ranks, then take the newest whole state: the first step to run."""
+        """Re-form the group with the replaced ranks, then take the lowest rank's whole state: the first step to run."""
         from smddp_sdk.collectives.ddp import DistributedDataParallel
         from smddp_sdk.collectives.process_group import smddp_backend
 
@@ -208,7 +210,7 @@ class Recoverable:
         events.record_from_rank(events.GROUP_REFORMED, generation=generation, pid=os.getpid(), seconds=round(time.monotonic() - started, 3))
         self._reformed_at = self.done
         whole = self._whole_state()
-        done = self._take_newest(whole["step"] if whole else 0, lambda: whole, self._own_rng)
+        done = self._take_state(whole["step"] if whole else 0, lambda: whole, self._own_rng)
         if done == 0 and self.done:
             raise RuntimeError(f"no rank kept a whole state after the lost peer (this rank had {self.done} steps done)") from error
         print(f"rank {dist.get_rank()}: the group re-formed (generation {generation}); going on from step {done}", flush=True)
@@ -271,18 +273,18 @@ class Recoverable:
     # --- on the next attempt -----------------------------------------------------------------------
 
     def restore(self) -> int:
-        """Load the newest snapshot any rank's host kept (sent by a peer); the steps done, 0 when none."""
-        own = self._newest_own()
-        return self._take_newest(own[0] if own else 0, lambda: torch.load(own[1], weights_only=False), self._own_snapshot_rng)
+        """Load the lowest rank's snapshot (sent by that rank); the steps done, 0 when none."""
+        own = self._own_snapshot_step()
+        return self._take_state(own[0] if own else 0, lambda: torch.load(own[1], weights_only=False), self._own_snapshot_rng)
 
     def _own_snapshot_rng(self, step: int) -> Mapping[str, Any] | None:
         mine = self._own_snapshot(step)
         return mine["rng"] if mine else None
 
-    def _take_newest(self, own_step: int, own_state: Any, own_rng: Any) -> int:
-        """Every rank tells its step (one small all-reduce); the lowest rank with the newest sends its
-        state (``own_state()``) to all; each loads it, with its own random generators (``own_rng(step)``)
-        where it has them for that step, else the sender's. Returns the steps done, 0 when no rank has any."""
+    def _take_state(self, own_step: int, own_state: Any, own_rng: Any) -> int:
+        """Every rank tells its step (one small all-reduce); the lowest rank that kept a state sends it
+        (``own_state()``) to all; each loads it, with its own random generators (``own_rng(step)``) where it
+        has them for that step, else the sender's. Returns the steps done, 0 when no rank has any."""
         rank = dist.get_rank()
         steps = torch.zeros(dist.get_world_size(), dtype=torch.int64)  # every rank's step, by a sum: one small collective
         steps[rank] = own_step
@@ -304,16 +306,12 @@ class Recoverable:
         print(f"rank {rank}: restored step {self.done} from rank {source}", flush=True)
         return self.done
 
-    def _newest_own(self) -> tuple[int, Path] | None:
-        """The snapshot of this host with the most steps done (any rank's file there)."""
-        if self.folder is None or not self.folder.is_dir():
+    def _own_snapshot_step(self) -> tuple[int, Path] | None:
+        """This rank's own snapshot and its steps done (another rank's buffers are not this rank's)."""
+        path = self._own_path()
+        if path is None or not _ours(path):
             return None
-        found = []
-        for path in filter(_ours, self.folder.glob(f"rank-*{SUFFIX}")):
-            step = torch.load(path, weights_only=False, mmap=True)["step"]
-            found.append((step, path.name == f"rank-{dist.get_rank()}{SUFFIX}", path))
-        best = max(found, default=None)  # own file first among equals
-        return (best[0], best[2]) if best else None
+        return torch.load(path, weights_only=False, mmap=True)["step"], path
 
     def _own_snapshot(self, step: int) -> dict[str, Any] | None:
         """This rank's own snapshot if it is of ``step`` (its random generators are this rank's)."""
