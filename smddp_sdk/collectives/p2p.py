@@ -762,7 +762,7 @@ class PointToPoint:
         with wire.draining:
             try:
                 while not work.is_completed() and not self._stop.is_set() and time.monotonic() < deadline:
-                    if wire.ring.wait(False, ENVELOPE.size, self._spin.seconds(), CHECK_EVERY_S):
+                    if wire.ring.wait(False, ENVELOPE.size, self._spin.seconds(blocking=True), CHECK_EVERY_S):
                         if not self._drain(source, wire, what):
                             break
                     elif not pid_alive(wire.pid):

@@ -178,21 +178,25 @@ class Ring:
 
 class SpinBudget:
     """How long a rank polls a ring before sleeping: shm.py's rule (spin_budgets, judged by LoadSamples
-    every SAMPLE_EVERY_S), so that polling never steals the slice a peer needs on a loaded machine."""
+    every SAMPLE_EVERY_S), so that polling never steals the slice a peer needs on a loaded machine. A
+    blocking receive (the caller's thread waits in it) polls the blocking budget, as the core's blocking
+    calls do: a thread that sleeps waits for its wake-up (hundreds of us here, an 8-byte ping-pong 484 us),
+    and the reply to a message often comes within a millisecond."""
 
     def __init__(self, n_local: int) -> None:
         self._n = n_local
         self._cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         self._load = LoadSamples()
         self._checked_at = -1.0
-        self._spin_s = 0.0
+        self._spin_s = self._blocking_s = 0.0
 
-    def seconds(self) -> float:
+    def seconds(self, blocking: bool = False) -> float:
         now = time.monotonic()
         if now - self._checked_at >= LoadSamples.SAMPLE_EVERY_S:
             self._checked_at = now
             self._load.add(runnable_tasks() > self._cores)
-            calm, loaded, _ = spin_budgets(self._n, self._cores)
-            crowded = self._n > self._cores  # a ring's wait polls with pause, not sched_yield: keep it short
+            calm, loaded, blocking_s = spin_budgets(self._n, self._cores)
+            crowded = self._n > self._cores  # ranks outnumber cores: the peer needs this core, poll briefly
             self._spin_s = SPIN_S_LOADED if crowded else loaded if self._load.loaded else calm
-        return self._spin_s
+            self._blocking_s = SPIN_S_LOADED if crowded else blocking_s
+        return self._blocking_s if blocking else self._spin_s

@@ -631,9 +631,10 @@ long smddp_ring_wait(char *ring, long capacity, int space, long want, long spin_
         if (have >= want && have > 0) return have;
         long elapsed = now_ns() - start;
         if (elapsed >= slice_ns) return 0;
-        if (elapsed < spin_ns) {
+        if (elapsed < spin_ns) {  /* as smddp_wait: pause, then yield to a peer a wake-up put on this core */
+            if (elapsed >= PAUSE_NS) sched_yield();
 #if defined(__x86_64__) || defined(__i386__)
-            __builtin_ia32_pause();
+            else __builtin_ia32_pause();
 #endif
             continue;
         }
