@@ -11,7 +11,6 @@ import os
 import re
 import signal
 import tarfile
-import time
 from pathlib import Path
 
 import pytest
@@ -20,12 +19,11 @@ from benchmarks.resume_bench import checkpointless_spec
 from smddp_sdk.schedulers.local import LocalScheduler
 from smddp_sdk.specs import events, goodput
 from smddp_sdk.specs.status import JobState
+from tests.faults.test_checkpointless import DONE, _log, _wait
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(900)]
 
-DONE = re.compile(r"rank 0: step (\d+) done")
-TIMEOUT = 300.0
 STEPS = 60
 HYPERPARAMETERS = {"steps": STEPS, "pause": 0.1, "ddp": "smddp"}
 
@@ -61,21 +59,6 @@ def kill_after_step(job_dir: Path, host: str, step: int, *, what: str = "runtime
     _wait(lambda: any(int(done) >= step for done in DONE.findall(_log(job_dir))), f"step {step}")
     runtime = host_pid(job_dir, host)
     os.kill(min(children(runtime)) if what == "rank" else runtime, signal.SIGKILL)
-
-
-def _log(job_dir: Path) -> str:
-    try:
-        return (job_dir / "console.log").read_text(errors="replace")
-    except OSError:
-        return ""
-
-
-def _wait(condition, what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def host_events(job_dir: Path, host: str, name: str) -> list[dict]:

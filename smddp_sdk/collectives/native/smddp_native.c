@@ -66,6 +66,16 @@ static int cores_here(void) {
     return cores;
 }
 
+/* One poll of a wait: pause up to PAUSE_NS, then sched_yield, which hands the core to a runnable peer
+ * (the one waited for, likely: a wake-up may have put it on this core) without a sleep and wake-up;
+ * sched_yield from the start where the host's ranks outnumber the cores (crowded). */
+static inline void poll_once(long elapsed, int crowded) {
+    if (crowded || elapsed >= PAUSE_NS) sched_yield();
+#if defined(__x86_64__) || defined(__i386__)
+    else __builtin_ia32_pause();
+#endif
+}
+
 /* Wait for every peer to reach generation; compare their records with ours. Polls for spin_ns first:
  * with pause up to PAUSE_NS, then with sched_yield, which hands the core to a runnable peer (the one
  * this rank waits for, likely: a wake-up may have put it on this core) without the cost of a sleep and
@@ -84,10 +94,7 @@ int smddp_wait(char *base, int n, int index, uint32_t generation, const uint32_t
             long elapsed = now_ns() - start;
             if (elapsed >= slice_ns) return peer;
             if (elapsed < spin_ns) {
-                if (crowded || elapsed >= PAUSE_NS) sched_yield();
-#if defined(__x86_64__) || defined(__i386__)
-                else __builtin_ia32_pause();
-#endif
+                poll_once(elapsed, crowded);
                 continue;
             }
             long left = slice_ns - elapsed;
@@ -631,11 +638,8 @@ long smddp_ring_wait(char *ring, long capacity, int space, long want, long spin_
         if (have >= want && have > 0) return have;
         long elapsed = now_ns() - start;
         if (elapsed >= slice_ns) return 0;
-        if (elapsed < spin_ns) {  /* as smddp_wait: pause, then yield to a peer a wake-up put on this core */
-            if (elapsed >= PAUSE_NS) sched_yield();
-#if defined(__x86_64__) || defined(__i386__)
-            else __builtin_ia32_pause();
-#endif
+        if (elapsed < spin_ns) {  /* as smddp_wait */
+            poll_once(elapsed, 0);
             continue;
         }
         long left = slice_ns - elapsed;
