@@ -117,7 +117,8 @@ int smddp_barrier(char *base, int n, int index, uint32_t generation, const uint3
     return smddp_wait(base, n, index, generation, record, spin_ns, slice_ns);
 }
 
-/* dst = srcs[0] op srcs[1] op ... ; dst may alias srcs[0]. Half types accumulate in fp32, round once;
+/* dst = srcs[0] op srcs[1] op ... ; dst may alias any one source at the same element (a block of every
+ * source is read before the block is stored). Half types accumulate in fp32, round once;
  * FINISH(a) maps the accumulator before the store (AVG divides there, so no second pass). */
 #define REDUCE_LOOP(T, ACC, LOAD, STORE, COMBINE, FINISH)                             \
     do {                                                                              \
@@ -205,7 +206,9 @@ int smddp_reduce_shard(int dtype, int op, void *const *copies, int n, int index,
 }
 
 /* The whole one-shot all_reduce of a small buffer: copy into this rank's slot, barrier, every rank
- * reduces every slot (same order everywhere, so identical bits) into x. Returns smddp_wait's code; on
+ * reduces every slot (same order everywhere, so identical bits) into x, its own part read from x (the
+ * same bytes, still in this core's cache: the peers' slots are the only lines that cross cores; 4 KB of
+ * 2 ranks here, 0.6-0.9 -> 0.5-0.6 us when the cores are far apart). Returns smddp_wait's code; on
  * anything but -1 the caller finishes the barrier (or raises) and then calls smddp_reduce itself. */
 int smddp_allreduce_small(char *base, int n, int index, uint32_t generation, const uint32_t *record,
                           long spin_ns, long slice_ns, void *x, long nbytes, void *const *slots,
@@ -213,7 +216,9 @@ int smddp_allreduce_small(char *base, int n, int index, uint32_t generation, con
     memcpy(slots[index], x, nbytes);
     int status = smddp_barrier(base, n, index, generation, record, spin_ns, slice_ns);
     if (status != -1) return status;
-    if (smddp_reduce(dtype, op, x, slots, n, count)) return -100;
+    void *sources[n];
+    for (int i = 0; i < n; i++) sources[i] = i == index ? x : slots[i];
+    if (smddp_reduce(dtype, op, x, sources, n, count)) return -100;
     return -1;
 }
 
