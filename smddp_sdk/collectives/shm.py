@@ -120,7 +120,9 @@ def _align(value: int, to: int) -> int:
 
 
 def control_bytes(n_local: int) -> int:
-    return _align(LINE * n_local + LINE + ABORT_MESSAGE_BYTES, PAGE)
+    """The ranks' control lines, the abort line and message, then a word per rank: the CPU it last
+    waited on (the native wait's, smddp_native.c's cpu_word)."""
+    return _align(LINE * n_local + LINE + ABORT_MESSAGE_BYTES + 4 * n_local, PAGE)
 
 
 def arena_bytes(n_local: int, slot_bytes: int) -> int:
