@@ -3,12 +3,16 @@
     python benchmarks/collectives_bench.py --world-sizes 2,4 --ops allreduce,allgather
 
 Each world size runs as its own set of rank processes. Every rank joins the default group with smddp and
-a second group with gloo, so both backends run in the same processes, on the same inputs, interleaved.
-Before timing, and again after, each op's result is checked against a reference computed locally from
-seeded inputs. Time per size is the median over iterations of the slowest rank's time for one call,
-each call started together after a barrier (p99: the 99th percentile of the same times); algbw = size / time; busbw follows nccl-tests: allreduce
-algbw*2(n-1)/n, allgather and reduce_scatter algbw*(n-1)/n, broadcast algbw. Size means the tensor for
-allreduce and broadcast, the gathered output for allgather and the input for reduce_scatter.
+a second group with gloo (and Open MPI's world through mpi4py, the ranks then started by mpirun), so all
+backends run in the same processes, on the same inputs. Each op and size runs --rounds rounds, every
+backend in turn within a round, and each backend's times are pooled over its rounds: a slow spell of the
+machine (another process, the hypervisor moving a vCPU) falls on every backend alike. Before timing, and
+again after, each op's result is checked against a reference computed locally from seeded inputs. Time
+per size is the median over calls of the slowest rank's time for one call, each call started together
+after a barrier (p99: the 99th percentile of the same times); algbw = size / time; busbw follows
+nccl-tests: allreduce algbw*2(n-1)/n, allgather and reduce_scatter algbw*(n-1)/n, broadcast algbw. Size
+means the tensor for allreduce and broadcast, the gathered output for allgather and the input for
+reduce_scatter.
 
 Backend "fake" is torch's fake process group, which moves no data: its time is what torch's own
 `dist.*` wrapper and binding cost, the floor under every backend's small-message time (not checked).
@@ -56,19 +60,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--ops", default="allreduce,allgather", help="allreduce,allgather,reduce_scatter,broadcast or all")
     parser.add_argument("--sizes", default=SIZES, help=f"bytes with K/M/G suffixes (default {SIZES})")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
-    parser.add_argument("--min-iters", type=int, default=5)
-    parser.add_argument("--max-iters", type=int, default=200)
-    parser.add_argument("--warmup", type=int, default=3, help="untimed calls per op, size and backend (default 3)")
-    parser.add_argument("--seconds", type=float, default=1.0, help="rough time budget per op, size and backend")
+    parser.add_argument("--min-iters", type=int, default=5, help="timed calls per round, at least")
+    parser.add_argument("--max-iters", type=int, default=1000, help="timed calls per round, at most")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed calls per round (default 3)")
+    parser.add_argument("--seconds", type=float, default=1.0, help="rough time budget per op, size and backend, all rounds")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per op and size, the backends in turn in each (default 3)")
     parser.add_argument("--backends", default="smddp,gloo",
-                        help="smddp, gloo, mpi (Open MPI through mpi4py, see benchmarks/setup-mpi.sh) and/or fake "
-                             "(torch's wrapper over a group that moves nothing: the floor)")
-    parser.add_argument("--mpi-results", help=argparse.SUPPRESS)
+                        help="smddp, gloo, mpi (Open MPI through mpi4py in the same processes, see "
+                             "benchmarks/setup-mpi.sh) and/or fake (torch's wrapper over a group that moves nothing: the floor)")
     parser.add_argument("--json", help="write all results to this file")
     parser.add_argument("--rank-process", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.ops == "all":
         args.ops = ",".join(BUS_FACTOR)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be 1 or more, got {args.rounds}")
     return args
 
 
@@ -81,37 +87,53 @@ def rank_main(args: argparse.Namespace) -> None:
         args,
         lambda op, size, group, rank, n: measure(op, size, dtype, group, args, rank, n),
         print_row,
+        rounds=args.rounds,
+        pool=lambda op, size, n, rounds: summary(sum(rounds, []), size, BUS_FACTOR[op](n)),
         dtype=args.dtype,
     )
 
 
-def rank_sweep(args: argparse.Namespace, measure_one: Callable, print_one: Callable, **row_fields: object) -> None:
-    """What every rank of a benchmark does: join smddp and a gloo group in the same process, measure each
-    op and size with each backend; rank 0 prints the rows and appends them to ``--json``."""
+def rank_sweep(args: argparse.Namespace, measure_one: Callable, print_one: Callable, *, rounds: int = 1,
+               pool: Callable = lambda op, size, n, results: results[0], **row_fields: object) -> None:
+    """What every rank of a benchmark does: join smddp, a gloo group (and Open MPI's world, under mpirun)
+    in the same process, measure each op and size with each backend in turn, `rounds` times; pool(op,
+    size, n, a backend's results) makes its entry of the row. Rank 0 prints the rows and appends them to
+    ``--json``."""
     import torch
     import torch.distributed as dist
 
     import smddp_sdk.collectives  # noqa: F401
 
     torch.set_num_threads(1)
-    dist.init_process_group("smddp")
     wanted = args.backends.split(",")
-    groups = {"smddp": dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
+    mpi_world = None
+    if "mpi" in wanted:  # started by mpirun: this rank's place comes from Open MPI (launch.py)
+        try:
+            from mpi4py import MPI
+        except ImportError as missing:
+            raise SystemExit(f"--backends mpi needs mpi4py ({missing}): run benchmarks/setup-mpi.sh first") from missing
+
+        from benchmarks.launch import adopt_mpi_rank
+
+        adopt_mpi_rank()
+        mpi_world = MPI.COMM_WORLD
+    dist.init_process_group("smddp")
+    groups = {"smddp": dist.group.WORLD, "gloo": dist.new_group(backend="gloo"), "mpi": mpi_world}
     if "fake" in wanted:
         import torch.testing._internal.distributed.fake_pg  # noqa: F401 - registers torch's "fake" backend
 
         groups["fake"] = dist.new_group(backend="fake")
-    groups = {name: groups[name] for name in wanted if name != "mpi"}
-    anchors = _mpi_rows(args.mpi_results) if "mpi" in wanted else {}
+    groups = {name: groups[name] for name in wanted}
     rank, n = dist.get_rank(), dist.get_world_size()
     rows = []
     for op in args.ops.split(","):
         for size in map(parse_size, args.sizes.split(",")) if op != "barrier" else [0]:
             row = {"op": op, "n": n, "size": size, **row_fields}
-            for name, group in groups.items():
-                row[name] = measure_one(op, size, group, rank, n)
-            if (op, n, size) in anchors:
-                row["mpi"] = anchors[op, n, size]
+            results: dict[str, list] = {name: [] for name in groups}
+            for _ in range(rounds):
+                for name, group in groups.items():
+                    results[name].append(measure_one(op, size, group, rank, n))
+            row.update({name: pool(op, size, n, got) for name, got in results.items()})
             rows.append(row)
             if rank == 0:
                 print_one(row, [b for b in wanted if b in row], first=len(rows) == 1 or rows[-2]["op"] != op)
@@ -120,29 +142,6 @@ def rank_sweep(args: argparse.Namespace, measure_one: Callable, print_one: Calla
         existing = json.loads(path.read_text()) if path.exists() else []
         path.write_text(json.dumps(existing + rows, indent=1))
     dist.destroy_process_group()
-
-
-def _mpi_rows(path: str | None) -> dict[tuple[str, int, int], dict]:
-    """Open MPI's results (mpi_bench.py's rows) by (op, world size, size)."""
-    if not path or not Path(path).exists():
-        return {}
-    return {(r["op"], r["n"], r["size"]): r["mpi"] for r in json.loads(Path(path).read_text())}
-
-
-def run_mpi(args: argparse.Namespace, n: int, into: str) -> None:
-    """Open MPI's anchor for world size n, the same ops and sizes (Open MPI and mpi4py must be installed)."""
-    import shutil
-    import subprocess
-
-    mpirun = shutil.which("mpirun")
-    if mpirun is None:
-        raise SystemExit("--backends mpi needs Open MPI and mpi4py: run benchmarks/setup-mpi.sh first")
-    command = [mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-n", str(n), sys.executable,
-               str(Path(__file__).with_name("mpi_bench.py")), "--ops", args.ops, "--sizes", args.sizes,
-               "--dtype", args.dtype, "--min-iters", str(args.min_iters), "--max-iters", str(args.max_iters),
-               "--warmup", str(args.warmup),
-               "--seconds", str(args.seconds), "--json", into]
-    subprocess.run(command, check=True)
 
 
 def make_case(op: str, size: int, dtype, rank: int, n: int):
@@ -188,10 +187,15 @@ def make_case(op: str, size: int, dtype, rank: int, n: int):
     raise SystemExit(f"unknown op {op!r}: use allreduce, allgather, reduce_scatter or broadcast")
 
 
-def measure(op: str, size: int, dtype, group, args, rank: int, n: int) -> dict:
+def measure(op: str, size: int, dtype, group, args, rank: int, n: int) -> list[float]:
+    """One round of one backend: each timed call's time on the slowest rank."""
     import torch
     import torch.distributed as dist
 
+    if not isinstance(group, dist.ProcessGroup):  # Open MPI's communicator
+        from benchmarks import mpi_bench
+
+        return mpi_bench.measure(group, op, size, args)
     run, check, reset = make_case(op, size, dtype, rank, n)
     reset = reset or (lambda: None)
     if dist.get_backend(group) == "fake":
@@ -205,18 +209,18 @@ def measure(op: str, size: int, dtype, group, args, rank: int, n: int) -> dict:
         dist.all_reduce(over_ranks, op=dist.ReduceOp.MAX, group=group)
         return over_ranks.tolist()
 
-    result = time_calls(lambda: run(group), reset, lambda: dist.barrier(group=group), slowest, args, BUS_FACTOR[op](n), size)
+    times = time_calls(lambda: run(group), reset, lambda: dist.barrier(group=group), slowest, args)
     reset()
     run(group)
     check()
-    return result
+    return times
 
 
-def time_calls(run: Callable, reset: Callable, barrier: Callable, slowest: Callable, args: argparse.Namespace,
-               bus_factor: float, size: int) -> dict:
-    """The timing rule every backend shares (mpi_bench.py too): --warmup calls untimed, then iterations
-    from the time budget (agreed by all ranks: the slowest estimate), each call reset, started together
-    after a barrier and timed; slowest(times) is each call's time on the slowest rank."""
+def time_calls(run: Callable, reset: Callable, barrier: Callable, slowest: Callable, args: argparse.Namespace) -> list[float]:
+    """The timing rule every backend shares (mpi_bench.py too), for one round: --warmup calls untimed,
+    then iterations from the round's share of the time budget (agreed by all ranks: the slowest
+    estimate), each call reset, started together after a barrier and timed; slowest(times) is each
+    call's time on the slowest rank, which this returns."""
     for _ in range(args.warmup):  # first touches, lazy set-up, caches and the scheduler settle alike for all
         reset()
         barrier()
@@ -225,7 +229,8 @@ def time_calls(run: Callable, reset: Callable, barrier: Callable, slowest: Calla
     start = time.perf_counter()
     run()
     estimate = slowest([time.perf_counter() - start])[0]
-    iters = int(min(args.max_iters, max(args.min_iters, args.seconds / max(estimate, 1e-6))))
+    budget = args.seconds / args.rounds
+    iters = int(min(args.max_iters, max(args.min_iters, budget / max(estimate, 1e-6))))
     times = []
     for _ in range(iters):
         reset()
@@ -233,12 +238,16 @@ def time_calls(run: Callable, reset: Callable, barrier: Callable, slowest: Calla
         start = time.perf_counter()
         run()
         times.append(time.perf_counter() - start)
-    over_ranks = slowest(times)
+    return slowest(times)
+
+
+def summary(over_ranks: list[float], size: int, bus_factor: float) -> dict:
+    """Median, p10 and p99 of the slowest rank's call times, and the bandwidths of the median."""
     median = statistics.median(over_ranks)
     algbw = size / median / 1e9
     p10 = statistics.quantiles(over_ranks, n=10, method="inclusive")[0] if len(over_ranks) > 1 else median
     p99 = statistics.quantiles(over_ranks, n=100, method="inclusive")[98] if len(over_ranks) > 1 else median
-    return {"time_s": median, "p10_s": p10, "p99_s": p99, "algbw": algbw, "busbw": algbw * bus_factor, "iters": iters}
+    return {"time_s": median, "p10_s": p10, "p99_s": p99, "algbw": algbw, "busbw": algbw * bus_factor, "calls": len(over_ranks)}
 
 
 def fmt_time(seconds: float) -> str:
@@ -270,17 +279,10 @@ def main(argv: list[str]) -> int:
     from benchmarks.launch import run_ranks
 
     forwarded = [a for a in argv if a != "--rank-process"]
+    under_mpirun = "mpi" in args.backends.split(",")  # Open MPI's world needs its ranks started by mpirun
     worst = 0
     for n in map(int, args.world_sizes.split(",")):
-        ranks_argv = forwarded
-        if "mpi" in args.backends.split(","):
-            import tempfile
-
-            anchor = tempfile.mktemp(suffix=".json", prefix="mpi-bench-")
-            run_mpi(args, n, anchor)
-            ranks_argv = [*forwarded, "--mpi-results", anchor]
-        code = run_ranks(__file__, ranks_argv, n, hosts=min(args.hosts, n))
-        worst = worst or code
+        worst = worst or run_ranks(__file__, forwarded, n, hosts=min(args.hosts, n), mpirun=under_mpirun)
     return worst
 
 

@@ -1,24 +1,24 @@
-"""Open MPI anchor for collectives_bench.py: the same ops, sizes and timing rule, through mpi4py on numpy.
+"""Open MPI anchor of collectives_bench.py: the same ops, sizes and timing rule, through mpi4py on numpy.
 
-    benchmarks/setup-mpi.sh        # once: Debian's Open MPI and pip's mpi4py (benchmark only)
-    mpirun --allow-run-as-root --oversubscribe -n 2 python3 benchmarks/mpi_bench.py --ops allreduce --json out.json
+    bash benchmarks/setup-mpi.sh       # once: Debian's Open MPI and pip's mpi4py (benchmark only)
+    python3 benchmarks/collectives_bench.py --backends smddp,mpi
 
-Inputs are the values collectives_bench uses; every result is checked against a reference before and
-after timing. Time per size: barrier, time one call, the slowest rank's time (MAX over ranks), median.
-Rows carry the result under the key "mpi" so collectives_bench can merge them with smddp and gloo.
+collectives_bench starts its ranks with mpirun when asked for `mpi`, and each rank measures Open MPI's
+world here in turn with its torch groups, in the same processes (collectives_bench.rank_sweep). Inputs
+are the values collectives_bench uses; every result is checked against a reference before and after
+timing; calls are timed by collectives_bench.time_calls.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.collectives_bench import BUS_FACTOR, SIZES, fmt_time, human, parse_size, time_calls  # noqa: E402
+from benchmarks.collectives_bench import time_calls  # noqa: E402
 
 NUMPY_DTYPES = {"float32": np.float32, "float16": np.float16}
 
@@ -63,10 +63,13 @@ def _same(got: np.ndarray, expected: np.ndarray) -> None:
         raise AssertionError(f"wrong result at element {bad}: {got[bad]} != {expected[bad]}")
 
 
-def measure(comm, op: str, size: int, dtype, args) -> dict:
+def measure(comm, op: str, size: int, args: argparse.Namespace) -> list[float]:
+    """One round (collectives_bench.measure's contract): each timed call's time on the slowest rank."""
     from mpi4py import MPI
 
-    run, check, reset = make_case(comm, op, size, dtype)
+    if args.dtype not in NUMPY_DTYPES:
+        raise SystemExit(f"--backends mpi measures {', '.join(NUMPY_DTYPES)} (numpy has no {args.dtype}): drop mpi or pick one of them")
+    run, check, reset = make_case(comm, op, size, NUMPY_DTYPES[args.dtype])
     reset = reset or (lambda: None)
     reset()
     run()
@@ -77,42 +80,8 @@ def measure(comm, op: str, size: int, dtype, args) -> dict:
         comm.Allreduce(np.array(times), over_ranks, op=MPI.MAX)
         return over_ranks.tolist()
 
-    result = time_calls(run, reset, comm.Barrier, slowest, args, BUS_FACTOR.get(op, lambda n: 1.0)(comm.Get_size()), size)
+    times = time_calls(run, reset, comm.Barrier, slowest, args)
     reset()
     run()
     check()
-    return result
-
-
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ops", default="allreduce,allgather")
-    parser.add_argument("--sizes", default=SIZES)
-    parser.add_argument("--dtype", default="float32", choices=sorted(NUMPY_DTYPES))
-    parser.add_argument("--min-iters", type=int, default=5)
-    parser.add_argument("--max-iters", type=int, default=200)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=1.0)
-    parser.add_argument("--json", help="append the rows to this file")
-    args = parser.parse_args(argv)
-    from mpi4py import MPI
-
-    comm = MPI.COMM_WORLD
-    dtype = NUMPY_DTYPES[args.dtype]
-    rows = []
-    for op in args.ops.split(","):
-        for size in map(parse_size, args.sizes.split(",")) if op != "barrier" else [0]:
-            result = measure(comm, op, size, dtype, args)
-            rows.append({"op": op, "n": comm.Get_size(), "size": size, "dtype": args.dtype, "mpi": result})
-            if comm.Get_rank() == 0:
-                print(f"mpi {op} n={comm.Get_size()} {human(size):>6} {fmt_time(result['time_s']):>10} "
-                      f"busbw {result['busbw']:.3f} GB/s", flush=True)
-    if comm.Get_rank() == 0 and args.json:
-        path = Path(args.json)
-        existing = json.loads(path.read_text()) if path.exists() else []
-        path.write_text(json.dumps(existing + rows, indent=1))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    return times
