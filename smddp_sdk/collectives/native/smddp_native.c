@@ -72,22 +72,26 @@ static int cores_here(void) {
     return cores;
 }
 
-/* One poll of a wait: pause up to PAUSE_NS, then sched_yield, which hands the core to a runnable peer
- * (the one waited for, likely: a wake-up may have put it on this core) without a sleep and wake-up;
- * sched_yield from the start where the host's ranks outnumber the cores (crowded). */
-static inline void poll_once(long elapsed, int crowded) {
-    if (crowded || elapsed >= PAUSE_NS) sched_yield();
+/* Where the rank waited for runs, as far as this rank knows: on this rank's core (or the host's ranks
+ * outnumber its cores), on another core, or unknown. */
+enum peer_place { PEER_HERE, PEER_ELSEWHERE, PEER_UNKNOWN };
+
+/* One poll of a wait. A peer on this core gets it through sched_yield (no sleep and wake-up); a peer on
+ * another core is waited for with pause alone, as Open MPI's ranks do when each has a core: a yield
+ * would hand this core to whatever else is runnable (another session's task) for a whole slice. Not
+ * knowing, pause up to PAUSE_NS, then yield (a wake-up may have put the peer on this core). */
+static inline void poll_once(long elapsed, enum peer_place peer) {
+    if (peer == PEER_HERE || (peer == PEER_UNKNOWN && elapsed >= PAUSE_NS)) sched_yield();
 #if defined(__x86_64__) || defined(__i386__)
     else __builtin_ia32_pause();
 #endif
 }
 
-/* Wait for every peer to reach generation; compare their records with ours. Polls for spin_ns first:
- * with pause up to PAUSE_NS, then with sched_yield, which hands the core to a runnable peer (the one
- * this rank waits for, likely: a wake-up may have put it on this core) without the cost of a sleep and
- * wake-up; with sched_yield from the start where the host's ranks outnumber the cores, or where the
- * peer waited for last ran on this rank's CPU (the scheduler put both there: pausing would only hold
- * the core it needs; 4 KB all_reduce of 2 ranks while a busy task holds the other core: 78-87 -> 16-25 us).
+/* Wait for every peer to reach generation; compare their records with ours. Polls for spin_ns first
+ * (poll_once), then sleeps on the peer's futex. Each rank notes the CPU it waits on (cpu_word), so a
+ * waiter knows where its peer ran last: on this CPU (the scheduler put both there; or the host's ranks
+ * outnumber its cores), it yields at once instead of holding the core the peer needs (4 KB all_reduce of
+ * 2 ranks while a busy task holds the other core: 78-87 -> 16-25 us); elsewhere, it pauses throughout.
  * Returns -1 when all arrived and agree, i (>= 0) when peer i is still missing after slice_ns,
  * -2 - i when peer i arrived with a different call record. */
 int smddp_wait(char *base, int n, int index, uint32_t generation, const uint32_t *record, long spin_ns, long slice_ns) {
@@ -105,7 +109,8 @@ int smddp_wait(char *base, int n, int index, uint32_t generation, const uint32_t
             long elapsed = now_ns() - start;
             if (elapsed >= slice_ns) return peer;
             if (elapsed < spin_ns) {
-                poll_once(elapsed, crowded || __atomic_load_n(cpu_word(base, n, peer), __ATOMIC_RELAXED) == here);
+                uint32_t there = __atomic_load_n(cpu_word(base, n, peer), __ATOMIC_RELAXED);
+                poll_once(elapsed, crowded || there == here ? PEER_HERE : there ? PEER_ELSEWHERE : PEER_UNKNOWN);
                 continue;
             }
             long left = slice_ns - elapsed;
@@ -655,7 +660,7 @@ long smddp_ring_wait(char *ring, long capacity, int space, long want, long spin_
         long elapsed = now_ns() - start;
         if (elapsed >= slice_ns) return 0;
         if (elapsed < spin_ns) {  /* as smddp_wait */
-            poll_once(elapsed, 0);
+            poll_once(elapsed, PEER_UNKNOWN);
             continue;
         }
         long left = slice_ns - elapsed;
