@@ -143,6 +143,19 @@ class Ring:
                 futex.wait(self.address + counter * 4, seen, slice_s - elapsed)
             self._count_sleeper(sleepers, -1)
 
+    def sleep(self, timeout_s: float) -> None:
+        """Asleep on the head without counting as a sleeper, so the writer's messages do not wake this
+        thread (a receive that polls the ring takes them): only a nudge, or the timeout, does."""
+        if futex.available():
+            futex.wait(self.address + _HEAD * 4, self._words[_HEAD], timeout_s)
+        else:
+            time.sleep(timeout_s)
+
+    def nudge(self) -> None:
+        """Wake every thread asleep on the head, counted or not (the writer waits for the reader)."""
+        if futex.available():
+            futex.wake_all(self.address + _HEAD * 4)
+
     def _count_sleeper(self, word: int, step: int) -> None:
         """Only this process sleeps on a ring end's word (the reader's threads, or the writer's), so a
         lock here keeps its count exact, as the kernels' atomic add does."""
@@ -152,6 +165,10 @@ class Ring:
     def available(self) -> int:
         """Bytes there to read now."""
         return self._have(False)
+
+    def free(self) -> int:
+        """Bytes free to write now."""
+        return self._have(True)
 
     def _have(self, space: bool) -> int:
         used = self._used(self._words[_HEAD], self._words[_TAIL])
