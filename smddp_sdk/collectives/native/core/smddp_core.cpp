@@ -130,11 +130,13 @@ struct RingView {
     return used > static_cast<uint32_t>(capacity) ? -1 : static_cast<long>(used);
   }
   void copy_in(uint32_t at, const char* src, long n) const {
+    if (n == 0) return;  // an empty tensor's data may be null
     long offset = at & (capacity - 1), first = std::min(n, capacity - offset);
     std::memcpy(data() + offset, src, first);
     std::memcpy(data(), src + first, n - first);
   }
   void copy_out(uint32_t at, char* dst, long n) const {
+    if (n == 0) return;
     long offset = at & (capacity - 1), first = std::min(n, capacity - offset);
     std::memcpy(dst, data() + offset, first);
     std::memcpy(dst + first, data(), n - first);
