@@ -717,6 +717,8 @@ class PointToPoint:
         nbytes = tensor.numel() * tensor.element_size()
         if self._failure is not None or self._stop.is_set() or not isinstance(wire, _RingIn) or ENVELOPE.size + nbytes > wire.ring.capacity:
             return None
+        expected = _envelope_bytes(DATA, _CODES[tensor.dtype], 0, tag, tensor.numel())
+        spin_s = self._spin.seconds(blocking=True)
         if not wire.draining.acquire(blocking=False):
             return None
         with self._lock:  # holding the ring: no message from src joins the unexpected queue meanwhile
@@ -725,8 +727,7 @@ class PointToPoint:
             self._hand_back(src, wire)
             return None
         wire.parked = True
-        expected = _envelope_bytes(DATA, _CODES[tensor.dtype], 0, tag, tensor.numel())
-        return wire.ring.address, wire.ring.capacity, expected, self._spin.seconds(blocking=True), lambda taken: self._fast_received(src, wire, taken)
+        return wire.ring.address, wire.ring.capacity, expected, spin_s, lambda taken: self._fast_received(src, wire, taken)
 
     def _fast_received(self, src: int, wire: _RingIn, taken: bool) -> None:
         self.core_moved += int(taken)
