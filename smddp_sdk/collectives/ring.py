@@ -9,9 +9,11 @@ Layout (smddp_native.c's "point-to-point rings"): RING_HEADER bytes of counters 
 tail: bytes consumed, 32-bit words mod 2^32, each with a count of the ends asleep on it), then
 ``capacity`` bytes of data, a power of two. One writer and one reader: each advances only its own
 counter, so neither takes a lock; a waiting end polls for the spin budget, then sleeps on the other's
-counter (a futex), which the other wakes only when someone sleeps there. The native kernels do this
-without the GIL; without them (SMDDP_NATIVE=0) the same layout is driven from Python, so a native rank
-and a Python rank share rings.
+counter (a futex), which the other wakes only when someone sleeps there; a reader thread that should
+not be woken by each message sleeps there uncounted (``sleep``), and the writer ``nudge``s it when it
+waits for the reader. The native kernels do this without the GIL; without them (SMDDP_NATIVE=0) the
+same layout is driven from Python, so a native rank and a Python rank share rings (and smddp_core.cpp's
+fast path writes and reads it too).
 """
 
 from __future__ import annotations
