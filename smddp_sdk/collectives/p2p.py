@@ -22,12 +22,12 @@ per (source, destination, tag) is kept and outstanding sends and receives never 
 one rank over a ring is waited for by polling that ring on the caller's own thread (the reader steps
 aside meanwhile, and stays parked afterwards: asleep without counting as a sleeper, so that the sender's
 next messages wake nobody), so a small message costs no hand-off between threads. With the native core a
-blocking send or receive of one contiguous CPU tensor over a ring skips this module's calls: the core
-writes the whole message into the ring, or polls the ring without the GIL and takes the message, when
-fast_send or fast_recv here says that is what the Python path would do (the message fits the ring now,
-no other send is writing; no receive posted earlier may match, nothing from that rank waits unmatched);
-anything else (no message within the polling budget, another tag, a mismatch) is left in the ring for
-the Python path. A send's Work completes once its bytes are written, as MPI's eager sends do (one read
+send or receive of one contiguous CPU tensor over a ring (isend and irecv too) skips this module's
+calls: the core writes the whole message into the ring, or polls the ring briefly without the GIL and
+takes the message, when fast_send or fast_recv here says that is what the Python path would do (the
+message fits the ring now, no other send is writing; no receive posted earlier may match, nothing from
+that rank waits unmatched); anything else (no message within the short polling budget, another tag, a
+mismatch) is left in the ring for the Python path. A send's Work completes once its bytes are written, as MPI's eager sends do (one read
 from the sender's memory: once the receiver acknowledges it; whether the kernel allows such reads is
 probed when the link is made). A message whose dtype or size differs from the receive it meets fails the
 receive, and the receiver tells the sender over the link's reverse direction: both groups fail, as on a
@@ -687,7 +687,7 @@ class PointToPoint:
             work.finish(value=[tensor])  # written: the tensor may be reused (the receiver's verdict on it comes later)
         return work
 
-    # the core's fast path (smddp_core.cpp): a blocking send or receive of one contiguous CPU tensor over
+    # the core's fast path (smddp_core.cpp): a send or receive of one contiguous CPU tensor over
     # a ring, moved by the core without the GIL, with the matching state kept here ------------------------
     def fast_send(self, tensor: torch.Tensor, dst: int, tag: int) -> tuple[int, int, bytes] | None:
         """(ring address, capacity, envelope) when the whole message fits in dst's ring now and no other
@@ -708,7 +708,8 @@ class PointToPoint:
         return link.wire.ring.address, link.wire.ring.capacity, _envelope_bytes(DATA, _CODES[tensor.dtype], link.sent, tag, tensor.numel())
 
     def fast_recv(self, tensor: torch.Tensor, src: int, tag: int) -> tuple[int, int, bytes, float, Callable[[bool], None]] | None:
-        """(ring address, capacity, the envelope expected but for its sequence, seconds to poll, give_back)
+        """(ring address, capacity, the envelope expected but for its sequence, seconds to poll (the short
+        budget: an irecv comes here too), give_back)
         when the next message from src is this receive's to take: src's link is a ring, no receive posted
         before may match it, nothing from src waits unmatched. The caller then holds the ring (draining)
         and calls give_back(taken) once it has taken the message or left it for the Python path. None:
@@ -718,7 +719,7 @@ class PointToPoint:
         if self._failure is not None or self._stop.is_set() or not isinstance(wire, _RingIn) or ENVELOPE.size + nbytes > wire.ring.capacity:
             return None
         expected = _envelope_bytes(DATA, _CODES[tensor.dtype], 0, tag, tensor.numel())
-        spin_s = self._spin.seconds(blocking=True)
+        spin_s = self._spin.seconds()
         if not wire.draining.acquire(blocking=False):
             return None
         with self._lock:  # holding the ring: no message from src joins the unexpected queue meanwhile

@@ -798,7 +798,7 @@ class SmddpProcessGroup:
     def recv(self, tensors: list[torch.Tensor], srcRank: int, tag: int) -> dist.Work:  # noqa: N803
         return self._point_to_point("recv", tensors, srcRank).recv(tensors[0], srcRank, tag)
 
-    # the core's fast path for a blocking send or receive over a ring (p2p.py's fast_send, fast_recv)
+    # the core's fast path for a send or receive over a ring (p2p.py's fast_send, fast_recv)
     def _fast_engine(self, peer: int) -> PointToPoint | None:
         usable = self._p2p is not None and not self._comm._failure and 0 <= peer < self.size()
         return self._p2p if usable else None

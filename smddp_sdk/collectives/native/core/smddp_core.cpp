@@ -11,7 +11,7 @@
 // (`_core_between_hosts`): the host's ranks over shared memory, the host leaders over the TCP mesh (the
 // kernels' poll loop) with algorithms.py's algorithms, byte for byte (same order, same chunks, same
 // reduction order), each exchange behind tcp.py's call header (the check between hosts).
-// A blocking send or receive of one contiguous CPU tensor to or from a rank of this host runs here too,
+// A send or receive of one contiguous CPU tensor to or from a rank of this host runs here too,
 // over the pair's shared-memory ring, when p2p.py's matching state allows it (fast_send, fast_recv).
 // Everything else goes to the Python implementation (`_python_<method>`); a call whose peers are late
 // past one check slice waits in Python (`_finish_barrier`, `_exchange_stalled`) with the deadline, abort
@@ -520,10 +520,11 @@ class SmddpCore : public c10d::ProcessGroup, public Engine {
     return true;
   }
 
-  // A blocking receive from src when p2p.py's fast_recv says the next message from src is its to take:
-  // polls src's ring without the GIL for the blocking spin budget and takes the message if it is the one
-  // expected (tag, dtype, size; its bytes in the ring). Anything else -- nothing yet, another tag, a
-  // mismatch, a message read from the sender's memory -- stays in the ring for the Python path.
+  // A receive from src when p2p.py's fast_recv says the next message from src is its to take: polls src's
+  // ring without the GIL for the spin budget (short: an irecv comes here too, and must not wait for its
+  // message) and takes the message if it is the one expected (tag, dtype, size; its bytes in the ring).
+  // Anything else -- nothing yet, another tag, a mismatch, a message read from the sender's memory --
+  // stays in the ring for the Python path.
   bool fast_recv(at::Tensor& t, int src, int tag) {
     pybind11::gil_scoped_acquire gil;
     pybind11::function hook = python_override("_p2p_fast_recv");
