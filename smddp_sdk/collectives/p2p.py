@@ -66,6 +66,9 @@ from smddp_sdk.specs.processes import pid_alive
 ANY_SOURCE = -1
 _PROBE_WORD = 0x534D444450325021
 SINGLE_COPY_FROM = 256 << 10  # local messages from this size are read from the sender's memory
+# the core's receive polls its ring this long at most, whatever the load (a blocking receive that misses
+# polls again in the Python path, up to 1 ms), but no longer: torch's irecv comes there too
+FAST_RECV_POLL_S = 30e-6
 ENVELOPE = struct.Struct("=8I")  # magic, kind << 8 | dtype, sequence, tag, count low/high, address low/high
 MAGIC = 0x50444D53  # b"SMDP"
 DATA, ACK, ERROR = 1, 2, 3
@@ -708,8 +711,8 @@ class PointToPoint:
         return link.wire.ring.address, link.wire.ring.capacity, _envelope_bytes(DATA, _CODES[tensor.dtype], link.sent, tag, tensor.numel())
 
     def fast_recv(self, tensor: torch.Tensor, src: int, tag: int) -> tuple[int, int, bytes, float, Callable[[bool], None]] | None:
-        """(ring address, capacity, the envelope expected but for its sequence, seconds to poll (the short
-        budget: an irecv comes here too), give_back)
+        """(ring address, capacity, the envelope expected but for its sequence, seconds to poll
+        (FAST_RECV_POLL_S at most), give_back)
         when the next message from src is this receive's to take: src's link is a ring, no receive posted
         before may match it, nothing from src waits unmatched. The caller then holds the ring (draining)
         and calls give_back(taken) once it has taken the message or left it for the Python path. None:
@@ -719,7 +722,7 @@ class PointToPoint:
         if self._failure is not None or self._stop.is_set() or not isinstance(wire, _RingIn) or ENVELOPE.size + nbytes > wire.ring.capacity:
             return None
         expected = _envelope_bytes(DATA, _CODES[tensor.dtype], 0, tag, tensor.numel())
-        spin_s = self._spin.seconds()
+        spin_s = min(self._spin.seconds(blocking=True), FAST_RECV_POLL_S)
         if not wire.draining.acquire(blocking=False):
             return None
         with self._lock:  # holding the ring: no message from src joins the unexpected queue meanwhile
