@@ -65,7 +65,7 @@ from smddp_sdk.specs.processes import pid_alive
 
 ANY_SOURCE = -1
 _PROBE_WORD = 0x534D444450325021
-SINGLE_COPY_FROM = 256 << 10  # local messages from this size are read from the sender's memory
+SINGLE_COPY_FROM = 256 << 10  # local messages from this size are read from the sender's memory (smddp_core.cpp's kSingleCopyFrom)
 # the core's receive polls its ring this long at most, whatever the load (a blocking receive that misses
 # polls again in the Python path, up to 1 ms), but no longer: torch's irecv comes there too
 FAST_RECV_POLL_S = 30e-6

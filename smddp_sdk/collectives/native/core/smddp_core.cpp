@@ -118,6 +118,7 @@ constexpr int kRingHead = 16, kRingReaders = 17, kRingTail = 32, kRingWriters = 
 constexpr long kEnvelope = 32;   // p2p.py's ENVELOPE
 constexpr size_t kEnvelopeSeq = 2;  // its word a receive does not know in advance
 constexpr long kPauseNs = 30000;  // smddp_native.c's PAUSE_NS
+constexpr long kSingleCopyFrom = 256 << 10;  // p2p.py's SINGLE_COPY_FROM
 
 struct RingView {
   char* base;
@@ -453,12 +454,12 @@ class SmddpCore : public c10d::ProcessGroup, public Engine {
     return python("reduce_scatter_single_coalesced", outputs, inputs, opts);
   }
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
-    if (tensors.size() == 1 && plain_cpu(tensors[0]) && fast_send(tensors[0], dst, tag))
+    if (tensors.size() == 1 && small(tensors[0]) && fast_send(tensors[0], dst, tag))
       return c10::make_intrusive<DoneWork>(tensors);
     return python("_python_send", tensors, dst, tag);
   }
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
-    if (tensors.size() == 1 && plain_cpu(tensors[0]) && fast_recv(tensors[0], src, tag))
+    if (tensors.size() == 1 && small(tensors[0]) && fast_recv(tensors[0], src, tag))
       return c10::make_intrusive<DoneWork>(tensors);
     return python("_python_recv", tensors, src, tag);
   }
@@ -501,6 +502,10 @@ class SmddpCore : public c10d::ProcessGroup, public Engine {
     TORCH_CHECK(implementation, "smddp: the Python group defines no ", method);
     return c10::make_intrusive<PythonWork>(implementation(args...));
   }
+
+  // A message for point-to-point's fast path: larger ones are read from the sender's memory (p2p.py's
+  // SINGLE_COPY_FROM), which the Python path does, so they do not ask it for the fast path first.
+  static bool small(const at::Tensor& t) { return plain_cpu(t) && nbytes_of(t) < kSingleCopyFrom; }
 
   // Point-to-point's fast path: the whole message (envelope, then its bytes) into the peer's ring, when
   // p2p.py's fast_send says it fits now and no other send writes there; written under the GIL, so that
