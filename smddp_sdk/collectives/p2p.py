@@ -16,17 +16,23 @@ collectives' links, never bypassed. A rank opens its listeners on its first poin
 
 Messages. An envelope (32 bytes, a message of its own on the link: kind, sequence, tag, dtype, element
 count, single-copy address) then, unless read from the sender's memory, the payload as a second message.
-Each receiving link has a reader thread that always drains it: a message meets the first posted receive
+Each receiving link has a reader thread that drains it: a message meets the first posted receive
 that matches it (source or any source, and tag), else it waits in an unexpected queue for one, so order
 per (source, destination, tag) is kept and outstanding sends and receives never deadlock. A receive from
 one rank over a ring is waited for by polling that ring on the caller's own thread (the reader steps
-aside meanwhile), so a small message costs no hand-off between threads. A send's Work
-completes once its bytes are written, as MPI's eager sends do (one read from the sender's memory: once
-the receiver acknowledges it; whether the kernel allows such reads is probed when the link is made). A
-message whose dtype or size differs from the receive it meets fails the receive, and the receiver tells
-the sender over the link's reverse direction: both groups fail, as on a collective mismatch, with one
-error naming both calls (the sender's pending and next calls raise it). A peer lost while a receive (or a
-single-copy send) waits for it fails that call with ``lost``.
+aside meanwhile, and stays parked afterwards: asleep without counting as a sleeper, so that the sender's
+next messages wake nobody), so a small message costs no hand-off between threads. With the native core a
+send or receive of one contiguous CPU tensor over a ring (isend and irecv too) skips this module's
+calls: the core writes the whole message into the ring, or polls the ring briefly without the GIL and
+takes the message, when fast_send or fast_recv here says that is what the Python path would do (the
+message fits the ring now, no other send is writing; no receive posted earlier may match, nothing from
+that rank waits unmatched); anything else (no message within the short polling budget, another tag, a
+mismatch) is left in the ring for the Python path. A send's Work completes once its bytes are written, as MPI's eager sends do (one read
+from the sender's memory: once the receiver acknowledges it; whether the kernel allows such reads is
+probed when the link is made). A message whose dtype or size differs from the receive it meets fails the
+receive, and the receiver tells the sender over the link's reverse direction: both groups fail, as on a
+collective mismatch, with one error naming both calls (the sender's pending and next calls raise it). A
+peer lost while a receive (or a single-copy send) waits for it fails that call with ``lost``.
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ import torch.distributed as dist
 from smddp_sdk.collectives import native
 from smddp_sdk.collectives.errors import CollectiveError, PeerRank
 from smddp_sdk.collectives.memory import allow_peer_reads, as_bytes, memview, read_process
-from smddp_sdk.collectives.ring import Ring, SpinBudget, ring_bytes, valid_capacity
+from smddp_sdk.collectives.ring import Ring, RingCorrupt, SpinBudget, ring_bytes, valid_capacity
 from smddp_sdk.collectives.shm import CHECK_EVERY_S, ShmUnavailable, shm_dir, unlink_own
 from smddp_sdk.collectives.store_values import StoreValues
 from smddp_sdk.collectives.tcp import _HELLO, _REPLY, HANDSHAKE_S, MAX_PENDING, NONCE_BYTES, TcpMesh, recv_exact
@@ -59,7 +65,10 @@ from smddp_sdk.specs.processes import pid_alive
 
 ANY_SOURCE = -1
 _PROBE_WORD = 0x534D444450325021
-SINGLE_COPY_FROM = 256 << 10  # local messages from this size are read from the sender's memory
+SINGLE_COPY_FROM = 256 << 10  # local messages from this size are read from the sender's memory (smddp_core.cpp's kSingleCopyFrom)
+# the core's receive polls its ring this long at most, whatever the load (a blocking receive that misses
+# polls again in the Python path, up to 1 ms), but no longer: torch's irecv comes there too
+FAST_RECV_POLL_S = 30e-6
 ENVELOPE = struct.Struct("=8I")  # magic, kind << 8 | dtype, sequence, tag, count low/high, address low/high
 MAGIC = 0x50444D53  # b"SMDP"
 DATA, ACK, ERROR = 1, 2, 3
@@ -69,6 +78,7 @@ _POLL_S = 0.1  # how often an idle reader looks whether its link is being closed
 _SLICE_S = 0.05
 # every dtype this torch knows, in a fixed order: its index travels in the envelope
 DTYPES = tuple(dict.fromkeys(d for d in vars(torch).values() if isinstance(d, torch.dtype)))
+_CODES = {dtype: code for code, dtype in enumerate(DTYPES)}
 
 
 def _describe(op: str, peer: int, tag: int, dtype: torch.dtype | None, count: int) -> str:
@@ -90,6 +100,7 @@ class P2PWork(dist.Work):
         self._peer, self._timeout_s, self._what = peer, timeout_s, what
         self.source = -1
         self.attend: Callable[[float], None] | None = None  # works towards completion until a deadline (a ring receive)
+        self.poll: Callable[[], None] | None = None  # takes what is there now, without waiting (a ring receive)
 
     def finish(self, error: BaseException | None = None, value: object = None) -> None:
         if self._done.is_set():
@@ -113,7 +124,12 @@ class P2PWork(dist.Work):
             raise self._error
         return True
 
+    def finished(self) -> bool:
+        return self._done.is_set()
+
     def is_completed(self) -> bool:
+        if self.poll is not None and not self._done.is_set():
+            self.poll()
         return self._done.is_set()
 
     def is_success(self) -> bool:
@@ -275,6 +291,7 @@ class _RingOut:
         while done < total:
             done += self.ring.put(data, done)
             if done < total:
+                self.ring.nudge()  # a reader thread parked by a polling receive drains it now
                 _await(self.ring, True, min(total - done, self.ring.capacity // 4), self, what, deadline)
 
     def recv(self, data: torch.Tensor, what: str, deadline: float) -> None:
@@ -292,12 +309,20 @@ class _RingOut:
 
 class _RingIn:
     """A local link's receiving end over a ring; the socket carries verdicts back and tells when the sender
-    is gone. Whoever drains the ring holds ``draining``: the reader thread, or a receive waiting on it."""
+    is gone. Whoever drains the ring holds ``draining``: the reader thread, or a receive waiting on it.
+    Once a receive has polled the ring itself, the reader thread is ``parked``: asleep without counting as
+    a sleeper, so the sender's messages wake nobody, until a receive that does not poll is posted, a
+    message is left over, or the sender waits for room (see PointToPoint._hand_back)."""
 
     def __init__(self, ring: Ring, link: _UnixWire, spin: SpinBudget) -> None:
         self.ring, self.link, self.spin = ring, link, spin
         self.peer, self.pid = link.peer, link.pid
         self.draining = threading.Lock()
+        self.parked = False
+
+    def unpark(self) -> None:
+        self.parked = False
+        self.ring.nudge()
 
     def readable(self, timeout: float) -> bool:
         """An envelope is in the ring (the reader thread's wait: asleep at once, no polling)."""
@@ -344,10 +369,13 @@ def _lost(what: str, peer: PeerRank, error: OSError | None) -> CollectiveError:
     return CollectiveError(f"smddp {what} failed: connection to {peer} broke ({error})", lost=[peer])
 
 
+def _envelope_bytes(kind: int, dtype_code: int, seq: int, tag: int, count: int, address: int = 0) -> bytes:
+    return ENVELOPE.pack(MAGIC, kind << 8 | dtype_code, seq & 0xFFFFFFFF, tag & 0xFFFFFFFF, count & 0xFFFFFFFF,
+                         count >> 32, address & 0xFFFFFFFF, address >> 32)
+
+
 def _envelope(kind: int, dtype_code: int, seq: int, tag: int, count: int, address: int = 0) -> torch.Tensor:
-    words = ENVELOPE.pack(MAGIC, kind << 8 | dtype_code, seq & 0xFFFFFFFF, tag & 0xFFFFFFFF, count & 0xFFFFFFFF,
-                          count >> 32, address & 0xFFFFFFFF, address >> 32)
-    return torch.frombuffer(bytearray(words), dtype=torch.uint8)
+    return torch.frombuffer(bytearray(_envelope_bytes(kind, dtype_code, seq, tag, count, address)), dtype=torch.uint8)
 
 
 @dataclass
@@ -397,6 +425,7 @@ class PointToPoint:
         self.topo, self.values, self.pids, self.timeout_s = topo, values, pids, timeout_s
         self._fail_group = fail_group
         self._lock = threading.Lock()  # guards the queues and the links
+        self._dialing: dict[int, threading.Lock] = {}  # one dial per receiver, however many threads send to it
         self._posted: list[_Recv] = []
         self._unexpected: list[_Arrived] = []
         self._out: dict[int, _OutLink] = {}
@@ -412,6 +441,7 @@ class PointToPoint:
         self._tcp_out: TcpMesh | None = None
         self._spin = SpinBudget(len(topo.local_ranks))
         self._ring_bytes = 0
+        self.core_moved = 0  # messages the core's fast path sent or received (diagnostics, tests)
 
     # set-up ------------------------------------------------------------------------------------------
     def _local(self, peer: int) -> bool:
@@ -566,8 +596,15 @@ class PointToPoint:
     def _out_link(self, dst: int) -> _OutLink:
         with self._lock:
             link = self._out.get(dst)
+            dialing = self._dialing.setdefault(dst, threading.Lock())
         if link is not None:
             return link
+        with dialing:  # threads sending to dst at once share one link (and its ring: one per pair of ranks)
+            with self._lock:
+                link = self._out.get(dst)
+            return link if link is not None else self._dial(dst)
+
+    def _dial(self, dst: int) -> _OutLink:
         deadline = time.monotonic() + self.timeout_s
         if self._local(dst):
             wire: _UnixWire | _TcpWire | _RingOut = self._dial_unix(dst, deadline)
@@ -630,7 +667,7 @@ class PointToPoint:
         self.start()
         link = self._out_link(dst)
         data = as_bytes(tensor if tensor.is_contiguous() else tensor.contiguous())
-        code = DTYPES.index(tensor.dtype)
+        code = _CODES[tensor.dtype]
         with link.lock:
             link.sent += 1
             seq = link.sent
@@ -644,12 +681,61 @@ class PointToPoint:
                 link.wire.send(_envelope(DATA, code, seq, tag, tensor.numel(), data.data_ptr() if single else 0), what, deadline)
                 if not single and data.numel():
                     link.wire.send(data, what, deadline)
+                if single and isinstance(link.wire, _RingOut):
+                    link.wire.ring.nudge()  # the sender waits for this one: a parked reader takes it now
             except CollectiveError as exc:
                 self.fail(exc)
                 raise
         if not single:
             work.finish(value=[tensor])  # written: the tensor may be reused (the receiver's verdict on it comes later)
         return work
+
+    # the core's fast path (smddp_core.cpp): a send or receive of one contiguous CPU tensor over
+    # a ring, moved by the core without the GIL, with the matching state kept here ------------------------
+    def fast_send(self, tensor: torch.Tensor, dst: int, tag: int) -> tuple[int, int, bytes] | None:
+        """(ring address, capacity, envelope) when the whole message fits in dst's ring now and no other
+        send is writing to it; the core writes envelope and bytes while it still holds the GIL (so no
+        Python send starts meanwhile). None: the Python path."""
+        link = self._out.get(dst)
+        if self._failure is not None or self._stop.is_set() or link is None or not isinstance(link.wire, _RingOut) or link.lock.locked():
+            return None
+        nbytes = tensor.numel() * tensor.element_size()
+        try:
+            fits = link.wire.ring.free() >= ENVELOPE.size + nbytes
+        except RingCorrupt:
+            return None  # the Python path reports it and fails the group
+        if not fits or (link.single_copy and nbytes >= SINGLE_COPY_FROM):
+            return None
+        link.sent += 1
+        self.core_moved += 1
+        return link.wire.ring.address, link.wire.ring.capacity, _envelope_bytes(DATA, _CODES[tensor.dtype], link.sent, tag, tensor.numel())
+
+    def fast_recv(self, tensor: torch.Tensor, src: int, tag: int) -> tuple[int, int, bytes, float, Callable[[bool], None]] | None:
+        """(ring address, capacity, the envelope expected but for its sequence, seconds to poll
+        (FAST_RECV_POLL_S at most), give_back)
+        when the next message from src is this receive's to take: src's link is a ring, no receive posted
+        before may match it, nothing from src waits unmatched. The caller then holds the ring (draining)
+        and calls give_back(taken) once it has taken the message or left it for the Python path. None:
+        the Python path."""
+        wire = self._in.get(src)
+        nbytes = tensor.numel() * tensor.element_size()
+        if self._failure is not None or self._stop.is_set() or not isinstance(wire, _RingIn) or ENVELOPE.size + nbytes > wire.ring.capacity:
+            return None
+        expected = _envelope_bytes(DATA, _CODES[tensor.dtype], 0, tag, tensor.numel())
+        spin_s = min(self._spin.seconds(blocking=True), FAST_RECV_POLL_S)
+        if not wire.draining.acquire(blocking=False):
+            return None
+        with self._lock:  # holding the ring: no message from src joins the unexpected queue meanwhile
+            busy = any(p.source in (src, ANY_SOURCE) for p in self._posted) or any(a.source == src for a in self._unexpected)
+        if busy:
+            self._hand_back(src, wire)
+            return None
+        wire.parked = True
+        return wire.ring.address, wire.ring.capacity, expected, spin_s, lambda taken: self._fast_received(src, wire, taken)
+
+    def _fast_received(self, src: int, wire: _RingIn, taken: bool) -> None:
+        self.core_moved += int(taken)
+        self._hand_back(src, wire)
 
     def recv(self, tensor: torch.Tensor, src: int, tag: int) -> P2PWork:
         self._check("recv")
@@ -669,9 +755,25 @@ class PointToPoint:
                 self._posted.append(posted)
         if arrived is not None:
             self._deliver(posted, arrived)
-        elif src != ANY_SOURCE:
+            return work
+        if src == ANY_SOURCE:  # waited for without polling a ring: the reader threads bring its message
+            with self._lock:
+                rings = [wire for wire in self._in.values() if isinstance(wire, _RingIn)]
+            for wire in rings:
+                wire.unpark()
+        else:  # wait() and is_completed() poll src's ring (a reader thread the fast path parked stays so)
             work.attend = lambda deadline: self._attend(src, work, deadline)
+            work.poll = lambda: self._poll_ring(src)
         return work
+
+    def _hand_back(self, source: int, wire: _RingIn) -> None:
+        """A receive that polled the ring lets it go: the reader thread stays parked unless a message is
+        left in the ring or a receive that may not poll waits for this source."""
+        wire.draining.release()
+        with self._lock:
+            waiting = any(p.source in (source, ANY_SOURCE) for p in self._posted)
+        if waiting or wire.ring.available():
+            wire.unpark()
 
     def _deliver(self, posted: _Recv, arrived: _Arrived) -> None:
         """A message that waited meets its receive: same dtype and size, or both ends fail."""
@@ -739,7 +841,11 @@ class PointToPoint:
         what = f"recv from {self._describe[source]}"
         try:
             while not self._stop.is_set():
-                if not wire.readable(_POLL_S) or not wire.draining.acquire(timeout=_POLL_S):
+                if wire.parked:
+                    wire.ring.sleep(_POLL_S)
+                elif not wire.readable(_POLL_S):
+                    continue
+                if wire.ring.available() < ENVELOPE.size or not wire.draining.acquire(timeout=_POLL_S):
                     continue
                 try:
                     if not self._drain(source, wire, what):
@@ -748,6 +854,22 @@ class PointToPoint:
                     wire.draining.release()
         except Exception as exc:  # noqa: BLE001 - a reader that stops must fail what waits on it
             self._reader_failed(source, exc, what)
+
+    def _poll_ring(self, source: int) -> None:
+        """Take the messages src's ring holds now, unless another thread is draining it."""
+        wire = self._in.get(source)
+        if not isinstance(wire, _RingIn) or not wire.draining.acquire(blocking=False):
+            return
+        what = f"recv from {self._describe[source]}"
+        failure: Exception | None = None
+        try:
+            self._drain(source, wire, what)
+        except Exception as exc:  # noqa: BLE001 - handled once the ring is let go
+            failure = exc
+        finally:
+            self._hand_back(source, wire)
+        if failure is not None:
+            self._reader_failed(source, failure, what)
 
     def _attend(self, source: int, work: P2PWork, deadline: float) -> None:
         """A receive from a rank whose link is a ring waits by polling that ring on its own thread (for the
@@ -759,16 +881,19 @@ class PointToPoint:
             return
         what = f"recv from {self._describe[source]}"
         failure: Exception | None = None
-        with wire.draining:
-            try:
-                while not work.is_completed() and not self._stop.is_set() and time.monotonic() < deadline:
-                    if wire.ring.wait(False, ENVELOPE.size, self._spin.seconds(blocking=True), CHECK_EVERY_S):
-                        if not self._drain(source, wire, what):
-                            break
-                    elif not pid_alive(wire.pid):
-                        break  # the watcher takes what is left and ends the link, which fails this receive
-            except Exception as exc:  # noqa: BLE001 - handled once the ring is let go
-                failure = exc
+        wire.draining.acquire()
+        wire.parked = True
+        try:
+            while not work.finished() and not self._stop.is_set() and time.monotonic() < deadline:
+                if wire.ring.wait(False, ENVELOPE.size, self._spin.seconds(blocking=True), CHECK_EVERY_S):
+                    if not self._drain(source, wire, what):
+                        break
+                elif not pid_alive(wire.pid):
+                    break  # the watcher takes what is left and ends the link, which fails this receive
+        except Exception as exc:  # noqa: BLE001 - handled once the ring is let go
+            failure = exc
+        finally:
+            self._hand_back(source, wire)
         if failure is not None:
             self._reader_failed(source, failure, what)
 

@@ -798,6 +798,19 @@ class SmddpProcessGroup:
     def recv(self, tensors: list[torch.Tensor], srcRank: int, tag: int) -> dist.Work:  # noqa: N803
         return self._point_to_point("recv", tensors, srcRank).recv(tensors[0], srcRank, tag)
 
+    # the core's fast path for a send or receive over a ring (p2p.py's fast_send, fast_recv)
+    def _fast_engine(self, peer: int) -> PointToPoint | None:
+        usable = self._p2p is not None and not self._comm._failure and 0 <= peer < self.size()
+        return self._p2p if usable else None
+
+    def _p2p_fast_send(self, tensor: torch.Tensor, dst: int, tag: int) -> tuple[int, int, bytes] | None:
+        engine = self._fast_engine(dst)
+        return engine.fast_send(tensor, dst, tag) if engine is not None else None
+
+    def _p2p_fast_recv(self, tensor: torch.Tensor, src: int, tag: int) -> tuple[int, int, bytes, float, Callable[[bool], None]] | None:
+        engine = self._fast_engine(src)
+        return engine.fast_recv(tensor, src, tag) if engine is not None else None
+
     @cuda_goes_to_nccl
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int) -> dist.Work:
         return self._point_to_point("recv", tensors, ANY_SOURCE).recv(tensors[0], ANY_SOURCE, tag)
@@ -886,7 +899,7 @@ class PythonProcessGroup(SmddpProcessGroup, dist.ProcessGroup):
 
 # Collectives the core may run itself; it calls `_python_<name>` for what it leaves to Python.
 CORE_METHODS = ("allreduce", "reduce", "broadcast", "scatter", "allgather", "all_gather_single", "gather", "reduce_scatter",
-                "reduce_scatter_single", "alltoall", "all_to_all_single", "barrier")
+                "reduce_scatter_single", "alltoall", "all_to_all_single", "barrier", "send", "recv")
 
 
 @functools.cache

@@ -9,9 +9,11 @@ Layout (smddp_native.c's "point-to-point rings"): RING_HEADER bytes of counters 
 tail: bytes consumed, 32-bit words mod 2^32, each with a count of the ends asleep on it), then
 ``capacity`` bytes of data, a power of two. One writer and one reader: each advances only its own
 counter, so neither takes a lock; a waiting end polls for the spin budget, then sleeps on the other's
-counter (a futex), which the other wakes only when someone sleeps there. The native kernels do this
-without the GIL; without them (SMDDP_NATIVE=0) the same layout is driven from Python, so a native rank
-and a Python rank share rings.
+counter (a futex), which the other wakes only when someone sleeps there; a reader thread that should
+not be woken by each message sleeps there uncounted (``sleep``), and the writer ``nudge``s it when it
+waits for the reader. The native kernels do this without the GIL; without them (SMDDP_NATIVE=0) the
+same layout is driven from Python, so a native rank and a Python rank share rings (and smddp_core.cpp's
+fast path writes and reads it too).
 """
 
 from __future__ import annotations
@@ -143,6 +145,19 @@ class Ring:
                 futex.wait(self.address + counter * 4, seen, slice_s - elapsed)
             self._count_sleeper(sleepers, -1)
 
+    def sleep(self, timeout_s: float) -> None:
+        """Asleep on the head without counting as a sleeper, so the writer's messages do not wake this
+        thread (a receive that polls the ring takes them): only a nudge, or the timeout, does."""
+        if futex.available():
+            futex.wait(self.address + _HEAD * 4, self._words[_HEAD], timeout_s)
+        else:
+            time.sleep(timeout_s)
+
+    def nudge(self) -> None:
+        """Wake every thread asleep on the head, counted or not (the writer waits for the reader)."""
+        if futex.available():
+            futex.wake_all(self.address + _HEAD * 4)
+
     def _count_sleeper(self, word: int, step: int) -> None:
         """Only this process sleeps on a ring end's word (the reader's threads, or the writer's), so a
         lock here keeps its count exact, as the kernels' atomic add does."""
@@ -152,6 +167,10 @@ class Ring:
     def available(self) -> int:
         """Bytes there to read now."""
         return self._have(False)
+
+    def free(self) -> int:
+        """Bytes free to write now."""
+        return self._have(True)
 
     def _have(self, space: bool) -> int:
         used = self._used(self._words[_HEAD], self._words[_TAIL])

@@ -11,6 +11,8 @@
 // (`_core_between_hosts`): the host's ranks over shared memory, the host leaders over the TCP mesh (the
 // kernels' poll loop) with algorithms.py's algorithms, byte for byte (same order, same chunks, same
 // reduction order), each exchange behind tcp.py's call header (the check between hosts).
+// A send or receive of one contiguous CPU tensor to or from a rank of this host runs here too,
+// over the pair's shared-memory ring, when p2p.py's matching state allows it (fast_send, fast_recv).
 // Everything else goes to the Python implementation (`_python_<method>`); a call whose peers are late
 // past one check slice waits in Python (`_finish_barrier`, `_exchange_stalled`) with the deadline, abort
 // and liveness checks and the hang warning.
@@ -21,13 +23,19 @@
 // Built on first use by smddp_sdk/collectives/native/__init__.py; see docs/collectives.md ("Native hot path").
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <pybind11/stl.h>
+#include <linux/futex.h>
+#include <sched.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <sys/uio.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <cstring>
 
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -102,6 +110,45 @@ class DoneWork : public c10d::Work {
   std::vector<at::Tensor> result_;
 };
 
+// One end of a point-to-point ring (ring.py; smddp_native.c's "point-to-point rings" has the layout):
+// counters as 32-bit words in the header, then capacity bytes of data (a power of two, from Python,
+// never from the shared words; counters further apart than capacity are refused).
+constexpr long kRingHeader = 256;
+constexpr int kRingHead = 16, kRingReaders = 17, kRingTail = 32, kRingWriters = 33;
+constexpr long kEnvelope = 32;   // p2p.py's ENVELOPE
+constexpr size_t kEnvelopeSeq = 2;  // its word a receive does not know in advance
+constexpr long kPauseNs = 30000;  // smddp_native.c's PAUSE_NS
+constexpr long kSingleCopyFrom = 256 << 10;  // p2p.py's SINGLE_COPY_FROM
+
+struct RingView {
+  char* base;
+  long capacity;
+  uint32_t* word(int w) const { return reinterpret_cast<uint32_t*>(base) + w; }
+  char* data() const { return base + kRingHeader; }
+  // Bytes in the ring, or -1 when its counters make no sense.
+  long used() const {
+    uint32_t used = __atomic_load_n(word(kRingHead), __ATOMIC_ACQUIRE) - __atomic_load_n(word(kRingTail), __ATOMIC_ACQUIRE);
+    return used > static_cast<uint32_t>(capacity) ? -1 : static_cast<long>(used);
+  }
+  void copy_in(uint32_t at, const char* src, long n) const {
+    if (n == 0) return;  // an empty tensor's data may be null
+    long offset = at & (capacity - 1), first = std::min(n, capacity - offset);
+    std::memcpy(data() + offset, src, first);
+    std::memcpy(data(), src + first, n - first);
+  }
+  void copy_out(uint32_t at, char* dst, long n) const {
+    if (n == 0) return;
+    long offset = at & (capacity - 1), first = std::min(n, capacity - offset);
+    std::memcpy(dst, data() + offset, first);
+    std::memcpy(dst + first, data(), n - first);
+  }
+  // Advance a counter and wake whoever sleeps on it (counted as a sleeper).
+  void publish(int counter, int sleepers, uint32_t value) const {
+    __atomic_store_n(word(counter), value, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(word(sleepers), __ATOMIC_SEQ_CST)) syscall(SYS_futex, word(counter), FUTEX_WAKE, 0x7fffffff, nullptr, nullptr, 0);
+  }
+};
+
 // A collective's Work made in Python, kept with its Python object (what torch's
 // PyProcessGroup::PyWorkHolder does; PyProcessGroup.hpp itself would pull in torch's JIT bindings, a
 // third of this file's compile time).
@@ -115,8 +162,18 @@ class PythonWork : public c10d::Work {
   }
   bool wait(std::chrono::milliseconds timeout) override { return work_->wait(timeout); }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return work_->getFuture(); }
+  // torch's own holder forwards only the two above; a Work's state is its Python methods' answer
+  bool isCompleted() override { return ask<bool>("is_completed"); }
+  bool isSuccess() const override { return ask<bool>("is_success"); }
+  int sourceRank() const override { return ask<int>("_source_rank"); }
 
  private:
+  template <typename T>
+  T ask(const char* method) const {
+    pybind11::gil_scoped_acquire gil;
+    return object_.attr(method)().template cast<T>();
+  }
+
   c10::intrusive_ptr<c10d::Work> work_;
   pybind11::object object_;
 };
@@ -397,10 +454,14 @@ class SmddpCore : public c10d::ProcessGroup, public Engine {
     return python("reduce_scatter_single_coalesced", outputs, inputs, opts);
   }
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
-    return python("send", tensors, dst, tag);
+    if (tensors.size() == 1 && small(tensors[0]) && fast_send(tensors[0], dst, tag))
+      return c10::make_intrusive<DoneWork>(tensors);
+    return python("_python_send", tensors, dst, tag);
   }
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
-    return python("recv", tensors, src, tag);
+    if (tensors.size() == 1 && small(tensors[0]) && fast_recv(tensors[0], src, tag))
+      return c10::make_intrusive<DoneWork>(tensors);
+    return python("_python_recv", tensors, src, tag);
   }
 
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -440,6 +501,77 @@ class SmddpCore : public c10d::ProcessGroup, public Engine {
     pybind11::function implementation = pybind11::get_override(static_cast<const SmddpCore*>(this), method);
     TORCH_CHECK(implementation, "smddp: the Python group defines no ", method);
     return c10::make_intrusive<PythonWork>(implementation(args...));
+  }
+
+  // A message for point-to-point's fast path: larger ones are read from the sender's memory (p2p.py's
+  // SINGLE_COPY_FROM), which the Python path does, so they do not ask it for the fast path first.
+  static bool small(const at::Tensor& t) { return plain_cpu(t) && nbytes_of(t) < kSingleCopyFrom; }
+
+  // Point-to-point's fast path: the whole message (envelope, then its bytes) into the peer's ring, when
+  // p2p.py's fast_send says it fits now and no other send writes there; written under the GIL, so that
+  // no Python send to that peer starts meanwhile. The Work is done once written, as the Python path's.
+  bool fast_send(const at::Tensor& t, int dst, int tag) {
+    pybind11::gil_scoped_acquire gil;
+    pybind11::function hook = python_override("_p2p_fast_send");
+    pybind11::object lane = hook ? hook(t, dst, tag) : pybind11::none();
+    if (lane.is_none()) return false;
+    auto [address, capacity, envelope] = lane.cast<std::tuple<uintptr_t, long, std::string>>();
+    TORCH_CHECK(envelope.size() == kEnvelope, "smddp: an envelope of ", envelope.size(), " bytes");
+    RingView ring{reinterpret_cast<char*>(address), capacity};
+    uint32_t head = __atomic_load_n(ring.word(kRingHead), __ATOMIC_RELAXED);
+    ring.copy_in(head, envelope.data(), kEnvelope);
+    ring.copy_in(head + kEnvelope, static_cast<const char*>(t.data_ptr()), nbytes_of(t));
+    ring.publish(kRingHead, kRingReaders, head + static_cast<uint32_t>(kEnvelope + nbytes_of(t)));
+    return true;
+  }
+
+  // A receive from src when p2p.py's fast_recv says the next message from src is its to take: polls src's
+  // ring without the GIL for the spin budget (short: an irecv comes here too, and must not wait for its
+  // message) and takes the message if it is the one expected (tag, dtype, size; its bytes in the ring).
+  // Anything else -- nothing yet, another tag, a mismatch, a message read from the sender's memory --
+  // stays in the ring for the Python path.
+  bool fast_recv(at::Tensor& t, int src, int tag) {
+    pybind11::gil_scoped_acquire gil;
+    pybind11::function hook = python_override("_p2p_fast_recv");
+    pybind11::object lane = hook ? hook(t, src, tag) : pybind11::none();
+    if (lane.is_none()) return false;
+    auto [address, capacity, expected, spin_s, give_back] =
+        lane.cast<std::tuple<uintptr_t, long, std::string, double, pybind11::function>>();
+    bool taken = false;
+    if (expected.size() == kEnvelope) {
+      pybind11::gil_scoped_release nogil;
+      taken = take_message({reinterpret_cast<char*>(address), capacity}, expected, t, static_cast<long>(spin_s * 1e9));
+    }
+    give_back(taken);
+    return taken;
+  }
+
+  static bool take_message(RingView ring, const std::string& expected, at::Tensor& t, long spin_ns) {
+    long nbytes = nbytes_of(t);
+    auto start = std::chrono::steady_clock::now();
+    for (;;) {
+      long used = ring.used();
+      if (used < 0) return false;  // the Python path reports the corrupt ring
+      if (used >= kEnvelope) {
+        uint32_t tail = __atomic_load_n(ring.word(kRingTail), __ATOMIC_RELAXED);
+        std::array<uint32_t, kEnvelope / 4> envelope;
+        ring.copy_out(tail, reinterpret_cast<char*>(envelope.data()), kEnvelope);
+        const auto* want = reinterpret_cast<const uint32_t*>(expected.data());
+        for (size_t k = 0; k < envelope.size(); k++)
+          if (k != kEnvelopeSeq && envelope[k] != want[k]) return false;
+        if (used >= kEnvelope + nbytes) {
+          ring.copy_out(tail + kEnvelope, static_cast<char*>(t.data_ptr()), nbytes);
+          ring.publish(kRingTail, kRingWriters, tail + static_cast<uint32_t>(kEnvelope + nbytes));
+          return true;
+        }
+      }
+      long elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+      if (elapsed >= spin_ns) return false;
+      if (elapsed >= kPauseNs) sched_yield();  // smddp_native.c's poll_once
+#if defined(__x86_64__) || defined(__i386__)
+      else __builtin_ia32_pause();
+#endif
+    }
   }
 
   // A Python override of a non-collective method, if the group defines one.
