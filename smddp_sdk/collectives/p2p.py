@@ -76,6 +76,7 @@ PROBE = struct.Struct("=iQI")  # a local dialer's rank, the address of a word th
 READABLE, RING_OPEN = 1, 2  # the listener's answer to the probe: bits
 _POLL_S = 0.1  # how often an idle reader looks whether its link is being closed
 _SLICE_S = 0.05
+VERDICT_WAIT_S = 1.0  # a send that found its link broken waits this long for the receiver's verdict
 # every dtype this torch knows, in a fixed order: its index travels in the envelope
 DTYPES = tuple(dict.fromkeys(d for d in vars(torch).values() if isinstance(d, torch.dtype)))
 _CODES = {dtype: code for code, dtype in enumerate(DTYPES)}
@@ -415,6 +416,7 @@ class _OutLink:
     lock: threading.Lock = field(default_factory=threading.Lock)
     pending: dict[int, _Pending] = field(default_factory=dict)
     sent: int = 0
+    verdicts_ended: threading.Event = field(default_factory=threading.Event)  # its verdict reader has stopped
 
 
 class PointToPoint:
@@ -468,7 +470,7 @@ class PointToPoint:
             token = self.values.derive_name("p2p links")
             address = advertised_address(self.topo.hosts[me])
             self._tcp_in = TcpMesh(me, token, self._describe, address)
-            self._tcp_out = TcpMesh(me, token, self._describe, address)
+            self._tcp_out = TcpMesh(me, token, self._describe, address, reads_alerts=False)  # verdict readers read
             self._tcp_out._listener.close()  # dials only
             self.values.set(f"p2p/tcp/{me}", [address, self._tcp_in.port])
             self._spawn(self._accept_tcp, "smddp-p2p-accept")
@@ -668,6 +670,7 @@ class PointToPoint:
         link = self._out_link(dst)
         data = as_bytes(tensor if tensor.is_contiguous() else tensor.contiguous())
         code = _CODES[tensor.dtype]
+        broken = None
         with link.lock:
             link.sent += 1
             seq = link.sent
@@ -684,11 +687,22 @@ class PointToPoint:
                 if single and isinstance(link.wire, _RingOut):
                     link.wire.ring.nudge()  # the sender waits for this one: a parked reader takes it now
             except CollectiveError as exc:
-                self.fail(exc)
-                raise
+                broken = exc
+        if broken is not None:  # outside the lock: the verdict reader takes it to fail the link's sends
+            reason = self._verdict_or(link, broken)
+            self.fail(reason)
+            raise reason from (None if reason is broken else broken)
         if not single:
             work.finish(value=[tensor])  # written: the tensor may be reused (the receiver's verdict on it comes later)
         return work
+
+    def _verdict_or(self, link: _OutLink, error: CollectiveError) -> CollectiveError:
+        """Why a send failed: a receiver that refused the message (a mismatch) says so, then closes, and
+        the rest of the message can meet the closed link first; its verdict, read by the link's verdict
+        reader, is the reason then, not the broken link."""
+        if error.lost:
+            link.verdicts_ended.wait(VERDICT_WAIT_S)
+        return self._failure or error
 
     # the core's fast path (smddp_core.cpp): a send or receive of one contiguous CPU tensor over
     # a ring, moved by the core without the GIL, with the matching state kept here ------------------------
@@ -977,6 +991,8 @@ class PointToPoint:
                     pending.work.finish(exc)
                 if waiting or not exc.lost:
                     self.fail(exc)
+        finally:
+            link.verdicts_ended.set()
 
     def _link_ended(self, source: int, error: CollectiveError) -> None:
         """A receiving link ended: receives from its rank (and from any rank) fail with its error, and the

@@ -364,8 +364,11 @@ class TcpMesh:
     """Full mesh between node leaders; node i dials every j < i and accepts every j > i."""
 
     def __init__(self, node: int, token: str, describe: Mapping[int, PeerRank], address: str = "",
-                 native_progress: bool = True, protection: str | None = None) -> None:
+                 native_progress: bool = True, protection: str | None = None, reads_alerts: bool = True) -> None:
         self.node = node
+        # whether a send that broke reads its connection for the peer's alert (_alerted); not where another
+        # thread reads every connection's other direction (point-to-point's verdict readers): it would race
+        self._reads_alerts = reads_alerts
         self._secret = _Secret(token)
         self._describe = dict(describe)  # node index -> its leader: "rank R (host H)" in messages, data in errors
         self.hangs = HangWatch()  # the group's, once the rendezvous knows every rank (topology.build)
@@ -630,7 +633,7 @@ class TcpMesh:
     def _lost(self, what: str, peer: int, error: OSError | None) -> CollectiveError:
         """The connection to peer closed by the peer (error None) or broken (then the peer may have
         alerted us first)."""
-        if error is not None and self._alerted(peer):
+        if error is not None and self._reads_alerts and self._alerted(peer):
             return self._alerted_error(what, peer)
         if error is None:
             return CollectiveError(f"smddp {what} failed: {self._describe[peer]} closed the connection (the peer exited or failed)", lost=[self._describe[peer]])

@@ -134,15 +134,17 @@ def large(rank: int, size: int) -> dict:
 
 
 def mismatch(rank: int, size: int) -> dict:
-    """Rank 0 sends 10 float32, rank size-1 expects 12: both fail, each naming both calls."""
+    """Rank 0 sends N float32 (SMDDP_TEST_SENT, 10), rank size-1 expects N + 2: both fail, each naming both
+    calls (a large N: the receiver refuses and closes while the sender still writes)."""
     last = size - 1
+    sent = int(os.environ.get("SMDDP_TEST_SENT", "10"))
     try:
         if rank == 0:
-            dist.send(torch.ones(10), last, tag=2)  # written: the receiver's verdict comes back over the link
+            dist.send(torch.ones(sent), last, tag=2)  # written: the receiver's verdict comes back over the link
             dist.recv(torch.empty(1), last, tag=3)  # fails with it
         elif rank == last:
             time.sleep(float(os.environ.get("SMDDP_TEST_RECV_AFTER_S", "0")))  # > 0: the message waits for the receive
-            dist.recv(torch.empty(12), 0, tag=2)
+            dist.recv(torch.empty(sent + 2), 0, tag=2)
         else:
             return {"error": ""}
     except RuntimeError as exc:

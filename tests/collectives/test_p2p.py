@@ -76,16 +76,17 @@ def test_a_message_over_64_mib_arrives_whole(layout):
 
 
 @jobs
-@pytest.mark.parametrize(("layout", "recv_after_s"), [(layout, "0") for layout in LAYOUTS] + [("two-hosts", "1")],
-                         ids=[*LAYOUTS, "two-hosts-message-first"])
-def test_size_mismatch_fails_both_ends_naming_both_calls(layout, recv_after_s):
+@pytest.mark.parametrize(("layout", "recv_after_s", "sent"),
+                         [(layout, "0", 10) for layout in LAYOUTS] + [("two-hosts", "1", 10), ("two-hosts", "0", 8 << 20)],
+                         ids=[*LAYOUTS, "two-hosts-message-first", "two-hosts-refused-mid-message"])
+def test_size_mismatch_fails_both_ends_naming_both_calls(layout, recv_after_s, sent):
     hosts, env = LAYOUTS[layout]
-    reports = run_ranks(hosts, "mismatch", {**env, "SMDDP_TEST_RECV_AFTER_S": recv_after_s}, timeout=120)
+    reports = run_ranks(hosts, "mismatch", {**env, "SMDDP_TEST_RECV_AFTER_S": recv_after_s, "SMDDP_TEST_SENT": str(sent)}, timeout=120)
     sender, receiver = reports[0]["error"], reports[-1]["error"]
     for error in (sender, receiver):
         assert "point-to-point mismatch" in error, reports
-        assert "recv from rank 0 (tag 2, float32, 12 elements)" in error, reports
-        assert "send #1 to rank" in error and "(tag 2, float32, 10 elements)" in error, reports
+        assert f"recv from rank 0 (tag 2, float32, {sent + 2} elements)" in error, reports
+        assert "send #1 to rank" in error and f"(tag 2, float32, {sent} elements)" in error, reports
 
 
 @jobs
