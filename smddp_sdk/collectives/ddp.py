@@ -422,6 +422,21 @@ class _Bucket:
         return self.flat[self.offsets[index] : self.offsets[index] + param.numel()].view(param.shape)
 
 
+def _weak_hook(method: Callable[[torch.Tensor], None]) -> Callable[[torch.Tensor], None]:
+    """A parameter hook that calls method while its object lives. A bound method would make a cycle
+    (wrapper -> module -> parameter -> hook -> wrapper): the wrapper and its group would then go only in
+    the interpreter's last collection, where a gloo group's threads, joined as Python shuts down, abort
+    the process ("terminate called without an active exception")."""
+    ref = weakref.WeakMethod(method)
+
+    def hook(param: torch.Tensor) -> None:
+        bound = ref()
+        if bound is not None:
+            bound(param)
+
+    return hook
+
+
 class DistributedDataParallel(torch.nn.Module):
     """Wrap a CPU model for data-parallel training; gradients are averaged over the group in backward.
 
@@ -461,8 +476,9 @@ class DistributedDataParallel(torch.nn.Module):
         self._buckets = _plan_buckets(params, cap_bytes, FIRST_BUCKET_BYTES if bucket_cap_mb is None else cap_bytes)
         self._place = {p: (b, i) for b in self._buckets for i, p in enumerate(b.params)}
         self._join(keep=False)
+        ready = _weak_hook(self._gradient_ready)
         for param in params:
-            param.register_post_accumulate_grad_hook(self._gradient_ready)
+            param.register_post_accumulate_grad_hook(ready)
 
     def _join(self, *, keep: bool) -> None:
         """The construction's collectives: parameters and buffers from rank 0 (``keep``: received into

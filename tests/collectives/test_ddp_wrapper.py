@@ -74,3 +74,21 @@ def test_bad_arguments_say_what_to_use_instead() -> None:
         DistributedDataParallel(torch.nn.Linear(2, 2), bucket_cap_mb=0)
     with pytest.raises(ValueError, match=r"tensors on meta.*torch.nn.parallel.DistributedDataParallel"):
         DistributedDataParallel(torch.nn.Linear(2, 2, device="meta"))
+
+
+def test_the_wrapper_and_its_group_go_when_the_script_drops_them() -> None:
+    """No cycle through the parameters' hooks: else the wrapper and its gloo group would go only as Python
+    shuts down, where the group's threads abort the process (seen as exit code -6 at the end of training)."""
+    script = (
+        "import weakref, torch, torch.distributed as dist\n"
+        "from smddp_sdk.collectives.ddp import DistributedDataParallel\n"
+        "dist.init_process_group('gloo', store=dist.HashStore(), rank=0, world_size=1)\n"
+        "model = DistributedDataParallel(torch.nn.Linear(4, 2))\n"
+        "model(torch.randn(3, 4)).sum().backward()\n"
+        "gone = weakref.ref(model)\n"
+        "del model\n"
+        "print('dropped' if gone() is None else 'kept')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], cwd=PROJECT_ROOT, env=rank_env(0, ["algo-1"], 0), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "dropped", result
