@@ -40,13 +40,16 @@ def test_every_source_file_is_in_the_key(core_copy):
     assert len(names) == len(native.core_sources()) + 1  # each change, and a new file, gave its own key
 
 
-def _fake_compiler(tmp_path: Path) -> Path:
-    """A compiler that takes two seconds per file and logs when it ran (process boundary: CXX)."""
+def _fake_compiler(tmp_path: Path, at_once: int) -> Path:
+    """A compiler that logs when it ran (process boundary: CXX); each waits until at_once of them have
+    started (20 s at most), so units compiled one after another would show, however loaded the machine."""
     script = tmp_path / "fake-c++"
     script.write_text(textwrap.dedent(f"""\
         #!/bin/sh
         started=$(date +%s.%N)
-        sleep 2
+        mkdir -p {tmp_path / "started"} && : > {tmp_path / "started"}/$$
+        waited=0
+        while [ "$(ls {tmp_path / "started"} | wc -l)" -lt {at_once} ] && [ $waited -lt 200 ]; do sleep 0.1; waited=$((waited + 1)); done
         previous=""
         for argument in "$@"; do [ "$previous" = "-o" ] && output="$argument"; previous="$argument"; done
         : > "$output"
@@ -59,11 +62,12 @@ def _fake_compiler(tmp_path: Path) -> Path:
 def test_units_compile_at_once_then_link(core_copy, tmp_path, monkeypatch):
     for name in ("one.cpp", "two.cpp", "three.cpp"):
         (core_copy / name).write_text("int unit() { return 0; }\n")
-    monkeypatch.setenv("CXX", str(_fake_compiler(tmp_path)))
+    units = [p for p in native.core_sources() if p.suffix == ".cpp"]
+    monkeypatch.setenv("CXX", str(_fake_compiler(tmp_path, at_once=len(units))))
     target = native.build_core(tmp_path / "out")
     runs = [line.split() for line in (tmp_path / "log").read_text().splitlines()]
     compiles, link = runs[:-1], runs[-1]
-    assert len(compiles) == len([p for p in native.core_sources() if p.suffix == ".cpp"]) >= 4
+    assert len(compiles) == len(units) >= 4
     assert max(float(start) for start, _, _ in compiles) < min(float(end) for _, end, _ in compiles)  # all ran at once
     assert float(link[0]) >= max(float(end) for _, end, _ in compiles)  # linked after every unit
     assert target.exists() and target.name == native.core_name()
