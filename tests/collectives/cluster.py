@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import traceback
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -36,6 +38,49 @@ def native_setting(path: str, rank: int) -> str:
     """SMDDP_NATIVE for a rank: "1" (native core and kernels), "0" (pure Python), or "mixed": even ranks
     native, odd ranks Python, so every collective meets both implementations of the protocol."""
     return ("1" if rank % 2 == 0 else "0") if path == "mixed" else path
+
+
+def run_scenario(worker: str, scenario: str, hosts: list[str], env_of: Callable[[int], dict[str, str]], timeout: float,
+                 meanwhile: Callable[[dist.TCPStore], None] = lambda store: None) -> list[dict]:
+    """One rank per host entry running `python -m worker scenario` (env_of(rank) added to its environment)
+    against a fresh TCPStore, meanwhile(store) while they run; each rank's report under
+    report/<scenario>/<rank>, or {"crash": its output} where it left none."""
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout))
+    procs = [subprocess.Popen([sys.executable, "-m", worker, scenario], cwd=PROJECT_ROOT, env=rank_env(r, hosts, store.port, env_of(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(len(hosts))]
+    meanwhile(store)
+    outputs = []
+    for proc in procs:
+        try:
+            outputs.append(proc.communicate(timeout=timeout)[0])
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            outputs.append(proc.communicate()[0] + "\n(timed out)")
+    key = f"report/{scenario}/"
+    return [json.loads(store.get(key + str(r))) if store.check([key + str(r)]) else {"crash": outputs[r]} for r in range(len(hosts))]
+
+
+def join_test_group(pg_timeout_s: float = 60) -> tuple[dist.TCPStore, int, int]:
+    """A worker's start: the test's TCPStore (SMDDP_TEST_STORE), then the smddp group; (store, rank, size)."""
+    host, port = os.environ["SMDDP_TEST_STORE"].rsplit(":", 1)
+    store = dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=120))
+    rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("smddp", store=dist.PrefixStore("pg/", store), rank=rank, world_size=size, timeout=timedelta(seconds=pg_timeout_s))
+    return store, rank, size
+
+
+def report_and_exit(store: dist.TCPStore, scenario: str, rank: int, run: Callable[[], dict], clean: Callable[[dict], bool]) -> None:
+    """A worker's end: run the scenario, leave its report (or its traceback) where run_scenario reads it,
+    leave the group where clean(report), and exit at once: a failed group's threads must not hold the exit."""
+    try:
+        report = run()
+    except Exception:  # noqa: BLE001 - the test reads it
+        report = {"crash": traceback.format_exc()}
+    store.set(f"report/{scenario}/{rank}", json.dumps(report))
+    if clean(report):
+        dist.destroy_process_group()
+    sys.stdout.flush()
+    os._exit(0)
 
 
 class Cluster:

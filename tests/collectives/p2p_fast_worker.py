@@ -4,19 +4,16 @@ report/<scenario>/<rank>, with how many messages the core's fast path moved (Poi
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 import threading
 import time
-import traceback
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 import smddp_sdk.collectives  # noqa: F401 - registers the backend
 from smddp_sdk.collectives.process_group import smddp_backend
+from tests.collectives.cluster import join_test_group, report_and_exit
 from tests.collectives.p2p_worker import check, values
 
 STORE: dist.TCPStore
@@ -164,21 +161,10 @@ def parked(rank: int) -> dict:
 
 
 def main() -> None:
-    scenario = sys.argv[1]
-    host, port = os.environ["SMDDP_TEST_STORE"].rsplit(":", 1)
     global STORE
-    store = STORE = dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=120))
-    rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    dist.init_process_group("smddp", store=dist.PrefixStore("pg/", store), rank=rank, world_size=size, timeout=timedelta(seconds=60))
-    try:
-        report = globals()[scenario](rank)
-    except Exception:  # noqa: BLE001 - the test reads it
-        report = {"crash": traceback.format_exc()}
-    store.set(f"report/{scenario}/{rank}", json.dumps(report))
-    if "crash" not in report and "error" not in report:
-        dist.destroy_process_group()
-    sys.stdout.flush()
-    os._exit(0)
+    scenario = sys.argv[1]
+    STORE, rank, _ = join_test_group()
+    report_and_exit(STORE, scenario, rank, lambda: globals()[scenario](rank), lambda report: "crash" not in report and "error" not in report)
 
 
 if __name__ == "__main__":

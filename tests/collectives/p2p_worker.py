@@ -8,14 +8,13 @@ import os
 import signal
 import sys
 import time
-import traceback
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 import smddp_sdk.collectives  # noqa: F401 - registers the backend
 from smddp_sdk.collectives.errors import CollectiveError
+from tests.collectives.cluster import join_test_group, report_and_exit
 
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int8, torch.bool)
 SIZES = (0, 1, 7, 1000, 300_000)  # elements: empty, tiny, odd, small, past the single-copy threshold
@@ -213,22 +212,11 @@ def local_attack(rank: int, size: int) -> dict:
 
 
 def main() -> None:
-    scenario = sys.argv[1]
-    host, port = os.environ["SMDDP_TEST_STORE"].rsplit(":", 1)
     global STORE
-    store = STORE = dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=120))
-    rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    timeout = timedelta(seconds=float(os.environ.get("SMDDP_TEST_PG_TIMEOUT", "60")))
-    dist.init_process_group("smddp", store=dist.PrefixStore("pg/", store), rank=rank, world_size=size, timeout=timeout)
-    try:
-        report = globals()[scenario](rank, size)
-    except Exception:  # noqa: BLE001 - the test reads it
-        report = {"crash": traceback.format_exc()}
-    store.set(f"report/{scenario}/{rank}", json.dumps(report))
-    if scenario in ("smoke", "correctness", "large", "protected", "local_attack") and "crash" not in report:
-        dist.destroy_process_group()
-    sys.stdout.flush()
-    os._exit(0)  # a failed group's threads must not hold the exit
+    scenario = sys.argv[1]
+    STORE, rank, size = join_test_group(float(os.environ.get("SMDDP_TEST_PG_TIMEOUT", "60")))
+    clean = scenario in ("smoke", "correctness", "large", "protected", "local_attack")  # others leave a failed group behind
+    report_and_exit(STORE, scenario, rank, lambda: globals()[scenario](rank, size), lambda report: clean and "crash" not in report)
 
 
 if __name__ == "__main__":

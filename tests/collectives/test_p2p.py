@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -17,7 +15,7 @@ import pytest
 pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 
-from tests.collectives.cluster import PROJECT_ROOT, native_setting, rank_env  # noqa: E402
+from tests.collectives.cluster import native_setting, run_scenario  # noqa: E402
 
 pytestmark = pytest.mark.integration
 jobs = pytest.mark.jobs  # every test but the smoke test starts several ranks many times over
@@ -29,20 +27,8 @@ def run_ranks(hosts: list[str], scenario: str, env: dict[str, str] | None = None
               per_rank: bool = False, meanwhile: Callable[[dist.TCPStore], None] = lambda store: None) -> list[dict]:
     """Start one rank per host entry on the scenario; every rank's report (a missing one: its output).
     per_rank: even ranks native, odd ranks pure Python (cluster.py's "mixed"); meanwhile runs while they do."""
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout))
-    procs = [subprocess.Popen([sys.executable, "-m", "tests.collectives.p2p_worker", scenario], cwd=PROJECT_ROOT,
-                              env=rank_env(r, hosts, store.port, {**(env or {}), **({"SMDDP_NATIVE": native_setting("mixed", r)} if per_rank else {})}), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(len(hosts))]
-    meanwhile(store)
-    outputs = []
-    for proc in procs:
-        try:
-            outputs.append(proc.communicate(timeout=timeout)[0])
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            outputs.append(proc.communicate()[0] + "\n(timed out)")
-    key = f"report/{scenario}/"
-    return [json.loads(store.get(key + str(r))) if store.check([key + str(r)]) else {"crash": outputs[r]} for r in range(len(hosts))]
+    return run_scenario("tests.collectives.p2p_worker", scenario, hosts,
+                        lambda r: {**(env or {}), **({"SMDDP_NATIVE": native_setting("mixed", r)} if per_rank else {})}, timeout, meanwhile)
 
 
 def test_smoke_send_recv_between_two_local_ranks():

@@ -7,38 +7,20 @@ receive parks still serves senders and receives that do not poll."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from datetime import timedelta
-
 import pytest
 
 torch = pytest.importorskip("torch")
-import torch.distributed as dist  # noqa: E402
 
 from smddp_sdk.collectives import native  # noqa: E402
-from tests.collectives.cluster import PROJECT_ROOT, native_setting, rank_env  # noqa: E402
+from tests.collectives.cluster import native_setting, run_scenario  # noqa: E402
 
 pytestmark = [pytest.mark.jobs, pytest.mark.skipif(native.core() is None, reason="the native core does not build here")]
 
 
 def run_ranks(scenario: str, native_path: str = "1", timeout: float = 120) -> list[dict]:
     """Two ranks of one host on the scenario (p2p_fast_worker.py); their reports."""
-    hosts = ["algo-1"] * 2
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout))
-    procs = [subprocess.Popen([sys.executable, "-m", "tests.collectives.p2p_fast_worker", scenario], cwd=PROJECT_ROOT,
-                              env=rank_env(r, hosts, store.port, {"SMDDP_NATIVE": native_setting(native_path, r)}),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
-    outputs = []
-    for proc in procs:
-        try:
-            outputs.append(proc.communicate(timeout=timeout)[0])
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            outputs.append(proc.communicate()[0] + "\n(timed out)")
-    key = f"report/{scenario}/"
-    return [json.loads(store.get(key + str(r))) if store.check([key + str(r)]) else {"crash": outputs[r]} for r in range(2)]
+    return run_scenario("tests.collectives.p2p_fast_worker", scenario, ["algo-1"] * 2,
+                        lambda r: {"SMDDP_NATIVE": native_setting(native_path, r)}, timeout)
 
 
 @pytest.mark.parametrize("native_path", ["1", "mixed"], ids=["native", "native-sender-python-receiver"])

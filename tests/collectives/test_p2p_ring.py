@@ -6,14 +6,10 @@ receiver asleep when the message comes."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
-from datetime import timedelta
 
 import pytest
 
@@ -22,7 +18,7 @@ import torch.distributed as dist  # noqa: E402
 
 from smddp_sdk.collectives import native  # noqa: E402
 from smddp_sdk.collectives.ring import MIN_RING_BYTES, Ring, RingCorrupt  # noqa: E402
-from tests.collectives.cluster import PROJECT_ROOT, native_setting, rank_env  # noqa: E402
+from tests.collectives.cluster import native_setting, run_scenario  # noqa: E402
 
 KERNELS = ["native", "python"]
 
@@ -103,21 +99,8 @@ def test_a_ring_whose_counters_were_tampered_with_is_refused(tmp_path, kind):
 def run_ranks(n: int, scenario: str, env: dict[str, str], native_path: str = "1", timeout: float = 180,
               meanwhile: Callable[[dist.TCPStore], None] = lambda store: None) -> list[dict]:
     """Start n ranks on one host on the scenario (p2p_ring_worker.py); meanwhile runs while they do."""
-    hosts = ["algo-1"] * n
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout))
-    procs = [subprocess.Popen([sys.executable, "-m", "tests.collectives.p2p_ring_worker", scenario], cwd=PROJECT_ROOT,
-                              env=rank_env(r, hosts, store.port, {**env, "SMDDP_NATIVE": native_setting(native_path, r)}),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(n)]
-    meanwhile(store)
-    outputs = []
-    for proc in procs:
-        try:
-            outputs.append(proc.communicate(timeout=timeout)[0])
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            outputs.append(proc.communicate()[0] + "\n(timed out)")
-    key = f"report/{scenario}/"
-    return [json.loads(store.get(key + str(r))) if store.check([key + str(r)]) else {"crash": outputs[r]} for r in range(n)]
+    return run_scenario("tests.collectives.p2p_ring_worker", scenario, ["algo-1"] * n,
+                        lambda r: {**env, "SMDDP_NATIVE": native_setting(native_path, r)}, timeout, meanwhile)
 
 
 @pytest.mark.jobs
