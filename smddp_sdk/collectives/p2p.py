@@ -37,6 +37,7 @@ peer lost while a receive (or a single-copy send) waits for it fails that call w
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hmac
 import os
@@ -46,7 +47,7 @@ import struct
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -780,6 +781,20 @@ class PointToPoint:
             work.poll = lambda: self._poll_ring(src)
         return work
 
+    @contextlib.contextmanager
+    def _holding(self, source: int, wire: _RingIn, what: str) -> Iterator[None]:
+        """The body runs with the ring held (draining acquired by the caller); then the ring is handed back,
+        and a failure of the body fails the link only after that."""
+        failure: Exception | None = None
+        try:
+            yield
+        except Exception as exc:  # noqa: BLE001 - handled once the ring is let go
+            failure = exc
+        finally:
+            self._hand_back(source, wire)
+        if failure is not None:
+            self._reader_failed(source, failure, what)
+
     def _hand_back(self, source: int, wire: _RingIn) -> None:
         """A receive that polled the ring lets it go: the reader thread stays parked unless a message is
         left in the ring or a receive that may not poll waits for this source."""
@@ -875,15 +890,8 @@ class PointToPoint:
         if not isinstance(wire, _RingIn) or not wire.draining.acquire(blocking=False):
             return
         what = f"recv from {self._describe[source]}"
-        failure: Exception | None = None
-        try:
+        with self._holding(source, wire, what):
             self._drain(source, wire, what)
-        except Exception as exc:  # noqa: BLE001 - handled once the ring is let go
-            failure = exc
-        finally:
-            self._hand_back(source, wire)
-        if failure is not None:
-            self._reader_failed(source, failure, what)
 
     def _attend(self, source: int, work: P2PWork, deadline: float) -> None:
         """A receive from a rank whose link is a ring waits by polling that ring on its own thread (for the
@@ -894,22 +902,15 @@ class PointToPoint:
         if not isinstance(wire, _RingIn):
             return
         what = f"recv from {self._describe[source]}"
-        failure: Exception | None = None
         wire.draining.acquire()
         wire.parked = True
-        try:
+        with self._holding(source, wire, what):
             while not work.finished() and not self._stop.is_set() and time.monotonic() < deadline:
                 if wire.ring.wait(False, ENVELOPE.size, self._spin.seconds(blocking=True), CHECK_EVERY_S):
                     if not self._drain(source, wire, what):
                         break
                 elif not pid_alive(wire.pid):
                     break  # the watcher takes what is left and ends the link, which fails this receive
-        except Exception as exc:  # noqa: BLE001 - handled once the ring is let go
-            failure = exc
-        finally:
-            self._hand_back(source, wire)
-        if failure is not None:
-            self._reader_failed(source, failure, what)
 
     def _watch(self, source: int, wire: _RingIn) -> None:
         """A ring link's socket carries nothing forward: it only ends, when the sender exits. What the
