@@ -7,6 +7,7 @@ are shared, and the no_sync and unused-parameter checks.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -115,7 +116,9 @@ def main() -> None:
         "kept_grads_diff": check_grads_kept_between_steps(rank, size, None),
     }
     store.set(f"report/wrapper/{rank}", json.dumps(report))
-    dist.destroy_process_group()
+    del model, reference
+    gc.collect()  # every model and work of the checks goes while Python runs: a gloo group's threads, joined
+    dist.destroy_process_group()  # in Python's shutdown instead, can abort the process there
 
 
 if __name__ == "__main__":
